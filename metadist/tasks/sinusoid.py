@@ -1,0 +1,81 @@
+"""Sinusoid regression tasks of Finn et al. (2017), with no store."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from metadist.batch import MetaBatch, TaskSet
+from metadist.tasks.base import TaskSampler, register_task_sampler, task_uniform
+
+
+@register_task_sampler("sinusoid")
+class SinusoidSampler(TaskSampler):
+    """y = A sin(x - phase), A ~ U[0.1, 5], phase ~ U[0, pi], x ~ U[-5, 5].
+
+    Args:
+        num_support: K points per task to adapt on.
+        num_query: Q points per task to score on.
+        num_tasks: units per epoch (each unit is just a task number).
+        query_grid: if true, the query is `num_query` evenly spaced points on [-5, 5]
+            (the evaluation protocol of the paper) instead of random points.
+
+    Shapes: `support.x [B, K, 1]`, `support.y [B, K, 1]`, likewise for the query.
+    """
+
+    needs_store = False
+
+    def __init__(
+        self,
+        num_support: int = 10,
+        num_query: int = 10,
+        num_tasks: int = 10_000,
+        query_grid: bool = False,
+        amplitude_range: tuple[float, float] = (0.1, 5.0),
+        phase_range: tuple[float, float] = (0.0, float(np.pi)),
+        x_range: tuple[float, float] = (-5.0, 5.0),
+    ) -> None:
+        for field, value in (
+            ("num_support", num_support),
+            ("num_query", num_query),
+            ("num_tasks", num_tasks),
+        ):
+            if int(value) < 1:
+                raise ValueError(f"sinusoid sampler: {field} must be >= 1, got {value}")
+        self.num_support = int(num_support)
+        self.num_query = int(num_query)
+        self.num_tasks = int(num_tasks)
+        self.query_grid = bool(query_grid)
+        self.amplitude_range = tuple(float(v) for v in amplitude_range)
+        self.phase_range = tuple(float(v) for v in phase_range)
+        self.x_range = tuple(float(v) for v in x_range)
+
+    @property
+    def num_units(self) -> int:
+        return self.num_tasks
+
+    def sample(self, units: np.ndarray, seeds: np.ndarray) -> MetaBatch:
+        num_tasks = len(units)
+        k, q = self.num_support, self.num_query
+        u = task_uniform(seeds, 2 + k + q)
+        amplitude = _scale(u[:, 0:1], self.amplitude_range)
+        phase = _scale(u[:, 1:2], self.phase_range)
+        x = _scale(u[:, 2:], self.x_range)
+        if self.query_grid:
+            grid = np.linspace(*self.x_range, q)
+            x[:, k:] = grid[None, :]
+        y = amplitude * np.sin(x - phase)
+        x32 = torch.from_numpy(x.astype(np.float32)[..., None])
+        y32 = torch.from_numpy(y.astype(np.float32)[..., None])
+        return MetaBatch(
+            support=TaskSet(x32[:, :k].contiguous(), y32[:, :k].contiguous()),
+            query=TaskSet(x32[:, k:].contiguous(), y32[:, k:].contiguous()),
+            entity_index=torch.full((num_tasks,), -1, dtype=torch.int64),
+            stratum=torch.zeros(num_tasks, dtype=torch.int64),
+            split_time=torch.full((num_tasks,), -1, dtype=torch.int64),
+        )
+
+
+def _scale(u: np.ndarray, bounds: tuple[float, float]) -> np.ndarray:
+    low, high = bounds
+    return low + (high - low) * u

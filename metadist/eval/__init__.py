@@ -1,0 +1,1 @@
+"""Meta-test evaluation: metrics, baselines, the evaluation of a run and its report."""

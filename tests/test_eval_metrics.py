@@ -1,0 +1,125 @@
+"""Metrics and naive baselines against values computed by hand."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from metadist.eval import baselines, metrics
+
+# A quarterly history that rises by 1 each year: every seasonal (m=4) difference is 1,
+# while the one-step differences are 1, 1, 1, -2 repeated.
+QUARTERLY = np.array([1, 2, 3, 4, 2, 3, 4, 5, 3, 4, 5, 6], dtype=np.float64)
+
+
+def test_mse_mae_by_hand():
+    y = np.array([1.0, 2.0, 3.0])
+    y_hat = np.array([2.0, 2.0, 1.0])
+    assert metrics.mse(y, y_hat) == pytest.approx((1 + 0 + 4) / 3)
+    assert metrics.mae(y, y_hat) == pytest.approx((1 + 0 + 2) / 3)
+
+
+def test_smape_m4_definition_by_hand():
+    # 200/h * sum |y - yhat| / (|y| + |yhat|) = 100 * (10/210 + 20/380)
+    assert metrics.smape([100.0, 200.0], [110.0, 180.0]) == pytest.approx(
+        100 * (10 / 210 + 20 / 380)
+    )
+    assert metrics.smape([100.0, 200.0], [110.0, 180.0]) == pytest.approx(10.025062656641603)
+    # symmetric in its arguments, bounded by 200, a 0/0 term counts as 0
+    assert metrics.smape([110.0, 180.0], [100.0, 200.0]) == pytest.approx(10.025062656641603)
+    assert metrics.smape([-1.0], [1.0]) == pytest.approx(200.0)
+    assert metrics.smape([0.0, 1.0], [0.0, 3.0]) == pytest.approx((0 + 200 * 2 / 4) / 2)
+
+
+def test_smape_per_axis():
+    y = np.array([[100.0, 200.0], [10.0, 10.0]])
+    y_hat = np.array([[110.0, 180.0], [10.0, 30.0]])
+    per_task = metrics.smape(y, y_hat, axis=1)
+    assert per_task == pytest.approx([10.025062656641603, (0 + 200 * 20 / 40) / 2])
+
+
+def test_mase_with_seasonal_period_by_hand():
+    truth = np.array([4.0, 5.0, 6.0, 7.0])
+    forecast = np.array([4.0, 4.0, 4.0, 4.0])  # MAE = (0 + 1 + 2 + 3) / 4 = 1.5
+    assert metrics.seasonal_scale(QUARTERLY, 4) == pytest.approx(1.0)
+    assert metrics.mase(truth, forecast, QUARTERLY, seasonal_period=4) == pytest.approx(1.5)
+    # m = 1: the eleven one-step differences sum to 13
+    assert metrics.seasonal_scale(QUARTERLY, 1) == pytest.approx(13 / 11)
+    assert metrics.mase(truth, forecast, QUARTERLY, seasonal_period=1) == pytest.approx(
+        1.5 / (13 / 11)
+    )
+
+
+def test_mase_multi_target_and_degenerate():
+    history = np.stack([QUARTERLY, 2 * QUARTERLY], axis=1)  # scales 1 and 2 with m = 4
+    truth = np.array([[4.0, 8.0], [5.0, 10.0]])
+    forecast = np.array([[3.0, 8.0], [5.0, 6.0]])  # MAE 0.5 and 2.0
+    assert metrics.mase(truth, forecast, history, 4) == pytest.approx((0.5 / 1 + 2.0 / 2) / 2)
+    assert math.isnan(metrics.mase([1.0], [2.0], [3.0, 3.0, 3.0], 1))
+    with pytest.raises(ValueError, match="seasonal_period=4 needs a history longer than 4"):
+        metrics.seasonal_scale([1.0, 2.0, 3.0, 4.0], 4)
+    with pytest.raises(ValueError, match="seasonal_period must be >= 1"):
+        metrics.seasonal_scale(QUARTERLY, 0)
+
+
+def test_shape_mismatch_names_both_shapes():
+    with pytest.raises(ValueError, match=r"\(2,\) and \(3,\)"):
+        metrics.mae([1.0, 2.0], [1.0, 2.0, 3.0])
+
+
+def test_mean_ci_and_accuracy_ci_by_hand():
+    mean, half = metrics.mean_ci([1.0, 2.0, 3.0, 4.0])
+    assert mean == pytest.approx(2.5)
+    assert half == pytest.approx(1.959963984540054 * math.sqrt(5 / 3) / 2)
+    assert metrics.mean_ci([7.0]) == (7.0, 0.0)
+    predicted = np.array([[0, 1, 1, 0], [1, 1, 1, 1]])
+    target = np.array([[0, 1, 0, 0], [1, 1, 1, 1]])
+    accuracy, half = metrics.accuracy_ci(predicted, target)
+    assert accuracy == pytest.approx(0.875)
+    assert half == pytest.approx(1.959963984540054 * np.std([0.75, 1.0], ddof=1) / math.sqrt(2))
+    logits = np.eye(2)[predicted]  # [B, N, C] scores pick the same classes
+    assert metrics.accuracy_ci(logits, target)[0] == pytest.approx(0.875)
+    with pytest.raises(ValueError, match="not nan"):
+        metrics.mean_ci([float("nan")])
+
+
+def test_pool_weights_points_not_tasks():
+    # task 1: 2 points summing to 10, task 2: 8 points summing to 20
+    assert metrics.pool([10.0, 20.0], [2, 8]) == pytest.approx(3.0)
+    assert metrics.pool([10.0, float("nan")], [2, 8]) == pytest.approx(5.0)
+
+
+def test_naive_and_seasonal_naive_by_hand():
+    assert baselines.naive_forecast(QUARTERLY, 3).tolist() == [6.0, 6.0, 6.0]
+    assert baselines.seasonal_naive_forecast(QUARTERLY, 6, 4).tolist() == [3, 4, 5, 6, 3, 4]
+    assert baselines.seasonal_naive_forecast(QUARTERLY, 2, 1).tolist() == [6.0, 6.0]
+    # shorter than a season: falls back to the last value
+    assert baselines.seasonal_naive_forecast([1.0, 2.0], 3, 4).tolist() == [2.0, 2.0, 2.0]
+    two_columns = np.stack([QUARTERLY, -QUARTERLY], axis=1)
+    assert baselines.seasonal_naive_forecast(two_columns, 5, 4)[:, 1].tolist() == [
+        -3,
+        -4,
+        -5,
+        -6,
+        -3,
+    ]
+    with pytest.raises(ValueError, match="at least one value"):
+        baselines.naive_forecast([], 2)
+
+
+def test_from_scratch_fits_each_task_separately():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(1, 16), nn.Tanh(), nn.Linear(16, 1))
+    x = torch.linspace(-1, 1, 8).reshape(1, 8, 1).repeat(2, 1, 1)
+    y = torch.stack([2 * x[0] + 1, -3 * x[1]])  # two different lines
+    params = baselines.fit_from_scratch(model, x, y, steps=300, lr=0.02, seed=1)
+    assert params["0.weight"].shape == (2, 16, 1)
+    fit = baselines.predict_stacked(model, params, x)
+    assert torch.mean((fit - y) ** 2) < 1e-2
+    # the meta-trained weights are not used: another seed gives another start, same fit
+    unfitted = baselines.fit_from_scratch(model, x, y, steps=0, lr=0.02, seed=1)
+    assert not torch.allclose(unfitted["0.weight"][0], model[0].weight)
+    with pytest.raises(ValueError, match="steps must be >= 0"):
+        baselines.fit_from_scratch(model, x, y, steps=-1, lr=0.1)

@@ -16,6 +16,8 @@ _COMMAND_MODULES = [
     "metadist.store.ingest",  # metadist ingest
     "metadist.store.verify",  # metadist verify
     "metadist.datasets.cli",  # metadist datasets m3
+    "metadist.launch.slurm",  # metadist slurm submit
+    "metadist.launch.sweep",  # metadist sweep
 ]
 
 

@@ -1,0 +1,176 @@
+"""The sbatch script of `metadist slurm submit`: settings, validation and the script itself."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+
+import pytest
+
+from metadist.cli import main
+from metadist.launch.slurm import SlurmJob, job_from_settings, parse_settings, parse_time_limit
+
+
+def _directives(script: str) -> list[str]:
+    return [line[len("#SBATCH ") :] for line in script.splitlines() if line.startswith("#SBATCH ")]
+
+
+def _torchrun_line(script: str) -> str:
+    """The srun … torchrun … command, continuation lines joined."""
+    joined = script.replace("\\\n", " ")
+    (line,) = [ln for ln in joined.splitlines() if ln.startswith("srun ")]
+    return " ".join(line.split())
+
+
+def test_dry_run_prints_a_script_with_torchrun_on_every_node(capsys, tmp_path):
+    code = main(
+        [
+            "slurm",
+            "submit",
+            "experiment=sinusoid_maml",
+            "nodes=4",
+            "gpus_per_node=8",
+            "time=2:00:00",
+            "partition=gpu",
+            f"run_dir={tmp_path / 'run'}",
+            "trainer.meta_steps=1000",
+            "--dry-run",
+        ]
+    )
+    assert code == 0
+    script = capsys.readouterr().out
+    assert script.startswith("#!/bin/bash\n")
+    directives = _directives(script)
+    for expected in (
+        "--nodes=4",
+        "--ntasks-per-node=1",
+        "--gpus-per-node=8",
+        "--cpus-per-task=8",
+        "--time=2:00:00",
+        "--partition=gpu",
+        "--signal=B:USR1@300",
+        "--requeue",
+        "--open-mode=append",
+        f"--output={tmp_path / 'run'}/slurm/%j.out",
+        "--job-name=metadist-sinusoid_maml",
+    ):
+        assert expected in directives, (expected, directives)
+    command = _torchrun_line(script)
+    assert "--ntasks-per-node=1" in command
+    assert "-m torch.distributed.run" in command
+    assert '--nnodes="$SLURM_NNODES" --nproc_per_node=8' in command
+    assert '--rdzv_backend=c10d --rdzv_endpoint="$head_node:$rdzv_port"' in command
+    assert command.endswith('-m metadist.train "${train_args[@]}" &')
+    # Training overrides keep their order; the run directory is absolute and shared.
+    (train_line,) = [ln for ln in script.splitlines() if ln.startswith("train_args=(")]
+    args = shlex.split(train_line[len("train_args=(") : -1])
+    assert args == [
+        "experiment=sinusoid_maml",
+        "trainer.meta_steps=1000",
+        f"run_dir={tmp_path / 'run'}",
+    ]
+    # The first node of the allocation hosts the rendezvous; USR1 leads to a requeue.
+    assert 'head_node="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"' in script
+    assert "trap on_usr1 USR1" in script
+    assert 'scontrol requeue "$SLURM_JOB_ID"' in script
+    # Nothing was written by a dry run.
+    assert not (tmp_path / "run").exists()
+
+
+def test_script_is_valid_bash(tmp_path):
+    job, _ = job_from_settings(
+        ["experiment=x", "nodes=2", "gpus_per_node=0", "nproc_per_node=3", "note=it's spaced out"],
+        workdir=str(tmp_path),
+    )
+    path = tmp_path / "job.sbatch"
+    path.write_text(job.render())
+    subprocess.run(["bash", "-n", str(path)], check=True)
+    # A value with quotes and spaces reaches the training as one argument.
+    (train_line,) = [ln for ln in job.render().splitlines() if ln.startswith("train_args=(")]
+    assert "note=it's spaced out" in shlex.split(train_line[len("train_args=(") : -1])
+
+
+def test_cpu_nodes_run_nproc_per_node_processes():
+    job, run_dir = job_from_settings(
+        ["experiment=x", "gpus_per_node=0", "nproc_per_node=2"], workdir="/shared/work"
+    )
+    directives = _directives(job.render())
+    assert not any(d.startswith("--gpus-per-node") for d in directives)
+    assert "--cpus-per-task=2" in directives
+    assert "--nproc_per_node=2" in _torchrun_line(job.render())
+    # Without run_dir= a fresh time-stamped run directory under the working directory.
+    assert re.fullmatch(r"/shared/work/runs/slurm/x-\d{8}-\d{6}", str(run_dir))
+    assert f"run_dir={run_dir}" in job.train_args
+
+
+def test_port_is_pinned_or_derived_from_the_job_id():
+    derived, _ = job_from_settings(["experiment=x"], workdir="/w")
+    assert "rdzv_port=$((20000 + SLURM_JOB_ID % 20000))" in derived.render()
+    pinned, _ = job_from_settings(["experiment=x", "port=29400"], workdir="/w")
+    assert "rdzv_port=29400" in pinned.render()
+
+
+def test_settings_are_split_from_training_overrides():
+    settings, overrides = parse_settings(
+        ["experiment=e", "nodes=2", "time=10:00", "learner.inner_lr=0.1", "+trainer.x=1"]
+    )
+    assert settings == {"nodes": 2, "time": "10:00"}
+    assert overrides == ["experiment=e", "learner.inner_lr=0.1", "+trainer.x=1"]
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [
+        ("30", 1800),
+        ("30:15", 1815),
+        ("2:00:00", 7200),
+        ("1-0", 86400),
+        ("1-2:30", 86400 + 2 * 3600 + 30 * 60),
+        ("1-02:30:05", 86400 + 2 * 3600 + 30 * 60 + 5),
+    ],
+)
+def test_parse_time_limit(value, seconds):
+    assert parse_time_limit(value) == seconds
+
+
+@pytest.mark.parametrize(
+    ("tokens", "message"),
+    [
+        (["nodes=2"], "experiment=NAME is required"),
+        (["experiment=x", "nodes=0"], "nodes must be an integer >= 1"),
+        (["experiment=x", "nodes=two"], "nodes must be an integer, got 'two'"),
+        (["experiment=x", "nodes=1", "nodes=2"], "nodes is given twice"),
+        (["experiment=x", "time=soon"], "time='soon' is not a Slurm time limit"),
+        (["experiment=x", "time=4"], "time=4 (240 s) leaves no time to train"),
+        (["experiment=x", "gpus_per_node=2", "nproc_per_node=4"], "nproc_per_node=4 is more"),
+        (["experiment=x", "port=80"], "port must be in 1024..65535"),
+        (["experiment=x", "partition=a b"], "partition='a b' has characters"),
+        (["experiment=x", "gpus"], "expected KEY=VALUE, got 'gpus'"),
+    ],
+)
+def test_bad_settings_are_named(tokens, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        job_from_settings(tokens, workdir="/w")
+
+
+def test_bad_settings_exit_nonzero_from_the_cli(capsys):
+    assert main(["slurm", "submit", "experiment=x", "time=4", "--dry-run"]) == 1
+    assert "leaves no time to train" in capsys.readouterr().err
+
+
+def test_array_jobs_read_each_elements_overrides(tmp_path):
+    job = SlurmJob(
+        train_args=("experiment=x",),
+        output=str(tmp_path / "%a.out"),
+        array="0-3%2",
+        args_file=str(tmp_path / "${SLURM_ARRAY_TASK_ID}.args"),
+    )
+    script = job.render()
+    assert "--array=0-3%2" in _directives(script)
+    assert (
+        f'mapfile -t -O "${{#train_args[@]}}" train_args < "{tmp_path}/${{SLURM_ARRAY_TASK_ID}}.args"'
+        in script
+    )
+    with pytest.raises(ValueError, match="array and args_file go together"):
+        SlurmJob(train_args=("experiment=x",), output="o", array="0-1")

@@ -1,0 +1,307 @@
+"""`SeriesStore`: read-only, memory-mapped access to a store written by `metadist ingest`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from metadist.store.format import (
+    ENTITY_STATS_FILE,
+    INDEX_COLUMNS,
+    INDEX_FILE,
+    TIMES_DTYPE,
+    TIMES_FILE,
+    VALUES_DTYPE,
+    VALUES_FILE,
+    read_metadata,
+)
+from metadist.store.scaler import Scaler
+
+
+def _codes_and_names(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """`[E]` int64 codes into sorted unique names, and the `[U]` str names."""
+    names = np.asarray(pc.unique(column).to_pylist(), dtype=str)
+    names.sort()
+    codes = pc.index_in(column, value_set=pa.array(names.tolist(), pa.string()))
+    return codes.to_numpy(zero_copy_only=False).astype(np.int64), names
+
+
+@dataclass
+class _Mapped:
+    """The opened state of a store: metadata, entity index and the two memory maps."""
+
+    metadata: dict[str, Any]
+    index: pa.Table
+    starts: np.ndarray
+    lengths: np.ndarray
+    values: np.memmap
+    times: np.memmap
+
+    @classmethod
+    def load(cls, path: Path) -> _Mapped:
+        metadata = read_metadata(path)
+        num_rows = int(metadata["num_rows"])
+        num_entities = int(metadata["num_entities"])
+        column_names = list(metadata["column_names"])
+        num_columns = len(column_names)
+        for name, expected in (
+            (VALUES_FILE, num_rows * num_columns * VALUES_DTYPE.itemsize),
+            (TIMES_FILE, num_rows * TIMES_DTYPE.itemsize),
+        ):
+            file = path / name
+            if not file.is_file():
+                raise FileNotFoundError(f"store {path} is damaged: {name} is missing")
+            size = file.stat().st_size
+            if size != expected:
+                raise ValueError(
+                    f"store {path} is damaged: {name} has {size} bytes but its metadata "
+                    f"needs {expected} ({num_rows} rows x {num_columns} columns); the file "
+                    "is truncated or belongs to another store"
+                )
+        index_path = path / INDEX_FILE
+        if not index_path.is_file():
+            raise FileNotFoundError(f"store {path} is damaged: {INDEX_FILE} is missing")
+        try:
+            with pa.memory_map(str(index_path)) as source:
+                index = pa.ipc.open_file(source).read_all()
+        except (pa.ArrowInvalid, OSError) as error:
+            raise ValueError(
+                f"store {path} is damaged: {INDEX_FILE} is unreadable: {error}"
+            ) from error
+        if tuple(index.column_names) != INDEX_COLUMNS or index.num_rows != num_entities:
+            raise ValueError(
+                f"store {path} is damaged: {INDEX_FILE} has columns {index.column_names} and "
+                f"{index.num_rows} rows; expected {list(INDEX_COLUMNS)} and {num_entities} rows"
+            )
+        starts = index["start"].to_numpy().astype(np.int64, copy=False)
+        lengths = index["length"].to_numpy().astype(np.int64, copy=False)
+        if num_entities and (
+            starts[0] != 0
+            or np.any(lengths <= 0)
+            or np.any(starts[1:] != starts[:-1] + lengths[:-1])
+            or starts[-1] + lengths[-1] != num_rows
+        ):
+            raise ValueError(
+                f"store {path} is damaged: entity starts and lengths in {INDEX_FILE} do not "
+                f"tile the {num_rows} rows of {VALUES_FILE}"
+            )
+        values = np.memmap(
+            path / VALUES_FILE, dtype=VALUES_DTYPE, mode="r", shape=(num_rows, num_columns)
+        )
+        times = np.memmap(path / TIMES_FILE, dtype=TIMES_DTYPE, mode="r", shape=(num_rows,))
+        return cls(metadata, index, starts, lengths, values, times)
+
+
+class SeriesStore:
+    """A series store opened read-only.
+
+    `values` and `times` are memory maps; `series(i)` is a view into them, so reading a
+    window copies nothing until the caller gathers it. The entity index is loaded once
+    (columnar, fast even for a million entities).
+
+    Pickling carries only the path: the store reopens lazily in the receiving process,
+    so it can be handed to fork or spawn workers and DataLoader workers.
+
+    Attributes:
+        path: the store directory.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        """Prefer `SeriesStore.open(path)`, which validates eagerly."""
+        self.path = Path(path)
+        self._mapped: _Mapped | None = None
+
+    @classmethod
+    def open(cls, path: str | Path) -> SeriesStore:
+        """Opens the store at `path`, checking its format version and file sizes.
+
+        Raises:
+            FileNotFoundError: no directory, or a store file is missing.
+            ValueError: a foreign directory, another format version, or a store whose
+                files are truncated or inconsistent with its metadata.
+        """
+        store = cls(path)
+        store._mapped = _Mapped.load(store.path)
+        return store
+
+    @property
+    def _m(self) -> _Mapped:
+        if self._mapped is None:
+            self._mapped = _Mapped.load(self.path)
+        return self._mapped
+
+    # Pickle as the path only; the receiving process maps the files itself.
+    def __getstate__(self) -> dict[str, Any]:
+        return {"path": str(self.path)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.path = Path(state["path"])
+        self._mapped = None
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """The parsed `metadata.json`."""
+        return self._m.metadata
+
+    def __repr__(self) -> str:
+        return f"SeriesStore({str(self.path)!r})"
+
+    def __len__(self) -> int:
+        return self.num_entities
+
+    @property
+    def num_entities(self) -> int:
+        """E, the number of entities."""
+        return int(self.metadata["num_entities"])
+
+    @property
+    def num_rows(self) -> int:
+        """Total rows over all entities."""
+        return int(self.metadata["num_rows"])
+
+    @property
+    def num_columns(self) -> int:
+        """C, the number of value columns (features, then extra targets)."""
+        return len(self.metadata["column_names"])
+
+    @property
+    def feature_names(self) -> list[str]:
+        return list(self.metadata["feature_names"])
+
+    @property
+    def target_names(self) -> list[str]:
+        return list(self.metadata["target_names"])
+
+    @property
+    def column_names(self) -> list[str]:
+        return list(self.metadata["column_names"])
+
+    @property
+    def time_kind(self) -> str:
+        """`"int"` or `"timestamp"` (int64 nanoseconds since the epoch)."""
+        return str(self.metadata["time_kind"])
+
+    def column_index(self, names: str | Sequence[str]) -> list[int]:
+        """Column positions of `names` in `values`' last dimension.
+
+        Raises:
+            ValueError: a name is not a store column.
+        """
+        if isinstance(names, str):
+            names = [names]
+        columns = self.column_names
+        unknown = [name for name in names if name not in columns]
+        if unknown:
+            raise ValueError(f"store {self.path} has no columns {unknown}; it has {columns}")
+        return [columns.index(name) for name in names]
+
+    @property
+    def starts(self) -> np.ndarray:
+        """`[E]` int64 first row of each entity."""
+        return self._m.starts
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """`[E]` int64 number of rows of each entity."""
+        return self._m.lengths
+
+    @property
+    def values(self) -> np.memmap:
+        """`[num_rows, C]` float32 read-only memory map, entity-major, time-sorted."""
+        return self._m.values
+
+    @property
+    def times(self) -> np.memmap:
+        """`[num_rows]` int64 read-only memory map of row times."""
+        return self._m.times
+
+    @cached_property
+    def entity_ids(self) -> np.ndarray:
+        """`[E]` str entity ids."""
+        return np.asarray(self._m.index["entity_id"].to_pylist(), dtype=str)
+
+    @cached_property
+    def _strata(self) -> tuple[np.ndarray, np.ndarray]:
+        return _codes_and_names(self._m.index["stratum"])
+
+    @cached_property
+    def _labels(self) -> tuple[np.ndarray, np.ndarray]:
+        return _codes_and_names(self._m.index["label"])
+
+    @property
+    def stratum_codes(self) -> np.ndarray:
+        """`[E]` int64 index of each entity's stratum in `stratum_names`."""
+        return self._strata[0]
+
+    @property
+    def stratum_names(self) -> np.ndarray:
+        """Sorted unique stratum names (`[""]` when ingested without a stratum column)."""
+        return self._strata[1]
+
+    @property
+    def strata(self) -> np.ndarray:
+        """`[E]` str stratum of each entity."""
+        return self.stratum_names[self.stratum_codes]
+
+    @property
+    def label_codes(self) -> np.ndarray:
+        """`[E]` int64 index of each entity's label in `label_names`."""
+        return self._labels[0]
+
+    @property
+    def label_names(self) -> np.ndarray:
+        """Sorted unique labels (`[""]` when ingested without a label column)."""
+        return self._labels[1]
+
+    @property
+    def labels(self) -> np.ndarray:
+        """`[E]` str label of each entity."""
+        return self.label_names[self.label_codes]
+
+    def _check_entity(self, i: int) -> int:
+        i = int(i)
+        if not -self.num_entities <= i < self.num_entities:
+            raise IndexError(f"entity {i} out of range for {self.num_entities} entities")
+        return i % self.num_entities
+
+    def series(self, i: int) -> np.ndarray:
+        """`[length_i, C]` float32 zero-copy view of entity i's rows, time-sorted."""
+        i = self._check_entity(i)
+        start = self._m.starts[i]
+        return self._m.values[start : start + self._m.lengths[i]]
+
+    def series_times(self, i: int) -> np.ndarray:
+        """`[length_i]` int64 zero-copy view of entity i's times, increasing."""
+        i = self._check_entity(i)
+        start = self._m.starts[i]
+        return self._m.times[start : start + self._m.lengths[i]]
+
+    @cached_property
+    def entity_stats(self) -> dict[str, np.ndarray]:
+        """Per-entity moments of each column in original units: `count`, `mean`, `m2`,
+        `std`, each `[E, C]` float64 (`std` is the scale per-entity scaling uses)."""
+        stats_path = self.path / ENTITY_STATS_FILE
+        if not stats_path.is_file():
+            raise FileNotFoundError(f"store {self.path} is damaged: {ENTITY_STATS_FILE} is missing")
+        with np.load(stats_path) as archive:
+            return {key: archive[key] for key in ("count", "mean", "m2", "std")}
+
+    @cached_property
+    def scaler(self) -> Scaler:
+        """The `Scaler` that produced `values` (its `inverse` restores original units)."""
+        scaling = self.metadata["scaling"]
+        kind = scaling["kind"]
+        if kind == "per-entity":
+            stats = self.entity_stats
+            return Scaler(kind, stats["mean"], stats["std"])
+        if kind == "global":
+            return Scaler(kind, np.asarray(scaling["mean"]), np.asarray(scaling["std"]))
+        num_columns = self.num_columns
+        return Scaler(kind, np.zeros(num_columns), np.ones(num_columns))

@@ -1,0 +1,257 @@
+"""Parquet input of `metadist ingest`: finding files, checking schemas, decoding batches."""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+_GLOB_CHARS = set("*?[")
+
+
+@dataclass(frozen=True)
+class Columns:
+    """The roles the user gave to Parquet columns."""
+
+    entity: str
+    time: str
+    features: tuple[str, ...]
+    targets: tuple[str, ...]
+    stratum: str | None
+    label: str | None
+
+    @property
+    def value_columns(self) -> tuple[str, ...]:
+        """Store columns: the features, then targets that are not features."""
+        return self.features + tuple(t for t in self.targets if t not in self.features)
+
+    def roles(self) -> list[tuple[str, str]]:
+        """(column, option) pairs, for error messages."""
+        pairs = [(self.entity, "--entity-col"), (self.time, "--time-col")]
+        pairs += [(name, "--features") for name in self.features]
+        pairs += [(name, "--targets") for name in self.targets]
+        if self.stratum is not None:
+            pairs.append((self.stratum, "--stratum-col"))
+        if self.label is not None:
+            pairs.append((self.label, "--label-col"))
+        return pairs
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    path: Path
+    num_rows: int
+    size: int
+    mtime_ns: int
+
+
+def resolve_paths(src: str | Path) -> list[Path]:
+    """Parquet files named by `src`: a file, a directory (searched recursively, skipping
+    names starting with `.` or `_`), or a glob pattern.
+
+    Raises:
+        FileNotFoundError: nothing matches.
+    """
+    text = str(src)
+    path = Path(text)
+    if path.is_file():
+        return [path]
+    if path.is_dir():
+        files = sorted(
+            p
+            for p in path.rglob("*")
+            if p.is_file()
+            and not any(part.startswith((".", "_")) for part in p.relative_to(path).parts)
+        )
+        if not files:
+            raise ValueError(f"empty input: directory {path} holds no files")
+        return files
+    if _GLOB_CHARS & set(text):
+        files = sorted(Path(p) for p in glob.glob(text, recursive=True) if Path(p).is_file())
+        if not files:
+            raise FileNotFoundError(f"no files match the pattern {text!r}")
+        return files
+    raise FileNotFoundError(f"input {text!r} does not exist")
+
+
+def open_parquet(path: Path, read_dictionary: Sequence[str] = ()) -> pq.ParquetFile:
+    """Opens one Parquet file, turning Arrow's errors into a message naming the file."""
+    try:
+        return pq.ParquetFile(path, read_dictionary=list(read_dictionary) or None)
+    except (pa.ArrowException, OSError) as error:
+        raise ValueError(f"{path} is not a readable Parquet file: {error}") from error
+
+
+def _is_numeric(dtype: pa.DataType) -> bool:
+    return pa.types.is_integer(dtype) or pa.types.is_floating(dtype) or pa.types.is_boolean(dtype)
+
+
+def _is_time(dtype: pa.DataType) -> bool:
+    return pa.types.is_integer(dtype) or pa.types.is_timestamp(dtype) or pa.types.is_date(dtype)
+
+
+def _value_type(dtype: pa.DataType) -> pa.DataType:
+    return dtype.value_type if pa.types.is_dictionary(dtype) else dtype
+
+
+def check_sources(paths: list[Path], columns: Columns) -> tuple[list[SourceFile], pa.Schema]:
+    """Opens every file and checks it against the first file's schema and `columns`.
+
+    Returns:
+        The files with their row counts, and the common schema.
+
+    Raises:
+        ValueError: a file is not Parquet, files differ in schema, a column is missing
+            or has a type unfit for its role.
+    """
+    files: list[SourceFile] = []
+    schema: pa.Schema | None = None
+    first: Path | None = None
+    for path in paths:
+        parquet = open_parquet(path)
+        file_schema = parquet.schema_arrow
+        if schema is None:
+            schema, first = file_schema, path
+            _check_roles(path, schema, columns)
+        else:
+            _check_same_schema(first, schema, path, file_schema)
+        stat = path.stat()
+        files.append(SourceFile(path, parquet.metadata.num_rows, stat.st_size, stat.st_mtime_ns))
+    assert schema is not None
+    return files, schema
+
+
+def _check_roles(path: Path, schema: pa.Schema, columns: Columns) -> None:
+    names = schema.names
+    for name, option in columns.roles():
+        if name not in names:
+            raise ValueError(
+                f"column {name!r} ({option}) is missing from {path}; its columns are {names}"
+            )
+    for name, option in [(n, "--features") for n in columns.features] + [
+        (n, "--targets") for n in columns.targets
+    ]:
+        dtype = _value_type(schema.field(name).type)
+        if not _is_numeric(dtype):
+            raise ValueError(
+                f"column {name!r} ({option}) in {path} has type {dtype}; features and "
+                "targets must be numeric (integer, floating point or boolean)"
+            )
+    time_type = _value_type(schema.field(columns.time).type)
+    if not _is_time(time_type):
+        raise ValueError(
+            f"column {columns.time!r} (--time-col) in {path} has type {time_type}; the time "
+            "column must hold integers, timestamps or dates"
+        )
+    entity_type = _value_type(schema.field(columns.entity).type)
+    if not (
+        pa.types.is_string(entity_type)
+        or pa.types.is_large_string(entity_type)
+        or pa.types.is_integer(entity_type)
+    ):
+        raise ValueError(
+            f"column {columns.entity!r} (--entity-col) in {path} has type {entity_type}; "
+            "entity ids must be strings or integers"
+        )
+
+
+def _check_same_schema(first: Path, schema: pa.Schema, path: Path, other: pa.Schema) -> None:
+    if other.names != schema.names:
+        missing = [n for n in schema.names if n not in other.names]
+        extra = [n for n in other.names if n not in schema.names]
+        detail = []
+        if missing:
+            detail.append(f"it lacks {missing}")
+        if extra:
+            detail.append(f"it has extra columns {extra}")
+        if not detail:
+            detail.append(f"its column order is {other.names}, not {schema.names}")
+        raise ValueError(f"schema of {path} differs from {first}: {'; '.join(detail)}")
+    for field, other_field in zip(schema, other, strict=True):
+        if not field.type.equals(other_field.type):
+            raise ValueError(
+                f"schema of {path} differs from {first}: column {field.name!r} is "
+                f"{other_field.type} there but {field.type} in {first}"
+            )
+
+
+def fingerprint(files: list[SourceFile]) -> str:
+    """Hex digest of the input files' paths, sizes and modification times."""
+    hasher = hashlib.blake2b(digest_size=16)
+    for file in files:
+        hasher.update(f"{file.path.resolve()}\0{file.size}\0{file.mtime_ns}\n".encode())
+    return hasher.hexdigest()
+
+
+def iter_batches(
+    file: SourceFile, columns: list[str], batch_size: int, dictionary_columns: Sequence[str]
+) -> Iterator[tuple[int, pa.RecordBatch]]:
+    """Yields `(first_row_in_file, batch)` of one file, in bounded record batches.
+
+    Raises:
+        ValueError: the file cannot be read (corrupt pages, truncated file).
+    """
+    parquet = open_parquet(file.path, dictionary_columns)
+    offset = 0
+    try:
+        for batch in parquet.iter_batches(batch_size=batch_size, columns=columns):
+            yield offset, batch
+            offset += batch.num_rows
+    except (pa.ArrowException, OSError) as error:
+        raise ValueError(f"{file.path} is corrupt near row {offset}: {error}") from error
+
+
+def first_null(array: pa.Array) -> int | None:
+    """Position of the first null in `array`, or None."""
+    if array.null_count == 0:
+        return None
+    return int(np.flatnonzero(pc.is_null(array).to_numpy(zero_copy_only=False))[0])
+
+
+def to_float64(batch: pa.RecordBatch, names: Sequence[str]) -> np.ndarray:
+    """`[N, C]` float64 matrix of the numeric columns `names` (nulls become NaN)."""
+    out = np.empty((batch.num_rows, len(names)), dtype=np.float64)
+    for j, name in enumerate(names):
+        column = batch.column(name)
+        if pa.types.is_dictionary(column.type):
+            column = column.dictionary_decode()
+        if not pa.types.is_float64(column.type):
+            column = pc.cast(column, pa.float64())
+        out[:, j] = column.to_numpy(zero_copy_only=False)
+    return out
+
+
+def time_kind(dtype: pa.DataType) -> str:
+    """`"int"` for integer time columns, `"timestamp"` for timestamps and dates."""
+    return "int" if pa.types.is_integer(_value_type(dtype)) else "timestamp"
+
+
+def to_int64_time(column: pa.Array) -> np.ndarray:
+    """`[N]` int64 times: integers as given, timestamps and dates as epoch nanoseconds."""
+    if pa.types.is_dictionary(column.type):
+        column = column.dictionary_decode()
+    dtype = column.type
+    if pa.types.is_date(dtype):
+        column = pc.cast(column, pa.timestamp("ns"))
+    elif pa.types.is_timestamp(dtype) and dtype.unit != "ns":
+        column = pc.cast(column, pa.timestamp("ns", tz=dtype.tz))
+    if pa.types.is_timestamp(column.type):
+        column = column.view(pa.int64())
+    elif not pa.types.is_int64(column.type):
+        column = pc.cast(column, pa.int64())
+    return column.to_numpy(zero_copy_only=False)
+
+
+def to_strings(column: pa.Array) -> tuple[np.ndarray, list[str]]:
+    """Dictionary-encodes a column: `[N]` int64 local codes and the unique values as str."""
+    if not pa.types.is_dictionary(column.type):
+        column = pc.dictionary_encode(column)
+    codes = column.indices.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    return codes, [str(value) for value in column.dictionary.to_pylist()]

@@ -1,9 +1,9 @@
 """Task samplers: units of a store (or synthetic families) → meta-learning tasks.
 
-Importing this package registers the built-in samplers.
+Importing this package registers the built-in samplers ("forecast", "nway_kshot",
+"sinusoid").
 """
 
-from metadist.tasks import sinusoid  # noqa: F401  (registers "sinusoid")
 from metadist.tasks.base import (
     TaskSampler,
     build_task_sampler,
@@ -14,8 +14,14 @@ from metadist.tasks.base import (
     task_integers,
     task_uniform,
 )
+from metadist.tasks.forecast import ForecastSampler
+from metadist.tasks.nway_kshot import NWayKShotSampler
+from metadist.tasks.sinusoid import SinusoidSampler
 
 __all__ = [
+    "ForecastSampler",
+    "NWayKShotSampler",
+    "SinusoidSampler",
     "TaskSampler",
     "build_task_sampler",
     "derive_task_seeds",

@@ -1,0 +1,267 @@
+"""`BatchMetaDataLoader`: batches of tasks for one rank, epoch after epoch, resumable."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+from metadist.batch import MetaBatch
+from metadist.data.partition import StratifiedTaskPartitioner, UnitDealer
+from metadist.tasks.base import TaskSampler, build_task_sampler, derive_task_seeds
+
+_STATE_VERSION = 1
+
+
+class _TaskBatches(Dataset):
+    """Map-style dataset whose keys are whole task batches: (epoch, units, positions).
+
+    The key carries everything a batch depends on, so a worker process (forked, spawned
+    or persistent across epochs) computes exactly what the main process would.
+    """
+
+    def __init__(self, sampler: TaskSampler, seed: int) -> None:
+        self.sampler = sampler
+        self.seed = seed
+
+    def __getitem__(self, key: tuple[int, np.ndarray, np.ndarray]) -> MetaBatch:
+        epoch, units, positions = key
+        seeds = derive_task_seeds(self.seed, epoch, positions)
+        return self.sampler.sample(units, seeds)
+
+
+class _PlanSampler(Sampler):
+    """Yields the task-batch keys of the loader's current epoch from its position."""
+
+    def __init__(self, loader: BatchMetaDataLoader) -> None:
+        self.loader = loader
+
+    def __iter__(self) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+        return iter(self.loader._plan())
+
+    def __len__(self) -> int:
+        return self.loader._num_batches_left()
+
+
+def _identity(batch: MetaBatch) -> MetaBatch:
+    return batch
+
+
+class BatchMetaDataLoader:
+    """Yields `MetaBatch`es of `batch_size` tasks for one rank, one epoch per `iter()`.
+
+    Each step, the `world_size` ranks together consume the next `world_size * batch_size`
+    tasks of the split's global order (see `metadist.data.partition`), so the whole run's
+    position is one integer. Task i of the order is drawn from unit `order[i]` with seed
+    `derive_task_seeds(seed, epoch, i)`, so the stream does not depend on the number of
+    workers, the multiprocessing context, the rank count or the batch size.
+
+    Args:
+        sampler: a `TaskSampler`, or the registered name of one (built with `store` and
+            `sampler_options`).
+        partitioner_or_units: a `StratifiedTaskPartitioner` (its `split` is dealt), or a
+            `[n]` array of unit indices to deal (stratified by `sampler.unit_strata()`).
+        batch_size: tasks per batch on this rank (B).
+        split: "train", "val" or "test" when given a partitioner.
+        seed: seeds the task draws (and the epoch order when given a unit array).
+        rank: this process's rank in 0..world_size-1.
+        world_size: number of ranks.
+        num_workers, pin_memory, persistent_workers, prefetch_factor,
+        multiprocessing_context: passed to `torch.utils.data.DataLoader`.
+        store: the store a sampler given by name reads.
+        sampler_options: options of a sampler given by name.
+
+    Yields:
+        `MetaBatch` with B tasks (`batch["train"]` / `batch["test"]` give the support
+        and query `(inputs, targets)`).
+
+    Raises:
+        ValueError: an unknown sampler name (listing the registered ones), batch_size < 1,
+            rank outside the world, world_size larger than the tasks, or batch_size larger
+            than the tasks a rank gets per epoch.
+
+    Example:
+        >>> loader = BatchMetaDataLoader(sampler, partitioner, batch_size=16,
+        ...                              rank=rank, world_size=world_size, num_workers=2)
+        >>> for epoch in range(3):
+        ...     for batch in loader:          # len(loader) batches, equal on every rank
+        ...         loss = learner(batch)
+        >>> state = loader.state_dict()       # {"epoch": ..., "tasks_consumed": ...}
+    """
+
+    def __init__(
+        self,
+        sampler: TaskSampler | str,
+        partitioner_or_units: StratifiedTaskPartitioner | np.ndarray | Any,
+        *,
+        batch_size: int,
+        split: str = "train",
+        seed: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+        num_workers: int = 0,
+        pin_memory: bool = False,
+        persistent_workers: bool = False,
+        prefetch_factor: int | None = None,
+        multiprocessing_context: Any = None,
+        store: Any = None,
+        sampler_options: dict[str, Any] | None = None,
+    ) -> None:
+        if isinstance(sampler, str):
+            sampler = build_task_sampler(sampler, store, **(sampler_options or {}))
+        elif not isinstance(sampler, TaskSampler):
+            raise ValueError(
+                f"sampler must be a TaskSampler or a registered sampler name, got "
+                f"{type(sampler).__name__}"
+            )
+        if isinstance(batch_size, bool) or int(batch_size) < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if isinstance(world_size, bool) or int(world_size) < 1:
+            raise ValueError(f"world_size must be >= 1, got {world_size}")
+        if not 0 <= int(rank) < int(world_size):
+            raise ValueError(f"rank must be in 0..{int(world_size) - 1}, got {rank}")
+        if isinstance(seed, bool) or int(seed) < 0:
+            raise ValueError(f"seed must be a non-negative integer, got {seed}")
+        self.sampler = sampler
+        self.batch_size = int(batch_size)
+        self.world_size = int(world_size)
+        self.rank = int(rank)
+        self.seed = int(seed)
+        self.split = split
+        if isinstance(partitioner_or_units, StratifiedTaskPartitioner):
+            self.dealer: UnitDealer = partitioner_or_units.dealer(split)
+        else:
+            units = np.asarray(partitioner_or_units, dtype=np.int64).reshape(-1)
+            bad = units[(units < 0) | (units >= sampler.num_units)]
+            if len(bad):
+                raise ValueError(
+                    f"units {bad[:5].tolist()} are outside the sampler's 0..{sampler.num_units - 1}"
+                )
+            self.dealer = UnitDealer(units, sampler.unit_strata()[units], seed=self.seed)
+        num_units = self.dealer.num_units
+        if self.world_size > num_units:
+            raise ValueError(
+                f"world_size={self.world_size} is larger than the {num_units} tasks of "
+                f"split {split!r}"
+            )
+        per_rank = num_units // self.world_size
+        if self.batch_size > per_rank:
+            raise ValueError(
+                f"batch_size={self.batch_size} is larger than the {per_rank} tasks each rank "
+                f"gets per epoch of split {split!r} ({num_units} tasks / world_size "
+                f"{self.world_size})"
+            )
+        restrict = getattr(sampler, "restrict_to", None)
+        if callable(restrict):
+            # Samplers that draw one task from several units (N-way classification) must
+            # only see this split's units.
+            self.sampler = restrict(self.dealer.units)
+        self.epoch = 0
+        self.tasks_consumed = 0
+        self._deal_cache: tuple[tuple[int, int, int], np.ndarray, np.ndarray] | None = None
+        kwargs: dict[str, Any] = {}
+        if num_workers > 0:
+            kwargs["persistent_workers"] = persistent_workers
+            kwargs["multiprocessing_context"] = multiprocessing_context
+            if prefetch_factor is not None:
+                kwargs["prefetch_factor"] = prefetch_factor
+        elif persistent_workers or prefetch_factor is not None:
+            raise ValueError(
+                "persistent_workers and prefetch_factor need num_workers > 0, "
+                f"got num_workers={num_workers}"
+            )
+        self._loader = DataLoader(
+            _TaskBatches(self.sampler, self.seed),
+            batch_size=None,
+            sampler=_PlanSampler(self),
+            num_workers=num_workers,
+            pin_memory=pin_memory,
+            collate_fn=_identity,
+            **kwargs,
+        )
+
+    @property
+    def tasks_per_step(self) -> int:
+        """Tasks all ranks consume together per step: world_size * batch_size."""
+        return self.world_size * self.batch_size
+
+    def __len__(self) -> int:
+        """Batches per full epoch on this rank (the same on every rank)."""
+        return self.dealer.num_units // self.tasks_per_step
+
+    def _num_batches_left(self) -> int:
+        return (self.dealer.num_units - self.tasks_consumed) // self.tasks_per_step
+
+    def _rank_deal(self) -> tuple[np.ndarray, np.ndarray]:
+        key = (self.epoch, self.tasks_consumed, self._num_batches_left())
+        if self._deal_cache is None or self._deal_cache[0] != key:
+            deal = self.dealer.deal(
+                self.epoch,
+                self.world_size,
+                start=self.tasks_consumed,
+                num_rounds=key[2] * self.batch_size,
+            )
+            self._deal_cache = (key, deal.units[self.rank], deal.positions[self.rank])
+        return self._deal_cache[1], self._deal_cache[2]
+
+    def _plan(self) -> list[tuple[int, np.ndarray, np.ndarray]]:
+        units, positions = self._rank_deal()
+        b = self.batch_size
+        return [
+            (self.epoch, units[i : i + b], positions[i : i + b]) for i in range(0, len(units), b)
+        ]
+
+    def __iter__(self) -> Iterator[MetaBatch]:
+        if self._num_batches_left() == 0:
+            self.epoch += 1
+            self.tasks_consumed = 0
+        for batch in self._loader:
+            self.tasks_consumed += self.tasks_per_step
+            yield batch
+        if self._num_batches_left() == 0:
+            self.epoch += 1
+            self.tasks_consumed = 0
+
+    def state_dict(self) -> dict[str, int]:
+        """`{"epoch", "tasks_consumed", "seed", "num_tasks_per_epoch", "version"}`.
+
+        `tasks_consumed` counts the tasks of the epoch that all ranks together have been
+        given; it is the same on every rank.
+        """
+        return {
+            "version": _STATE_VERSION,
+            "epoch": self.epoch,
+            "tasks_consumed": self.tasks_consumed,
+            "seed": self.seed,
+            "num_tasks_per_epoch": self.dealer.num_units,
+        }
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        """Continues from `state`, also one saved with another world size or batch size.
+
+        Raises:
+            ValueError: a state from another seed or split size, or a bad position.
+        """
+        missing = {"epoch", "tasks_consumed"} - set(state)
+        if missing:
+            raise ValueError(f"loader state is missing {sorted(missing)}")
+        if "seed" in state and int(state["seed"]) != self.seed:
+            raise ValueError(
+                f"loader state was saved with seed={state['seed']}, this loader has "
+                f"seed={self.seed}"
+            )
+        num_units = self.dealer.num_units
+        if "num_tasks_per_epoch" in state and int(state["num_tasks_per_epoch"]) != num_units:
+            raise ValueError(
+                f"loader state was saved for {state['num_tasks_per_epoch']} tasks per epoch, "
+                f"this loader's split {self.split!r} has {num_units}"
+            )
+        epoch, consumed = int(state["epoch"]), int(state["tasks_consumed"])
+        if epoch < 0 or not 0 <= consumed <= num_units:
+            raise ValueError(
+                f"loader state epoch={epoch}, tasks_consumed={consumed} is outside "
+                f"epoch >= 0, 0..{num_units}"
+            )
+        self.epoch, self.tasks_consumed = epoch, consumed

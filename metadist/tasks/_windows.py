@@ -1,0 +1,54 @@
+"""Gathering many fixed-length windows of a store in one numpy operation."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+
+class WindowGatherer:
+    """Copies windows `[rows r .. r+length)` of some columns of a `[num_rows, C]` array.
+
+    The array is seen through a strided view `[num_rows - length + 1, length, F]` in which
+    window r is element r, so a batch of windows is one `np.take` along axis 0 (a block
+    copy per window, no Python loop). When the columns are not one contiguous run, it
+    falls back to one fancy-indexing gather.
+
+    Args:
+        values: `[num_rows, C]` array (e.g. a store's read-only memory map).
+        columns: column indices, in output order.
+        length: window length (rows).
+    """
+
+    def __init__(self, values: np.ndarray, columns: Sequence[int], length: int) -> None:
+        self.columns = np.asarray(columns, dtype=np.int64)
+        self.length = int(length)
+        num_rows = values.shape[0]
+        first = int(self.columns[0])
+        contiguous = bool(np.array_equal(self.columns, np.arange(first, first + len(columns))))
+        self.values = values
+        self.view: np.ndarray | None = None
+        if contiguous and num_rows >= length:
+            part = np.asarray(values)[:, first : first + len(self.columns)]
+            row_stride, col_stride = part.strides
+            self.view = as_strided(
+                part,
+                shape=(num_rows - length + 1, length, len(self.columns)),
+                strides=(row_stride, row_stride, col_stride),
+                writeable=False,
+            )
+
+    def gather(self, rows: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """Windows starting at `rows` (any shape S) as a contiguous `[*S, length, F]` array."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if self.view is not None:
+            return np.take(self.view, rows, axis=0, out=out)
+        offsets = np.arange(self.length, dtype=np.int64)
+        row_index = (rows[..., None] + offsets)[..., None]
+        result = np.asarray(self.values)[row_index, self.columns]
+        if out is not None:
+            out[...] = result
+            return out
+        return np.ascontiguousarray(result)

@@ -1,0 +1,247 @@
+"""Forecasting tasks: one entity (or one time chunk of it) and a split time tau.
+
+Row offsets below are relative to a unit's first row. With lookback L, horizon H and
+stride s, a window starting at row w has inputs at rows [w, w+L) and targets at rows
+[w+L, w+L+H). For a split row tau:
+
+- support: the K windows w_k = tau - L - H - (K-1-k)·s, k = 0..K-1, whose whole target span
+  ends before tau (the last one ends right at tau);
+- query: the Q windows w_j = tau - L + j·s, j = 0..Q-1, whose targets start at or after tau
+  (their inputs reach back before tau: that is the observable past).
+
+So a unit of n rows needs n ≥ L + 2H + (K+Q-2)·s; tau ranges over
+[L + H + (K-1)·s, n - H - (Q-1)·s], uniformly at random, or is the last value of that range
+with `split="end"` (the evaluation protocol: adapt on the history, forecast the last H
+steps with Q=1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from metadist.batch import MetaBatch, TaskSet
+from metadist.tasks._windows import WindowGatherer
+from metadist.tasks.base import TaskSampler, register_task_sampler, task_integers
+
+
+def _positive(sampler: str, **values: int) -> None:
+    for field, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(f"{sampler} sampler: {field} must be an integer >= 1, got {value!r}")
+
+
+def _resolve_columns(store: Any, names: Sequence[str] | str, field: str) -> list[int]:
+    if isinstance(names, str):
+        names = [names]
+    names = list(names)
+    if not names:
+        raise ValueError(f"{field} is empty; name at least one of {store.column_names}")
+    try:
+        return store.column_index(names)
+    except ValueError as error:
+        raise ValueError(f"{field}: {error}") from None
+
+
+@register_task_sampler("forecast")
+class ForecastSampler(TaskSampler):
+    """Few-shot forecasting episodes from a series store.
+
+    Args:
+        store: an open `SeriesStore`.
+        lookback: L, input rows per window.
+        horizon: H, target rows per window.
+        num_support: K support windows per task.
+        num_query: Q query windows per task.
+        stride: s, rows between consecutive windows of a task.
+        input_columns: store columns fed as inputs (default: all columns).
+        target_columns: store columns to forecast (default: the store's targets).
+        split: "random" (tau uniform over the valid range) or "end" (tau as late as
+            possible, so the last query window's targets are the unit's last H rows: the
+            evaluation protocol).
+        unit: "entity" (one unit per entity) or "chunk" (one unit per `chunk_length` rows
+            of an entity, the last chunk taking the remainder; windows never leave their
+            chunk), for panels with few, long series.
+        chunk_length: rows per chunk with `unit="chunk"`.
+
+    Shapes: `support.x [B, K, L, F]`, `support.y [B, K, H, T]`, `query.x [B, Q, L, F]`,
+    `query.y [B, Q, H, T]` (float32, contiguous); `entity_index`, `stratum`, `split_time`
+    `[B]` int64, `split_time` being the store time of row tau.
+
+    Attributes:
+        num_excluded_entities: entities too short for a single task (left out).
+        excluded_entities: `[num_excluded_entities]` their store indices.
+        unit_entity, unit_start, unit_length: `[num_units]` int64 entity, first store
+            row and number of rows of every unit.
+
+    Raises:
+        ValueError: L, H, K, Q or stride < 1; unknown columns; a bad split/unit; a
+            chunk_length that cannot hold one task; or no entity long enough for a task.
+    """
+
+    needs_store = True
+
+    def __init__(
+        self,
+        store: Any,
+        *,
+        lookback: int = 32,
+        horizon: int = 8,
+        num_support: int = 8,
+        num_query: int = 1,
+        stride: int = 1,
+        input_columns: Sequence[str] | None = None,
+        target_columns: Sequence[str] | None = None,
+        split: str = "random",
+        unit: str = "entity",
+        chunk_length: int | None = None,
+    ) -> None:
+        _positive(
+            "forecast",
+            lookback=lookback,
+            horizon=horizon,
+            num_support=num_support,
+            num_query=num_query,
+            stride=stride,
+        )
+        if split not in ("random", "end"):
+            raise ValueError(f"forecast sampler: split must be 'random' or 'end', got {split!r}")
+        if unit not in ("entity", "chunk"):
+            raise ValueError(f"forecast sampler: unit must be 'entity' or 'chunk', got {unit!r}")
+        self.store = store
+        self.lookback, self.horizon = int(lookback), int(horizon)
+        self.num_support, self.num_query = int(num_support), int(num_query)
+        self.stride = int(stride)
+        self.split, self.unit = split, unit
+        self.input_columns = _resolve_columns(
+            store,
+            store.column_names if input_columns is None else input_columns,
+            "input_columns",
+        )
+        if target_columns is None:
+            target_columns = store.target_names
+            if not target_columns:
+                raise ValueError(
+                    f"store {store.path} has no target columns; set target_columns to some of "
+                    f"{store.column_names}"
+                )
+        self.target_columns = _resolve_columns(store, target_columns, "target_columns")
+        need = self.rows_per_task
+        lengths = np.asarray(store.lengths, dtype=np.int64)
+        starts = np.asarray(store.starts, dtype=np.int64)
+        if unit == "chunk":
+            if chunk_length is None:
+                raise ValueError("forecast sampler: unit='chunk' needs chunk_length")
+            _positive("forecast", chunk_length=chunk_length)
+            if chunk_length < need:
+                raise ValueError(
+                    f"forecast sampler: chunk_length={chunk_length} cannot hold one task, which "
+                    f"needs {self._need_text()} = {need} rows"
+                )
+            self.chunk_length = int(chunk_length)
+        elif chunk_length is not None:
+            raise ValueError("forecast sampler: chunk_length is only used with unit='chunk'")
+        else:
+            self.chunk_length = None
+        fits = lengths >= need
+        if not fits.any():
+            raise ValueError(
+                f"forecast sampler: no entity of store {store.path} is long enough for one task, "
+                f"which needs {self._need_text()} = {need} rows; the longest entity has "
+                f"{int(lengths.max()) if len(lengths) else 0}: lower lookback, horizon, "
+                "num_support, num_query or stride"
+            )
+        self.excluded_entities = np.flatnonzero(~fits)
+        kept = np.flatnonzero(fits)
+        if unit == "entity":
+            self.unit_entity = kept
+            self.unit_start = starts[kept]
+            self.unit_length = lengths[kept]
+        else:
+            num_chunks = np.maximum(lengths[kept] // self.chunk_length, 1)
+            self.unit_entity = np.repeat(kept, num_chunks)
+            first_unit = np.concatenate(([0], np.cumsum(num_chunks)[:-1]))
+            chunk_number = np.arange(len(self.unit_entity)) - np.repeat(first_unit, num_chunks)
+            self.unit_start = starts[self.unit_entity] + chunk_number * self.chunk_length
+            is_last = chunk_number == np.repeat(num_chunks, num_chunks) - 1
+            entity_end = starts[self.unit_entity] + lengths[self.unit_entity]
+            self.unit_length = np.where(
+                is_last, entity_end - self.unit_start, self.chunk_length
+            ).astype(np.int64)
+        self._unit_strata = np.asarray(store.stratum_codes, dtype=np.int64)[self.unit_entity]
+        self._gatherers: tuple[WindowGatherer, WindowGatherer] | None = None
+
+    @property
+    def rows_per_task(self) -> int:
+        """Fewest rows a unit needs: L + 2H + (K + Q - 2)·stride."""
+        return (
+            self.lookback + 2 * self.horizon + (self.num_support + self.num_query - 2) * self.stride
+        )
+
+    def _need_text(self) -> str:
+        return (
+            f"lookback {self.lookback} + 2·horizon {self.horizon} + "
+            f"(num_support {self.num_support} + num_query {self.num_query} - 2)·stride "
+            f"{self.stride}"
+        )
+
+    @property
+    def num_excluded_entities(self) -> int:
+        return int(len(self.excluded_entities))
+
+    @property
+    def num_units(self) -> int:
+        return int(len(self.unit_entity))
+
+    def unit_strata(self) -> np.ndarray:
+        return self._unit_strata
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_gatherers"] = None  # views of the memory map; rebuilt after unpickling
+        return state
+
+    def _windows(self) -> tuple[WindowGatherer, WindowGatherer]:
+        if self._gatherers is None:
+            values = self.store.values
+            self._gatherers = (
+                WindowGatherer(values, self.input_columns, self.lookback),
+                WindowGatherer(values, self.target_columns, self.horizon),
+            )
+        return self._gatherers
+
+    def split_rows(self, units: np.ndarray, seeds: np.ndarray) -> np.ndarray:
+        """`[B]` int64 split row tau of each task, relative to its unit's first row."""
+        k, q, s = self.num_support, self.num_query, self.stride
+        low = self.lookback + self.horizon + (k - 1) * s
+        high = self.unit_length[units] - self.horizon - (q - 1) * s
+        if self.split == "end":
+            return high
+        return low + task_integers(seeds, high - low + 1, 1)[:, 0]
+
+    def sample(self, units: np.ndarray, seeds: np.ndarray) -> MetaBatch:
+        units = np.asarray(units, dtype=np.int64)
+        tau = self.split_rows(units, seeds)
+        base = self.unit_start[units] + tau  # store row of tau
+        k, q, s = self.num_support, self.num_query, self.stride
+        big_l, big_h = self.lookback, self.horizon
+        support_start = (base - big_l - big_h)[:, None] - (k - 1 - np.arange(k)) * s  # [B, K]
+        query_start = (base - big_l)[:, None] + np.arange(q) * s  # [B, Q]
+        inputs, targets = self._windows()
+        entity = self.unit_entity[units]
+        return MetaBatch(
+            support=TaskSet(
+                torch.from_numpy(inputs.gather(support_start)),
+                torch.from_numpy(targets.gather(support_start + big_l)),
+            ),
+            query=TaskSet(
+                torch.from_numpy(inputs.gather(query_start)),
+                torch.from_numpy(targets.gather(query_start + big_l)),
+            ),
+            entity_index=torch.from_numpy(entity),
+            stratum=torch.from_numpy(self._unit_strata[units]),
+            split_time=torch.from_numpy(np.asarray(self.store.times[base], dtype=np.int64)),
+        )

@@ -1,0 +1,143 @@
+import numpy as np
+import pytest
+
+from metadist.data import StratifiedTaskPartitioner, UnitDealer
+
+# 5 strata of unequal sizes: 60, 37, 23, 11, 6 units (137 in all).
+STRATA = np.repeat(np.arange(5), [60, 37, 23, 11, 6])
+np.random.default_rng(3).shuffle(STRATA)
+
+
+def _partitioner(seed=0, **kwargs):
+    return StratifiedTaskPartitioner(STRATA, seed=seed, **kwargs)
+
+
+def test_split_is_disjoint_complete_stratified_and_seeded():
+    part = _partitioner()
+    splits = [part.units(s) for s in ("train", "val", "test")]
+    everything = np.concatenate(splits)
+    assert len(everything) == len(STRATA) and len(np.unique(everything)) == len(STRATA)
+    for code, size in enumerate(np.bincount(STRATA)):
+        counts = [int(np.sum(STRATA[units] == code)) for units in splits]
+        assert sum(counts) == size
+        for count, fraction in zip(counts, (0.8, 0.1, 0.1), strict=True):
+            assert abs(count - fraction * size) <= 1
+            assert count >= 1  # every split sees every stratum
+    same = _partitioner()
+    other = _partitioner(seed=1)
+    for s in ("train", "val", "test"):
+        np.testing.assert_array_equal(part.units(s), same.units(s))
+    assert not np.array_equal(part.units("test"), other.units("test"))
+
+
+def test_pinned_test_units_stay_in_test():
+    pins = np.flatnonzero(STRATA == 4)[:4]  # 4 of the 6 units of the smallest stratum
+    part = _partitioner(pinned_test_units=pins)
+    assert set(pins.tolist()) <= set(part.units("test").tolist())
+    for seed in range(3):
+        assert set(pins.tolist()) <= set(_partitioner(seed, pinned_test_units=pins).units("test"))
+    assert np.sum(STRATA[part.units("train")] == 4) >= 1
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"fractions": (0.5, 0.5)}, "fractions must be"),
+        ({"fractions": (0.7, 0.2, 0.2)}, "sum to 1"),
+        ({"fractions": (0.0, 0.5, 0.5)}, r"fractions\[0\] \(train\)"),
+        ({"pinned_test_units": [1000]}, "pinned_test_units .*outside"),
+        ({"pinned_test_units": np.flatnonzero(STRATA == 4)}, "stratum 4"),
+    ],
+)
+def test_bad_configurations_name_the_field(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        _partitioner(**kwargs)
+
+
+def test_stratum_too_small_for_split_ratios():
+    strata = np.array([0] * 20 + [1, 1])  # stratum 1 has 2 units, three splits need one each
+    with pytest.raises(ValueError, match=r"stratum 1 has 2 unit\(s\).*3 needed"):
+        StratifiedTaskPartitioner(strata, seed=0)
+    part = StratifiedTaskPartitioner(strata, seed=0, fractions=(0.9, 0.1, 0.0))
+    assert len(part.units("test")) == 0
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4, 7])
+def test_deal_disjoint_equal_and_balanced_per_stratum(world_size):
+    part = _partitioner()
+    train = part.units("train")
+    deal = part.deal("train", epoch=0, world_size=world_size)
+    assert deal.units.shape == (world_size, len(train) // world_size)
+    flat = deal.units.ravel()
+    assert len(np.unique(flat)) == flat.size and set(flat.tolist()) <= set(train.tolist())
+    order = part.epoch_order("train", 0)
+    np.testing.assert_array_equal(np.sort(flat), np.sort(order[: flat.size]))
+    np.testing.assert_array_equal(order[deal.positions], deal.units)
+    dealt_per_stratum = np.bincount(STRATA[flat], minlength=5)
+    for rank in range(world_size):
+        per_stratum = np.bincount(STRATA[deal.units[rank]], minlength=5)
+        share = dealt_per_stratum / world_size
+        assert np.all(np.abs(per_stratum - share) <= 1), (rank, per_stratum, share)
+        assert np.all((per_stratum == np.floor(share)) | (per_stratum == np.ceil(share)))
+    # every round (one task per rank) is a consecutive block of the global order
+    for column in range(deal.num_rounds):
+        np.testing.assert_array_equal(
+            np.sort(deal.positions[:, column]),
+            np.arange(column * world_size, (column + 1) * world_size),
+        )
+
+
+def test_epoch_order_is_seeded_and_reshuffled_each_epoch():
+    part, same = _partitioner(), _partitioner()
+    orders = [part.epoch_order("train", epoch) for epoch in range(4)]
+    for epoch, order in enumerate(orders):
+        np.testing.assert_array_equal(order, same.epoch_order("train", epoch))
+        np.testing.assert_array_equal(np.sort(order), part.units("train"))
+    assert all(not np.array_equal(orders[0], o) for o in orders[1:])
+    assert not np.array_equal(orders[0], _partitioner(seed=1).epoch_order("train", 0))
+    assert not np.array_equal(part.epoch_order("val", 0), part.epoch_order("val", 1))
+
+
+def test_epoch_order_interleaves_strata():
+    # every 20 consecutive tasks hold each stratum within 2 of its share
+    part = _partitioner()
+    order = part.epoch_order("train", 5)
+    share = np.bincount(STRATA[order], minlength=5) / len(order)
+    for begin in range(0, len(order) - 20, 20):
+        counts = np.bincount(STRATA[order[begin : begin + 20]], minlength=5)
+        assert np.all(np.abs(counts - 20 * share) <= 2)
+
+
+def test_resume_with_another_world_size_covers_the_rest_exactly_once():
+    dealer = UnitDealer(np.arange(62), np.arange(62) % 4, seed=11)
+    order = dealer.epoch_order(2)
+    first = dealer.deal(2, world_size=2, num_rounds=10)  # ranks consume 20 tasks
+    consumed = first.units.ravel()
+    np.testing.assert_array_equal(np.sort(consumed), np.sort(order[:20]))
+    position = first.units.size
+    rest = dealer.deal(2, world_size=3, start=position)  # 42 left: 14 rounds of 3
+    assert rest.units.shape == (3, 14)
+    remaining = rest.units.ravel()
+    assert len(np.unique(remaining)) == 42
+    np.testing.assert_array_equal(np.sort(remaining), np.sort(order[position:]))
+    assert not set(remaining.tolist()) & set(consumed.tolist())
+    # a tail that does not fill a round is left for the next epoch's reshuffle
+    tail = dealer.deal(2, world_size=4, start=position)
+    assert tail.units.size == 40
+    assert set(order[position:].tolist()) - set(tail.units.ravel().tolist()) == set(
+        order[60:].tolist()
+    )
+
+
+def test_deal_errors_name_the_numbers():
+    part = _partitioner()
+    num_val = len(part.units("val"))
+    with pytest.raises(ValueError, match=rf"world_size={num_val + 1} is larger than the {num_val}"):
+        part.deal("val", 0, num_val + 1)
+    with pytest.raises(ValueError, match="split must be one of"):
+        part.units("validation")
+    with pytest.raises(ValueError, match="rank must be in 0..1"):
+        part.rank_slice("train", 0, rank=2, world_size=2)
+    units, positions = part.rank_slice("train", 0, rank=1, world_size=2)
+    np.testing.assert_array_equal(units, part.deal("train", 0, 2).units[1])
+    assert len(positions) == len(units)

@@ -1,0 +1,63 @@
+"""`python -m metadist.train experiment=NAME [key=value ...]` (also `metadist-train`).
+
+Alone it trains in one process; under `torchrun --nproc_per_node=N -m metadist.train ...`
+every rank runs this same entry point. Restarting the same command resumes the run from
+its directory's latest checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+USAGE_EPILOG = """\
+examples:
+  python -m metadist.train experiment=sinusoid_maml
+  python -m metadist.train experiment=sinusoid_maml learner=metasgd trainer.meta_steps=2000
+  torchrun --nproc_per_node=2 -m metadist.train experiment=synthetic_maml run_dir=runs/syn2
+
+The configs are looked up in --config-dir, else $METADIST_EXPERIMENTS_DIR, else
+./experiments, else the experiments/ directory of the metadist source checkout.
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="metadist-train",
+        description="Meta-train an experiment (Hydra overrides as key=value).",
+        epilog=USAGE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. experiment=NAME")
+    parser.add_argument("--config-dir", default=None, help="the experiments directory to use")
+    parser.add_argument(
+        "--print-config", action="store_true", help="print the composed config and exit"
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from metadist.train.checkpoint import CheckpointError
+    from metadist.train.compose import compose_dict, load_config
+    from metadist.train.loop import NonFiniteLossError, train
+
+    try:
+        if args.print_config:
+            from omegaconf import OmegaConf
+
+            print(OmegaConf.to_yaml(compose_dict(args.overrides, args.config_dir)).rstrip())
+            return 0
+        config = load_config(args.overrides, args.config_dir)
+        result = train(config)
+    except (ValueError, FileNotFoundError, CheckpointError, NonFiniteLossError) as error:
+        print(f"metadist-train: error: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("metadist-train: interrupted", file=sys.stderr)
+        return 130
+    return 0 if result is not None else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

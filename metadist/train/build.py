@@ -1,0 +1,150 @@
+"""Building a run's parts from its config: store → sampler → partitioner → loaders → model →
+learner → optimizer.
+
+Everything here runs before the process group forms, so a bad sampler option, an unknown
+model or a meta-batch a rank's split cannot fill stops every rank at once with a
+`ValueError` naming it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from metadist.batch import MetaBatch
+from metadist.train.config import OptimizerConfig, TrainConfig
+from metadist.train.distributed import DistEnv
+
+
+@dataclass
+class RunParts:
+    """The built components of a run.
+
+    Attributes:
+        sampler: the task sampler.
+        partitioner: the stratified split of the sampler's units.
+        train_loader: this rank's meta-train loader (`meta_batch_size / world_size` tasks
+            per batch).
+        val_loader: this rank's meta-val loader, or `None` when evaluation is off.
+        learner: the learner (not wrapped in DDP), on `env.device`.
+        optimizer: the meta-optimizer over the learner's parameters.
+        input_shape: one example's input shape, e.g. `(1,)` or `(L, F)`.
+        output_shape: one prediction's shape, e.g. `(1,)` or `(H, T)`.
+    """
+
+    sampler: Any
+    partitioner: Any
+    train_loader: Any
+    val_loader: Any
+    learner: nn.Module
+    optimizer: torch.optim.Optimizer
+    input_shape: tuple[int, ...]
+    output_shape: tuple[int, ...]
+
+
+def build_parts(config: TrainConfig, env: DistEnv) -> RunParts:
+    """Builds every component of the run for this rank.
+
+    The model is initialised from `trainer.seed` alone, so every rank starts from the
+    same parameters (DDP broadcasts rank 0's anyway).
+
+    Raises:
+        ValueError: a component rejects its options (the message names it), or the
+            sampler yields tasks the model cannot take.
+        FileNotFoundError: `data.store` is missing.
+    """
+    from metadist.data import BatchMetaDataLoader, StratifiedTaskPartitioner
+    from metadist.learners import build_learner
+    from metadist.models import build_model
+    from metadist.tasks import build_task_sampler, derive_task_seeds
+
+    seed = config.trainer.seed
+    store = None
+    if config.data.store is not None:
+        from metadist.store import SeriesStore
+
+        store = SeriesStore.open(config.data.store)
+    sampler = build_task_sampler(config.sampler.name, store, **config.sampler.options)
+    partitioner = StratifiedTaskPartitioner(
+        sampler.unit_strata(),
+        seed=seed,
+        fractions=tuple(config.data.fractions),
+        pinned_test_units=config.data.pinned_test_units,
+    )
+    on_gpu = env.device.type == "cuda"
+    loader_options: dict[str, Any] = {
+        "batch_size": config.trainer.meta_batch_size // env.world_size,
+        "seed": seed,
+        "rank": env.rank,
+        "world_size": env.world_size,
+        "num_workers": config.data.num_workers,
+        "pin_memory": on_gpu if config.data.pin_memory is None else config.data.pin_memory,
+    }
+    if config.data.num_workers > 0:
+        loader_options["persistent_workers"] = config.data.persistent_workers
+        if config.data.prefetch_factor is not None:
+            loader_options["prefetch_factor"] = config.data.prefetch_factor
+    train_loader = BatchMetaDataLoader(sampler, partitioner, split="train", **loader_options)
+    if len(train_loader) < 1:
+        raise ValueError(
+            f"trainer.meta_batch_size={config.trainer.meta_batch_size}: a rank's meta-train "
+            "split yields no full batch per epoch; lower it or use more units"
+        )
+    val_loader = None
+    if config.trainer.eval_every > 0:
+        val_loader = BatchMetaDataLoader(sampler, partitioner, split="val", **loader_options)
+
+    example = sampler.sample(np.zeros(1, dtype=np.int64), derive_task_seeds(seed, 0, np.zeros(1)))
+    input_shape, output_shape = example_shapes(example, sampler)
+    torch.manual_seed(seed)
+    model = build_model(config.model.name, input_shape, output_shape, **config.model.options)
+    learner = build_learner(config.learner.name, model, **config.learner.options)
+    learner.to(env.device)
+    optimizer = build_optimizer(config.optimizer, learner.parameters())
+    return RunParts(
+        sampler=sampler,
+        partitioner=partitioner,
+        train_loader=train_loader,
+        val_loader=val_loader,
+        learner=learner,
+        optimizer=optimizer,
+        input_shape=input_shape,
+        output_shape=output_shape,
+    )
+
+
+def example_shapes(example: MetaBatch, sampler: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """`(input_shape, output_shape)` of one example of the sampler's tasks.
+
+    Regression and forecasting: `x [B, K, *input_shape]`, `y [B, K, *output_shape]`.
+    Classification (integer targets `[B, N*K]`): the output is one logit per class, N
+    taken from the sampler's `num_ways`.
+    """
+    input_shape = tuple(example.support.x.shape[2:])
+    target = example.support.y
+    if target.dtype in (torch.int64, torch.int32):
+        num_ways = getattr(sampler, "num_ways", None)
+        if num_ways is None:
+            num_ways = int(target.max()) + 1
+        return input_shape, (int(num_ways),)
+    return input_shape, tuple(target.shape[2:])
+
+
+def build_optimizer(config: OptimizerConfig, parameters) -> torch.optim.Optimizer:
+    """The meta-optimizer named by `optimizer.name`."""
+    parameters = [p for p in parameters if p.requires_grad]
+    if config.name == "adam":
+        return torch.optim.Adam(
+            parameters, lr=config.lr, betas=tuple(config.betas), weight_decay=config.weight_decay
+        )
+    if config.name == "adamw":
+        return torch.optim.AdamW(
+            parameters, lr=config.lr, betas=tuple(config.betas), weight_decay=config.weight_decay
+        )
+    return torch.optim.SGD(
+        parameters, lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay
+    )

@@ -1,0 +1,342 @@
+"""Typed training configuration, built from a Hydra composition and validated up front.
+
+Hydra (`experiments/`) selects and overrides; these dataclasses say what a field is and
+what values it may take. `build_config` turns a plain nested dict into a `TrainConfig`
+and raises `ValueError` naming the first bad field (`trainer.meta_batch_size`, ...),
+before any process group forms, so that every rank of a bad run stops at once with the
+same message.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+_DEVICES = ("auto", "cpu", "cuda")
+_BACKENDS = ("auto", "gloo", "nccl")
+_OPTIMIZERS = ("adam", "adamw", "sgd")
+_WANDB_MODES = ("online", "offline", "disabled")
+
+
+@dataclass
+class DataConfig:
+    """Where tasks come from and how they are split and loaded.
+
+    Attributes:
+        store: path of a series store directory; `None` for samplers that need no store
+            (sinusoid).
+        fractions: meta-train / meta-val / meta-test shares of the units, each in [0, 1],
+            summing to 1.
+        pinned_test_units: unit indices always placed in meta-test.
+        num_workers: `DataLoader` worker processes per rank.
+        pin_memory: page-locked host batches; `None` turns it on when training on a GPU.
+        prefetch_factor: batches each worker prepares ahead; `None` keeps torch's default.
+        persistent_workers: keep workers alive between epochs.
+    """
+
+    store: str | None = None
+    fractions: tuple[float, float, float] = (0.8, 0.1, 0.1)
+    pinned_test_units: list[int] | None = None
+    num_workers: int = 0
+    pin_memory: bool | None = None
+    prefetch_factor: int | None = None
+    persistent_workers: bool = False
+
+    def validate(self) -> None:
+        if len(self.fractions) != 3:
+            raise ValueError(
+                f"data.fractions needs 3 shares (train, val, test), got {list(self.fractions)}"
+            )
+        if any(f < 0 or f > 1 for f in self.fractions) or abs(sum(self.fractions) - 1) > 1e-6:
+            raise ValueError(
+                f"data.fractions must be shares in [0, 1] summing to 1, got {list(self.fractions)}"
+            )
+        if self.fractions[0] <= 0:
+            raise ValueError("data.fractions: the meta-train share must be > 0")
+        _check_min("data.num_workers", self.num_workers, 0)
+        if self.prefetch_factor is not None:
+            _check_min("data.prefetch_factor", self.prefetch_factor, 1)
+            if self.num_workers == 0:
+                raise ValueError("data.prefetch_factor needs data.num_workers > 0")
+        if self.persistent_workers and self.num_workers == 0:
+            raise ValueError("data.persistent_workers needs data.num_workers > 0")
+        if self.store is not None and not Path(self.store).is_dir():
+            raise FileNotFoundError(
+                f"data.store: no series store at {self.store!r} "
+                "(build one with `metadist ingest`, or `metadist synth` for the synthetic panel)"
+            )
+
+
+@dataclass
+class ComponentConfig:
+    """A registered component chosen by name, with its keyword options."""
+
+    name: str = ""
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class OptimizerConfig:
+    """The outer-loop (meta) optimizer.
+
+    Attributes:
+        name: `adam`, `adamw` or `sgd`.
+        lr: learning rate, > 0.
+        weight_decay: ≥ 0.
+        betas: Adam(W) coefficients, each in [0, 1).
+        momentum: SGD momentum, in [0, 1).
+        grad_clip: clip the meta-gradient's global norm to this value; `None` for no clip.
+    """
+
+    name: str = "adam"
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.999)
+    momentum: float = 0.0
+    grad_clip: float | None = None
+
+    def validate(self) -> None:
+        _check_choice("optimizer.name", self.name, _OPTIMIZERS)
+        if not self.lr > 0:
+            raise ValueError(f"optimizer.lr must be > 0, got {self.lr}")
+        if self.weight_decay < 0:
+            raise ValueError(f"optimizer.weight_decay must be >= 0, got {self.weight_decay}")
+        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
+            raise ValueError(f"optimizer.betas must be two values in [0, 1), got {self.betas}")
+        if not 0 <= self.momentum < 1:
+            raise ValueError(f"optimizer.momentum must be in [0, 1), got {self.momentum}")
+        if self.grad_clip is not None and not self.grad_clip > 0:
+            raise ValueError(f"optimizer.grad_clip must be > 0 or null, got {self.grad_clip}")
+
+
+@dataclass
+class TrainerConfig:
+    """The meta-training schedule.
+
+    Attributes:
+        meta_steps: outer-loop steps in the whole run.
+        meta_batch_size: tasks per meta-step over all ranks (the global meta-batch); each
+            rank takes `meta_batch_size / world_size`.
+        seed: seeds the model initialisation, the data split and the task stream.
+        checkpoint_every: write a checkpoint every this many steps (and at the end).
+        keep_checkpoints: how many recent checkpoints to keep in the run directory.
+        eval_every: evaluate on meta-val every this many steps; 0 turns it off.
+        eval_batches: meta-val batches per evaluation (the same tasks every time).
+        device: `auto` (a GPU per rank when there is one), `cpu` or `cuda`.
+        backend: process-group backend: `auto` (NCCL on GPU, gloo on CPU), `gloo`, `nccl`.
+        find_unused_parameters: passed to DistributedDataParallel.
+    """
+
+    meta_steps: int = 1000
+    meta_batch_size: int = 25
+    seed: int = 0
+    checkpoint_every: int = 500
+    keep_checkpoints: int = 2
+    eval_every: int = 0
+    eval_batches: int = 4
+    device: str = "auto"
+    backend: str = "auto"
+    find_unused_parameters: bool = False
+
+    def validate(self, world_size: int) -> None:
+        _check_min("trainer.meta_steps", self.meta_steps, 1)
+        _check_min("trainer.meta_batch_size", self.meta_batch_size, 1)
+        _check_min("trainer.checkpoint_every", self.checkpoint_every, 1)
+        _check_min("trainer.keep_checkpoints", self.keep_checkpoints, 1)
+        _check_min("trainer.eval_every", self.eval_every, 0)
+        _check_min("trainer.eval_batches", self.eval_batches, 1)
+        _check_choice("trainer.device", self.device, _DEVICES)
+        _check_choice("trainer.backend", self.backend, _BACKENDS)
+        if self.seed < 0:
+            raise ValueError(f"trainer.seed must be >= 0, got {self.seed}")
+        if self.backend == "nccl" and self.device == "cpu":
+            raise ValueError("trainer.backend=nccl needs GPUs: set trainer.device=cuda or auto")
+        if self.meta_batch_size % world_size:
+            raise ValueError(
+                f"trainer.meta_batch_size={self.meta_batch_size} is not divisible by the world "
+                f"size {world_size}; the global meta-batch is split evenly over ranks, so choose "
+                f"a multiple of {world_size}"
+            )
+
+
+@dataclass
+class WandbConfig:
+    """Weights & Biases tracking (rank 0 only).
+
+    Attributes:
+        mode: `offline` (default; sync later with `wandb sync`), `online` or `disabled`.
+        project: wandb project name.
+        entity: wandb entity (user or team); `None` for the default.
+    """
+
+    mode: str = "offline"
+    project: str = "metadist"
+    entity: str | None = None
+
+    def validate(self) -> None:
+        _check_choice("logging.wandb.mode", self.mode, _WANDB_MODES)
+
+
+@dataclass
+class LoggingConfig:
+    """What rank 0 reports.
+
+    Attributes:
+        log_every: write a metrics line (JSON) every this many steps.
+        progress: show a progress bar (step, loss, tasks/s).
+        wandb: Weights & Biases settings.
+    """
+
+    log_every: int = 10
+    progress: bool = True
+    wandb: WandbConfig = field(default_factory=WandbConfig)
+
+    def validate(self) -> None:
+        _check_min("logging.log_every", self.log_every, 1)
+        self.wandb.validate()
+
+
+@dataclass
+class TrainConfig:
+    """Everything a meta-training run needs.
+
+    Attributes:
+        experiment: the experiment's name (the `experiment=` choice).
+        run_dir: the run directory shared by all ranks; `None` means `runs/<experiment>`
+            relative to the working directory.
+        data, sampler, model, learner, optimizer, trainer, logging: the sections.
+    """
+
+    experiment: str = "default"
+    run_dir: str | None = None
+    data: DataConfig = field(default_factory=DataConfig)
+    sampler: ComponentConfig = field(default_factory=lambda: ComponentConfig("sinusoid"))
+    model: ComponentConfig = field(default_factory=lambda: ComponentConfig("mlp"))
+    learner: ComponentConfig = field(default_factory=lambda: ComponentConfig("maml"))
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+
+    @property
+    def resolved_run_dir(self) -> Path:
+        """The run directory: `run_dir`, or `runs/<experiment>` (never time-stamped)."""
+        return Path(self.run_dir) if self.run_dir else Path("runs") / self.experiment
+
+    def validate(self, world_size: int = 1) -> None:
+        """Checks every section; `ValueError` naming the first bad field."""
+        if not self.experiment or "/" in self.experiment:
+            raise ValueError(f"experiment must be a plain name, got {self.experiment!r}")
+        for section in ("sampler", "model", "learner"):
+            if not getattr(self, section).name:
+                raise ValueError(f"{section}.name must name a registered {section}")
+        self.data.validate()
+        self.optimizer.validate()
+        self.trainer.validate(world_size)
+        self.logging.validate()
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain nested dict (JSON-safe), the inverse of `build_config`."""
+        return _to_plain(dataclasses.asdict(self))
+
+
+def build_config(values: dict[str, Any], *, world_size: int | None = None) -> TrainConfig:
+    """A validated `TrainConfig` from a nested dict (a composed Hydra config).
+
+    Args:
+        values: nested sections as plain dicts/lists/scalars.
+        world_size: ranks the run will use; `None` reads `WORLD_SIZE` (torchrun), else 1.
+
+    Raises:
+        ValueError: an unknown field, a value of the wrong type, or a bad value or
+            combination, naming the field.
+        FileNotFoundError: `data.store` names no directory.
+    """
+    config = _from_dict(TrainConfig, values, "")
+    if world_size is None:
+        world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    config.validate(world_size)
+    return config
+
+
+def _from_dict(cls: type, values: Any, prefix: str) -> Any:
+    where = prefix.rstrip(".") or "the config"
+    if not isinstance(values, dict):
+        raise ValueError(f"{where} must be a mapping, got {values!r}")
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    for key in values:
+        if key not in names:
+            raise ValueError(f"{prefix}{key}: unknown field; {where} has: {', '.join(names)}")
+    kwargs = {}
+    for name in names:
+        if name in values:
+            kwargs[name] = _coerce(hints[name], values[name], f"{prefix}{name}")
+    return cls(**kwargs)
+
+
+def _coerce(hint: Any, value: Any, name: str) -> Any:
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None:
+            if type(None) in args:
+                return None
+            raise ValueError(f"{name} must not be null")
+        inner = [a for a in args if a is not type(None)]
+        return _coerce(inner[0], value, name)
+    if dataclasses.is_dataclass(hint):
+        return _from_dict(hint, value, f"{name}.")
+    if hint is Any:
+        return value
+    if value is None:
+        raise ValueError(f"{name} must not be null")
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ValueError(f"{name} must be true or false, got {value!r}")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"{name} must be an integer, got {value!r}")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"{name} must be a number, got {value!r}")
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise ValueError(f"{name} must be a string, got {value!r}")
+        return value
+    if origin in (tuple, list):
+        if not isinstance(value, (list, tuple)):
+            raise ValueError(f"{name} must be a list, got {value!r}")
+        item = args[0] if args else Any
+        items = [_coerce(item, v, f"{name}[{i}]") for i, v in enumerate(value)]
+        return tuple(items) if origin is tuple else items
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ValueError(f"{name} must be a mapping, got {value!r}")
+        return dict(value)
+    raise TypeError(f"{name}: unsupported config type {hint}")
+
+
+def _to_plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _to_plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_to_plain(v) for v in value]
+    return value
+
+
+def _check_min(name: str, value: int, minimum: int) -> None:
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+
+
+def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(choices)}; got {value!r}")

@@ -1,0 +1,204 @@
+"""What rank 0 reports: a progress bar, JSON-lines metrics and Weights & Biases.
+
+Every other rank gets a logger that does nothing: only errors reach their output.
+
+Files in the run directory:
+    metrics.jsonl   one JSON object per line: {"step", "split", "loss", "tasks_per_s", ...}
+    config.yaml     the resolved configuration of the run
+    wandb/          the offline wandb run (`wandb sync runs/NAME/wandb/offline-run-*`)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from metadist.train.config import LoggingConfig
+
+METRICS_FILE = "metrics.jsonl"
+
+
+def new_run_id() -> str:
+    """A fresh run id (lower-case hex, as wandb accepts)."""
+    return uuid.uuid4().hex[:16]
+
+
+class RunLogger:
+    """Rank 0's reporter.
+
+    Args:
+        run_dir: the run directory.
+        config: the logging section.
+        experiment: the experiment name (the wandb run name).
+        run_id: the run's id, kept in checkpoints so a resumed run continues the same
+            wandb run.
+        start_step: the step training starts from; metrics lines after it (left by an
+            interrupted attempt) are dropped so the file reads as one clean run.
+        total_steps: the run's meta-steps (the progress bar's total).
+        run_config: the resolved configuration, stored with the run.
+    """
+
+    def __init__(
+        self,
+        run_dir: Path,
+        config: LoggingConfig,
+        *,
+        experiment: str,
+        run_id: str,
+        start_step: int,
+        total_steps: int,
+        run_config: dict[str, Any],
+    ) -> None:
+        self.run_dir = Path(run_dir)
+        self.config = config
+        self.run_id = run_id
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.metrics_path = self.run_dir / METRICS_FILE
+        _drop_lines_after(self.metrics_path, start_step)
+        self._metrics = open(self.metrics_path, "a", encoding="utf-8")  # noqa: SIM115
+        _write_config(self.run_dir / "config.yaml", run_config)
+        self._wandb = None
+        if config.wandb.mode != "disabled":
+            self._wandb = _start_wandb(
+                config, self.run_dir, experiment=experiment, run_id=run_id, run_config=run_config
+            )
+        self._progress = None
+        self._task = None
+        if config.progress:
+            from rich.console import Console
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
+
+            self._progress = Progress(
+                TextColumn(f"[bold]{experiment}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("loss {task.fields[loss]}"),
+                TextColumn("{task.fields[tasks_per_s]} tasks/s"),
+                TimeElapsedColumn(),
+                TimeRemainingColumn(),
+                console=Console(file=sys.stderr),
+            )
+            self._progress.start()
+            self._task = self._progress.add_task(
+                "train", total=total_steps, completed=start_step, loss="-", tasks_per_s="-"
+            )
+
+    def progress(self, step: int, loss: float, tasks_per_s: float) -> None:
+        """Moves the progress bar to `step` (cheap; call every step)."""
+        if self._progress is not None:
+            self._progress.update(
+                self._task,
+                completed=step,
+                loss=f"{loss:.4g}",
+                tasks_per_s=f"{tasks_per_s:,.0f}",
+            )
+
+    def log(self, step: int, split: str, values: dict[str, float]) -> None:
+        """Writes one metrics record (`split` is `train` or `val`) to every sink."""
+        record = {"step": int(step), "split": split, "time": round(time.time(), 3)}
+        record.update({k: _number(v) for k, v in values.items()})
+        self._metrics.write(json.dumps(record) + "\n")
+        self._metrics.flush()
+        if self._wandb is not None:
+            self._wandb.log({f"{split}/{k}": v for k, v in values.items()}, step=int(step))
+
+    def message(self, text: str) -> None:
+        """A line for the person watching (above the progress bar)."""
+        if self._progress is not None:
+            self._progress.console.print(text)
+        else:
+            print(text, file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+        if self._wandb is not None:
+            self._wandb.finish()
+            self._wandb = None
+        if not self._metrics.closed:
+            self._metrics.close()
+
+
+class NullLogger:
+    """The logger of ranks other than 0: reports nothing."""
+
+    run_id = ""
+
+    def progress(self, step: int, loss: float, tasks_per_s: float) -> None:
+        pass
+
+    def log(self, step: int, split: str, values: dict[str, float]) -> None:
+        pass
+
+    def message(self, text: str) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def read_metrics(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
+    """The records of a run's `metrics.jsonl`, in order."""
+    path = Path(run_dir) / METRICS_FILE
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _number(value: Any) -> Any:
+    value = float(value)
+    return value if math.isfinite(value) else str(value)
+
+
+def _drop_lines_after(path: Path, step: int) -> None:
+    if not path.exists():
+        return
+    kept = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            if json.loads(line)["step"] <= step:
+                kept.append(line)
+        except (ValueError, KeyError, TypeError):
+            continue
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+    os.replace(temporary, path)
+
+
+def _write_config(path: Path, run_config: dict[str, Any]) -> None:
+    from omegaconf import OmegaConf
+
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(OmegaConf.to_yaml(OmegaConf.create(run_config)), encoding="utf-8")
+    os.replace(temporary, path)
+
+
+def _start_wandb(
+    config: LoggingConfig, run_dir: Path, *, experiment: str, run_id: str, run_config: dict
+):
+    import wandb
+
+    return wandb.init(
+        project=config.wandb.project,
+        entity=config.wandb.entity,
+        name=experiment,
+        id=run_id,
+        resume="allow",
+        dir=str(run_dir),
+        mode=config.wandb.mode,
+        config=run_config,
+    )

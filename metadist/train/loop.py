@@ -1,0 +1,379 @@
+"""The meta-training loop: one forward and one backward per meta-step, under DDP.
+
+`train(config)` is the whole run on one rank: build the parts, form the process group,
+resume from the run directory's latest checkpoint if there is one, loop, write the final
+checkpoint. Run it alone or under `torchrun`; every rank runs the same code, and only
+rank 0 writes to the run directory.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from metadist.train.build import RunParts, build_parts
+from metadist.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from metadist.train.config import TrainConfig
+from metadist.train.distributed import (
+    DistEnv,
+    all_gather_objects,
+    all_reduce_sum,
+    destroy_distributed,
+    init_distributed,
+    read_env,
+)
+from metadist.train.logging import NullLogger, RunLogger, new_run_id
+from metadist.train.signals import StopRequest
+
+# Sections that define what a run computes: resuming with any of them changed would
+# silently continue a different experiment.
+_RUN_IDENTITY = (
+    ("sampler",),
+    ("model",),
+    ("learner",),
+    ("optimizer",),
+    ("data", "store"),
+    ("data", "fractions"),
+    ("data", "pinned_test_units"),
+    ("trainer", "seed"),
+)
+
+
+class NonFiniteLossError(RuntimeError):
+    """The meta-loss became NaN or infinite; the run stopped before applying the step."""
+
+
+@dataclass
+class TrainResult:
+    """How a call to `train` ended.
+
+    Attributes:
+        step: meta-steps completed.
+        run_dir: the run directory.
+        checkpoint: the last checkpoint written (or resumed from), if any.
+        stopped_by: the signal that stopped the run early (`"SIGTERM"`), else `None`.
+        learner: this rank's learner (unwrapped), with the final parameters.
+        loss: the last meta-loss (mean over all ranks' tasks).
+    """
+
+    step: int
+    run_dir: Path
+    checkpoint: Path | None
+    stopped_by: str | None
+    learner: nn.Module
+    loss: float
+
+
+def train(
+    config: TrainConfig,
+    *,
+    on_eval: Callable[[int, dict[str, float]], None] | None = None,
+) -> TrainResult:
+    """Meta-trains as `config` says, resuming from `run_dir`'s latest checkpoint.
+
+    Args:
+        config: a validated `TrainConfig` (`build_config` / `load_config`).
+        on_eval: called on every rank with `(step, metrics)` after each meta-val
+            evaluation (e.g. to report to a sweep); an exception from it stops the run.
+
+    Raises:
+        ValueError: a bad config (before any process group forms), or a run directory
+            holding a different experiment.
+        NonFiniteLossError: the meta-loss became NaN/inf; the last good checkpoint stays.
+        CheckpointError: the latest checkpoint is truncated or foreign.
+    """
+    env = read_env(config.trainer.device, config.trainer.backend)
+    config.validate(env.world_size)
+    parts = build_parts(config, env)
+    formed = not torch.distributed.is_initialized()
+    init_distributed(env)
+    try:
+        return _run(config, env, parts, on_eval)
+    finally:
+        if formed:
+            destroy_distributed()
+
+
+@dataclass
+class _Context:
+    """What the loop works with besides its own position."""
+
+    config: TrainConfig
+    env: DistEnv
+    parts: RunParts
+    model: nn.Module  # the learner, wrapped in DDP when there are several ranks
+    logger: RunLogger | NullLogger
+    stop: StopRequest
+    run_id: str
+    on_eval: Callable[[int, dict[str, float]], None] | None
+
+
+def _run(config: TrainConfig, env: DistEnv, parts: RunParts, on_eval) -> TrainResult:
+    step, run_id, checkpoint = _resume(config, env, parts)
+    if env.is_main:
+        logger: RunLogger | NullLogger = RunLogger(
+            config.resolved_run_dir,
+            config.logging,
+            experiment=config.experiment,
+            run_id=run_id,
+            start_step=step,
+            total_steps=config.trainer.meta_steps,
+            run_config=config.to_dict(),
+        )
+    else:
+        logger = NullLogger()
+    if checkpoint is not None:
+        logger.message(f"resumed from {checkpoint} at step {step}")
+    model: nn.Module = parts.learner
+    if env.is_distributed:
+        model = DistributedDataParallel(
+            parts.learner,
+            device_ids=[env.device] if env.device.type == "cuda" else None,
+            find_unused_parameters=config.trainer.find_unused_parameters,
+        )
+    try:
+        with StopRequest() as stop:
+            context = _Context(config, env, parts, model, logger, stop, run_id, on_eval)
+            return _loop(context, step, checkpoint)
+    finally:
+        logger.close()
+
+
+def _loop(ctx: _Context, step: int, checkpoint: Path | None) -> TrainResult:
+    """Meta-steps from `step` to `trainer.meta_steps`, epoch after epoch of the loader."""
+    trainer, env, parts = ctx.config.trainer, ctx.env, ctx.parts
+    val_start = parts.val_loader.state_dict() if parts.val_loader is not None else None
+    saved_step = step if checkpoint is not None else -1
+    window = _Window(step)
+    loss = float("nan")
+    while step < trainer.meta_steps:
+        for batch in parts.train_loader:
+            batch = batch.to(env.device, non_blocking=True)
+            parts.optimizer.zero_grad(set_to_none=True)
+            output = ctx.model(batch)
+            output.loss.backward()  # DDP all-reduces (averages) the meta-gradient here
+            loss, metrics, non_finite, stopping = _agree(output, ctx)
+            if non_finite:
+                raise NonFiniteLossError(
+                    f"the meta-loss is not finite at step {step + 1} (on at least one rank); "
+                    "the step was not applied. Last good checkpoint: "
+                    f"{checkpoint if saved_step >= 0 else 'none yet'}. Lower optimizer.lr or "
+                    "the learner's inner_lr, or set optimizer.grad_clip."
+                )
+            if ctx.config.optimizer.grad_clip is not None:
+                nn.utils.clip_grad_norm_(parts.learner.parameters(), ctx.config.optimizer.grad_clip)
+            parts.optimizer.step()
+            step += 1
+
+            window.add(loss, metrics)
+            ctx.logger.progress(step, loss, window.tasks_per_s(step, trainer.meta_batch_size))
+            last = step == trainer.meta_steps
+            if step % ctx.config.logging.log_every == 0 or last:
+                values = window.flush(step, trainer.meta_batch_size)
+                values["lr"] = parts.optimizer.param_groups[0]["lr"]
+                ctx.logger.log(step, "train", values)
+            if parts.val_loader is not None and (step % trainer.eval_every == 0 or last):
+                values = evaluate(parts.learner, parts.val_loader, val_start, env, trainer)
+                ctx.logger.log(step, "val", values)
+                if ctx.on_eval is not None:
+                    ctx.on_eval(step, values)
+            if step % trainer.checkpoint_every == 0 or last or stopping:
+                checkpoint = _save(ctx, step) or checkpoint
+                saved_step = step
+            if stopping:
+                ctx.logger.message(
+                    f"{ctx.stop.signal_name or 'another rank was signalled'}: checkpoint of "
+                    f"step {step} written to {checkpoint}; exiting"
+                )
+                stopped_by = ctx.stop.signal_name or "peer"
+                return TrainResult(
+                    step, ctx.config.resolved_run_dir, checkpoint, stopped_by, parts.learner, loss
+                )
+            if last:
+                break
+    if saved_step != step:  # resumed a run that had already finished
+        checkpoint = _save(ctx, step) or checkpoint
+    ctx.logger.message(f"finished {step} meta-steps; checkpoint {checkpoint}")
+    return TrainResult(step, ctx.config.resolved_run_dir, checkpoint, None, parts.learner, loss)
+
+
+def _agree(output, ctx: _Context) -> tuple[float, dict[str, float], bool, bool]:
+    """`(loss, metrics, non_finite, stop)` agreed by all ranks, from one small all-reduce.
+
+    The loss and metrics are means over all ranks' tasks; `non_finite` is set if any
+    rank's meta-loss is NaN/inf, `stop` if any rank received a stop signal, so that every
+    rank takes the same decision after this step.
+    """
+    device = ctx.env.device
+    names = sorted(output.metrics)
+    loss = output.loss.detach().float()
+    local = torch.stack(
+        [loss]
+        + [torch.as_tensor(output.metrics[n], dtype=torch.float32, device=device) for n in names]
+        + [(~torch.isfinite(loss)).float(), torch.tensor(float(ctx.stop.requested), device=device)]
+    )
+    totals = all_reduce_sum(local, ctx.env).tolist()
+    world = ctx.env.world_size
+    metrics = {n: v / world for n, v in zip(names, totals[1:-2], strict=True)}
+    return totals[0] / world, metrics, totals[-2] > 0, totals[-1] > 0
+
+
+def evaluate(
+    learner: nn.Module, loader: Any, start_state: dict, env: DistEnv, trainer
+) -> dict[str, float]:
+    """Mean meta-loss and metrics on the same `eval_batches` meta-val batches every time.
+
+    Runs the unwrapped learner (no gradient all-reduce); the results are averaged over
+    all ranks' tasks. Collective: every rank must call it at the same step.
+    """
+    loader.load_state_dict(start_state)
+    sums: dict[str, float] = {}
+    num_batches = 0
+    for batch in loader:
+        output = learner(batch.to(env.device, non_blocking=True))
+        values = {
+            "loss": output.loss.detach(),
+            **{k: v.detach() for k, v in output.metrics.items()},
+        }
+        for name, value in values.items():
+            sums[name] = sums.get(name, 0.0) + float(value)
+        num_batches += 1
+        if num_batches == trainer.eval_batches:
+            break
+    names = sorted(sums)
+    totals = all_reduce_sum(
+        torch.tensor([sums[n] for n in names] + [num_batches], dtype=torch.float64), env
+    ).tolist()
+    return {n: v / totals[-1] for n, v in zip(names, totals[:-1], strict=True)}
+
+
+class _Window:
+    """Means of the loss and metrics since the last metrics record, and tasks/s."""
+
+    def __init__(self, step: int) -> None:
+        self._restart(step)
+        self.rate = 0.0
+
+    def _restart(self, step: int) -> None:
+        self.step0 = step
+        self.time0 = time.perf_counter()
+        self.sums: dict[str, float] = {}
+        self.count = 0
+
+    def add(self, loss: float, metrics: dict[str, float]) -> None:
+        for name, value in {"loss": loss, **metrics}.items():
+            self.sums[name] = self.sums.get(name, 0.0) + value
+        self.count += 1
+
+    def tasks_per_s(self, step: int, meta_batch_size: int) -> float:
+        """Global tasks per second since the window opened."""
+        elapsed = time.perf_counter() - self.time0
+        if step > self.step0 and elapsed > 0:
+            self.rate = (step - self.step0) * meta_batch_size / elapsed
+        return self.rate
+
+    def flush(self, step: int, meta_batch_size: int) -> dict[str, float]:
+        values = {name: total / max(self.count, 1) for name, total in self.sums.items()}
+        values["tasks_per_s"] = self.tasks_per_s(step, meta_batch_size)
+        self._restart(step)
+        return values
+
+
+def _save(ctx: _Context, step: int) -> Path | None:
+    """Checkpoint of `step` (collective: gathers every rank's RNG state; rank 0 writes)."""
+    config, env, parts = ctx.config, ctx.env, ctx.parts
+    rng_states = all_gather_objects(_rng_state(env), env)
+    if not env.is_main:
+        return None
+    state = {
+        "learner": parts.learner.state_dict(),
+        "optimizer": parts.optimizer.state_dict(),
+        "loader": parts.train_loader.state_dict(),
+        "rng": rng_states,
+        "world_size": env.world_size,
+        "run_id": ctx.run_id,
+        "config": config.to_dict(),
+    }
+    return save_checkpoint(
+        config.resolved_run_dir, step, state, keep=config.trainer.keep_checkpoints
+    )
+
+
+def _resume(config: TrainConfig, env: DistEnv, parts: RunParts) -> tuple[int, str, Path | None]:
+    """`(step, run_id, checkpoint)`: restored from the latest checkpoint, or a fresh start."""
+    run_dir = config.resolved_run_dir
+    found = latest_checkpoint(run_dir)
+    if found is None:
+        # Every rank draws differently from here on (dropout masks), reproducibly.
+        _seed_rank(config.trainer.seed, env)
+        run_id = new_run_id() if env.is_main else ""
+        return 0, run_id, None
+    path, pointer = found
+    state = load_checkpoint(path, pointer)
+    _check_same_run(state.get("config", {}), config.to_dict(), run_dir)
+    parts.learner.load_state_dict(state["learner"])
+    parts.optimizer.load_state_dict(state["optimizer"])
+    parts.train_loader.load_state_dict(state["loader"])
+    rng = state.get("rng", [])
+    if state.get("world_size") == env.world_size and len(rng) == env.world_size:
+        _set_rng_state(rng[env.rank], env)
+    else:
+        _seed_rank(config.trainer.seed + int(state["step"]), env)
+    return int(state["step"]), str(state.get("run_id", "")), path
+
+
+def _check_same_run(saved: dict, current: dict, run_dir: Path) -> None:
+    for key in _RUN_IDENTITY:
+        before, now = saved, current
+        for part in key:
+            before = before.get(part) if isinstance(before, dict) else None
+            now = now.get(part) if isinstance(now, dict) else None
+        if before != now:
+            name = ".".join(key)
+            raise ValueError(
+                f"run_dir {run_dir} holds a run with {name}={before!r}, but this command has "
+                f"{name}={now!r}; resume with the same settings or choose another run_dir"
+            )
+
+
+def _seed_rank(seed: int, env: DistEnv) -> None:
+    mixed = (seed * 1_000_003 + env.rank + 1) % (2**63)
+    torch.manual_seed(mixed)
+    random.seed(mixed)
+    np.random.seed(mixed % (2**32))
+
+
+def _rng_state(env: DistEnv) -> dict[str, Any]:
+    state = np.random.get_state()
+    out: dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "python": random.getstate(),
+        "numpy": [state[0], torch.from_numpy(state[1].astype(np.int64)), *state[2:]],
+    }
+    if env.device.type == "cuda":
+        out["cuda"] = torch.cuda.get_rng_state(env.device)
+    return out
+
+
+def _set_rng_state(state: dict[str, Any], env: DistEnv) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(_as_tuple(state["python"]))
+    name, keys, *rest = state["numpy"]
+    np.random.set_state((name, np.asarray(keys, dtype=np.int64).astype(np.uint32), *rest))
+    if "cuda" in state and env.device.type == "cuda":
+        torch.cuda.set_rng_state(state["cuda"], env.device)
+
+
+def _as_tuple(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return tuple(_as_tuple(v) for v in value)
+    return value

@@ -1,0 +1,49 @@
+"""Turning SIGTERM and SIGUSR1 into "checkpoint, then exit cleanly".
+
+Schedulers stop jobs with SIGTERM, and Slurm sends SIGUSR1 (`--signal=USR1@120`) some time
+before a preemption or the time limit. The handler only records the signal; the training
+loop looks at it between meta-steps, and the ranks agree on it through the per-step
+all-reduce, so that every rank stops after the same step and the checkpoint is consistent.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from types import FrameType
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+
+
+class StopRequest:
+    """Context manager that catches the stop signals while training runs.
+
+    Attributes:
+        signal_name: the name of the first signal received (`"SIGTERM"`), or `None`.
+    """
+
+    def __init__(self, signals: tuple[signal.Signals, ...] = STOP_SIGNALS) -> None:
+        self.signals = signals
+        self.signal_name: str | None = None
+        self._previous: dict[signal.Signals, object] = {}
+
+    @property
+    def requested(self) -> bool:
+        return self.signal_name is not None
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.signal_name is None:
+            self.signal_name = signal.Signals(signum).name
+
+    def __enter__(self) -> StopRequest:
+        # Handlers can only be installed from the main thread; elsewhere (a test calling
+        # train() from a thread) stop signals keep their default behaviour.
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.signals:
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()

@@ -17,6 +17,7 @@ from metadist.datasets.synthetic import (
     SYNTHETIC_TARGET,
     TIMESTAMP_ORIGIN,
     TIMESTAMP_STEP_NS,
+    num_entities_for_size,
     panel_schema,
     write_synthetic_panel,
 )
@@ -266,6 +267,14 @@ def test_failure_midway_leaves_nothing(tmp_path, monkeypatch):
             tmp_path / "panel", num_entities=50, length_range=(20, 30), chunk_rows=100
         )
     assert list(tmp_path.iterdir()) == []
+
+
+def test_size_in_bytes_gives_about_that_size(tmp_path):
+    num_entities = num_entities_for_size(3e6, (100, 300))
+    summary = write_synthetic_panel(tmp_path / "p", num_entities, (100, 300), time_kind="timestamp")
+    assert 0.9 * 3e6 < summary.num_bytes < 1.1 * 3e6
+    with pytest.raises(ValueError, match="size"):
+        num_entities_for_size(0, (100, 300))
 
 
 def test_progress_bar_runs(tmp_path, capsys):

@@ -1,0 +1,133 @@
+"""Durable writing of a store: preallocated memory-mapped files, and the atomic move of
+a finished temporary directory into place."""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import mmap
+import os
+import secrets
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from metadist.store.format import fsync_path, is_store
+
+TEMP_MARKER = ".ingest-"
+_RELEASE_BYTES = 128 << 20  # unmap written pages after this much, to keep RSS flat
+PAGE_BYTES = mmap.PAGESIZE
+
+
+def temp_sibling(out: Path) -> Path:
+    """A fresh temporary directory next to `out`, named after `out` and this process."""
+    temp = out.parent / f".{out.name}{TEMP_MARKER}{os.getpid()}-{secrets.token_hex(4)}"
+    temp.mkdir()
+    return temp
+
+
+class MappedFile:
+    """A file of fixed size, memory-mapped read-write as a numpy array.
+
+    Written pages are dropped from this process's mapping every `_RELEASE_BYTES` (they
+    stay in the page cache), so resident memory does not grow with the file.
+    """
+
+    def __init__(self, path: Path, dtype: np.dtype, shape: tuple[int, ...], existing: bool = False):
+        self.path = path
+        self.size = int(np.prod(shape)) * dtype.itemsize
+        flags = os.O_RDWR if existing else os.O_RDWR | os.O_CREAT | os.O_EXCL
+        self.fd = os.open(path, flags, 0o644)
+        if not existing:
+            _preallocate(self.fd, self.size)
+        self.mm = mmap.mmap(self.fd, self.size)
+        self.array = np.frombuffer(self.mm, dtype=dtype).reshape(shape)
+        self.pending = 0
+
+    def touched(self, num_bytes: int) -> None:
+        self.pending += num_bytes
+        if self.pending >= _RELEASE_BYTES:
+            self.release()
+
+    def release(self) -> None:
+        if hasattr(self.mm, "madvise"):
+            self.mm.madvise(mmap.MADV_DONTNEED)
+        self.pending = 0
+
+    def __enter__(self) -> MappedFile:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        del self.array
+        self.mm.flush()
+        self.mm.close()
+        os.fsync(self.fd)
+        os.close(self.fd)
+
+
+def _preallocate(fd: int, size: int) -> None:
+    """Reserves `size` bytes, so a full disk fails here rather than as SIGBUS later."""
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as error:
+        if error.errno == errno.ENOSPC:
+            raise OSError(errno.ENOSPC, f"not enough disk space for {size} bytes") from error
+        if error.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+            raise
+        os.ftruncate(fd, size)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Atomically swaps two paths (Linux renameat2 RENAME_EXCHANGE); False if unsupported."""
+    if not sys.platform.startswith("linux"):
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    renameat2 = getattr(libc, "renameat2", None)
+    if renameat2 is None:
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    result = renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange)
+    if result == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+        return False
+    raise OSError(code, os.strerror(code), str(b))
+
+
+def publish(temp: Path, out: Path) -> None:
+    """Moves the finished store into place; an existing store at `out` is replaced in
+    one atomic step where the OS allows it."""
+    if out.exists():
+        if not is_store(out):
+            raise FileExistsError(f"{out} appeared during ingest and is not a series store")
+        if not _exchange(temp, out):
+            old = out.parent / f".{out.name}.old-{secrets.token_hex(4)}"
+            os.rename(out, old)
+            os.rename(temp, out)
+            temp = old
+        shutil.rmtree(temp, ignore_errors=True)
+    else:
+        os.rename(temp, out)
+    fsync_path(out.parent)
+
+
+def remove_stale_temps(out: Path) -> None:
+    """Removes temporary directories left by ingests into `out` that were killed."""
+    prefix = f".{out.name}{TEMP_MARKER}"
+    for candidate in out.parent.glob(f"{prefix}*"):
+        pid_text = candidate.name[len(prefix) :].split("-")[0]
+        if pid_text.isdigit() and not _pid_alive(int(pid_text)):
+            shutil.rmtree(candidate, ignore_errors=True)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -4,7 +4,7 @@
 - `seasonal_naive_forecast`: the value one season earlier, repeated season by season.
 - the meta-trained model without adaptation: the learner's parameters before the inner
   loop (`evaluate.py` gets them from `learner.adapt(support, steps=0)`);
-- `fit_from_scratch`: the same network, freshly initialised, trained on each task's
+- `fit_from_scratch`: the same network, freshly initialised by the caller, trained on each task's
   support set only (no meta-learning), with Adam. All tasks of a batch are trained at
   once: the parameters are stacked along a task dimension and the losses summed, so
   each task's parameters get exactly its own gradient, and Adam's update is elementwise.
@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import copy
 import sys
 
 import numpy as np
@@ -64,31 +63,6 @@ def _history(history, horizon: int) -> np.ndarray:
     return history
 
 
-def fresh_copy(model: nn.Module, seed: int) -> nn.Module:
-    """A copy of `model` with every parameter re-initialised by its own `reset_parameters`.
-
-    Raises:
-        ValueError: a parameter that no submodule's `reset_parameters` covers (the copy
-            would silently keep meta-trained weights).
-    """
-    fresh = copy.deepcopy(model)
-    covered: set[int] = set()
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        for module in fresh.modules():
-            reset = getattr(module, "reset_parameters", None)
-            if callable(reset):
-                reset()
-                covered.update(id(p) for p in module.parameters(recurse=False))
-    missing = [name for name, p in fresh.named_parameters() if id(p) not in covered]
-    if missing:
-        raise ValueError(
-            "cannot re-initialise the model for the from-scratch baseline: no "
-            f"reset_parameters() covers {', '.join(missing)}"
-        )
-    return fresh
-
-
 def fit_from_scratch(
     model: nn.Module,
     support_x: Tensor,
@@ -96,18 +70,17 @@ def fit_from_scratch(
     *,
     steps: int,
     lr: float,
-    seed: int = 0,
     classification: bool = False,
 ) -> dict[str, Tensor]:
-    """Trains a freshly initialised copy of `model` on each task's support set only.
+    """Trains `model`'s initial weights on each task's support set only, one copy per task.
 
     Args:
-        model: the network (its weights are not used, only its architecture).
+        model: a freshly initialised network of the evaluated architecture (built from the
+            run's model config, never the meta-trained one); it is not modified.
         support_x: `[B, K, ...]` support inputs of B tasks.
         support_y: `[B, K, ...]` support targets (`[B, K]` int64 for classification).
         steps: full-batch Adam steps per task.
         lr: Adam learning rate.
-        seed: initialisation seed (the same initial weights for every task).
         classification: cross-entropy instead of mean squared error.
 
     Returns:
@@ -125,17 +98,16 @@ def fit_from_scratch(
             f"support_x and support_y disagree on the number of tasks: "
             f"{support_x.shape[0]} vs {support_y.shape[0]}"
         )
-    fresh = fresh_copy(model, seed).to(support_x.device)
     num_tasks = support_x.shape[0]
     params = {
         name: p.detach().unsqueeze(0).repeat(num_tasks, *([1] * p.dim())).requires_grad_(True)
-        for name, p in fresh.named_parameters()
+        for name, p in model.named_parameters()
     }
-    buffers = dict(fresh.named_buffers())
+    buffers = dict(model.named_buffers())
     optimizer = torch.optim.Adam(list(params.values()), lr=lr)
-    forward = _batched_forward(fresh, buffers)
+    forward = _batched_forward(model, buffers)
     # Deterministic forward passes (dropout off), like the learners' evaluation path.
-    fresh.eval()
+    model.eval()
     for _ in range(int(steps)):
         optimizer.zero_grad(set_to_none=True)
         outputs = forward(params, support_x)

@@ -1,0 +1,721 @@
+"""Meta-test evaluation: adapt on each held-out task's support set, score its query.
+
+`evaluate_tasks` is the engine: given a learner and batches of tasks it scores, on the
+same tasks, the meta-trained model after adaptation and without it, the same network
+trained from scratch on the support set, and (for forecasting on a store) the naive and
+seasonal-naive forecasts, all in the store's original units. `evaluate_run` wires it to a
+training run directory (config, latest checkpoint, meta-test entities) and writes the
+report; `python -m metadist.eval run_dir=...` is its command line.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from metadist.batch import MetaBatch
+from metadist.eval import baselines, metrics
+
+FORECAST_METHODS = {
+    "adapted": "meta-trained + adapted",
+    "unadapted": "meta-trained, no adaptation",
+    "scratch": "same network from scratch on support",
+    "naive": "naive (last value)",
+    "seasonal_naive": "seasonal naive",
+}
+FORECAST_METRICS = ("smape", "mase", "mae", "mse")
+REGRESSION_METRICS = ("mse", "mae")
+CLASSIFICATION_METRICS = ("accuracy",)
+MODEL_METHODS = ("adapted", "unadapted", "scratch")
+
+
+@dataclass
+class EvalOptions:
+    """How a run is evaluated (the `eval` section of an experiment config).
+
+    Attributes:
+        inner_steps: adaptation steps on each support set; `None` uses the learner's
+            `eval_inner_steps`.
+        scratch_steps: Adam steps of the from-scratch baseline on each support set.
+        scratch_lr: its learning rate.
+        seasonal_period: m for MASE and the seasonal-naive forecast: one integer, or a
+            mapping from stratum name to m (every evaluated stratum must be present).
+        batch_size: tasks adapted at once.
+        max_tasks: evaluate at most this many held-out tasks (`None`: all of them).
+        num_examples: query forecasts drawn in the figure.
+        split: the units evaluated: `test` (meta-test, default), `val`, or `all` (every
+            unit; for a `holdout`, whose truth no training task can reach).
+        seasonal_period_from: what a `seasonal_period` mapping is keyed by: `stratum`
+            or `label`.
+        sampler_options: sampler options replaced for evaluation; the `forecast`
+            sampler always gets `split: end, num_query: 1` (adapt on the history,
+            forecast the last H steps).
+        holdout: score forecasts of a separate holdout file instead of the store's last
+            H steps (competition protocol): `{path, entity_col, time_col, value_col}`;
+            see `metadist.eval.holdout`.
+        group_by: per-group tables of the primary metric: `stratum` and/or `label`.
+        references: published figures shown next to the primary metric, e.g.
+            `{"Theta": {"all": 13.01, "stratum": {"yearly": 16.90}}}`.
+        seed: seed of the from-scratch initialisation.
+    """
+
+    inner_steps: int | None = None
+    scratch_steps: int = 100
+    scratch_lr: float = 1e-2
+    seasonal_period: int | dict[str, int] = 1
+    batch_size: int = 128
+    max_tasks: int | None = None
+    num_examples: int = 6
+    split: str = "test"
+    seasonal_period_from: str = "stratum"
+    sampler_options: dict[str, Any] = field(default_factory=dict)
+    holdout: dict[str, Any] | None = None
+    group_by: list[str] = field(default_factory=lambda: ["stratum"])
+    references: dict[str, Any] = field(default_factory=dict)
+    seed: int = 0
+
+    def validate(self) -> None:
+        """Raises `ValueError` naming the first bad field."""
+        if self.inner_steps is not None and self.inner_steps < 0:
+            raise ValueError(f"eval.inner_steps must be >= 0 or null, got {self.inner_steps}")
+        if self.scratch_steps < 0:
+            raise ValueError(f"eval.scratch_steps must be >= 0, got {self.scratch_steps}")
+        if not self.scratch_lr > 0:
+            raise ValueError(f"eval.scratch_lr must be > 0, got {self.scratch_lr}")
+        periods = (
+            self.seasonal_period.values()
+            if isinstance(self.seasonal_period, dict)
+            else [self.seasonal_period]
+        )
+        for m in periods:
+            if isinstance(m, bool) or not isinstance(m, int) or m < 1:
+                raise ValueError(f"eval.seasonal_period values must be integers >= 1, got {m!r}")
+        if self.batch_size < 1:
+            raise ValueError(f"eval.batch_size must be >= 1, got {self.batch_size}")
+        if self.max_tasks is not None and self.max_tasks < 1:
+            raise ValueError(f"eval.max_tasks must be >= 1 or null, got {self.max_tasks}")
+        if self.num_examples < 0:
+            raise ValueError(f"eval.num_examples must be >= 0, got {self.num_examples}")
+        if self.split not in ("test", "val", "all"):
+            raise ValueError(f"eval.split must be 'test', 'val' or 'all', got {self.split!r}")
+        for grouping in self.group_by:
+            if grouping not in ("stratum", "label"):
+                raise ValueError(
+                    f"eval.group_by entries must be stratum or label, got {grouping!r}"
+                )
+        if self.seasonal_period_from not in ("stratum", "label"):
+            raise ValueError(
+                "eval.seasonal_period_from must be 'stratum' or 'label', got "
+                f"{self.seasonal_period_from!r}"
+            )
+
+    def period_of(self, stratum: str, label: str = "") -> int:
+        """m for a task of `stratum` / `label`; `ValueError` if a mapping does not name it."""
+        if not isinstance(self.seasonal_period, dict):
+            return int(self.seasonal_period)
+        key = stratum if self.seasonal_period_from == "stratum" else label
+        try:
+            return int(self.seasonal_period[key])
+        except KeyError:
+            known = ", ".join(sorted(self.seasonal_period))
+            raise ValueError(
+                f"eval.seasonal_period has no entry for {self.seasonal_period_from} {key!r} "
+                f"(has: {known})"
+            ) from None
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> EvalOptions:
+        """Options from a plain mapping; `ValueError` naming an unknown or bad field."""
+        names = [f.name for f in fields(cls)]
+        unknown = sorted(set(values) - set(names))
+        if unknown:
+            raise ValueError(f"eval.{unknown[0]}: unknown field; eval has: {', '.join(names)}")
+        options = cls(**values)
+        options.validate()
+        return options
+
+
+class _Scores:
+    """Per-task point sums of each metric, for each method, and the tasks' groups."""
+
+    def __init__(self, methods: Iterable[str], metric_names: Iterable[str]) -> None:
+        self.methods = list(methods)
+        self.metric_names = list(metric_names)
+        self.sums = {m: {k: [] for k in self.metric_names} for m in self.methods}
+        self.counts: list[int] = []
+        self.groups: dict[str, list[str]] = {}
+
+    def add(self, sums: dict[str, dict[str, float]], count: int, groups: dict[str, str]):
+        for method in self.methods:
+            for name in self.metric_names:
+                self.sums[method][name].append(sums[method][name])
+        self.counts.append(count)
+        for grouping, value in groups.items():
+            self.groups.setdefault(grouping, []).append(value)
+
+    @property
+    def num_tasks(self) -> int:
+        return len(self.counts)
+
+    def summary(self, keep: np.ndarray | None = None) -> dict[str, dict[str, dict[str, float]]]:
+        counts = np.asarray(self.counts, dtype=np.float64)
+        keep = np.ones(len(counts), dtype=bool) if keep is None else keep
+        out: dict[str, dict[str, dict[str, float]]] = {}
+        for method in self.methods:
+            out[method] = {}
+            for name in self.metric_names:
+                sums = np.asarray(self.sums[method][name], dtype=np.float64)[keep]
+                per_task = sums / counts[keep]
+                finite = per_task[~np.isnan(per_task)]
+                value = metrics.pool(sums, counts[keep])
+                half = metrics.mean_ci(finite)[1] if finite.size else float("nan")
+                out[method][name] = {
+                    "value": value,
+                    "task_mean": float(finite.mean()) if finite.size else float("nan"),
+                    "ci95": half,
+                    "num_tasks": int(finite.size),
+                }
+        return out
+
+
+def evaluate_tasks(
+    learner: nn.Module,
+    batches: Iterable[MetaBatch],
+    *,
+    options: EvalOptions,
+    store: Any = None,
+    target_columns: list[int] | None = None,
+    fresh_model: Callable[[], nn.Module] | None = None,
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Scores every method on every task of `batches`.
+
+    Args:
+        learner: a trained learner (`adapt(support, steps)`, `predict(params, x)`,
+            `.model`, `.loss`).
+        batches: the held-out tasks. Forecasting on a store: `support.x [B, K, L, F]`,
+            `support.y [B, K, H, T]`, one query window per task (`query.y [B, 1, H, T]`,
+            the last H steps after `split_time`). Regression: `[B, Q, T]` targets.
+            Classification (`learner.loss == "cross_entropy"`): `query.y [B, N]`.
+        options: evaluation settings.
+        store: the `SeriesStore` the tasks come from; with it, forecasts are scored in
+            original units and the naive baselines are added.
+        target_columns: store column index of each of the T targets.
+        fresh_model: builds a freshly initialised model of the same architecture for the
+            from-scratch baseline; `None` leaves that baseline out.
+
+    Returns:
+        (result, examples): the result dict that `report.write_report` writes, and up to
+        `options.num_examples` forecasts for the figure.
+
+    Raises:
+        ValueError: a batch that does not fit the protocol (several query windows with a
+            store, missing target columns), or bad options.
+    """
+    options.validate()
+    classification = getattr(learner, "loss", "mse") == "cross_entropy"
+    with_store = store is not None and not classification
+    if with_store and target_columns is None:
+        raise ValueError("evaluate_tasks: a store needs target_columns (the store columns of T)")
+    methods = [m for m in MODEL_METHODS if m != "scratch" or fresh_model is not None]
+    if with_store:
+        methods += ["naive", "seasonal_naive"]
+        metric_names = FORECAST_METRICS
+    else:
+        metric_names = CLASSIFICATION_METRICS if classification else REGRESSION_METRICS
+    scores = _Scores(methods, metric_names)
+    examples: list[dict[str, Any]] = []
+    example_strata: set[str] = set()
+    scratch_template = None
+    started = time.perf_counter()
+    was_training = learner.training
+    learner.eval()
+    try:
+        for batch in batches:
+            if options.max_tasks is not None and scores.num_tasks >= options.max_tasks:
+                break
+            if options.max_tasks is not None:
+                batch = batch.select(slice(0, options.max_tasks - scores.num_tasks))
+            predictions = _model_predictions(learner, batch, options)
+            if fresh_model is not None:
+                if scratch_template is None:
+                    with torch.random.fork_rng(devices=[]):
+                        torch.manual_seed(options.seed)
+                        scratch_template = fresh_model()
+                params = baselines.fit_from_scratch(
+                    scratch_template,
+                    batch.support.x,
+                    batch.support.y,
+                    steps=options.scratch_steps,
+                    lr=options.scratch_lr,
+                    classification=classification,
+                )
+                predictions["scratch"] = _forecast(
+                    lambda x, m=scratch_template, p=params: baselines.predict_stacked(m, p, x),
+                    batch,
+                )
+            predictions = {k: v.detach().cpu().numpy() for k, v in predictions.items()}
+            if classification:
+                _score_classification(scores, batch, predictions, store)
+            elif with_store:
+                _score_forecasts(
+                    scores,
+                    batch,
+                    predictions,
+                    store,
+                    target_columns,
+                    options,
+                    examples,
+                    example_strata,
+                )
+            else:
+                _score_regression(scores, batch, predictions)
+    finally:
+        learner.train(was_training)
+    if scores.num_tasks == 0:
+        raise ValueError("evaluate_tasks: no task to evaluate (the held-out split is empty)")
+    result = _result(scores, classification, with_store, options, learner)
+    result["settings"]["seconds"] = round(time.perf_counter() - started, 2)
+    return result, examples
+
+
+def _model_predictions(learner, batch: MetaBatch, options: EvalOptions) -> dict[str, torch.Tensor]:
+    with torch.no_grad():
+        adapted = learner.adapt(batch.support, steps=options.inner_steps)
+        before = learner.adapt(batch.support, steps=0)
+        return {
+            "adapted": _forecast(lambda x: learner.predict(adapted, x), batch),
+            "unadapted": _forecast(lambda x: learner.predict(before, x), batch),
+        }
+
+
+def _forecast(predict: Callable[[torch.Tensor], torch.Tensor], batch: MetaBatch) -> torch.Tensor:
+    """Predictions for `batch.query.x`, rolled forward when the query horizon is longer.
+
+    A model predicting H' steps forecasts a longer query horizon H by feeding its own
+    forecasts back as inputs, H' steps at a time (the inputs must then be the targets:
+    `query.x [B, Q, L, T]`).
+    """
+    x = batch.query.x
+    target = batch.query.y
+    prediction = predict(x)
+    if target.dim() != 4 or prediction.dim() != 4 or prediction.shape[2] >= target.shape[2]:
+        return prediction if target.dim() != 4 else prediction[:, :, : target.shape[2]]
+    if x.shape[-1] != prediction.shape[-1]:
+        raise ValueError(
+            f"the query horizon {target.shape[2]} is longer than the model's horizon "
+            f"{prediction.shape[2]}, and rolling forecasts forward needs the inputs to be the "
+            f"targets, but the model reads {x.shape[-1]} input columns and predicts "
+            f"{prediction.shape[-1]}"
+        )
+    pieces = [prediction]
+    done = prediction.shape[2]
+    lookback = x.shape[2]
+    while done < target.shape[2]:
+        x = torch.cat([x, pieces[-1]], dim=2)[:, :, -lookback:]
+        pieces.append(predict(x))
+        done += pieces[-1].shape[2]
+    return torch.cat(pieces, dim=2)[:, :, : target.shape[2]]
+
+
+def _score_forecasts(scores, batch, predictions, store, target_columns, options, examples, seen):
+    query_y = batch.query.y
+    if query_y.dim() != 4 or query_y.shape[1] != 1:
+        raise ValueError(
+            "forecast evaluation scores one query window per task (the last H steps of the "
+            f"entity, split='end'); got query.y of shape {tuple(query_y.shape)} — set the "
+            "sampler's num_query to 1"
+        )
+    entity_index = batch.entity_index.cpu().numpy()
+    split_time = batch.split_time.cpu().numpy()
+    scaler = store.scaler
+    cols = list(target_columns)
+    index = entity_index[:, None, None]
+    truth = scaler.inverse(query_y.cpu().numpy().astype(np.float64), index, cols)[:, 0]
+    model_forecasts = {
+        k: scaler.inverse(v.astype(np.float64), index, cols)[:, 0] for k, v in predictions.items()
+    }
+    stratum_names = store.stratum_names
+    label_names = store.label_names
+    for b, entity in enumerate(entity_index):
+        times = store.series_times(int(entity))
+        num_history = int(np.searchsorted(times, split_time[b], side="left"))
+        scaled_history = np.asarray(store.series(int(entity))[:num_history][:, cols], np.float64)
+        history = scaler.inverse(scaled_history, int(entity), cols)
+        stratum = str(stratum_names[store.stratum_codes[entity]]) if len(stratum_names) else ""
+        label = str(label_names[store.label_codes[entity]]) if len(label_names) else ""
+        period = options.period_of(stratum, label)
+        horizon = truth.shape[1]
+        forecasts = {k: v[b] for k, v in model_forecasts.items()}
+        forecasts["naive"] = baselines.naive_forecast(history, horizon)
+        forecasts["seasonal_naive"] = baselines.seasonal_naive_forecast(history, horizon, period)
+        try:
+            scale = np.asarray(metrics.seasonal_scale(history, period), dtype=np.float64)
+        except ValueError:  # history no longer than one season: MASE undefined
+            scale = np.full(len(cols), np.nan)
+        sums = {}
+        for method in scores.methods:
+            forecast = forecasts[method]
+            abs_err = metrics.absolute_errors(truth[b], forecast)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                scaled = np.where(scale > 0, abs_err / scale, np.nan)
+            sums[method] = {
+                "smape": float(metrics.smape_terms(truth[b], forecast).sum()),
+                "mase": float(scaled.sum()),
+                "mae": float(abs_err.sum()),
+                "mse": float(metrics.squared_errors(truth[b], forecast).sum()),
+            }
+        scores.add(sums, truth[b].size, {"stratum": stratum, "label": label})
+        if len(examples) < options.num_examples and (stratum not in seen or len(seen) >= 4):
+            seen.add(stratum)
+            tail = max(3 * horizon, 2 * period, 24)
+            examples.append(
+                {
+                    "title": f"{store.entity_ids[entity]} ({stratum})"
+                    if stratum
+                    else str(store.entity_ids[entity]),
+                    "history": history[-tail:, 0],
+                    "truth": truth[b][:, 0],
+                    "unadapted": forecasts["unadapted"][:, 0],
+                    "adapted": forecasts["adapted"][:, 0],
+                }
+            )
+
+
+def _score_regression(scores, batch, predictions):
+    truth = batch.query.y.cpu().numpy().astype(np.float64)
+    for b in range(truth.shape[0]):
+        sums = {
+            method: {
+                "mse": float(metrics.squared_errors(truth[b], predictions[method][b]).sum()),
+                "mae": float(metrics.absolute_errors(truth[b], predictions[method][b]).sum()),
+            }
+            for method in scores.methods
+        }
+        scores.add(sums, truth[b].size, {})
+
+
+def _score_classification(scores, batch, predictions, store):
+    target = batch.query.y.cpu().numpy()
+    for b in range(target.shape[0]):
+        sums = {
+            method: {"accuracy": float((predictions[method][b].argmax(-1) == target[b]).sum())}
+            for method in scores.methods
+        }
+        scores.add(sums, target[b].size, {})
+
+
+def _result(scores: _Scores, classification, with_store, options, learner) -> dict[str, Any]:
+    labels = {m: FORECAST_METHODS[m] for m in scores.methods}
+    primary = "accuracy" if classification else ("smape" if with_store else "mse")
+    result: dict[str, Any] = {
+        "title": "Meta-test evaluation",
+        "kind": "classification"
+        if classification
+        else ("forecast" if with_store else "regression"),
+        "num_tasks": scores.num_tasks,
+        "methods": labels,
+        "metrics": list(scores.metric_names),
+        "primary_metric": primary,
+        "primary_metric_label": {"smape": "sMAPE", "mse": "MSE", "accuracy": "accuracy"}[primary],
+        "overall": scores.summary(),
+        "groups": {},
+        "references": options.references,
+        "settings": {
+            "split": options.split,
+            "inner_steps": options.inner_steps
+            if options.inner_steps is not None
+            else getattr(learner, "eval_inner_steps", None),
+            "scratch_steps": options.scratch_steps,
+            "scratch_lr": options.scratch_lr,
+            "seasonal_period": options.seasonal_period,
+            "units": "original (store scaling inverted)" if with_store else "as sampled",
+            "aggregation": "mean over all forecast points; ± 95% CI of the per-task mean"
+            if not classification
+            else "mean over tasks ± 95% CI",
+        },
+    }
+    for grouping, values in scores.groups.items():
+        if grouping not in options.group_by:
+            continue
+        values = np.asarray(values)
+        names = sorted(set(values.tolist()) - {""})
+        if len(names) < 2:
+            continue
+        table = {}
+        for name in names:
+            keep = values == name
+            summary = scores.summary(keep)
+            table[name] = {
+                "num_tasks": int(keep.sum()),
+                "scores": {m: {k: v["value"] for k, v in s.items()} for m, s in summary.items()},
+            }
+        result["groups"][grouping] = table
+    if classification:
+        for method in scores.methods:
+            score = result["overall"][method]["accuracy"]
+            score["value"] = score["task_mean"]  # accuracy is averaged over tasks
+    return result
+
+
+def load_eval_options(
+    experiment: str, overrides: Iterable[str] = (), config_dir: str | None = None
+) -> EvalOptions:
+    """The evaluation settings of `experiment`, with `eval.KEY=VALUE` overrides applied.
+
+    They are read from `experiments/eval/<experiment>.yaml` if it exists, else
+    `experiments/eval/default.yaml`, else the `EvalOptions` defaults.
+
+    Raises:
+        ValueError: an override not of the form `eval.KEY=VALUE`, or a bad field.
+    """
+    from omegaconf import OmegaConf
+
+    from metadist.train.compose import find_experiments_dir
+
+    values: dict[str, Any] = {}
+    try:
+        eval_dir = find_experiments_dir(config_dir) / "eval"
+    except FileNotFoundError:
+        eval_dir = None
+    if eval_dir is not None:
+        for name in (experiment, "default"):
+            path = eval_dir / f"{name}.yaml"
+            if path.is_file():
+                loaded = OmegaConf.to_container(OmegaConf.load(path), resolve=True) or {}
+                if not isinstance(loaded, dict):
+                    raise ValueError(f"{path} must hold a mapping of eval settings")
+                values = loaded
+                break
+    dotlist = []
+    for override in overrides:
+        key, sep, _ = override.partition("=")
+        if not sep or not key.startswith("eval."):
+            raise ValueError(f"evaluation override {override!r} must look like eval.KEY=VALUE")
+        dotlist.append(override[len("eval.") :])
+    if dotlist:
+        merged = OmegaConf.merge(OmegaConf.create(values), OmegaConf.from_dotlist(dotlist))
+        values = OmegaConf.to_container(merged, resolve=True)
+    return EvalOptions.from_dict(values)
+
+
+def evaluate_run(
+    run_dir: str | os.PathLike,
+    *,
+    overrides: Iterable[str] = (),
+    options: EvalOptions | None = None,
+    config_dir: str | None = None,
+    write: bool = True,
+) -> dict[str, Any]:
+    """Evaluates a training run's latest checkpoint on its held-out tasks.
+
+    Rebuilds the run's store, sampler (evaluation protocol), partition, model and learner
+    from the config saved in the checkpoint, loads the meta-trained weights, scores every
+    method (`evaluate_tasks`) and writes `metrics.json`, `metrics.md` and
+    `forecasts.png` to `<run_dir>/eval/`.
+
+    Args:
+        run_dir: a run directory written by `python -m metadist.train`.
+        overrides: `eval.KEY=VALUE` settings (see `EvalOptions`).
+        options: the settings, instead of reading them from the experiment's eval file.
+        config_dir: the experiments directory (default: as training looks it up).
+        write: write the report files.
+
+    Returns:
+        The result dict, with `paths` (the files written) added.
+
+    Raises:
+        FileNotFoundError: no run directory or no checkpoint in it, or a missing store.
+        ValueError: bad settings, or tasks the evaluation protocol cannot score.
+    """
+    from metadist.learners import build_learner
+    from metadist.models import build_model
+    from metadist.train.checkpoint import latest_checkpoint, load_checkpoint
+    from metadist.train.config import build_config
+
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"run_dir: no run directory at {run_dir}")
+    found = latest_checkpoint(run_dir)
+    if found is None:
+        raise FileNotFoundError(
+            f"run_dir {run_dir} has no checkpoint yet; train first "
+            f"(python -m metadist.train experiment=NAME run_dir={run_dir})"
+        )
+    checkpoint_path, pointer = found
+    state = load_checkpoint(checkpoint_path, pointer)
+    config = build_config(state["config"], world_size=1)
+    if options is None:
+        options = load_eval_options(config.experiment, overrides, config_dir)
+    options.validate()
+    parts = _eval_parts(config, options)
+    torch.manual_seed(config.trainer.seed)
+    model = build_model(
+        config.model.name, parts["input_shape"], parts["output_shape"], **config.model.options
+    )
+    learner = build_learner(config.learner.name, model, **config.learner.options)
+    learner.load_state_dict(state["learner"])
+
+    def fresh_model() -> nn.Module:
+        return build_model(
+            config.model.name, parts["input_shape"], parts["output_shape"], **config.model.options
+        )
+
+    result, examples = evaluate_tasks(
+        learner,
+        parts["batches"],
+        options=options,
+        store=parts["store"],
+        target_columns=parts["target_columns"],
+        fresh_model=fresh_model,
+    )
+    step = int(state.get("step", pointer.get("step", 0)))
+    result["title"] = f"{config.experiment}: evaluation on held-out tasks after {step} meta-steps"
+    result["settings"] = {
+        "experiment": config.experiment,
+        "checkpoint": checkpoint_path.name,
+        "learner": config.learner.name,
+        "model": config.model.name,
+        "tasks": parts["description"],
+        **result["settings"],
+    }
+    if write:
+        from metadist.eval.report import write_report
+
+        result["paths"] = {k: str(v) for k, v in write_report(result, run_dir, examples).items()}
+    return result
+
+
+def _eval_parts(config, options: EvalOptions) -> dict[str, Any]:
+    """Store, held-out task batches and model shapes of a run, for evaluation."""
+    from metadist.data import StratifiedTaskPartitioner
+    from metadist.tasks import build_task_sampler, derive_task_seeds
+    from metadist.train.build import example_shapes
+
+    store = None
+    if config.data.store is not None:
+        from metadist.store import SeriesStore
+
+        store = SeriesStore.open(config.data.store)
+    train_sampler = build_task_sampler(config.sampler.name, store, **config.sampler.options)
+    seed = config.trainer.seed
+    example = train_sampler.sample(
+        np.zeros(1, dtype=np.int64), derive_task_seeds(seed, 0, np.zeros(1))
+    )
+    input_shape, output_shape = example_shapes(example, train_sampler)
+    partitioner = StratifiedTaskPartitioner(
+        train_sampler.unit_strata(),
+        seed=seed,
+        fractions=tuple(config.data.fractions),
+        pinned_test_units=config.data.pinned_test_units,
+    )
+    if options.split == "all":
+        units = np.arange(train_sampler.num_units, dtype=np.int64)
+    else:
+        units = np.asarray(partitioner.units(options.split), dtype=np.int64)
+    if len(units) == 0:
+        raise ValueError(
+            f"eval.split={options.split!r}: the run's partition has no {options.split} units "
+            f"(data.fractions={list(config.data.fractions)})"
+        )
+    if options.max_tasks is not None:
+        units = units[: options.max_tasks]
+    target_columns = getattr(train_sampler, "target_columns", None)
+
+    if options.holdout is not None:
+        batches, description = _holdout_batches(store, train_sampler, units, options)
+    else:
+        eval_options = dict(config.sampler.options)
+        if config.sampler.name == "forecast":
+            eval_options.update(split="end", num_query=1)
+        eval_options.update(options.sampler_options)
+        sampler = build_task_sampler(config.sampler.name, store, **eval_options)
+        units = _same_units(train_sampler, sampler, units)
+        description = f"{len(units)} {options.split} units, sampler {config.sampler.name}"
+        if config.sampler.name == "forecast":
+            description += " (split=end: adapt on the history, forecast the last H)"
+
+        def batches():
+            for first in range(0, len(units), options.batch_size):
+                chunk = units[first : first + options.batch_size]
+                positions = np.arange(first, first + len(chunk))
+                yield sampler.sample(chunk, derive_task_seeds(options.seed, 0, positions))
+
+        batches = batches()
+    return {
+        "store": store,
+        "batches": batches,
+        "input_shape": input_shape,
+        "output_shape": output_shape,
+        "target_columns": target_columns,
+        "description": description,
+    }
+
+
+def _same_units(train_sampler, eval_sampler, units: np.ndarray) -> np.ndarray:
+    """The evaluation sampler's indices of the training sampler's `units`.
+
+    Evaluation options can change which entities a sampler keeps (a task needs fewer
+    rows with one query window), so units are matched by their first store row.
+    """
+    train_start = getattr(train_sampler, "unit_start", None)
+    eval_start = getattr(eval_sampler, "unit_start", None)
+    if train_start is None or eval_start is None:
+        return units
+    wanted = np.asarray(train_start)[units]
+    order = np.argsort(eval_start)
+    found = np.searchsorted(np.asarray(eval_start)[order], wanted)
+    found = np.minimum(found, len(order) - 1)
+    matched = order[found]
+    if not np.array_equal(np.asarray(eval_start)[matched], wanted):
+        raise ValueError("the evaluation sampler does not keep every held-out unit")
+    return matched.astype(np.int64)
+
+
+def _holdout_batches(store, sampler, units: np.ndarray, options: EvalOptions):
+    from metadist.eval.holdout import holdout_batches, read_holdout
+
+    if store is None or not hasattr(sampler, "lookback"):
+        raise ValueError("eval.holdout needs a forecast sampler on a series store")
+    spec = dict(options.holdout)
+    known = {"path", "entity_col", "time_col", "value_cols"}
+    unknown = sorted(set(spec) - known)
+    if unknown or "path" not in spec:
+        raise ValueError(
+            f"eval.holdout needs path (and optionally entity_col, time_col, value_cols); "
+            f"got {sorted(spec)}"
+        )
+    target_names = [store.column_names[c] for c in sampler.target_columns]
+    holdout = read_holdout(
+        spec["path"],
+        store,
+        entity_col=spec.get("entity_col", "entity_id"),
+        time_col=spec.get("time_col", store.metadata.get("time_col", "time")),
+        value_cols=spec.get("value_cols", target_names),
+    )
+    entities = np.unique(np.asarray(sampler.unit_entity)[units])
+    entities = entities[np.isin(entities, list(holdout))]
+    batches = holdout_batches(
+        store,
+        holdout,
+        entities=entities,
+        lookback=sampler.lookback,
+        horizon=sampler.horizon,
+        num_support=sampler.num_support,
+        stride=sampler.stride,
+        input_columns=sampler.input_columns,
+        target_columns=sampler.target_columns,
+        batch_size=options.batch_size,
+    )
+    description = (
+        f"{len(entities)} entities, query = holdout {spec['path']} "
+        f"(adapt on up to {sampler.num_support} windows of the training part)"
+    )
+    return batches, description

@@ -1,0 +1,214 @@
+"""Writing an evaluation: `metrics.json`, `metrics.md` and `forecasts.png` in `<run_dir>/eval/`.
+
+The JSON holds everything (per-method metrics overall and per group, settings, published
+reference figures); the markdown is the same numbers as tables a person reads; the PNG
+shows a few query forecasts next to their history and truth. Every file is written to a
+temporary name and renamed, so a report is never half-written.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+METRIC_LABELS = {
+    "smape": "sMAPE",
+    "mase": "MASE",
+    "mae": "MAE",
+    "mse": "MSE",
+    "accuracy": "accuracy",
+}
+EVAL_DIR = "eval"
+JSON_NAME = "metrics.json"
+MARKDOWN_NAME = "metrics.md"
+FIGURE_NAME = "forecasts.png"
+
+
+def write_report(
+    result: dict[str, Any], run_dir: str | os.PathLike, examples: list[dict] | None = None
+) -> dict[str, Path]:
+    """Writes the JSON, the markdown tables and (given examples) the figure.
+
+    Args:
+        result: the evaluation (see `metadist.eval.evaluate.evaluate_run`).
+        run_dir: the run directory; files go to `<run_dir>/eval/`.
+        examples: forecasts to draw, each a dict with `title`, `history` `[n]`, `truth`
+            `[H]` and one `[H]` array per drawn method (`unadapted`, `adapted`).
+
+    Returns:
+        {"json": path, "markdown": path, "figure": path (only with examples)}.
+    """
+    out_dir = Path(run_dir) / EVAL_DIR
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out_dir / JSON_NAME, "markdown": out_dir / MARKDOWN_NAME}
+    _atomic_write_text(paths["json"], json.dumps(_jsonable(result), indent=2) + "\n")
+    _atomic_write_text(paths["markdown"], markdown_report(result))
+    if examples:
+        paths["figure"] = out_dir / FIGURE_NAME
+        plot_forecasts(examples, paths["figure"], title=result.get("title"))
+    return paths
+
+
+def markdown_report(result: dict[str, Any]) -> str:
+    """The evaluation as markdown: a settings line, the main table, one table per group."""
+    lines = [f"# {result.get('title', 'Meta-test evaluation')}", ""]
+    settings = result.get("settings", {})
+    if settings:
+        lines.append("; ".join(f"{k}: {_plain(v)}" for k, v in settings.items()))
+        lines.append("")
+    lines += metric_table(result).splitlines()
+    for grouping, groups in result.get("groups", {}).items():
+        lines += ["", f"## {result.get('primary_metric_label', 'sMAPE')} by {grouping}", ""]
+        lines += group_table(result, grouping, groups).splitlines()
+    return "\n".join(lines) + "\n"
+
+
+def metric_table(result: dict[str, Any]) -> str:
+    """Rows: methods; columns: metrics, each `value ± 95% CI half-width over tasks`."""
+    metrics = result["metrics"]
+    methods = result["methods"]
+    header = "| method | " + " | ".join(METRIC_LABELS.get(m, m) for m in metrics) + " |"
+    rule = "| --- | " + " | ".join("---:" for _ in metrics) + " |"
+    rows = [header, rule]
+    for method, label in methods.items():
+        scores = result["overall"][method]
+        cells = [_format_score(scores[m]) for m in metrics]
+        rows.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def group_table(result: dict[str, Any], grouping: str, groups: dict[str, Any]) -> str:
+    """Rows: groups and `all`; columns: task count, each method, each reference."""
+    metric = result["primary_metric"]
+    methods = result["methods"]
+    references = {
+        name: ref for name, ref in result.get("references", {}).items() if grouping in ref
+    }
+    header = (
+        f"| {grouping} | tasks | "
+        + " | ".join(methods.values())
+        + "".join(f" | {name} (published)" for name in references)
+        + " |"
+    )
+    rule = "| --- | ---: |" + " ---: |" * (len(methods) + len(references))
+    rows = [header, rule]
+    names = list(groups) + ["all"]
+    for name in names:
+        if name == "all":
+            count = result["num_tasks"]
+            cells = [_number(result["overall"][m][metric]["value"]) for m in methods]
+            refs = [_number(ref.get("all")) for ref in references.values()]
+            name_cell = "**all**"
+        else:
+            count = groups[name]["num_tasks"]
+            cells = [_number(groups[name]["scores"][m][metric]) for m in methods]
+            refs = [_number(ref[grouping].get(name)) for ref in references.values()]
+            name_cell = name
+        rows.append(f"| {name_cell} | {count} | " + " | ".join(cells + refs) + " |")
+    return "\n".join(rows)
+
+
+def plot_forecasts(examples: list[dict], path: str | os.PathLike, title: str | None = None):
+    """Draws up to 6 query forecasts: history, truth, unadapted and adapted forecast.
+
+    The x axis is in steps relative to the forecast origin (the first query step is 0).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    examples = examples[:6]
+    num_cols = min(3, len(examples))
+    num_rows = math.ceil(len(examples) / num_cols)
+    fig, axes = plt.subplots(
+        num_rows, num_cols, figsize=(4.6 * num_cols, 3.2 * num_rows), squeeze=False
+    )
+    styles = {
+        "truth": dict(color="black", lw=2.0, marker="o", ms=3, label="truth"),
+        "unadapted": dict(color="tab:orange", lw=1.6, ls="--", label="meta-trained, no adaptation"),
+        "adapted": dict(color="tab:blue", lw=2.0, label="meta-trained + adapted"),
+    }
+    for ax, example in zip(axes.flat, examples, strict=False):
+        history = np.asarray(example["history"], dtype=np.float64)
+        horizon = len(example["truth"])
+        ax.plot(np.arange(-len(history), 0), history, color="0.45", lw=1.2, label="history")
+        steps = np.arange(horizon)
+        for key, style in styles.items():
+            if key in example:
+                ax.plot(steps, np.asarray(example[key], dtype=np.float64), **style)
+        ax.axvline(-0.5, color="0.7", lw=0.8, ls=":")
+        ax.set_title(str(example.get("title", "")), fontsize=9)
+        ax.tick_params(labelsize=8)
+        ax.set_xlabel("steps from forecast origin", fontsize=8)
+    for ax in list(axes.flat)[len(examples) :]:
+        ax.set_visible(False)
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=9, frameon=False)
+    if title:
+        fig.suptitle(title, fontsize=11)
+    fig.tight_layout(rect=(0, 0.07, 1, 0.96 if title else 1))
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    fig.savefig(tmp, dpi=110, format="png")
+    plt.close(fig)
+    os.replace(tmp, path)
+
+
+def _format_score(score: dict[str, Any]) -> str:
+    value = _number(score["value"])
+    half = score.get("ci95")
+    if half is None or not np.isfinite(half):
+        return value
+    return f"{value} ± {_number(half)}"
+
+
+def _number(value: Any) -> str:
+    if value is None:
+        return "–"
+    value = float(value)
+    if not np.isfinite(value):
+        return "n/a"
+    magnitude = abs(value)
+    if magnitude == 0:
+        return "0"
+    if magnitude >= 1e5 or magnitude < 1e-3:
+        return f"{value:.3e}"
+    if magnitude >= 100:
+        return f"{value:.1f}"
+    return f"{value:.3f}" if magnitude < 10 else f"{value:.2f}"
+
+
+def _plain(value: Any) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={_plain(v)}" for k, v in value.items())
+    return str(value)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return _jsonable(value.tolist())
+    if isinstance(value, (np.floating, float)):
+        value = float(value)
+        return value if math.isfinite(value) else None
+    if isinstance(value, np.integer):
+        return int(value)
+    return value
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)

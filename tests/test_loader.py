@@ -1,0 +1,255 @@
+"""BatchMetaDataLoader: epochs, ranks, workers, resume, errors, user samplers."""
+
+import numpy as np
+import pytest
+import torch
+from _task_stores import PANEL_LENGTHS, build_encoded_store
+
+from metadist.batch import MetaBatch, TaskSet
+from metadist.data import BatchMetaDataLoader, StratifiedTaskPartitioner
+from metadist.tasks import (
+    TaskSampler,
+    build_task_sampler,
+    register_task_sampler,
+    task_integers,
+)
+
+FORECAST = {"lookback": 16, "horizon": 4, "num_support": 3, "num_query": 2}
+
+
+# The user-defined sampler of the README, registered from outside metadist.
+@register_task_sampler("random_windows")
+class RandomWindows(TaskSampler):
+    """Support and query windows at random places of one entity (no split time)."""
+
+    needs_store = True
+
+    def __init__(self, store, *, lookback=16, horizon=4, num_windows=4):
+        if lookback < 1 or horizon < 1:
+            raise ValueError("random_windows: lookback and horizon must be >= 1")
+        self.store, self.lookback, self.horizon = store, lookback, horizon
+        self.num_windows = num_windows
+        self.entities = np.flatnonzero(store.lengths >= lookback + horizon)
+
+    @property
+    def num_units(self):
+        return len(self.entities)
+
+    def unit_strata(self):
+        return self.store.stratum_codes[self.entities]
+
+    def sample(self, units, seeds):
+        entity = self.entities[units]
+        span = self.store.lengths[entity] - self.lookback - self.horizon + 1  # [B]
+        offsets = task_integers(seeds, span, 2 * self.num_windows)  # [B, 2K]
+        rows = self.store.starts[entity][:, None] + offsets
+        steps = np.arange(self.lookback + self.horizon)
+        windows = self.store.values[rows[..., None] + steps]  # [B, 2K, L+H, C]
+        x = torch.from_numpy(np.ascontiguousarray(windows[:, :, : self.lookback]))
+        y = torch.from_numpy(np.ascontiguousarray(windows[:, :, self.lookback :, -1:]))
+        k = self.num_windows
+        return MetaBatch(
+            support=TaskSet(x[:, :k].contiguous(), y[:, :k].contiguous()),
+            query=TaskSet(x[:, k:].contiguous(), y[:, k:].contiguous()),
+            entity_index=torch.from_numpy(entity),
+            stratum=torch.from_numpy(self.store.stratum_codes[entity]),
+            split_time=torch.full((len(units),), -1, dtype=torch.int64),
+        )
+
+
+@pytest.fixture(scope="session")
+def encoded_store(tmp_path_factory):
+    return build_encoded_store(tmp_path_factory.mktemp("loader_store"), PANEL_LENGTHS)
+
+
+def _tasks(batches):
+    """(entity, split time, first support value) of every task, in order."""
+    out = []
+    for batch in batches:
+        first = batch.support.x.reshape(batch.num_tasks, -1)[:, 0]
+        out += list(
+            zip(
+                batch.entity_index.tolist(),
+                batch.split_time.tolist(),
+                first.tolist(),
+                strict=True,
+            )
+        )
+    return out
+
+
+def _assert_same(batches, others):
+    assert len(batches) == len(others)
+    for a, b in zip(batches, others, strict=True):
+        for x, y in zip(
+            (a.support.x, a.support.y, a.query.x, a.query.y, a.entity_index, a.split_time),
+            (b.support.x, b.support.y, b.query.x, b.query.y, b.entity_index, b.split_time),
+            strict=True,
+        ):
+            assert torch.equal(x, y)
+
+
+def test_epochs_lengths_and_torchmeta_keys():
+    sampler = build_task_sampler("sinusoid", num_tasks=101, num_support=4, num_query=6)
+    loader = BatchMetaDataLoader(sampler, np.arange(101), batch_size=10, seed=3)
+    assert len(loader) == 10
+    epoch0 = list(loader)
+    assert len(epoch0) == 10 and loader.state_dict()["epoch"] == 1
+    assert all(b.support.x.shape == (10, 4, 1) and b.query.y.shape == (10, 6, 1) for b in epoch0)
+    inputs, targets = epoch0[0]["test"]
+    assert inputs.shape == (10, 6, 1) and targets is epoch0[0].query.y
+    epoch1 = list(loader)
+    assert len(epoch1) == 10 and loader.state_dict() == {
+        **loader.state_dict(),
+        "epoch": 2,
+        "tasks_consumed": 0,
+    }
+    assert not torch.equal(epoch0[0].support.y, epoch1[0].support.y)
+    again = list(BatchMetaDataLoader(sampler, np.arange(101), batch_size=10, seed=3))
+    _assert_same(epoch0, again)
+
+
+def test_ranks_get_equal_disjoint_shares(encoded_store):
+    sampler = build_task_sampler("forecast", encoded_store, **FORECAST)
+    part = StratifiedTaskPartitioner(sampler.unit_strata(), seed=0, fractions=(0.9, 0.1, 0.0))
+    loaders = [
+        BatchMetaDataLoader(sampler, part, batch_size=4, seed=1, rank=r, world_size=3)
+        for r in range(3)
+    ]
+    assert len({len(loader) for loader in loaders}) == 1 and len(loaders[0]) == 2
+    per_rank = [[e for e, _, _ in _tasks(list(loader))] for loader in loaders]
+    everyone = sum(per_rank, [])
+    assert len(everyone) == 24 and len(set(everyone)) == 24
+    assert set(everyone) <= set(sampler.unit_entity[part.units("train")].tolist())
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(120)
+def test_same_batches_with_zero_and_two_workers(encoded_store):
+    sampler = build_task_sampler("forecast", encoded_store, **FORECAST)
+    part = StratifiedTaskPartitioner(sampler.unit_strata(), seed=2)
+    kwargs = {"batch_size": 3, "seed": 7, "rank": 1, "world_size": 2}
+    reference = BatchMetaDataLoader(sampler, part, **kwargs)
+    forked = BatchMetaDataLoader(sampler, part, num_workers=2, **kwargs)
+    for _ in range(2):  # two epochs
+        _assert_same(list(reference), list(forked))
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(180)
+def test_spawned_persistent_workers_give_the_same_stream(encoded_store):
+    sampler = build_task_sampler("forecast", encoded_store, **FORECAST)
+    part = StratifiedTaskPartitioner(sampler.unit_strata(), seed=2)
+    kwargs = {"batch_size": 4, "seed": 7}
+    reference = BatchMetaDataLoader(sampler, part, **kwargs)
+    spawned = BatchMetaDataLoader(
+        sampler,
+        part,
+        num_workers=2,
+        persistent_workers=True,
+        prefetch_factor=1,
+        multiprocessing_context="spawn",
+        **kwargs,
+    )
+    for _ in range(2):
+        _assert_same(list(reference), list(spawned))
+
+
+def test_resume_mid_epoch_gives_the_remaining_batches(encoded_store):
+    sampler = build_task_sampler("forecast", encoded_store, **FORECAST)
+    part = StratifiedTaskPartitioner(sampler.unit_strata(), seed=4, fractions=(1.0, 0.0, 0.0))
+    make = lambda: BatchMetaDataLoader(sampler, part, batch_size=5, seed=8)  # noqa: E731
+    full = make()
+    list(full)  # epoch 0
+    epoch1 = list(full)
+    interrupted = make()
+    list(interrupted)
+    iterator = iter(interrupted)
+    for _ in range(3):
+        next(iterator)
+    state = interrupted.state_dict()
+    assert state["epoch"] == 1 and state["tasks_consumed"] == 15
+    resumed = make()
+    resumed.load_state_dict(state)
+    _assert_same(list(resumed), epoch1[3:])
+    assert resumed.state_dict()["epoch"] == 2
+
+
+def test_resume_with_another_world_size_covers_the_rest_once(encoded_store):
+    sampler = build_task_sampler("forecast", encoded_store, **FORECAST)
+    part = StratifiedTaskPartitioner(sampler.unit_strata(), seed=4, fractions=(1.0, 0.0, 0.0))
+    reference = _tasks(list(BatchMetaDataLoader(sampler, part, batch_size=1, seed=8)))
+    assert len(reference) == 36
+    two = [
+        BatchMetaDataLoader(sampler, part, batch_size=3, seed=8, rank=r, world_size=2)
+        for r in range(2)
+    ]
+    seen = []
+    for loader in two:
+        iterator = iter(loader)
+        for _ in range(2):
+            seen += _tasks([next(iterator)])
+    state = two[0].state_dict()
+    assert state == two[1].state_dict() and state["tasks_consumed"] == 12
+    assert sorted(seen) == sorted(reference[:12])
+    three = [
+        BatchMetaDataLoader(sampler, part, batch_size=2, seed=8, rank=r, world_size=3)
+        for r in range(3)
+    ]
+    rest = []
+    for loader in three:
+        loader.load_state_dict(state)
+        rest += _tasks(list(loader))
+    assert sorted(rest) == sorted(reference[12:])  # 24 left = 4 steps of 3 ranks x 2
+
+
+def test_user_sampler_is_selected_by_name(encoded_store):
+    loader = BatchMetaDataLoader(
+        "random_windows",
+        np.arange(10),
+        batch_size=5,
+        store=encoded_store,
+        sampler_options={"lookback": 8, "num_windows": 3},
+    )
+    assert isinstance(loader.sampler, RandomWindows)
+    batches = list(loader)
+    assert len(batches) == 2 and batches[0].support.x.shape == (5, 3, 8, 3)
+
+
+def test_constructor_errors_name_the_field(encoded_store):
+    sampler = build_task_sampler("sinusoid", num_tasks=20)
+    with pytest.raises(ValueError, match="unknown task sampler 'nope'; registered: .*forecast"):
+        BatchMetaDataLoader("nope", np.arange(4), batch_size=2)
+    with pytest.raises(ValueError, match=r"batch_size=11 is larger than the 10 tasks each rank"):
+        BatchMetaDataLoader(sampler, np.arange(20), batch_size=11, world_size=2, rank=1)
+    with pytest.raises(ValueError, match="world_size=21 is larger than the 20 tasks"):
+        BatchMetaDataLoader(sampler, np.arange(20), batch_size=1, world_size=21)
+    with pytest.raises(ValueError, match="rank must be in 0..1"):
+        BatchMetaDataLoader(sampler, np.arange(20), batch_size=1, world_size=2, rank=2)
+    with pytest.raises(ValueError, match="batch_size must be >= 1"):
+        BatchMetaDataLoader(sampler, np.arange(20), batch_size=0)
+    with pytest.raises(ValueError, match=r"units \[20\] are outside"):
+        BatchMetaDataLoader(sampler, np.arange(21), batch_size=1)
+    with pytest.raises(ValueError, match="lookback must be an integer >= 1"):
+        BatchMetaDataLoader(
+            "forecast",
+            np.arange(4),
+            batch_size=1,
+            store=encoded_store,
+            sampler_options={"lookback": 0},
+        )
+    with pytest.raises(ValueError, match="no entity .* long enough"):
+        BatchMetaDataLoader(
+            "forecast",
+            np.arange(4),
+            batch_size=1,
+            store=encoded_store,
+            sampler_options={"num_support": 500},
+        )
+    with pytest.raises(ValueError, match="need num_workers > 0"):
+        BatchMetaDataLoader(sampler, np.arange(20), batch_size=1, persistent_workers=True)
+    loader = BatchMetaDataLoader(sampler, np.arange(20), batch_size=2)
+    with pytest.raises(ValueError, match="seed=5, this loader has seed=0"):
+        loader.load_state_dict({**loader.state_dict(), "seed": 5})
+    with pytest.raises(ValueError, match="tasks_consumed=21"):
+        loader.load_state_dict({"epoch": 0, "tasks_consumed": 21})

@@ -1,0 +1,130 @@
+"""The forecast sampler on a store whose values encode (entity, time)."""
+
+import numpy as np
+import pytest
+from _task_stores import PANEL_LENGTHS, TIME_STEP, build_encoded_store
+
+from metadist.tasks import build_task_sampler, derive_task_seeds
+
+OPTIONS = {"lookback": 16, "horizon": 4, "num_support": 5, "num_query": 3, "stride": 2}
+
+
+@pytest.fixture(scope="session")
+def encoded_store(tmp_path_factory):
+    return build_encoded_store(tmp_path_factory.mktemp("forecast_store"), PANEL_LENGTHS)
+
+
+def _all_tasks(sampler, num_seeds=6):
+    units = np.tile(np.arange(sampler.num_units), num_seeds)
+    return units, sampler.sample(units, derive_task_seeds(9, 0, np.arange(len(units))))
+
+
+def _decode(x):
+    """(entity, row within entity) of every input step, from the `code` column."""
+    code = x[..., 0].numpy().astype(np.int64)
+    return code // 10000, code % 10000
+
+
+@pytest.mark.parametrize("split", ["random", "end"])
+def test_no_leakage_across_split_time_or_entities(encoded_store, split):
+    sampler = build_task_sampler("forecast", encoded_store, split=split, **OPTIONS)
+    units, batch = _all_tasks(sampler)
+    tau = batch.split_time.numpy()[:, None, None]
+    support_target_time = batch.support.y[..., 0].numpy() - 0.5  # target = time + 0.5
+    query_target_time = batch.query.y[..., 0].numpy() - 0.5
+    assert np.all(support_target_time < tau)
+    assert np.all(query_target_time >= tau)
+    # the last support window ends right at tau, the first query window starts at it
+    assert np.all(support_target_time[:, -1, -1] == tau[:, 0, 0] - TIME_STEP)
+    assert np.all(query_target_time[:, 0, 0] == tau[:, 0, 0])
+    for side in (batch.support, batch.query):
+        entity, row = _decode(side.x)
+        assert np.all(entity == batch.entity_index.numpy()[:, None, None])
+        assert np.all(np.diff(row, axis=-1) == 1)  # consecutive rows, no gaps, no crossing
+        input_time = side.x[..., 1].numpy()
+        np.testing.assert_array_equal(
+            side.y[..., 0, 0].numpy() - 0.5, input_time[..., -1] + TIME_STEP
+        )
+    entity_length = encoded_store.lengths[batch.entity_index.numpy()]
+    last_time = 1000 + TIME_STEP * (entity_length - 1)
+    if split == "end":
+        assert np.all(query_target_time[:, -1, -1] == last_time)
+    else:
+        assert len(np.unique(batch.split_time.numpy()[units == 3])) > 1
+        assert np.all(query_target_time[:, -1, -1] <= last_time)
+
+
+def test_short_entities_are_excluded_and_counted(encoded_store):
+    sampler = build_task_sampler("forecast", encoded_store, **OPTIONS)
+    assert sampler.rows_per_task == 16 + 2 * 4 + (5 + 3 - 2) * 2
+    assert sampler.num_excluded_entities == 2
+    np.testing.assert_array_equal(sampler.excluded_entities, [36, 37])
+    assert sampler.num_units == 36
+    np.testing.assert_array_equal(
+        sampler.unit_strata(), encoded_store.stratum_codes[sampler.unit_entity]
+    )
+
+
+def test_chunk_units_keep_windows_inside_their_chunk(encoded_store):
+    sampler = build_task_sampler(
+        "forecast", encoded_store, unit="chunk", chunk_length=60, **OPTIONS
+    )
+    lengths = encoded_store.lengths[:36]
+    assert sampler.num_units == int(np.maximum(lengths // 60, 1).sum())
+    assert np.all(sampler.unit_length >= sampler.rows_per_task)
+    long_enough = lengths[sampler.unit_entity] >= 60
+    assert np.all(
+        (sampler.unit_length[long_enough] >= 60) & (sampler.unit_length[long_enough] < 120)
+    )
+    units, batch = _all_tasks(sampler)
+    first = sampler.unit_start[units] - encoded_store.starts[sampler.unit_entity[units]]
+    end = first + sampler.unit_length[units]
+    for side in (batch.support, batch.query):
+        _, row = _decode(side.x)
+        target_row = (side.y[..., 0].numpy() - 0.5 - 1000) / TIME_STEP
+        assert np.all(row >= first[:, None, None]) and np.all(target_row < end[:, None, None])
+    # chunks tile every kept entity without overlap
+    for entity in range(3):
+        mine = sampler.unit_entity == entity
+        starts, sizes = sampler.unit_start[mine], sampler.unit_length[mine]
+        assert starts[0] == encoded_store.starts[entity]
+        np.testing.assert_array_equal(starts[1:], starts[:-1] + sizes[:-1])
+        assert starts[-1] + sizes[-1] == encoded_store.starts[entity] + lengths[entity]
+
+
+def test_column_selection(encoded_store):
+    sampler = build_task_sampler(
+        "forecast",
+        encoded_store,
+        input_columns=["time_copy", "code"],
+        target_columns=["code"],
+        **OPTIONS,
+    )
+    _, batch = _all_tasks(sampler, num_seeds=1)
+    assert batch.support.x.shape[-1] == 2 and batch.support.y.shape[-1] == 1
+    entity, row = _decode(batch.support.y)
+    np.testing.assert_array_equal(entity[:, 0, 0], batch.entity_index.numpy())
+    assert batch.support.x.is_contiguous() and batch.support.y.is_contiguous()
+    # inputs in the order asked: time first, then code
+    entity_x, _ = _decode(batch.support.x[..., [1, 0]])
+    np.testing.assert_array_equal(entity_x[:, 0, 0], batch.entity_index.numpy())
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"lookback": 0}, "lookback must be an integer >= 1"),
+        ({"horizon": -2}, "horizon must be an integer >= 1"),
+        ({"num_query": 0}, "num_query must be"),
+        ({"num_support": 200}, r"no entity .* long enough .*num_support 200"),
+        ({"split": "middle"}, "split must be 'random' or 'end'"),
+        ({"unit": "chunk"}, "needs chunk_length"),
+        ({"unit": "chunk", "chunk_length": 20}, "chunk_length=20 cannot hold one task"),
+        ({"input_columns": ["nope"]}, r"input_columns: .*no columns \['nope'\]"),
+        ({"target_columns": []}, "target_columns is empty"),
+    ],
+)
+def test_bad_options_name_the_field(encoded_store, options, match):
+    merged = {**OPTIONS, **options}
+    with pytest.raises(ValueError, match=match):
+        build_task_sampler("forecast", encoded_store, **merged)

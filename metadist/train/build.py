@@ -8,6 +8,8 @@ model or a meta-batch a rank's split cannot fill stops every rank at once with a
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,13 +70,15 @@ def build_parts(config: TrainConfig, env: DistEnv) -> RunParts:
         from metadist.store import SeriesStore
 
         store = SeriesStore.open(config.data.store)
-    sampler = build_task_sampler(config.sampler.name, store, **config.sampler.options)
-    partitioner = StratifiedTaskPartitioner(
-        sampler.unit_strata(),
-        seed=seed,
-        fractions=tuple(config.data.fractions),
-        pinned_test_units=config.data.pinned_test_units,
-    )
+    with _naming("sampler"):
+        sampler = build_task_sampler(config.sampler.name, store, **config.sampler.options)
+    with _naming("data.fractions / data.pinned_test_units"):
+        partitioner = StratifiedTaskPartitioner(
+            sampler.unit_strata(),
+            seed=seed,
+            fractions=tuple(config.data.fractions),
+            pinned_test_units=config.data.pinned_test_units,
+        )
     on_gpu = env.device.type == "cuda"
     loader_options: dict[str, Any] = {
         "batch_size": config.trainer.meta_batch_size // env.world_size,
@@ -88,7 +92,12 @@ def build_parts(config: TrainConfig, env: DistEnv) -> RunParts:
         loader_options["persistent_workers"] = config.data.persistent_workers
         if config.data.prefetch_factor is not None:
             loader_options["prefetch_factor"] = config.data.prefetch_factor
-    train_loader = BatchMetaDataLoader(sampler, partitioner, split="train", **loader_options)
+    batch_fields = (
+        f"trainer.meta_batch_size={config.trainer.meta_batch_size} over {env.world_size} "
+        f"rank(s), data.fractions={list(config.data.fractions)}"
+    )
+    with _naming(batch_fields):
+        train_loader = BatchMetaDataLoader(sampler, partitioner, split="train", **loader_options)
     if len(train_loader) < 1:
         raise ValueError(
             f"trainer.meta_batch_size={config.trainer.meta_batch_size}: a rank's meta-train "
@@ -96,13 +105,16 @@ def build_parts(config: TrainConfig, env: DistEnv) -> RunParts:
         )
     val_loader = None
     if config.trainer.eval_every > 0:
-        val_loader = BatchMetaDataLoader(sampler, partitioner, split="val", **loader_options)
+        with _naming(f"{batch_fields} (meta-val, trainer.eval_every > 0)"):
+            val_loader = BatchMetaDataLoader(sampler, partitioner, split="val", **loader_options)
 
     example = sampler.sample(np.zeros(1, dtype=np.int64), derive_task_seeds(seed, 0, np.zeros(1)))
     input_shape, output_shape = example_shapes(example, sampler)
     torch.manual_seed(seed)
-    model = build_model(config.model.name, input_shape, output_shape, **config.model.options)
-    learner = build_learner(config.learner.name, model, **config.learner.options)
+    with _naming("model"):
+        model = build_model(config.model.name, input_shape, output_shape, **config.model.options)
+    with _naming("learner"):
+        learner = build_learner(config.learner.name, model, **config.learner.options)
     learner.to(env.device)
     optimizer = build_optimizer(config.optimizer, learner.parameters())
     return RunParts(
@@ -115,6 +127,15 @@ def build_parts(config: TrainConfig, env: DistEnv) -> RunParts:
         input_shape=input_shape,
         output_shape=output_shape,
     )
+
+
+@contextmanager
+def _naming(fields: str) -> Iterator[None]:
+    """Prefixes a component's `ValueError` with the config fields that caused it."""
+    try:
+        yield
+    except ValueError as error:
+        raise ValueError(f"{fields}: {error}") from None
 
 
 def example_shapes(example: MetaBatch, sampler: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:

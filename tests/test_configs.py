@@ -1,0 +1,102 @@
+"""Every shipped experiment, and every option of every config group, composes and builds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from metadist.train.build import build_parts
+from metadist.train.compose import compose_dict, find_experiments_dir, load_config
+from metadist.train.config import build_config
+from metadist.train.distributed import read_env
+
+EXPERIMENTS = find_experiments_dir()
+EXPERIMENT_NAMES = sorted(p.stem for p in (EXPERIMENTS / "experiment").glob("*.yaml"))
+
+
+def group_options(group: str) -> list[str]:
+    return sorted(p.stem for p in (EXPERIMENTS / group).glob("*.yaml"))
+
+
+@pytest.fixture(scope="module")
+def synthetic_store(tmp_path_factory) -> Path:
+    from metadist.datasets import SYNTHETIC_INGEST_ARGS, write_synthetic_panel
+    from metadist.store import ingest
+
+    root = tmp_path_factory.mktemp("synthetic")
+    panel = write_synthetic_panel(
+        root / "panel", num_entities=200, length_range=(90, 140), seed=3, num_files=2
+    )
+    ingest(panel.out_dir, root / "store", **SYNTHETIC_INGEST_ARGS, nan="ffill", progress=False)
+    return root / "store"
+
+
+def overrides_for(experiment: str, store: Path) -> list[str]:
+    values = compose_dict([f"experiment={experiment}"])
+    extra = [f"experiment={experiment}"]
+    if values["data"]["store"] is not None:
+        extra.append(f"data.store={store}")
+    return extra
+
+
+def instantiate(overrides: list[str]):
+    config = load_config(overrides, world_size=1)
+    parts = build_parts(config, read_env("cpu", "auto"))
+    batch = next(iter(parts.train_loader))
+    output = parts.learner(batch)
+    output.loss.backward()
+    assert output.loss.isfinite()
+    assert any(p.grad is not None for p in parts.learner.parameters())
+    return config, parts
+
+
+def test_the_shipped_experiments_are_there():
+    assert {"sinusoid_maml", "synthetic_maml"} <= set(EXPERIMENT_NAMES)
+    for group in ("data", "sampler", "model", "learner", "optimizer", "trainer", "logging"):
+        assert group_options(group), f"config group {group} is empty"
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENT_NAMES)
+def test_every_experiment_composes_and_instantiates(experiment, synthetic_store):
+    config, parts = instantiate(overrides_for(experiment, synthetic_store))
+    assert config.experiment == experiment
+    assert config.resolved_run_dir == Path("runs") / experiment
+    per_rank = config.trainer.meta_batch_size
+    assert next(iter(parts.train_loader)).num_tasks == per_rank
+
+
+@pytest.mark.parametrize("learner", group_options("learner"))
+def test_every_learner_option_builds_on_sinusoid(learner):
+    config, parts = instantiate(
+        ["experiment=sinusoid_maml", f"learner={learner}", "trainer.meta_batch_size=4"]
+    )
+    assert type(parts.learner).name == config.learner.name
+
+
+@pytest.mark.parametrize("model", group_options("model"))
+def test_every_model_option_builds_on_forecast_tasks(model, synthetic_store):
+    config, parts = instantiate(
+        [
+            "experiment=synthetic_maml",
+            f"data.store={synthetic_store}",
+            f"model={model}",
+            "trainer.meta_batch_size=2",
+            "sampler.options.lookback=8",
+            "sampler.options.horizon=2",
+        ]
+    )
+    assert parts.input_shape == (8, 6) and parts.output_shape == (2, 1)
+
+
+@pytest.mark.parametrize("optimizer", group_options("optimizer"))
+def test_every_optimizer_option_builds(optimizer):
+    config, parts = instantiate(
+        ["experiment=sinusoid_maml", f"optimizer={optimizer}", "trainer.meta_batch_size=4"]
+    )
+    assert type(parts.optimizer).__name__.lower() == config.optimizer.name
+
+
+def test_config_round_trips_through_a_plain_dict():
+    config = load_config(["experiment=sinusoid_maml"], world_size=1)
+    assert build_config(config.to_dict(), world_size=1) == config

@@ -1,0 +1,129 @@
+"""Bad configs stop before any process group forms, with an error naming the field."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from metadist.train.compose import EXPERIMENTS_ENV, find_experiments_dir, load_config
+from metadist.train.config import build_config
+from metadist.train.distributed import read_env
+
+
+def sinusoid(*overrides: str, world_size: int = 1):
+    return load_config(["experiment=sinusoid_maml", *overrides], world_size=world_size)
+
+
+@pytest.mark.parametrize(
+    ("override", "field"),
+    [
+        ("trainer.meta_steps=0", "trainer.meta_steps"),
+        ("trainer.meta_batch_size=-2", "trainer.meta_batch_size"),
+        ("trainer.checkpoint_every=0", "trainer.checkpoint_every"),
+        ("trainer.device=tpu", "trainer.device"),
+        ("trainer.backend=mpi", "trainer.backend"),
+        ("trainer.seed=-1", "trainer.seed"),
+        ("trainer.meta_steps=ten", "trainer.meta_steps"),
+        ("trainer.meta_steps=1.5", "trainer.meta_steps"),
+        ("optimizer.lr=0", "optimizer.lr"),
+        ("optimizer.name=lbfgs", "optimizer.name"),
+        ("optimizer.betas=[0.9]", "optimizer.betas"),
+        ("optimizer.grad_clip=-1", "optimizer.grad_clip"),
+        ("data.fractions=[0.5,0.6,0.1]", "data.fractions"),
+        ("data.num_workers=-1", "data.num_workers"),
+        ("data.prefetch_factor=2", "data.prefetch_factor"),
+        ("data.store=/no/such/store", "data.store"),
+        ("logging.wandb.mode=sometimes", "logging.wandb.mode"),
+        ("logging.log_every=0", "logging.log_every"),
+        ("logging.progress=maybe", "logging.progress"),
+        ("+trainer.meta_batch_sise=4", "trainer.meta_batch_sise"),
+        ("trainer.meta_batch_sise=4", "trainer.meta_batch_sise"),
+        ("learner=no_such_learner", "no_such_learner"),
+        ("sampler.name=''", "sampler.name"),
+    ],
+)
+def test_bad_value_names_the_field(override, field):
+    with pytest.raises((ValueError, FileNotFoundError), match=field.replace(".", r"\.")):
+        sinusoid(override)
+
+
+def test_backend_and_device_combination_is_checked():
+    with pytest.raises(ValueError, match=r"trainer\.backend=nccl"):
+        sinusoid("trainer.backend=nccl", "trainer.device=cpu")
+    if not _has_cuda():
+        with pytest.raises(ValueError, match=r"trainer\.device=cuda"):
+            read_env("cuda", "auto")
+
+
+def test_global_meta_batch_must_divide_over_ranks():
+    assert sinusoid("trainer.meta_batch_size=24", world_size=4).trainer.meta_batch_size == 24
+    with pytest.raises(ValueError, match=r"trainer\.meta_batch_size=25 is not divisible by .* 2"):
+        sinusoid("trainer.meta_batch_size=25", world_size=2)
+
+
+def test_world_size_comes_from_torchrun_environment(monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    values = sinusoid().to_dict()
+    values["trainer"]["meta_batch_size"] = 10
+    with pytest.raises(ValueError, match="divisible by the world size 3"):
+        build_config(values)
+
+
+def test_component_options_are_checked_before_training():
+    from metadist.train.build import build_parts
+
+    env = read_env("cpu")
+    for override, field in [
+        ("sampler.options.num_support=0", "sampler"),
+        ("model.options.activation=swish", "model"),
+        ("+learner.options.inner_lrr=0.1", "learner"),
+        ("trainer.meta_batch_size=90000", "trainer.meta_batch_size"),
+    ]:
+        with pytest.raises(ValueError, match=field):
+            build_parts(sinusoid(override), env)
+
+
+def test_unknown_section_and_type_errors_name_the_path():
+    values = sinusoid().to_dict()
+    with pytest.raises(ValueError, match="trainerr: unknown field"):
+        build_config({**values, "trainerr": {}})
+    with pytest.raises(ValueError, match=r"trainer must be a mapping"):
+        build_config({**values, "trainer": 3})
+
+
+def test_experiments_dir_lookup(tmp_path, monkeypatch):
+    found = find_experiments_dir()
+    assert (found / "config.yaml").is_file()
+    with pytest.raises(FileNotFoundError, match="--config-dir"):
+        find_experiments_dir(tmp_path)
+    monkeypatch.setenv(EXPERIMENTS_ENV, str(found))
+    monkeypatch.chdir(tmp_path)
+    assert find_experiments_dir() == found
+
+
+def test_cli_reports_bad_config_without_traceback(tmp_path):
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "metadist.train",
+            "experiment=sinusoid_maml",
+            "optimizer.lr=-1",
+            f"run_dir={tmp_path / 'run'}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1
+    assert "metadist-train: error: optimizer.lr must be > 0" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def _has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()

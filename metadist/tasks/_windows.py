@@ -12,8 +12,8 @@ class WindowGatherer:
     """Copies windows `[rows r .. r+length)` of some columns of a `[num_rows, C]` array.
 
     The array is seen through a strided view `[num_rows - length + 1, length, F]` in which
-    window r is element r, so a batch of windows is one `np.take` along axis 0 (a block
-    copy per window, no Python loop). When the columns are not one contiguous run, it
+    window r is element r, so a batch of windows is one indexing operation along axis 0 (a
+    block copy per window, no Python loop). When the columns are not one contiguous run, it
     falls back to one fancy-indexing gather.
 
     Args:
@@ -40,15 +40,12 @@ class WindowGatherer:
                 writeable=False,
             )
 
-    def gather(self, rows: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    def gather(self, rows: np.ndarray) -> np.ndarray:
         """Windows starting at `rows` (any shape S) as a contiguous `[*S, length, F]` array."""
         rows = np.asarray(rows, dtype=np.int64)
         if self.view is not None:
-            return np.take(self.view, rows, axis=0, out=out)
+            # Indexing, not np.take: take would first copy the whole strided view.
+            return self.view[rows]
         offsets = np.arange(self.length, dtype=np.int64)
         row_index = (rows[..., None] + offsets)[..., None]
-        result = np.asarray(self.values)[row_index, self.columns]
-        if out is not None:
-            out[...] = result
-            return out
-        return np.ascontiguousarray(result)
+        return np.ascontiguousarray(np.asarray(self.values)[row_index, self.columns])

@@ -1,0 +1,181 @@
+"""`metadist slurm submit` on a real one-node Slurm cluster (tests/slurm/cluster.sh).
+
+A job of 2 CPU training processes (one srun task running torchrun) is requeued from
+outside with `scontrol requeue`, then asked by SIGUSR1 to checkpoint and requeue itself,
+and must finish with exactly the parameters of an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+CLUSTER_SCRIPT = REPO / "tests" / "slurm" / "cluster.sh"
+SLURM_DIR = Path(os.environ.get("METADIST_SLURM_DIR", "/tmp/metadist-slurm"))
+
+# A sinusoid run long enough to be interrupted twice (a checkpoint every 10 steps).
+TRAIN_OVERRIDES = [
+    "experiment=sinusoid_maml",
+    "trainer.meta_steps=160",
+    "trainer.meta_batch_size=8",
+    "trainer.checkpoint_every=10",
+    "trainer.keep_checkpoints=50",
+    "trainer.eval_every=0",
+    "sampler.options.num_tasks=400",
+    "logging.progress=false",
+    "logging.log_every=10",
+    "logging.wandb.mode=disabled",
+]
+
+
+@pytest.fixture(scope="module")
+def slurm_env():
+    """Environment for Slurm commands, starting the test cluster if it is installed."""
+    env = dict(os.environ, SLURM_CONF=str(SLURM_DIR / "slurm.conf"))
+    env["PATH"] = env.get("PATH", "") + ":/usr/sbin:/sbin"
+    started = subprocess.run(
+        ["bash", str(CLUSTER_SCRIPT), "start", "--no-install"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    if started.returncode != 0:
+        pytest.skip(
+            "no local Slurm cluster (install and start it as root with "
+            f"`bash tests/slurm/cluster.sh start`): {started.stderr.strip()}"
+        )
+    return env
+
+
+def _slurm(env: dict, *args: str) -> str:
+    return subprocess.run(
+        list(args), env=env, capture_output=True, text=True, check=True, timeout=30
+    ).stdout
+
+
+def _job_field(env: dict, job_id: str, name: str) -> str:
+    text = _slurm(env, "scontrol", "show", "job", job_id)
+    match = re.search(rf"\b{name}=(\S+)", text)
+    assert match, text
+    return match.group(1)
+
+
+def _wait_for(predicate, what: str, timeout: float, log: Path | None = None):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    detail = log.read_text() if log is not None and log.exists() else ""
+    raise AssertionError(f"timed out waiting for {what}\n{detail}")
+
+
+def _latest_step(run_dir: Path) -> int:
+    try:
+        return int(json.loads((run_dir / "checkpoints" / "latest").read_text())["step"])
+    except (FileNotFoundError, ValueError, KeyError):
+        return 0
+
+
+def _final_learner_state(run_dir: Path) -> dict[str, torch.Tensor]:
+    pointer = json.loads((run_dir / "checkpoints" / "latest").read_text())
+    assert pointer["step"] == 160, pointer
+    state = torch.load(run_dir / "checkpoints" / pointer["checkpoint"], weights_only=False)
+    return state["learner"]
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(300)
+def test_requeued_job_resumes_and_matches_an_uninterrupted_run(slurm_env, tmp_path):
+    run_dir = tmp_path / "slurm-run"
+    reference_dir = tmp_path / "reference"
+    submitted = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "metadist.cli",
+            "slurm",
+            "submit",
+            *TRAIN_OVERRIDES,
+            f"run_dir={run_dir}",
+            "nodes=1",
+            "gpus_per_node=0",
+            "nproc_per_node=2",
+            "cpus_per_task=1",
+        ],
+        env=slurm_env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = re.search(r"submitted job (\d+)", submitted.stdout).group(1)
+    log = run_dir / "slurm" / f"{job_id}.out"
+    # The uninterrupted run: the same training under torchrun, outside Slurm.
+    reference = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node=2",
+            "-m",
+            "metadist.train",
+            *TRAIN_OVERRIDES,
+            f"run_dir={reference_dir}",
+        ],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        # 1. Requeued from outside (what an administrator or a preemption does).
+        _wait_for(lambda: _latest_step(run_dir) >= 10, "the first checkpoint", 120, log)
+        _slurm(slurm_env, "scontrol", "requeue", job_id)
+        _wait_for(lambda: "start 2 on" in log.read_text(), "the requeued start", 60, log)
+        # 2. SIGUSR1 to the batch shell, as Slurm sends before the time limit: the script
+        # has the training checkpoint, then requeues the job itself.
+        resumed_at = _latest_step(run_dir)
+        _wait_for(lambda: _latest_step(run_dir) > resumed_at, "a checkpoint after restart", 60, log)
+        _slurm(slurm_env, "scancel", "--batch", "--signal=USR1", job_id)
+        _wait_for(lambda: "start 3 on" in log.read_text(), "the self-requeued start", 60, log)
+        _wait_for(
+            lambda: _job_field(slurm_env, job_id, "JobState") in ("COMPLETED", "FAILED"),
+            "the job to end",
+            120,
+            log,
+        )
+        assert reference.wait(timeout=120) == 0, reference.stderr.read()
+    finally:
+        subprocess.run(["scancel", job_id], env=slurm_env, check=False)
+        if reference.poll() is None:
+            reference.kill()
+    text = log.read_text()
+    assert _job_field(slurm_env, job_id, "JobState") == "COMPLETED", text
+    assert _job_field(slurm_env, job_id, "Restarts") == "2", text
+    assert "SIGUSR1 received: checkpointing, then requeueing" in text
+    assert "training finished with status 0" in text
+    resumed = [int(s) for s in re.findall(r"resumed from \S+ at step (\d+)", text)]
+    assert len(resumed) == 2 and 0 < resumed[0] < resumed[1] < 160, text
+    # The checkpoint written on SIGUSR1 is the one the third start resumed from.
+    assert re.search(rf"checkpoint of step {resumed[1]} written", text), text
+    state = _final_learner_state(run_dir)
+    expected = _final_learner_state(reference_dir)
+    assert state.keys() == expected.keys()
+    for name, tensor in expected.items():
+        assert torch.equal(state[name], tensor), name

@@ -6,7 +6,12 @@ Example:
     >>> result = train(config)        # alone, or in every rank under torchrun
 """
 
-from metadist.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from metadist.train.checkpoint import (
+    CheckpointError,
+    latest_checkpoint_state,
+    load_checkpoint,
+    save_checkpoint,
+)
 from metadist.train.compose import find_experiments_dir, load_config
 from metadist.train.config import TrainConfig, build_config
 from metadist.train.loop import NonFiniteLossError, TrainResult, train
@@ -18,6 +23,7 @@ __all__ = [
     "TrainResult",
     "build_config",
     "find_experiments_dir",
+    "latest_checkpoint_state",
     "load_checkpoint",
     "load_config",
     "save_checkpoint",

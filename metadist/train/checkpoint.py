@@ -185,3 +185,16 @@ def _plain(value: Any) -> Any:
     if isinstance(value, np.generic):
         return value.item()
     return value
+
+
+def latest_checkpoint_state(run_dir: str | os.PathLike) -> dict[str, Any]:
+    """The contents of the run's latest checkpoint.
+
+    Raises:
+        FileNotFoundError: the run has no checkpoint.
+        CheckpointError: as in `load_checkpoint`.
+    """
+    found = latest_checkpoint(run_dir)
+    if found is None:
+        raise FileNotFoundError(f"run directory {run_dir} has no checkpoint")
+    return load_checkpoint(*found)

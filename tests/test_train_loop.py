@@ -1,0 +1,148 @@
+"""The training loop in one process: exact resume, NaN stop, metrics and the run id."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+import torch
+
+from metadist.train import (
+    NonFiniteLossError,
+    latest_checkpoint_state,
+    load_config,
+    train,
+)
+from metadist.train import logging as run_logging
+from metadist.train.logging import read_metrics
+
+TINY = [
+    "experiment=sinusoid_maml",
+    "sampler.options.num_tasks=40",  # 32 meta-train tasks: 8 batches per epoch
+    "model.options.hidden_sizes=[8]",
+    "trainer.meta_batch_size=4",
+    "trainer.eval_batches=2",
+    "logging.progress=false",
+    "logging.wandb.mode=disabled",
+    "logging.log_every=2",
+]
+
+
+def tiny_config(run_dir, *overrides: str):
+    return load_config([*TINY, f"run_dir={run_dir}", *overrides], world_size=1)
+
+
+def params(learner) -> dict[str, torch.Tensor]:
+    return {name: value.detach().clone() for name, value in learner.state_dict().items()}
+
+
+def assert_bit_identical(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for name in a:
+        assert torch.equal(a[name], b[name]), f"{name} differs"
+
+
+def test_stop_and_restart_is_bit_identical_to_an_uninterrupted_run(tmp_path):
+    # 14 steps cross an epoch boundary (8 batches per epoch) and evaluate at 6 and 12.
+    schedule = ["trainer.meta_steps=14", "trainer.eval_every=6", "trainer.checkpoint_every=4"]
+    reference = train(tiny_config(tmp_path / "straight", *schedule))
+    assert reference.step == 14 and reference.stopped_by is None
+
+    def sigterm_at_six(step, values):
+        assert set(values) >= {"loss", "query_loss_after"}
+        if step == 6:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    config = tiny_config(tmp_path / "stopped", *schedule)
+    first = train(config, on_eval=sigterm_at_six)
+    # The signal lands during step 6's evaluation; the ranks agree on it after step 7.
+    assert first.stopped_by == "SIGTERM" and first.step == 7
+    assert latest_checkpoint_state(config.resolved_run_dir)["step"] == 7
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # handler restored
+    second = train(config)
+    assert second.step == 14 and second.stopped_by is None
+    assert_bit_identical(params(second.learner), params(reference.learner))
+    assert second.loss == reference.loss
+
+    steps = [(r["split"], r["step"]) for r in read_metrics(config.resolved_run_dir)]
+    assert steps == [(r["split"], r["step"]) for r in read_metrics(reference.run_dir)]
+    assert len(steps) == len(set(steps))
+
+
+def test_restarting_a_finished_run_changes_nothing(tmp_path):
+    config = tiny_config(tmp_path / "run", "trainer.meta_steps=3")
+    done = params(train(config).learner)
+    again = train(config)
+    assert again.step == 3
+    assert_bit_identical(params(again.learner), done)
+
+
+def test_a_longer_schedule_continues_the_same_run(tmp_path):
+    short = train(tiny_config(tmp_path / "a", "trainer.meta_steps=5"))
+    longer = train(tiny_config(tmp_path / "a", "trainer.meta_steps=9"))
+    straight = train(tiny_config(tmp_path / "b", "trainer.meta_steps=9"))
+    assert short.step == 5 and longer.step == 9
+    assert_bit_identical(params(longer.learner), params(straight.learner))
+
+
+def test_resuming_with_another_model_is_refused(tmp_path):
+    train(tiny_config(tmp_path / "run", "trainer.meta_steps=2"))
+    with pytest.raises(ValueError, match=r"holds a run with model="):
+        train(
+            tiny_config(tmp_path / "run", "trainer.meta_steps=4", "model.options.hidden_sizes=[4]")
+        )
+
+
+def test_nan_meta_loss_stops_with_last_good_checkpoint_intact(tmp_path):
+    config = tiny_config(
+        tmp_path / "run",
+        "trainer.meta_steps=30",
+        "trainer.checkpoint_every=2",
+        "optimizer=sgd",
+        "optimizer.lr=1.0",
+        "optimizer.momentum=0.0",
+    )
+    with pytest.raises(NonFiniteLossError, match=r"not finite at step (\d+)") as caught:
+        train(config)
+    failed_step = int(caught.value.args[0].split("at step ")[1].split()[0])
+    state = latest_checkpoint_state(config.resolved_run_dir)
+    assert 0 < state["step"] < failed_step
+    assert f"step_{state['step']:08d}.pt" in str(caught.value)
+    assert all(torch.isfinite(t).all() for t in state["learner"].values())
+    records = read_metrics(config.resolved_run_dir)
+    assert all(r["step"] < failed_step for r in records)
+
+
+def test_metrics_config_and_run_id_are_kept_with_the_run(tmp_path, monkeypatch):
+    started = []
+
+    class Recorder:
+        def __init__(self, **kwargs):
+            started.append(kwargs)
+            self.logged = []
+
+        def log(self, values, step):
+            self.logged.append((step, values))
+
+        def finish(self):
+            pass
+
+    # The wandb run is replaced by a recorder so the test never opens a connection; what
+    # is checked is what metadist asks wandb for.
+    monkeypatch.setattr(run_logging, "_start_wandb", lambda config, run_dir, **kw: Recorder(**kw))
+    offline = ["logging.wandb.mode=offline", "trainer.eval_every=2"]
+    config = tiny_config(tmp_path / "run", "trainer.meta_steps=4", *offline)
+    train(config)
+    run_id = latest_checkpoint_state(config.resolved_run_dir)["run_id"]
+    assert len(run_id) >= 8 and started[0]["run_id"] == run_id
+    train(tiny_config(tmp_path / "run", "trainer.meta_steps=6", *offline))
+    assert started[1]["run_id"] == run_id  # the resumed run continues the same wandb run
+    assert latest_checkpoint_state(config.resolved_run_dir)["run_id"] == run_id
+
+    records = read_metrics(config.resolved_run_dir)
+    train_records = [r for r in records if r["split"] == "train"]
+    assert [r["step"] for r in train_records] == [2, 4, 6]
+    assert all(r["tasks_per_s"] > 0 and r["loss"] > 0 for r in train_records)
+    assert [r["step"] for r in records if r["split"] == "val"] == [2, 4, 6]
+    assert (config.resolved_run_dir / "config.yaml").read_text().count("sinusoid") >= 1

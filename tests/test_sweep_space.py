@@ -1,0 +1,155 @@
+"""Search-space files, override formatting, sweep settings and metric reading (no training)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import optuna
+import pytest
+
+from metadist.launch.sweep import (
+    ParamSpec,
+    SweepSettings,
+    format_override,
+    load_search_space,
+    read_val_metric,
+)
+
+
+def _space(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "space.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_search_space_file_is_parsed(tmp_path):
+    space = load_search_space(
+        _space(
+            tmp_path,
+            "learner.options.inner_lr: {type: float, low: 1e-3, high: 1e-1, log: true}\n"
+            "trainer.meta_batch_size: {type: int, low: 8, high: 32, step: 8}\n"
+            "learner: {type: categorical, choices: [maml, fomaml]}\n"
+            "model.options.hidden_sizes: {type: categorical, choices: [[40, 40], [80]]}\n",
+        )
+    )
+    assert space == [
+        ParamSpec("learner.options.inner_lr", "float", 1e-3, 1e-1, True, None),
+        ParamSpec("trainer.meta_batch_size", "int", 8, 32, False, 8),
+        ParamSpec("learner", "categorical", choices=("maml", "fomaml")),
+        ParamSpec("model.options.hidden_sizes", "categorical", choices=([40, 40], [80])),
+    ]
+
+
+def test_suggestions_stay_in_the_space_and_lists_come_back_as_lists(tmp_path):
+    space = load_search_space(
+        _space(
+            tmp_path,
+            "lr: {type: float, low: 1e-3, high: 1e-1, log: true}\n"
+            "size: {type: int, low: 8, high: 32, step: 8}\n"
+            "hidden: {type: categorical, choices: [[40, 40], [80]]}\n",
+        )
+    )
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    for _ in range(20):
+        trial = study.ask()
+        lr, size, hidden = (spec.suggest(trial) for spec in space)
+        assert 1e-3 <= lr <= 1e-1
+        assert size in (8, 16, 24, 32)
+        assert hidden in ([40, 40], [80])
+        assert space[2].decode(trial.params["hidden"]) == hidden
+        study.tell(trial, lr)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("- a\n- b\n", "must map config keys to distributions"),
+        ("x: {type: normal, low: 0, high: 1}\n", "x: type must be one of float, int, categorical"),
+        ("x: {type: float, high: 1}\n", "x: low is required for type float"),
+        ("x: {type: float, low: 2, high: 1}\n", "x: low=2.0 is above high=1.0"),
+        ("x: {type: float, low: 0, high: 1, log: true}\n", "x: a log scale needs low > 0"),
+        ("x: {type: int, low: 0.5, high: 3}\n", "x: low must be an integer, got 0.5"),
+        ("x: {type: float, low: a, high: 1}\n", "x: low must be a number, got 'a'"),
+        ("x: {type: float, low: 0, high: 1, size: 3}\n", "x: unknown field(s) ['size']"),
+        ("x: {type: categorical, choices: []}\n", "x: choices must be a non-empty list"),
+        ("x: {type: categorical, choices: [{a: 1}]}\n", "x: choice {'a': 1} is not a string"),
+        ("trainer.seed: {type: int, low: 0, high: 9}\n", "trainer.seed: set by the sweep itself"),
+        ("x: 3\n", "x: expected a mapping with 'type', got 3"),
+        ("x y: {type: int, low: 0, high: 9}\n", "x y: not a config key"),
+    ],
+)
+def test_bad_search_spaces_name_the_parameter(tmp_path, text, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        load_search_space(_space(tmp_path, text))
+
+
+def test_missing_search_space_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match="space.yaml does not exist"):
+        load_search_space(tmp_path / "space.yaml")
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (0.001, "k=0.001"),
+        (16, "k=16"),
+        (True, "k=true"),
+        (None, "k=null"),
+        ("fomaml", "k=fomaml"),
+        ("two words", "k='two words'"),
+        ("it's", "k='it\\'s'"),
+        ([40, 40], "k=[40,40]"),
+        ([0.1, "a b"], "k=[0.1,'a b']"),
+    ],
+)
+def test_override_values_use_hydra_syntax(value, expected):
+    assert format_override("k", value) == expected
+
+
+def test_overrides_hydra_parses_back():
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    for value in (0.001, 16, True, "two words", "it's", [40, 40], [0.1, "a b"]):
+        (parsed,) = parser.parse_overrides([format_override("k", value)])
+        assert parsed.value() == value
+
+
+def _settings(tmp_path, overrides, space=()):
+    return SweepSettings(
+        overrides=list(overrides), space=list(space), sweep_dir=tmp_path, num_trials=2
+    )
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["trainer.meta_steps=5"], "experiment=NAME is required"),
+        (["experiment=x", "run_dir=/r"], "run_dir is set by the sweep for every trial"),
+        (["experiment=x", "trainer.seed=3"], "trainer.seed is set by the sweep"),
+        (["experiment=x", "optimizer.lr=0.1"], "optimizer.lr is both searched (--space) and fixed"),
+    ],
+)
+def test_sweep_settings_refuse_conflicting_overrides(tmp_path, overrides, message):
+    space = [ParamSpec("optimizer.lr", "float", 1e-4, 1e-2, True)]
+    with pytest.raises(ValueError, match=re.escape(message)):
+        _settings(tmp_path, overrides, space).validate()
+
+
+def test_val_metric_is_read_as_the_run_writes_it(tmp_path):
+    records = [
+        {"step": 10, "split": "train", "loss": 3.0},
+        {"step": 10, "split": "val", "loss": 2.5, "mse": 2.0},
+        {"step": 20, "split": "val", "loss": "nan"},
+    ]
+    text = "".join(json.dumps(r) + "\n" for r in records)
+    (tmp_path / "metrics.jsonl").write_text(text + '{"step": 30, "split": "va')
+    points = read_val_metric(tmp_path, "loss")
+    assert points[0] == (10, 2.5)
+    assert points[1][0] == 20 and points[1][1] != points[1][1]  # NaN
+    assert len(points) == 2  # the half-written line is not read
+    assert read_val_metric(tmp_path / "missing", "loss") == []
+    with pytest.raises(ValueError, match=re.escape("--metric 'mae' is not in the val records")):
+        read_val_metric(tmp_path, "mae")

@@ -1,0 +1,266 @@
+"""Meta-training across real processes: 2 gloo ranks, torchrun restarts, signals.
+
+* DDP's averaged meta-gradient on 2 ranks equals one process's gradient on the union of
+  the two ranks' tasks, for every gradient-based learner; Reptile's update likewise.
+* Replicas stay bit-identical over several steps.
+* SIGTERM → checkpoint → clean exit; the same command resumes bit-identically.
+* A rank SIGKILLed under `torchrun --max-restarts=1` is restarted, resumes from the latest
+  checkpoint and ends with the parameters of an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from metadist.batch import cat_batches
+
+pytestmark = pytest.mark.integration
+
+TINY = [
+    "experiment=sinusoid_maml",
+    "sampler.options.num_tasks=64",
+    "model.options.hidden_sizes=[8]",
+    "logging.progress=false",
+    "logging.wandb.mode=disabled",
+    "logging.log_every=5",
+    "trainer.eval_every=0",
+]
+GLOBAL_BATCH = ["trainer.meta_batch_size=8"]
+LEARNERS = {
+    "maml": ["learner=maml"],
+    "fomaml": ["learner=fomaml"],
+    "metasgd": ["learner=metasgd"],
+    "anil": ["learner=anil"],
+    "reptile": [
+        "learner=reptile",
+        "learner.options.inner_steps=3",
+        "optimizer=sgd",
+        "optimizer.momentum=0.0",
+        "optimizer.lr=0.5",
+    ],
+}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _ddp_worker(rank: int, world_size: int, port: int, out_dir: str) -> None:
+    os.environ.update(
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(world_size),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+    )
+    torch.set_num_threads(1)
+    from torch.nn.parallel import DistributedDataParallel
+
+    from metadist.train import load_config, train
+    from metadist.train.build import build_parts
+    from metadist.train.distributed import destroy_distributed, init_distributed, read_env
+
+    env = read_env("cpu", "gloo")
+    init_distributed(env)
+    results = {}
+    for name, overrides in LEARNERS.items():
+        parts = build_parts(load_config([*TINY, *GLOBAL_BATCH, *overrides]), env)
+        model = DistributedDataParallel(parts.learner)
+        batch = next(iter(parts.train_loader))
+        parts.optimizer.zero_grad()
+        model(batch).loss.backward()  # what the training loop does, once per meta-step
+        grads = {n: p.grad.clone() for n, p in parts.learner.named_parameters()}
+        parts.optimizer.step()
+        results[name] = {"batch": batch, "grads": grads, "after": _params(parts.learner)}
+    run_dir = Path(out_dir) / "run"
+    trained = train(
+        load_config([*TINY, *GLOBAL_BATCH, "trainer.meta_steps=6", f"run_dir={run_dir}"])
+    )
+    results["trained"] = _params(trained.learner)
+    torch.save(results, Path(out_dir) / f"rank{rank}.pt")
+    destroy_distributed()
+
+
+def _params(learner) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in learner.named_parameters()}
+
+
+@pytest.fixture(scope="module")
+def two_rank_results(tmp_path_factory):
+    out_dir = tmp_path_factory.mktemp("ddp")
+    torch.multiprocessing.start_processes(
+        _ddp_worker,
+        args=(2, free_port(), str(out_dir)),
+        nprocs=2,
+        start_method="spawn",
+    )
+    return [torch.load(out_dir / f"rank{r}.pt", weights_only=False) for r in range(2)]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("learner", list(LEARNERS))
+def test_two_ranks_match_one_process_on_the_union_of_tasks(two_rank_results, learner):
+    from metadist.train import load_config
+    from metadist.train.build import build_parts
+    from metadist.train.distributed import read_env
+
+    rank0, rank1 = (r[learner] for r in two_rank_results)
+    assert rank0["batch"].num_tasks == rank1["batch"].num_tasks == 4
+    assert not torch.equal(rank0["batch"].support.x, rank1["batch"].support.x)
+    union = cat_batches([rank0["batch"], rank1["batch"]])
+
+    parts = build_parts(
+        load_config([*TINY, *GLOBAL_BATCH, *LEARNERS[learner]], world_size=1), read_env("cpu")
+    )
+    parts.optimizer.zero_grad()
+    parts.learner(union).loss.backward()
+    # fp32, within 1e-6: absolutely, or relatively for entries larger than 1 (Meta-SGD's
+    # step-size gradients reach ~25, where 1e-6 is below one float32 ulp).
+    for name, param in parts.learner.named_parameters():
+        assert param.grad is not None, name
+        torch.testing.assert_close(rank0["grads"][name], param.grad, rtol=1e-6, atol=1e-6)
+        assert torch.equal(rank0["grads"][name], rank1["grads"][name])  # one all-reduce
+    if learner == "reptile":
+        before = _params(parts.learner)
+        parts.optimizer.step()
+        after = _params(parts.learner)
+        for name in after:
+            assert not torch.equal(after[name], before[name])
+            torch.testing.assert_close(rank0["after"][name], after[name], rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.timeout(300)
+def test_replicas_stay_identical_over_several_steps(two_rank_results):
+    rank0, rank1 = (r["trained"] for r in two_rank_results)
+    for name in rank0:
+        assert torch.equal(rank0[name], rank1[name]), name
+
+
+def _final_params(run_dir: Path) -> dict[str, torch.Tensor]:
+    from metadist.train import latest_checkpoint_state
+
+    return latest_checkpoint_state(run_dir)["learner"]
+
+
+def _wait_for_checkpoint(run_dir: Path, process: subprocess.Popen, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not (run_dir / "checkpoints" / "latest").exists():
+        if process.poll() is not None:
+            raise AssertionError(f"run ended (rc {process.returncode}) before a checkpoint")
+        if time.monotonic() > deadline:
+            raise AssertionError("no checkpoint appeared")
+        time.sleep(0.02)
+
+
+def _assert_same_params(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+
+
+@pytest.mark.timeout(240)
+def test_sigterm_checkpoints_exits_cleanly_and_the_same_command_resumes(tmp_path):
+    def command(run_dir: Path) -> list[str]:
+        schedule = [
+            "trainer.meta_steps=80",
+            "trainer.checkpoint_every=5",
+            "trainer.meta_batch_size=4",
+        ]
+        return [sys.executable, "-m", "metadist.train", *TINY, *schedule, f"run_dir={run_dir}"]
+
+    straight = subprocess.Popen(command(tmp_path / "straight"), stderr=subprocess.DEVNULL)
+    stopped = subprocess.Popen(
+        command(tmp_path / "stopped"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        _wait_for_checkpoint(tmp_path / "stopped", stopped)
+        stopped.send_signal(signal.SIGTERM)
+        _, err = stopped.communicate(timeout=60)
+        assert stopped.returncode == 0, err
+        assert "SIGTERM: checkpoint of step" in err and "Traceback" not in err
+        from metadist.train import latest_checkpoint_state
+
+        stop_step = latest_checkpoint_state(tmp_path / "stopped")["step"]
+        assert 5 <= stop_step < 80
+
+        resumed = subprocess.run(
+            command(tmp_path / "stopped"), capture_output=True, text=True, timeout=180
+        )
+        assert resumed.returncode == 0, resumed.stderr
+        assert "resumed from" in resumed.stderr and f"at step {stop_step}" in resumed.stderr
+        assert straight.wait(timeout=180) == 0
+    finally:
+        for process in (straight, stopped):
+            if process.poll() is None:
+                process.kill()
+    assert latest_checkpoint_state(tmp_path / "stopped")["step"] == 80
+    _assert_same_params(_final_params(tmp_path / "stopped"), _final_params(tmp_path / "straight"))
+
+
+def _worker_pid(agent_pid: int, rank: int) -> int | None:
+    """The pid of the torchrun worker of `rank` started by the agent `agent_pid`."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except (OSError, ValueError, IndexError):
+            continue
+        if parent == agent_pid and f"RANK={rank}".encode() in environ:
+            return int(entry.name)
+    return None
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs Linux /proc")
+def test_rank_killed_under_torchrun_restarts_and_finishes_like_an_uninterrupted_run(tmp_path):
+    def command(run_dir: Path) -> list[str]:
+        launcher = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+        restarts = ["--max-restarts=1", "--monitor-interval=0.2"]
+        schedule = ["trainer.meta_steps=200", "trainer.checkpoint_every=10", *GLOBAL_BATCH]
+        train_args = ["-m", "metadist.train", *TINY, *schedule, f"run_dir={run_dir}"]
+        return [sys.executable, *launcher, *restarts, *train_args]
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    straight = subprocess.Popen(
+        command(tmp_path / "straight"),
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    killed = subprocess.Popen(
+        command(tmp_path / "killed"),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        _wait_for_checkpoint(tmp_path / "killed", killed)
+        victim = _worker_pid(killed.pid, rank=1)
+        assert victim is not None, "rank 1 worker not found"
+        os.kill(victim, signal.SIGKILL)
+        output, _ = killed.communicate(timeout=240)
+        assert killed.returncode == 0, output[-3000:]
+        assert straight.wait(timeout=240) == 0
+    finally:
+        for process in (straight, killed):
+            if process.poll() is None:
+                process.kill()
+    assert "resumed from" in output, output[-3000:]
+    from metadist.train import latest_checkpoint_state
+
+    assert latest_checkpoint_state(tmp_path / "killed")["step"] == 200
+    _assert_same_params(_final_params(tmp_path / "killed"), _final_params(tmp_path / "straight"))

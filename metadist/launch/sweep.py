@@ -55,8 +55,9 @@ class ParamSpec:
     """One searched hyper-parameter: a config key and its distribution.
 
     Attributes:
-        name: the dotted config key, as in a Hydra override (`learner.options.inner_lr`),
-            or a config group (`learner`, whose choices are option names).
+        name: the dotted config key, as in a Hydra override (`learner.options.inner_lr`;
+            `+sampler.options.x` adds a key the config lacks), or a config group (`learner`,
+            whose choices are option names).
         kind: `float`, `int` or `categorical`.
         low, high: bounds (inclusive) of `float` and `int`.
         log: sample on a log scale.
@@ -127,9 +128,12 @@ def load_search_space(path: str | os.PathLike) -> list[ParamSpec]:
 
 def _parse_param(name: str, spec: Any, path: Path) -> ParamSpec:
     where = f"search space {path}: {name}"
-    if not re.fullmatch(r"[A-Za-z_][\w-]*(\.[A-Za-z_][\w-]*)*", name):
-        raise ValueError(f"{where}: not a config key (dotted names like learner.options.inner_lr)")
-    if name in _SWEEP_OWNED_KEYS:
+    if not re.fullmatch(r"(\+\+?)?[A-Za-z_][\w-]*(\.[A-Za-z_][\w-]*)*", name):
+        raise ValueError(
+            f"{where}: not a config key (dotted names like learner.options.inner_lr, with a "
+            "leading + for a key the config does not have yet)"
+        )
+    if name.lstrip("+") in _SWEEP_OWNED_KEYS:
         raise ValueError(f"{where}: set by the sweep itself, it cannot be searched")
     if not isinstance(spec, dict):
         raise ValueError(f"{where}: expected a mapping with 'type', got {spec!r}")
@@ -280,7 +284,7 @@ class SweepSettings:
             raise ValueError("--seed and --test-seed must be >= 0")
         if not any(t.partition("=")[0] == "experiment" for t in self.overrides):
             raise ValueError("experiment=NAME is required")
-        searched = {p.name for p in self.space}
+        searched = {p.name.lstrip("+") for p in self.space}
         for token in self.overrides:
             key, sep, _ = token.partition("=")
             if not sep:

@@ -121,16 +121,27 @@ def test_deterministic_and_independent_of_chunking_and_files(panel, tmp_path):
     again = write_synthetic_panel(tmp_path / "again", **PANEL_ARGS)
     for original, repeated in zip(panel[0].files, again.files, strict=True):
         assert original.read_bytes() == repeated.read_bytes()
-    regrouped = write_synthetic_panel(
-        tmp_path / "regrouped", **{**PANEL_ARGS, "num_files": 5, "chunk_rows": 100_000}
-    )
-    other = read_panel(regrouped.out_dir)
-    for name in SYNTHETIC_COLUMNS:
-        np.testing.assert_array_equal(other[name], columns[name], err_msg=name)
+    for changed_index, changed in enumerate(
+        ({"num_files": 5, "chunk_rows": 100_000}, {"max_file_row_groups": 2})
+    ):
+        regrouped = write_synthetic_panel(
+            tmp_path / f"regrouped{changed_index}", **{**PANEL_ARGS, **changed}
+        )
+        other = read_panel(regrouped.out_dir)
+        for name in SYNTHETIC_COLUMNS:
+            np.testing.assert_array_equal(other[name], columns[name], err_msg=name)
     reseeded = read_panel(
         write_synthetic_panel(tmp_path / "s", **{**PANEL_ARGS, "seed": 12}).out_dir
     )
     assert not np.array_equal(reseeded["y"][:100], columns["y"][:100])
+
+
+def test_full_files_are_replaced_by_new_ones(tmp_path):
+    summary = write_synthetic_panel(tmp_path / "p", **{**PANEL_ARGS, "max_file_row_groups": 2})
+    assert len(summary.files) > 3 and sorted(summary.out_dir.iterdir()) == summary.files
+    row_groups = [pq.ParquetFile(path).metadata.num_row_groups for path in summary.files]
+    assert max(row_groups) == 2
+    assert sum(pq.ParquetFile(path).metadata.num_rows for path in summary.files) == summary.num_rows
 
 
 def test_timestamp_time_kind(panel, tmp_path):
@@ -233,6 +244,7 @@ def test_labels_are_recognisable_from_the_series(panel):
         ({"time_kind": "date"}, "time_kind"),
         ({"nan_fraction": 0.7}, "nan_fraction"),
         ({"num_profiles": 0}, "num_profiles"),
+        ({"max_file_row_groups": 0}, "max_file_row_groups"),
     ],
 )
 def test_bad_arguments_name_the_argument(tmp_path, override, culprit):

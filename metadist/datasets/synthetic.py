@@ -212,17 +212,22 @@ def write_synthetic_panel(
     nan_fraction: float = 0.002,
     num_profiles: int = 8,
     chunk_rows: int = 1 << 19,
+    max_file_row_groups: int = 128,
     overwrite: bool = False,
     progress: bool | None = None,
 ) -> PanelSummary:
-    """Writes a synthetic sensor panel as `num_files` Parquet files in `out_dir`.
+    """Writes a synthetic sensor panel as Parquet files `part-NNNNN.parquet` in `out_dir`.
 
     Args:
         out_dir: directory to create; written in a hidden sibling and renamed into place.
         num_entities: number of series.
         length_range: (shortest, longest) entity length in rows, both inclusive.
         seed: generator seed (>= 0); the files are a deterministic function of all args.
-        num_files: output files; every entity's rows are spread over them at random.
+        num_files: files written side by side; every chunk's rows are dealt among them at
+            random, so an entity's rows are spread over several files.
+        max_file_row_groups: a file that has received this many chunks is closed and its
+            place taken by a new file. Large panels thus have more than `num_files`
+            files, and the Parquet footers held in memory stay bounded.
         time_kind: "int" (int64 step) or "timestamp" (timestamp[ns], hourly).
         nan_fraction: share of NaN cells in `load`, `ambient` and `aux` (0 for none).
         num_profiles: profiles (labels) per sensor type.
@@ -247,6 +252,10 @@ def write_synthetic_panel(
         num_profiles,
         chunk_rows,
     )
+    if int(max_file_row_groups) < 1:
+        raise ValueError(
+            f"synthetic panel: max_file_row_groups must be >= 1, got {max_file_row_groups}"
+        )
     out_dir = check_output_dir(out_dir, overwrite)
     started = time.perf_counter()
     profiles = _make_profiles(seed, num_profiles)
@@ -262,9 +271,7 @@ def write_synthetic_panel(
     show = progress if progress is not None else (sys.stderr.isatty() and num_rows >= 2_000_000)
 
     with atomic_output_dir(out_dir, overwrite) as partial, _Progress(num_rows, show) as bar:
-        files = [partial / f"part-{index:05d}.parquet" for index in range(num_files)]
-        writers = [pq.ParquetWriter(path, schema, compression="snappy") for path in files]
-        try:
+        with _FileDealer(partial, schema, num_files, max_file_row_groups) as dealer:
             chunk: list[dict[str, np.ndarray | str]] = []
             chunk_size = 0
             chunk_index = 0
@@ -279,15 +286,11 @@ def write_synthetic_panel(
                 chunk_size += int(lengths[entity])
                 if chunk_size >= chunk_rows or entity == num_entities - 1:
                     table = _chunk_table(chunk, schema, time_kind)
-                    _deal_rows(
-                        table, writers, np.random.default_rng([seed, _SHUFFLE_STREAM, chunk_index])
-                    )
+                    dealer.deal(table, np.random.default_rng([seed, _SHUFFLE_STREAM, chunk_index]))
                     bar.advance(chunk_size)
                     chunk, chunk_size = [], 0
                     chunk_index += 1
-        finally:
-            for writer in writers:
-                writer.close()
+        files = dealer.paths
         num_bytes = sum(path.stat().st_size for path in files)
 
     return PanelSummary(
@@ -493,14 +496,41 @@ def _chunk_table(chunk: list[dict], schema: pa.Schema, time_kind: str) -> pa.Tab
     return pa.Table.from_pydict(columns, schema=schema)
 
 
-def _deal_rows(table: pa.Table, writers: list[pq.ParquetWriter], rng: np.random.Generator) -> None:
-    """Shuffles the chunk's rows and deals each to a random file, one row group per file."""
-    order = rng.permutation(table.num_rows)
-    destination = rng.integers(len(writers), size=table.num_rows)[order]
-    for index, writer in enumerate(writers):
-        rows = order[destination == index]
-        if len(rows):
-            writer.write_table(table.take(rows), row_group_size=len(rows))
+class _FileDealer:
+    """`num_files` Parquet writers side by side, each replaced by a new file when full."""
+
+    def __init__(self, directory: Path, schema: pa.Schema, num_files: int, max_row_groups: int):
+        self.directory, self.schema, self.max_row_groups = directory, schema, max_row_groups
+        self.paths: list[Path] = []
+        self._writers = [self._open() for _ in range(num_files)]
+        self._row_groups = [0] * num_files
+
+    def _open(self) -> pq.ParquetWriter:
+        path = self.directory / f"part-{len(self.paths):05d}.parquet"
+        self.paths.append(path)
+        return pq.ParquetWriter(path, self.schema, compression="snappy")
+
+    def deal(self, table: pa.Table, rng: np.random.Generator) -> None:
+        """Shuffles the rows and deals each to a random file, one row group per file."""
+        order = rng.permutation(table.num_rows)
+        destination = rng.integers(len(self._writers), size=table.num_rows)[order]
+        for slot in range(len(self._writers)):
+            rows = order[destination == slot]
+            if not len(rows):
+                continue
+            if self._row_groups[slot] == self.max_row_groups:
+                self._writers[slot].close()
+                self._writers[slot] = self._open()
+                self._row_groups[slot] = 0
+            self._writers[slot].write_table(table.take(rows), row_group_size=len(rows))
+            self._row_groups[slot] += 1
+
+    def __enter__(self) -> _FileDealer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for writer in self._writers:
+            writer.close()
 
 
 class _Progress:
@@ -584,6 +614,12 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--chunk-rows", type=int, default=1 << 19, help="rows generated at a time (bounds memory)"
     )
+    parser.add_argument(
+        "--max-file-row-groups",
+        type=int,
+        default=128,
+        help="chunks per file before a new file is started (default 128)",
+    )
     parser.add_argument("--overwrite", action="store_true", help="replace a non-empty OUT_DIR")
     parser.add_argument(
         "--progress", action=argparse.BooleanOptionalAction, default=None, help="progress bar"
@@ -605,6 +641,7 @@ def _run_cli(args: argparse.Namespace) -> int:
         nan_fraction=args.nan_fraction,
         num_profiles=args.profiles,
         chunk_rows=args.chunk_rows,
+        max_file_row_groups=args.max_file_row_groups,
         overwrite=args.overwrite,
         progress=args.progress,
     )

@@ -146,3 +146,15 @@ def test_metrics_config_and_run_id_are_kept_with_the_run(tmp_path, monkeypatch):
     assert all(r["tasks_per_s"] > 0 and r["loss"] > 0 for r in train_records)
     assert [r["step"] for r in records if r["split"] == "val"] == [2, 4, 6]
     assert (config.resolved_run_dir / "config.yaml").read_text().count("sinusoid") >= 1
+
+
+def test_sigusr1_before_preemption_checkpoints_and_stops(tmp_path):
+    def usr1_at_two(step, values):
+        if step == 2:
+            os.kill(os.getpid(), signal.SIGUSR1)
+
+    config = tiny_config(tmp_path / "run", "trainer.meta_steps=50", "trainer.eval_every=2")
+    result = train(config, on_eval=usr1_at_two)
+    assert result.stopped_by == "SIGUSR1" and result.step == 3
+    assert latest_checkpoint_state(config.resolved_run_dir)["step"] == 3
+    assert signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL

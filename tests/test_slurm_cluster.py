@@ -179,3 +179,49 @@ def test_requeued_job_resumes_and_matches_an_uninterrupted_run(slurm_env, tmp_pa
     assert state.keys() == expected.keys()
     for name, tensor in expected.items():
         assert torch.equal(state[name], tensor), name
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_sweep_trials_run_as_slurm_array_elements(slurm_env, tmp_path, monkeypatch):
+    from metadist.launch.sweep import ParamSpec, SweepSettings, open_study, run_sweep
+
+    for name, value in slurm_env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.chdir(REPO)
+    settings = SweepSettings(
+        overrides=[
+            "experiment=sinusoid_maml",
+            "trainer.meta_steps=12",
+            "trainer.meta_batch_size=4",
+            "trainer.eval_every=4",
+            "trainer.eval_batches=1",
+            "trainer.checkpoint_every=12",
+            "learner.options.eval_inner_steps=1",
+            "sampler.options.num_tasks=200",
+            "logging.wandb.mode=disabled",
+        ],
+        space=[ParamSpec("optimizer.lr", "float", 1e-4, 1e-2, True)],
+        sweep_dir=tmp_path / "sweep",
+        num_trials=2,
+        launcher="slurm",
+        parallel=2,
+        pruner="none",
+        poll_seconds=0.5,
+        slurm_settings=["gpus_per_node=0", "cpus_per_task=1"],
+    )
+    run_sweep(settings, log=lambda message: None)
+    trials = open_study(settings).get_trials()
+    assert [t.state.name for t in trials] == ["COMPLETE", "COMPLETE"]
+    (job_id,) = {t.user_attrs["slurm_job"].split("_")[0] for t in trials}
+    assert sorted(t.user_attrs["slurm_job"] for t in trials) == [f"{job_id}_0", f"{job_id}_1"]
+    wave = tmp_path / "sweep" / "slurm" / "wave0000"
+    assert "#SBATCH --array=0-1" in (wave / "job.sbatch").read_text()
+    for index, trial in enumerate(trials):
+        assert "training finished with status 0" in (wave / f"{index}.out").read_text()
+        run_dir = Path(trial.user_attrs["run_dir"])
+        records = [
+            json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()
+        ]
+        assert [r["loss"] for r in records if r["split"] == "val"][-1] == trial.value

@@ -449,7 +449,8 @@ class LocalTrial:
 
     def __init__(self, plan: TrialPlan, settings: SweepSettings) -> None:
         self.plan = plan
-        self._log = open(plan.run_dir / LOG_FILE, "ab")  # noqa: SIM115 (closed in finish)
+        self.log_path = plan.run_dir / LOG_FILE
+        self._log = open(self.log_path, "ab")  # noqa: SIM115 (closed in finish)
         self.process = subprocess.Popen(
             plan.train_command(settings),
             stdout=self._log,
@@ -521,6 +522,7 @@ class SlurmTrial:
         self.wave = wave
         self.index = index
         self.element = f"{wave.job_id}_{index}"
+        self.log_path = wave.wave_dir / f"{index}.out"
 
     def poll(self) -> int | None:
         queued = subprocess.run(
@@ -531,7 +533,7 @@ class SlurmTrial:
         )
         if queued.returncode == 0 and queued.stdout.strip():
             return None
-        log = self.wave.wave_dir / f"{self.index}.out"
+        log = self.log_path
         text = log.read_text(errors="replace") if log.exists() else ""
         finished = re.findall(r"metadist: training finished with status (\d+)", text)
         if finished:
@@ -734,12 +736,8 @@ def run_sweep(settings: SweepSettings, log=print) -> Any:
                             if exit_code
                             else f"no finite val {settings.metric}"
                         )
-                        failures.append(
-                            f"trial {number} ({reason}, see {runner.plan.run_dir / LOG_FILE})"
-                        )
-                        log(
-                            f"trial {number} failed: {reason}; log {runner.plan.run_dir / LOG_FILE}"
-                        )
+                        failures.append(f"trial {number} ({reason}, see {runner.log_path})")
+                        log(f"trial {number} failed: {reason}; log {runner.log_path}")
                         if len(failures) >= settings.max_failures:
                             raise ValueError(
                                 f"{len(failures)} trials failed: " + "; ".join(failures)

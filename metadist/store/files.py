@@ -31,30 +31,52 @@ def temp_sibling(out: Path) -> Path:
 class MappedFile:
     """A file of fixed size, memory-mapped read-write as a numpy array.
 
-    Written pages are dropped from this process's mapping every `_RELEASE_BYTES` (they
-    stay in the page cache), so resident memory does not grow with the file.
+    Pages touched through the mapping are dropped from this process's page tables every
+    `_RELEASE_BYTES` (`MADV_DONTNEED` on a shared file mapping keeps their contents in
+    the page cache), so resident memory does not grow with the size of the file.
     """
 
     def __init__(self, path: Path, dtype: np.dtype, shape: tuple[int, ...], existing: bool = False):
         self.path = path
         self.size = int(np.prod(shape)) * dtype.itemsize
+        self.row_bytes = self.size // max(shape[0], 1)
         flags = os.O_RDWR if existing else os.O_RDWR | os.O_CREAT | os.O_EXCL
         self.fd = os.open(path, flags, 0o644)
-        if not existing:
-            _preallocate(self.fd, self.size)
-        self.mm = mmap.mmap(self.fd, self.size)
+        try:
+            if not existing:
+                _preallocate(self.fd, self.size)
+            self.mm = mmap.mmap(self.fd, self.size)
+        except BaseException:
+            os.close(self.fd)
+            raise
         self.array = np.frombuffer(self.mm, dtype=dtype).reshape(shape)
-        self.pending = 0
+        self._pending = 0
+        self._low, self._high = self.size, 0
 
-    def touched(self, num_bytes: int) -> None:
-        self.pending += num_bytes
-        if self.pending >= _RELEASE_BYTES:
+    def touched(self, first_row: int, end_row: int, num_rows: int) -> None:
+        """Notes that `num_rows` rows within `[first_row, end_row)` were read or written."""
+        low, high = first_row * self.row_bytes, end_row * self.row_bytes
+        pages = (high - low) // PAGE_BYTES + 1
+        self._pending += min(num_rows * self.row_bytes + PAGE_BYTES, pages * PAGE_BYTES)
+        self._low, self._high = min(self._low, low), max(self._high, high)
+        if self._pending >= _RELEASE_BYTES:
             self.release()
 
     def release(self) -> None:
-        if hasattr(self.mm, "madvise"):
-            self.mm.madvise(mmap.MADV_DONTNEED)
-        self.pending = 0
+        """Drops the touched pages from this process's resident memory."""
+        if self._high > self._low and hasattr(self.mm, "madvise"):
+            start = self._low - self._low % PAGE_BYTES
+            self.mm.madvise(mmap.MADV_DONTNEED, start, self._high - start)
+        self._pending = 0
+        self._low, self._high = self.size, 0
+
+    def fill(self, value: float | int, chunk_rows: int = 1 << 20) -> None:
+        """Sets every element to `value`, a chunk of rows at a time."""
+        num_rows = self.array.shape[0]
+        for first in range(0, num_rows, chunk_rows):
+            end = min(first + chunk_rows, num_rows)
+            self.array[first:end] = value
+            self.touched(first, end, end - first)
 
     def __enter__(self) -> MappedFile:
         return self

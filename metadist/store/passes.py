@@ -1,4 +1,13 @@
-"""The three passes of `metadist ingest` over the Parquet input (see `ingest.py`)."""
+"""The three passes of `metadist ingest` over the Parquet input (see `ingest.py`).
+
+Placement without sorting. Pass 1 records each entity's first and last time. An entity
+whose row count fits an arithmetic progression between them (`span = (rows - 1) *
+step` for an integral step) is *regular*: pass 2 writes each of its rows straight to its
+final, time-sorted slot `start + (t - first) / step`, and pass 3 only checks that every
+slot holds the expected time (a duplicate time leaves a slot unfilled). Other entities
+are written in arrival order and sorted by pass 3. Regular series, the common case, are
+never sorted, so ingest costs little more than reading the Parquet twice.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +23,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from metadist.store import sources
-from metadist.store.files import PAGE_BYTES, MappedFile
+from metadist.store.arrow import int64_array, string_array, to_numpy
+from metadist.store.files import MappedFile
 from metadist.store.format import (
     CHECKSUM_ALGORITHM,
     ENTITY_STATS_FILE,
@@ -26,21 +36,36 @@ from metadist.store.format import (
     TIMES_FILE,
     VALUES_DTYPE,
     VALUES_FILE,
+    Checksum,
     fsync_path,
-    new_hasher,
     write_json,
 )
 from metadist.store.progress import Bar
-from metadist.store.scaler import merge_moments, moments_of_groups, scale_of
+from metadist.store.scaler import merge_moments, scale_of
 
 _MAX_DROPPED_LISTED = 1000
+_NO_TIME = np.iinfo(np.int64).min  # marks slots of regular entities not written yet
+_MAX_TIME = np.iinfo(np.int64).max
+
+
+class _Demoted(Exception):
+    """Entities (store indices) that pass 1 took for regular but whose times are not."""
+
+    def __init__(self, entities: np.ndarray) -> None:
+        super().__init__(f"{len(entities)} entities are not regular")
+        self.entities = entities
 
 
 class _Registry:
-    """Maps keys (entity ids, stratum names) to dense codes in order of first sight."""
+    """Maps keys (entity ids, stratum names) to dense codes in order of first sight.
 
-    def __init__(self) -> None:
+    Parquet hands string columns over as dictionary arrays; the mapping of a batch's
+    dictionary is cached, since consecutive batches of a row group share it.
+    """
+
+    def __init__(self, as_str: bool = False) -> None:
         self.codes: dict[Any, int] = {}
+        self.as_str = as_str
         self._last_dictionary: pa.Array | None = None
         self._last_map: np.ndarray | None = None
 
@@ -51,29 +76,27 @@ class _Registry:
         return list(self.codes)
 
     def encode(self, column: pa.Array, *, add: bool) -> tuple[np.ndarray, np.ndarray]:
-        """`([N] row codes local to the batch, [U] global code of each local code)`.
+        """`([N] int64 row codes local to the batch, [U] int64 global code of each)`.
 
         With `add=False`, keys never seen get code -1.
         """
-        if pa.types.is_dictionary(column.type):
-            dictionary = column.dictionary
-            local = column.indices.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
-        else:
-            encoded = column.dictionary_encode()
-            dictionary = encoded.dictionary
-            local = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+        if not pa.types.is_dictionary(column.type):
+            column = column.dictionary_encode()
+        dictionary = column.dictionary
+        local = to_numpy(column.indices).astype(np.int64)
         last = self._last_dictionary
         if last is not None and len(last) == len(dictionary) and last.equals(dictionary):
             return local, self._last_map
         keys = dictionary.to_pylist()
+        if self.as_str:
+            keys = [str(key) for key in keys]
+        codes = self.codes
         if add:
-            codes = self.codes
             mapping = np.fromiter(
                 (codes.setdefault(key, len(codes)) for key in keys), np.int64, len(keys)
             )
         else:
-            get = self.codes.get
-            mapping = np.fromiter((get(key, -1) for key in keys), np.int64, len(keys))
+            mapping = np.fromiter((codes.get(key, -1) for key in keys), np.int64, len(keys))
         if len(np.unique(mapping)) != len(mapping):  # a dictionary with repeated entries
             return self.encode(column.dictionary_decode(), add=add)
         self._last_dictionary, self._last_map = dictionary, mapping
@@ -81,7 +104,9 @@ class _Registry:
 
 
 class _Growing:
-    """Per-entity arrays that grow as new entities appear."""
+    """Per-entity accumulators of pass 1, growing as new entities appear."""
+
+    _FILL = {"stratum": -1, "label": -1, "first_time": _MAX_TIME, "last_time": _NO_TIME}
 
     def __init__(self, num_columns: int) -> None:
         self.capacity = 1024
@@ -89,20 +114,23 @@ class _Growing:
         self.count = np.zeros((self.capacity, num_columns))
         self.mean = np.zeros((self.capacity, num_columns))
         self.m2 = np.zeros((self.capacity, num_columns))
-        self.stratum = np.full(self.capacity, -1, np.int64)
-        self.label = np.full(self.capacity, -1, np.int64)
+        for name, fill in self._FILL.items():
+            setattr(self, name, np.full(self.capacity, fill, np.int64))
 
     def reserve(self, size: int) -> None:
         if size <= self.capacity:
             return
         capacity = max(size, 2 * self.capacity)
-        for name in ("rows", "count", "mean", "m2", "stratum", "label"):
+        for name in ("rows", "count", "mean", "m2", *self._FILL):
             old = getattr(self, name)
-            fill = -1 if name in ("stratum", "label") else 0
-            new = np.full((capacity,) + old.shape[1:], fill, old.dtype)
+            new = np.full((capacity,) + old.shape[1:], self._FILL.get(name, 0), old.dtype)
             new[: self.capacity] = old
             setattr(self, name, new)
         self.capacity = capacity
+
+
+def _first_false(mask: np.ndarray) -> int:
+    return int(np.argmin(mask))
 
 
 class IngestJob:
@@ -126,30 +154,51 @@ class IngestJob:
         self.min_length = min_length
         self.batch_size = batch_size
         self.time_kind = sources.time_kind(schema.field(columns.time).type)
-        entity_type = schema.field(columns.entity).type
-        self.entity_is_int = pa.types.is_integer(
-            entity_type.value_type if pa.types.is_dictionary(entity_type) else entity_type
-        )
-        self.dictionary_columns = [] if self.entity_is_int else [columns.entity]
+        self.dictionary_columns = [
+            name
+            for name in (columns.entity, columns.stratum, columns.label)
+            if name is not None
+            and (pa.types.is_string(schema.field(name).type)
+                 or pa.types.is_large_string(schema.field(name).type))
+        ]  # fmt: skip
         self.entities = _Registry()
-        self.category_names: dict[str, _Registry] = {"stratum": _Registry(), "label": _Registry()}
+        self.category_names = {"stratum": _Registry(as_str=True), "label": _Registry(as_str=True)}
         self.stats = _Growing(len(self.value_names))
         self.num_rows_read = sum(f.num_rows for f in files)
         self.timings: dict[str, float] = {}
+
+    def _batches(self, names: list[str]):
+        """`(file, first_row, batch)` over all files, decoded one step ahead in a thread."""
+        return sources.prefetch(
+            sources.iter_all_batches(self.files, names, self.batch_size, self.dictionary_columns)
+        )
+
+    def _reject_nulls(self, file: sources.SourceFile, offset: int, column: pa.Array, name: str):
+        position = sources.first_null(column)
+        if position is not None:
+            raise ValueError(f"{file.path}: row {offset + position}: column {name!r} is null")
+
+    def _nonfinite(self, values: list[np.ndarray]) -> dict[int, np.ndarray]:
+        """`{column: [N] finite mask}` for the columns holding NaN/inf (a sum is the cheap
+        first test; only a non-finite sum pays for the exact mask)."""
+        masks = {}
+        for j, column in enumerate(values):
+            if not np.isfinite(column.sum()):
+                finite = np.isfinite(column)
+                if not finite.all():
+                    masks[j] = finite
+        return masks
 
     # ---- pass 1 -------------------------------------------------------------------------
     def scan(self, bar: Bar) -> None:
         began = time.perf_counter()
         columns = self.columns
-        read = [columns.entity, *self.value_names]
+        read = list(dict.fromkeys([columns.entity, columns.time, *self.value_names]))
         read += [c for c in (columns.stratum, columns.label) if c is not None and c not in read]
         task = bar.add("scan", self.num_rows_read)
-        for file in self.files:
-            for offset, batch in sources.iter_batches(
-                file, read, self.batch_size, self.dictionary_columns
-            ):
-                self._scan_batch(file, offset, batch)
-                bar.advance(task, batch.num_rows)
+        for file, offset, batch in self._batches(read):
+            self._scan_batch(file, offset, batch)
+            bar.advance(task, batch.num_rows)
         self.timings["scan_s"] = time.perf_counter() - began
 
     def _scan_batch(self, file: sources.SourceFile, offset: int, batch: pa.RecordBatch) -> None:
@@ -159,39 +208,62 @@ class IngestJob:
         local, mapping = self.entities.encode(entity_column, add=True)
         stats = self.stats
         stats.reserve(len(self.entities))
-        row_codes = mapping[local]
         for role, name in (("stratum", columns.stratum), ("label", columns.label)):
             if name is not None:
-                self._check_constant(file, offset, batch, role, name, row_codes)
-        values = sources.to_float64(batch, self.value_names)
-        finite = np.isfinite(values)
-        if not finite.all():
-            if self.nan == "error":
-                row, col = np.argwhere(~finite)[0]
-                entity = self.entities.keys()[row_codes[row]]
-                name = self.value_names[col]
-                shown = "null" if not batch.column(name)[int(row)].is_valid else values[row, col]
-                raise ValueError(
-                    f"{file.path}: row {offset + row}: column {name!r} of entity {entity!r} "
-                    f"is {shown} (NaN, inf or null is an error under --nan error; use --nan "
-                    "ffill or --nan drop)"
-                )
-            if self.nan == "drop":
-                keep = finite.all(axis=1)
-                local, values = local[keep], values[keep]
+                self._check_constant(file, offset, batch, role, name, local, mapping)
+        time_column = batch.column(columns.time)
+        self._reject_nulls(file, offset, time_column, columns.time)
+        times = sources.to_int64_time(time_column)
+        values = sources.float_columns(batch, self.value_names)
+        masks = self._nonfinite(values)
+        if masks and self.nan == "error":
+            col = min(masks, key=lambda j: (_first_false(masks[j]), j))
+            row = _first_false(masks[col])
+            name = self.value_names[col]
+            entity = self.entities.keys()[mapping[local[row]]]
+            shown = "null" if not batch.column(name)[row].is_valid else values[col][row]
+            raise ValueError(
+                f"{file.path}: row {offset + row}: column {name!r} of entity {entity!r} is "
+                f"{shown} (NaN, inf or null is an error under --nan error; use --nan ffill or "
+                "--nan drop)"
+            )
+        if masks and self.nan == "drop":
+            keep = np.logical_and.reduce(list(masks.values()))
+            local, times, values = local[keep], times[keep], [x[keep] for x in values]
+            masks = {}
         num_local = len(mapping)
-        stats.rows[mapping] += np.bincount(local, minlength=num_local)
-        count, mean, m2 = moments_of_groups(local, values, num_local)
-        stats.count[mapping], stats.mean[mapping], stats.m2[mapping] = merge_moments(
-            stats.count[mapping], stats.mean[mapping], stats.m2[mapping], count, mean, m2
-        )
-
-    def _reject_nulls(
-        self, file: sources.SourceFile, offset: int, column: pa.Array, name: str
-    ) -> None:
-        position = sources.first_null(column)
-        if position is not None:
-            raise ValueError(f"{file.path}: row {offset + position}: column {name!r} is null")
+        rows = np.bincount(local, minlength=num_local)
+        stats.rows[mapping] += rows
+        first = np.full(num_local, _MAX_TIME, np.int64)
+        last = np.full(num_local, _NO_TIME, np.int64)
+        np.minimum.at(first, local, times)
+        np.maximum.at(last, local, times)
+        stats.first_time[mapping] = np.minimum(stats.first_time[mapping], first)
+        stats.last_time[mapping] = np.maximum(stats.last_time[mapping], last)
+        for j, column in enumerate(values):
+            finite = masks.get(j)
+            if finite is None:
+                count = rows.astype(np.float64)
+                total = np.bincount(local, weights=column, minlength=num_local)
+            else:
+                count = np.bincount(local, weights=finite, minlength=num_local)
+                total = np.bincount(
+                    local, weights=np.where(finite, column, 0.0), minlength=num_local
+                )
+            mean = np.divide(total, count, out=np.zeros(num_local), where=count > 0)
+            deviation = column - mean[local]
+            if finite is not None:
+                deviation = np.where(finite, deviation, 0.0)
+            m2 = np.bincount(local, weights=deviation * deviation, minlength=num_local)
+            merged = merge_moments(
+                stats.count[mapping, j],
+                stats.mean[mapping, j],
+                stats.m2[mapping, j],
+                count,
+                mean,
+                m2,
+            )
+            stats.count[mapping, j], stats.mean[mapping, j], stats.m2[mapping, j] = merged
 
     def _check_constant(
         self,
@@ -200,31 +272,42 @@ class IngestJob:
         batch: pa.RecordBatch,
         role: str,
         name: str,
-        row_codes: np.ndarray,
+        local: np.ndarray,
+        mapping: np.ndarray,
     ) -> None:
         column = batch.column(name)
         self._reject_nulls(file, offset, column, name)
         registry = self.category_names[role]
-        local, mapping = registry.encode(pc.cast(column, pa.string()), add=True)
-        row_values = mapping[local]
-        first = getattr(self.stats, role)
-        unset = first[row_codes] < 0
-        if unset.any():
-            codes, where = np.unique(row_codes[unset], return_index=True)
-            first[codes] = row_values[np.flatnonzero(unset)[where]]
-        bad = np.flatnonzero(first[row_codes] != row_values)
+        value_local, value_map = registry.encode(column, add=True)
+        value = value_map[value_local]
+        first = np.full(len(mapping), -1, np.int64)
+        first[local] = value  # any row's value represents the entity in this batch
+        names = registry.keys()
+        bad = np.flatnonzero(first[local] != value)
         if bad.size:
-            row = bad[0]
-            names = registry.keys()
-            entity = self.entities.keys()[row_codes[row]]
-            raise ValueError(
-                f"{file.path}: row {offset + row}: {role} column {name!r} is not constant "
-                f"within entity {entity!r}: {names[row_values[row]]!r} here, "
-                f"{names[first[row_codes[row]]]!r} on an earlier row"
-            )
+            row = int(bad[0])
+            other = names[first[local[row]]]
+            where = "another row of this file"
+        else:
+            known = getattr(self.stats, role)[mapping]
+            conflict = np.flatnonzero((first >= 0) & (known >= 0) & (known != first))
+            if not conflict.size:
+                fresh = (first >= 0) & (known < 0)
+                getattr(self.stats, role)[mapping[fresh]] = first[fresh]
+                return
+            row = int(np.flatnonzero(local == conflict[0])[0])
+            other = names[known[conflict[0]]]
+            where = "an earlier row"
+        entity = self.entities.keys()[mapping[local[row]]]
+        raise ValueError(
+            f"{file.path}: row {offset + row}: {role} column {name!r} is not constant within "
+            f"entity {entity!r}: {names[value[row]]!r} here, {other!r} on {where}"
+        )
 
     # ---- between the passes -------------------------------------------------------------
     def plan(self) -> None:
+        """Decides which entities are kept, their order, offsets, statistics and whether
+        their rows can be placed directly."""
         stats = self.stats
         num_seen = len(self.entities)
         keys = self.entities.keys()
@@ -268,7 +351,7 @@ class IngestJob:
         kept_codes = np.flatnonzero(kept)
         sort_keys = np.asarray([keys[c] for c in kept_codes])
         order = kept_codes[np.argsort(sort_keys, kind="stable")]
-        self.entity_codes = order
+        self.order = order
         self.new_index = np.full(num_seen, -1, np.int64)
         self.new_index[order] = np.arange(len(order))
         self.lengths = rows[order].copy()
@@ -296,40 +379,51 @@ class IngestJob:
             self.category_of[role] = (
                 np.asarray(names, dtype=object)[codes] if names else np.full(len(order), "", object)
             )
-
-    def _scale(self, values: np.ndarray, entity: np.ndarray) -> np.ndarray:
-        if self.scaling == "global":
-            return (values - self.global_mean) / self.global_std
-        if self.scaling == "per-entity":
-            return (values - self.entity_mean[entity]) / self.entity_std[entity]
-        return values
+        first_time, last_time = stats.first_time[order], stats.last_time[order]
+        gaps = np.maximum(self.lengths - 1, 1)
+        with np.errstate(over="ignore"):
+            span = last_time - first_time
+        step = np.where(self.lengths > 1, span // gaps, 1)
+        self.regular = (self.lengths == 1) | ((span > 0) & (span % gaps == 0))
+        self.regular &= (first_time != _NO_TIME) & (step > 0)
+        self.first_time = first_time
+        self.step = np.where(self.regular, step, 1)
 
     # ---- pass 2 -------------------------------------------------------------------------
     def write(self, temp: Path, bar: Bar) -> None:
         began = time.perf_counter()
+        sources.check_unchanged(self.files)
+        while True:
+            try:
+                self._write_all(temp, bar)
+                break
+            except _Demoted as demoted:  # rare: redo the pass with those entities sorted
+                self.regular[demoted.entities] = False
+                for name in (VALUES_FILE, TIMES_FILE):
+                    (temp / name).unlink()
+        self.timings["write_s"] = time.perf_counter() - began
+
+    def _write_all(self, temp: Path, bar: Bar) -> None:
         num_columns = len(self.value_names)
         columns = self.columns
-        read = [columns.entity, columns.time, *self.value_names]
-        cursor = np.zeros(len(self.entity_codes), np.int64)
+        cursor = np.zeros(len(self.order), np.int64)
         task = bar.add("write", self.num_rows_read)
         with (
             MappedFile(temp / VALUES_FILE, VALUES_DTYPE, (self.num_rows, num_columns)) as values,
             MappedFile(temp / TIMES_FILE, TIMES_DTYPE, (self.num_rows,)) as times,
         ):
-            for file in self.files:
-                for offset, batch in sources.iter_batches(
-                    file, read, self.batch_size, self.dictionary_columns
-                ):
-                    self._write_batch(file, offset, batch, cursor, values, times)
-                    bar.advance(task, batch.num_rows)
-            if not np.array_equal(cursor, self.lengths):
+            if self.regular.any():
+                times.fill(_NO_TIME)
+            for file, _, batch in self._batches([columns.entity, columns.time, *self.value_names]):
+                self._write_batch(file, batch, cursor, values, times)
+                bar.advance(task, batch.num_rows)
+            irregular = ~self.regular
+            if not np.array_equal(cursor[irregular], self.lengths[irregular]):
                 raise ValueError("the input files changed while they were being ingested")
-        self.timings["write_s"] = time.perf_counter() - began
 
     def _write_batch(
         self,
         file: sources.SourceFile,
-        offset: int,
         batch: pa.RecordBatch,
         cursor: np.ndarray,
         values_file: MappedFile,
@@ -338,40 +432,76 @@ class IngestJob:
         local, mapping = self.entities.encode(batch.column(self.columns.entity), add=False)
         if (mapping < 0).any():
             raise ValueError(f"{file.path} changed while it was being ingested")
-        entity = self.new_index[mapping][local]
-        time_column = batch.column(self.columns.time)
-        self._reject_nulls(file, offset, time_column, self.columns.time)
-        times = sources.to_int64_time(time_column)
-        values = sources.to_float64(batch, self.value_names)
-        keep = entity >= 0
+        entity = self.new_index[mapping]  # [U] store index, -1 if dropped
+        times = sources.to_int64_time(batch.column(self.columns.time))
+        values = sources.float_columns(batch, self.value_names)
+        keep = (entity >= 0)[local] if (entity < 0).any() else None
         if self.nan == "drop":
-            keep &= np.isfinite(values).all(axis=1)
-        if not keep.all():
-            entity, times, values = entity[keep], times[keep], values[keep]
-        if entity.size == 0:
+            masks = self._nonfinite(values)
+            if masks:
+                finite = np.logical_and.reduce(list(masks.values()))
+                keep = finite if keep is None else keep & finite
+        if keep is not None:
+            local, times, values = local[keep], times[keep], [x[keep] for x in values]
+        if local.size == 0:
             return
-        scaled = self._scale(values, entity).astype(VALUES_DTYPE)
-        order = np.argsort(entity, kind="stable")
-        entity = entity[order]
-        group_starts = np.flatnonzero(np.diff(entity, prepend=-1))
-        group_sizes = np.diff(group_starts, append=entity.size)
-        groups = entity[group_starts]
-        rank = np.arange(entity.size) - np.repeat(group_starts, group_sizes)
-        destination = self.starts[entity] + cursor[entity] + rank
-        cursor[groups] += group_sizes
-        if (cursor[groups] > self.lengths[groups]).any():
-            raise ValueError(f"{file.path} changed while it was being ingested")
-        values_file.array[destination] = scaled[order]
-        times_file.array[destination] = times[order]
-        row_bytes = values_file.array.strides[0]
-        touched = groups.size * PAGE_BYTES + entity.size * row_bytes
-        values_file.touched(touched)
-        times_file.touched(groups.size * PAGE_BYTES + entity.size * 8)
+        entity = np.maximum(entity, 0)
+        scaled = np.empty((local.size, len(values)), VALUES_DTYPE)
+        for j, column in enumerate(values):
+            if self.scaling == "global":
+                scaled[:, j] = (column - self.global_mean[j]) / self.global_std[j]
+            elif self.scaling == "per-entity":
+                mean = self.entity_mean[entity, j]
+                std = self.entity_std[entity, j]
+                scaled[:, j] = (column - mean[local]) / std[local]
+            else:
+                scaled[:, j] = column
+        destination = self._destinations(local, entity, times, cursor)
+        values_file.array[destination] = scaled
+        times_file.array[destination] = times
+        lowest, highest = int(destination.min()), int(destination.max()) + 1
+        values_file.touched(lowest, highest, destination.size)
+        times_file.touched(lowest, highest, destination.size)
+
+    def _destinations(
+        self, local: np.ndarray, entity: np.ndarray, times: np.ndarray, cursor: np.ndarray
+    ) -> np.ndarray:
+        """`[N]` row of `values.bin` for each row of a batch (see the module docstring)."""
+        regular = self.regular[entity]
+        start = self.starts[entity]
+        step = self.step[entity]
+        if regular.all() and (step == 1).all():
+            return (start - self.first_time[entity])[local] + times
+        destination = np.empty(local.size, np.int64)
+        placed = regular[local]
+        if regular.any():
+            rows = np.flatnonzero(placed) if not placed.all() else slice(None)
+            row_local = local[rows]
+            offset, remainder = np.divmod(
+                times[rows] - self.first_time[entity][row_local], step[row_local]
+            )
+            misfit = remainder != 0
+            if misfit.any():
+                raise _Demoted(np.unique(entity[row_local[misfit]]))
+            destination[rows] = start[row_local] + offset
+        if not placed.all():
+            rows = np.flatnonzero(~placed)
+            order = np.argsort(local[rows], kind="stable")
+            rows = rows[order]
+            group = entity[local[rows]]
+            group_starts = np.flatnonzero(np.diff(group, prepend=-1))
+            group_sizes = np.diff(group_starts, append=group.size)
+            rank = np.arange(group.size) - np.repeat(group_starts, group_sizes)
+            destination[rows] = self.starts[group] + cursor[group] + rank
+            cursor[group[group_starts]] += group_sizes
+            if (cursor[group] > self.lengths[group]).any():
+                raise ValueError("the input files changed while they were being ingested")
+        return destination
 
     # ---- pass 3 -------------------------------------------------------------------------
-    def order_chunks(self) -> list[tuple[int, int]]:
-        """Entity ranges `[a, b)` of roughly `chunk_rows` rows each (whole entities)."""
-        chunk_rows = max(self.batch_size * 16, 1 << 20)
+    def chunks(self) -> list[tuple[int, int]]:
+        """Entity ranges `[a, b)` of about `chunk_rows` rows each (whole entities)."""
+        chunk_rows = max(self.batch_size * 4, 1 << 18)
         ends = self.starts + self.lengths
         chunks, first = [], 0
         while first < len(ends):
@@ -381,69 +511,139 @@ class IngestJob:
             first = last
         return chunks
 
-    def order(self, temp: Path, bar: Bar) -> None:
+    def order_rows(self, temp: Path, bar: Bar) -> None:
+        """Pass 3: checks placed entities, sorts the others, fills, checksums.
+
+        Reads and writes with pread/pwrite in chunks of whole entities: sequential, no
+        page faults, memory bounded by the chunk size."""
         began = time.perf_counter()
+        sources.check_unchanged(self.files)
         num_columns = len(self.value_names)
-        values_hash, times_hash = new_hasher(), new_hasher()
+        values_sum, times_sum = Checksum(), Checksum()
         task = bar.add("order", self.num_rows)
         with (
-            MappedFile(temp / VALUES_FILE, VALUES_DTYPE, (self.num_rows, num_columns), True) as vf,
-            MappedFile(temp / TIMES_FILE, TIMES_DTYPE, (self.num_rows,), True) as tf,
+            _RawFile(temp / VALUES_FILE, num_columns * VALUES_DTYPE.itemsize) as vf,
+            _RawFile(temp / TIMES_FILE, TIMES_DTYPE.itemsize) as tf,
         ):
-            for first, last in self.order_chunks():
-                row_a, row_b = (
-                    int(self.starts[first]),
-                    int(self.starts[last - 1] + self.lengths[last - 1]),
-                )
-                times = np.array(tf.array[row_a:row_b])
-                values = np.array(vf.array[row_a:row_b])
-                entity = np.repeat(np.arange(first, last), self.lengths[first:last])
-                same = entity[1:] == entity[:-1]
+            for first, last in self.chunks():
+                row_a = int(self.starts[first])
+                row_b = int(self.starts[last - 1] + self.lengths[last - 1])
+                times = tf.read(row_a, row_b, TIMES_DTYPE)
+                values = vf.read(row_a, row_b, VALUES_DTYPE).reshape(-1, num_columns)
+                lengths = self.lengths[first:last]
+                starts = self.starts[first:last] - row_a
+                regular = self.regular[first:last]
                 changed = False
-                if (same & (times[1:] < times[:-1])).any():
-                    by_time = np.lexsort((times, entity))
-                    times, values = times[by_time], values[by_time]
-                    changed = True
-                duplicate = np.flatnonzero(same & (times[1:] == times[:-1]))
-                if duplicate.size:
-                    self._raise_duplicate(int(entity[duplicate[0]]), int(times[duplicate[0]]))
-                if self.nan == "ffill" and not np.isfinite(values).all():
-                    starts = self.starts[first:last] - row_a
-                    values = _fill_forward(values, starts, self.lengths[first:last])
-                    changed = True
+                if regular.any():
+                    self._check_placed(first, times, starts, lengths, regular)
+                if not regular.all():
+                    changed = self._sort_irregular(first, times, values, lengths, regular)
+                    if changed:
+                        tf.write(row_a, times)
+                if self.nan == "ffill":
+                    changed |= _fill_forward(values, starts, lengths)
                 if changed:
-                    tf.array[row_a:row_b] = times
-                    vf.array[row_a:row_b] = values
-                values_hash.update(values.data)
-                times_hash.update(times.data)
-                vf.touched(values.nbytes)
-                tf.touched(times.nbytes)
+                    vf.write(row_a, values)
+                values_sum.update(values)
+                times_sum.update(times)
                 bar.advance(task, row_b - row_a)
-        self.checksums = {
-            VALUES_FILE: values_hash.hexdigest(),
-            TIMES_FILE: times_hash.hexdigest(),
-        }
+        self.checksums = {VALUES_FILE: values_sum.hexdigest(), TIMES_FILE: times_sum.hexdigest()}
         self.timings["order_s"] = time.perf_counter() - began
 
-    def _raise_duplicate(self, entity: int, when: int) -> None:
-        key = self.entities.keys()[self.entity_codes[entity]]
-        shown = _format_time(when, self.time_kind)
-        places = _locate_rows(self.files, self.columns, key, when)
+    def _check_placed(
+        self,
+        first: int,
+        times: np.ndarray,
+        starts: np.ndarray,
+        lengths: np.ndarray,
+        regular: np.ndarray,
+    ) -> None:
+        """Every slot of a placed entity must hold `first_time + k * step`; one that does
+        not was left unfilled because two rows had the same time."""
+        last = first + len(lengths)
+        within = np.arange(times.size) - np.repeat(starts, lengths)
+        step = self.step[first:last]
+        if (step == 1).all():
+            expected = np.repeat(self.first_time[first:last], lengths) + within
+        else:
+            expected = np.repeat(self.first_time[first:last], lengths)
+            expected += within * np.repeat(step, lengths)
+        wrong = times != expected
+        if not regular.all():
+            wrong &= np.repeat(regular, lengths)
+        if wrong.any():
+            row = _first_false(~wrong)
+            self._raise_duplicate(first + int(np.searchsorted(starts, row, side="right")) - 1)
+
+    def _sort_irregular(
+        self,
+        first: int,
+        times: np.ndarray,
+        values: np.ndarray,
+        lengths: np.ndarray,
+        regular: np.ndarray,
+    ) -> bool:
+        """Sorts the rows of the chunk's irregular entities by time, in place in `times`
+        and `values`; returns whether anything moved."""
+        rows = np.flatnonzero(np.repeat(~regular, lengths))
+        entity = np.repeat(np.arange(first, first + len(lengths))[~regular], lengths[~regular])
+        row_times = times[rows]
+        same = entity[1:] == entity[:-1]
+        moved = bool((same & (row_times[1:] < row_times[:-1])).any())
+        if moved:
+            by_time = rows[np.lexsort((row_times, entity))]
+            values[rows] = values[by_time]
+            times[rows] = times[by_time]
+            row_times = times[rows]
+        repeated = np.flatnonzero(same & (row_times[1:] == row_times[:-1]))
+        if repeated.size:
+            self._raise_duplicate(int(entity[repeated[0]]))
+        return moved
+
+    def _raise_duplicate(self, entity: int) -> None:
+        """Raises the error for a duplicate time of store entity `entity`, naming the
+        time and the two source rows (found by reading that entity's rows again)."""
+        key = self.entities.keys()[self.order[entity]]
+        found = self._source_rows(key)
+        times = np.asarray([t for t, _, _ in found], np.int64)
+        unique, counts = np.unique(times, return_counts=True)
+        if not (counts > 1).any():
+            raise ValueError("the input files changed while they were being ingested")
+        when = unique[np.argmax(counts > 1)]
+        places = [(path, row) for t, path, row in found if t == when][:2]
         where = " and ".join(f"{path} row {row}" for path, row in places)
         raise ValueError(
             f"duplicate (entity, time): entity {key!r} has more than one row at "
-            f"{self.columns.time} = {shown}" + (f" ({where})" if where else "")
+            f"{self.columns.time} = {_format_time(int(when), self.time_kind)} ({where})"
         )
+
+    def _source_rows(self, key: Any) -> list[tuple[int, Path, int]]:
+        """(time, file, row) of every stored row of entity `key` in the input."""
+        columns = self.columns
+        found: list[tuple[int, Path, int]] = []
+        for file in self.files:
+            for offset, batch in sources.iter_batches(
+                file, [columns.entity, columns.time, *self.value_names], self.batch_size, ()
+            ):
+                entity = batch.column(columns.entity)
+                match = pc.equal(entity, pa.scalar(key, entity.type))
+                hit = to_numpy(match).astype(bool)
+                if self.nan == "drop" and hit.any():
+                    for column in sources.float_columns(batch, self.value_names):
+                        hit &= np.isfinite(column)
+                times = sources.to_int64_time(batch.column(columns.time))
+                found += [(int(times[r]), file.path, offset + int(r)) for r in np.flatnonzero(hit)]
+        return found
 
     # ---- index and metadata ---------------------------------------------------------------
     def finish(self, temp: Path, src: str | Path) -> None:
         index = pa.table(
             {
-                "entity_id": pa.array(self.entity_ids, pa.string()),
-                "start": pa.array(self.starts, pa.int64()),
-                "length": pa.array(self.lengths, pa.int64()),
-                "stratum": pa.array(self.category_of["stratum"].tolist(), pa.string()),
-                "label": pa.array(self.category_of["label"].tolist(), pa.string()),
+                "entity_id": string_array(self.entity_ids),
+                "start": int64_array(self.starts),
+                "length": int64_array(self.lengths),
+                "stratum": string_array(self.category_of["stratum"].tolist()),
+                "label": string_array(self.category_of["label"].tolist()),
             }
         )
         with (
@@ -485,7 +685,7 @@ class IngestJob:
             "time_kind": self.time_kind,
             "stratum_col": columns.stratum,
             "label_col": columns.label,
-            "num_entities": len(self.entity_codes),
+            "num_entities": len(self.order),
             "num_rows": self.num_rows,
             "nan_policy": self.nan,
             "min_length": self.min_length,
@@ -518,54 +718,68 @@ class IngestJob:
         }
 
 
-def _fill_forward(values: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Forward-fills non-finite values within each entity of a chunk; values before an
-    entity's first finite one take that first finite value.
+def _fill_forward(values: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> bool:
+    """Forward-fills non-finite values in place, within each entity of a chunk; values
+    before an entity's first finite one take that first finite value. Works on the
+    runs of non-finite values only, so its cost follows the number of gaps.
 
     Args:
         values: `[N, C]` rows of whole entities, time-sorted.
         starts, lengths: `[E]` entity row ranges within `values`; every entity has a
             finite value in every column.
+
+    Returns:
+        Whether anything was filled.
     """
-    num_rows = values.shape[0]
-    position = np.arange(num_rows)[:, None]
     finite = np.isfinite(values)
-    source = np.where(finite, position, -1)
-    source[starts] = np.maximum(source[starts], starts[:, None])
-    source = np.maximum.accumulate(source, axis=0)
-    later = np.where(finite, position, num_rows)
-    ends = starts + lengths - 1
-    later[ends] = np.minimum(later[ends], ends[:, None])
-    later = np.minimum.accumulate(later[::-1], axis=0)[::-1]
-    columns = np.arange(values.shape[1])
-    filled = values[source, columns]
-    return np.where(np.isfinite(filled), filled, values[later, columns])
+    if finite.all():
+        return False
+    for j in np.flatnonzero(~finite.all(axis=0)):
+        rows = np.flatnonzero(~finite[:, j])
+        entity = np.searchsorted(starts, rows, side="right") - 1
+        new_run = np.ones(rows.size, bool)
+        new_run[1:] = (rows[1:] != rows[:-1] + 1) | (entity[1:] != entity[:-1])
+        run_first = rows[new_run]
+        run_last = rows[np.append(np.flatnonzero(new_run)[1:] - 1, rows.size - 1)]
+        run_entity = entity[new_run]
+        source = np.where(run_first > starts[run_entity], run_first - 1, run_last + 1)
+        values[rows, j] = values[np.repeat(source, run_last - run_first + 1), j]
+    return True
+
+
+class _RawFile:
+    """Positional reads and writes of whole rows of a store file."""
+
+    def __init__(self, path: Path, row_bytes: int) -> None:
+        self.fd = os.open(path, os.O_RDWR)
+        self.row_bytes = row_bytes
+
+    def read(self, first_row: int, end_row: int, dtype: np.dtype) -> np.ndarray:
+        out = np.empty((end_row - first_row) * self.row_bytes, np.uint8)
+        view, offset = memoryview(out), first_row * self.row_bytes
+        done = 0
+        while done < out.size:
+            got = os.preadv(self.fd, [view[done:]], offset + done)
+            if got <= 0:
+                raise OSError(f"short read from a store file at byte {offset + done}")
+            done += got
+        return out.view(dtype)
+
+    def write(self, first_row: int, rows: np.ndarray) -> None:
+        view, offset = memoryview(np.ascontiguousarray(rows)).cast("B"), first_row * self.row_bytes
+        done = 0
+        while done < len(view):
+            done += os.pwritev(self.fd, [view[done:]], offset + done)
+
+    def __enter__(self) -> _RawFile:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        os.fsync(self.fd)
+        os.close(self.fd)
 
 
 def _format_time(value: int, kind: str) -> str:
     if kind == "timestamp":
         return str(np.datetime64(int(value), "ns"))
     return str(value)
-
-
-def _locate_rows(
-    files: list[sources.SourceFile], columns: sources.Columns, key: Any, when: int
-) -> list[tuple[Path, int]]:
-    """Up to two (file, row) places of entity `key` at time `when` (for error messages)."""
-    places: list[tuple[Path, int]] = []
-    for file in files:
-        for offset, batch in sources.iter_batches(
-            file, [columns.entity, columns.time], 1 << 16, ()
-        ):
-            entity = batch.column(columns.entity)
-            if pa.types.is_dictionary(entity.type):
-                entity = entity.dictionary_decode()
-            match = pc.equal(entity, pa.scalar(key, entity.type))
-            hits = np.flatnonzero(
-                match.to_numpy(zero_copy_only=False)
-                & (sources.to_int64_time(batch.column(columns.time)) == when)
-            )
-            places += [(file.path, offset + int(row)) for row in hits]
-            if len(places) >= 2:
-                return places[:2]
-    return places

@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from metadist.store.arrow import to_numpy
 from metadist.store.format import (
     ENTITY_STATS_FILE,
     INDEX_COLUMNS,
@@ -27,10 +27,12 @@ from metadist.store.scaler import Scaler
 
 def _codes_and_names(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
     """`[E]` int64 codes into sorted unique names, and the `[U]` str names."""
-    names = np.asarray(pc.unique(column).to_pylist(), dtype=str)
-    names.sort()
-    codes = pc.index_in(column, value_set=pa.array(names.tolist(), pa.string()))
-    return codes.to_numpy(zero_copy_only=False).astype(np.int64), names
+    encoded = column.combine_chunks().dictionary_encode()
+    names = np.asarray(encoded.dictionary.to_pylist(), dtype=str)
+    order = np.argsort(names, kind="stable")
+    rank = np.empty(len(order), np.int64)
+    rank[order] = np.arange(len(order))
+    return rank[to_numpy(encoded.indices)], names[order]
 
 
 @dataclass
@@ -80,8 +82,8 @@ class _Mapped:
                 f"store {path} is damaged: {INDEX_FILE} has columns {index.column_names} and "
                 f"{index.num_rows} rows; expected {list(INDEX_COLUMNS)} and {num_entities} rows"
             )
-        starts = index["start"].to_numpy().astype(np.int64, copy=False)
-        lengths = index["length"].to_numpy().astype(np.int64, copy=False)
+        starts = to_numpy(index["start"]).astype(np.int64)
+        lengths = to_numpy(index["length"]).astype(np.int64)
         if num_entities and (
             starts[0] != 0
             or np.any(lengths <= 0)

@@ -38,32 +38,6 @@ def merge_moments(
     return count, mean, m2
 
 
-def moments_of_groups(
-    group: np.ndarray, values: np.ndarray, num_groups: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Count, mean and M2 of each column within each group, ignoring NaN/inf.
-
-    Args:
-        group: `[N]` int group index of each row, in `[0, num_groups)`.
-        values: `[N, C]` float64.
-        num_groups: G.
-
-    Returns:
-        `(count, mean, m2)`, each `[G, C]` float64; groups without finite values get 0s.
-    """
-    num_columns = values.shape[1]
-    finite = np.isfinite(values)
-    clean = np.where(finite, values, 0.0)
-    flat = (group.astype(np.int64)[:, None] * num_columns + np.arange(num_columns)).ravel()
-    size = num_groups * num_columns
-    count = np.bincount(flat, weights=finite.ravel(), minlength=size).reshape(-1, num_columns)
-    total = np.bincount(flat, weights=clean.ravel(), minlength=size).reshape(-1, num_columns)
-    mean = np.divide(total, count, out=np.zeros_like(total), where=count > 0)
-    deviation = np.where(finite, values - mean[group], 0.0)
-    m2 = np.bincount(flat, weights=(deviation * deviation).ravel(), minlength=size)
-    return count, mean, m2.reshape(-1, num_columns)
-
-
 def scale_of(count: np.ndarray, m2: np.ndarray) -> np.ndarray:
     """Population standard deviation `sqrt(m2 / count)`, with 1 where it is 0 or undefined."""
     std = np.sqrt(np.divide(m2, count, out=np.zeros(np.shape(m2)), where=count > 0))

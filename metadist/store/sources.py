@@ -4,16 +4,23 @@ from __future__ import annotations
 
 import glob
 import hashlib
+import queue
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from metadist.store.arrow import to_numpy
+
 _GLOB_CHARS = set("*?[")
+T = TypeVar("T")
+_MAX_INTERLEAVED_FILES = 256
 
 
 @dataclass(frozen=True)
@@ -190,6 +197,18 @@ def fingerprint(files: list[SourceFile]) -> str:
     return hasher.hexdigest()
 
 
+def check_unchanged(files: list[SourceFile]) -> None:
+    """Raises ValueError if an input file changed size or modification time since it was
+    first opened (the passes must all see the same data)."""
+    for file in files:
+        try:
+            stat = file.path.stat()
+        except FileNotFoundError as error:
+            raise ValueError(f"{file.path} disappeared while it was being ingested") from error
+        if (stat.st_size, stat.st_mtime_ns) != (file.size, file.mtime_ns):
+            raise ValueError(f"{file.path} changed while it was being ingested")
+
+
 def iter_batches(
     file: SourceFile, columns: list[str], batch_size: int, dictionary_columns: Sequence[str]
 ) -> Iterator[tuple[int, pa.RecordBatch]]:
@@ -208,24 +227,105 @@ def iter_batches(
         raise ValueError(f"{file.path} is corrupt near row {offset}: {error}") from error
 
 
+def iter_all_batches(
+    files: list[SourceFile], columns: list[str], batch_size: int, dictionary_columns: Sequence[str]
+) -> Iterator[tuple[SourceFile, int, pa.RecordBatch]]:
+    """Yields `(file, first_row_in_file, batch)` over all files: row group 0 of every
+    file, then row group 1 of every file, and so on.
+
+    Writers that deal rows over several files (Spark, Dask, the synthetic panel) put
+    related rows into the same row group index of each file; reading them together keeps
+    the store region that a stretch of batches writes to small.
+
+    Raises:
+        ValueError: a file cannot be read (corrupt pages, truncated file).
+    """
+    if len(files) > _MAX_INTERLEAVED_FILES:  # bounded number of open files
+        for file in files:
+            for offset, batch in iter_batches(file, columns, batch_size, dictionary_columns):
+                yield file, offset, batch
+        return
+    readers = []
+    for file in files:
+        parquet = open_parquet(file.path, dictionary_columns)
+        sizes = [parquet.metadata.row_group(i).num_rows for i in range(parquet.num_row_groups)]
+        readers.append((file, parquet, np.concatenate([[0], np.cumsum(sizes)]).astype(int)))
+    num_groups = max(len(starts) - 1 for _, _, starts in readers)
+    for group in range(num_groups):
+        for file, parquet, starts in readers:
+            if group >= len(starts) - 1:
+                continue
+            offset = int(starts[group])
+            try:
+                for batch in parquet.iter_batches(
+                    batch_size=batch_size, row_groups=[group], columns=columns
+                ):
+                    yield file, offset, batch
+                    offset += batch.num_rows
+            except (pa.ArrowException, OSError) as error:
+                raise ValueError(f"{file.path} is corrupt near row {offset}: {error}") from error
+
+
 def first_null(array: pa.Array) -> int | None:
     """Position of the first null in `array`, or None."""
     if array.null_count == 0:
         return None
-    return int(np.flatnonzero(pc.is_null(array).to_numpy(zero_copy_only=False))[0])
+    return int(np.flatnonzero(to_numpy(pc.is_null(array)))[0])
 
 
-def to_float64(batch: pa.RecordBatch, names: Sequence[str]) -> np.ndarray:
-    """`[N, C]` float64 matrix of the numeric columns `names` (nulls become NaN)."""
-    out = np.empty((batch.num_rows, len(names)), dtype=np.float64)
-    for j, name in enumerate(names):
+def float_columns(batch: pa.RecordBatch, names: Sequence[str]) -> list[np.ndarray]:
+    """The numeric columns `names` as `[N]` float64 arrays (zero-copy where possible;
+    nulls become NaN)."""
+    out = []
+    for name in names:
         column = batch.column(name)
         if pa.types.is_dictionary(column.type):
             column = column.dictionary_decode()
-        if not pa.types.is_float64(column.type):
-            column = pc.cast(column, pa.float64())
-        out[:, j] = column.to_numpy(zero_copy_only=False)
+        values = to_numpy(column)
+        out.append(values if values.dtype == np.float64 else values.astype(np.float64))
     return out
+
+
+def prefetch(iterator: Iterator[T], depth: int = 2) -> Iterator[T]:
+    """Runs `iterator` in a background thread, `depth` items ahead, so that Parquet
+    decoding (which releases the GIL) overlaps the caller's numpy work. Exceptions of
+    the iterator are re-raised in the caller."""
+    items: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+    done = object()
+
+    def produce() -> None:
+        try:
+            for item in iterator:
+                while not stop.is_set():
+                    try:
+                        items.put((item, None), timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            items.put((done, None))
+        except BaseException as error:  # handed to the consumer
+            items.put((done, error))
+
+    thread = threading.Thread(target=produce, name="metadist-parquet-reader", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item, error = items.get()
+            if item is done:
+                if error is not None:
+                    raise error
+                return
+            yield item
+    finally:
+        stop.set()
+        while thread.is_alive():
+            try:
+                items.get_nowait()
+            except queue.Empty:
+                thread.join(timeout=0.05)
 
 
 def time_kind(dtype: pa.DataType) -> str:
@@ -246,12 +346,4 @@ def to_int64_time(column: pa.Array) -> np.ndarray:
         column = column.view(pa.int64())
     elif not pa.types.is_int64(column.type):
         column = pc.cast(column, pa.int64())
-    return column.to_numpy(zero_copy_only=False)
-
-
-def to_strings(column: pa.Array) -> tuple[np.ndarray, list[str]]:
-    """Dictionary-encodes a column: `[N]` int64 local codes and the unique values as str."""
-    if not pa.types.is_dictionary(column.type):
-        column = pc.dictionary_encode(column)
-    codes = column.indices.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
-    return codes, [str(value) for value in column.dictionary.to_pylist()]
+    return to_numpy(column)

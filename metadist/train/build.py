@@ -110,6 +110,8 @@ def build_parts(config: TrainConfig, env: DistEnv) -> RunParts:
 
     example = sampler.sample(np.zeros(1, dtype=np.int64), derive_task_seeds(seed, 0, np.zeros(1)))
     input_shape, output_shape = example_shapes(example, sampler)
+    if config.model.output_shape is not None:
+        output_shape = tuple(config.model.output_shape)
     torch.manual_seed(seed)
     with _naming("model"):
         model = build_model(config.model.name, input_shape, output_shape, **config.model.options)

@@ -81,6 +81,27 @@ class ComponentConfig:
 
 
 @dataclass
+class ModelConfig(ComponentConfig):
+    """The model: a registered name, its options and, optionally, its output shape.
+
+    Attributes:
+        output_shape: one prediction's shape; `None` takes it from the tasks (the target
+            shape `(H, T)`, or one logit per class). Set it for embedding networks, e.g.
+            `[64]` for Prototypical Networks.
+    """
+
+    output_shape: list[int] | None = None
+
+    def validate(self) -> None:
+        if self.output_shape is not None and (
+            not self.output_shape or any(d < 1 for d in self.output_shape)
+        ):
+            raise ValueError(
+                f"model.output_shape must be null or positive sizes, got {self.output_shape}"
+            )
+
+
+@dataclass
 class OptimizerConfig:
     """The outer-loop (meta) optimizer.
 
@@ -216,7 +237,7 @@ class TrainConfig:
     run_dir: str | None = None
     data: DataConfig = field(default_factory=DataConfig)
     sampler: ComponentConfig = field(default_factory=lambda: ComponentConfig("sinusoid"))
-    model: ComponentConfig = field(default_factory=lambda: ComponentConfig("mlp"))
+    model: ModelConfig = field(default_factory=lambda: ModelConfig("mlp"))
     learner: ComponentConfig = field(default_factory=lambda: ComponentConfig("maml"))
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
@@ -235,6 +256,7 @@ class TrainConfig:
             if not getattr(self, section).name:
                 raise ValueError(f"{section}.name must name a registered {section}")
         self.data.validate()
+        self.model.validate()
         self.optimizer.validate()
         self.trainer.validate(world_size)
         self.logging.validate()

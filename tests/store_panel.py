@@ -14,18 +14,34 @@ def make_panel(
     num_entities: int = 40,
     length_range: tuple[int, int] = (5, 60),
     num_strata: int = 3,
+    times: str = "gaps",
 ) -> pa.Table:
     """A panel with columns entity (str), t (int64), a (float64), b (int32), y (float32),
-    kind (str stratum), cls (int label), one row per (entity, t), in random row order."""
+    kind (str stratum), cls (int label), one row per (entity, t), in random row order.
+
+    `times`: "gaps" (random increasing times), "steps" (consecutive integers from a
+    random start), "strided" (every 7th integer), or "mixed" (entity by entity, one of
+    the three, plus some like 0, 2, 3, 6 that look like a progression but are not)."""
     rng = np.random.default_rng(seed)
     parts = []
     for i in range(num_entities):
         length = int(rng.integers(*length_range))
-        times = np.sort(rng.choice(10 * length, size=length, replace=False)).astype(np.int64)
+        kind = times if times != "mixed" else ["gaps", "steps", "strided", "fake"][i % 4]
+        start = int(rng.integers(-50, 50))
+        if kind == "steps":
+            entity_times = start + np.arange(length, dtype=np.int64)
+        elif kind == "strided":
+            entity_times = start + 7 * np.arange(length, dtype=np.int64)
+        elif kind == "fake":  # count fits span/step but the times are not a progression
+            entity_times = start + 2 * np.arange(length, dtype=np.int64)
+            entity_times[1:-1] += 1
+        else:
+            entity_times = np.sort(rng.choice(10 * length, size=length, replace=False))
+        entity_times = entity_times.astype(np.int64)
         parts.append(
             {
                 "entity": np.full(length, f"ent{i:03d}"),
-                "t": times,
+                "t": entity_times,
                 "a": rng.normal(i, 1 + i % 7, length),
                 "b": rng.integers(-5, 50, length).astype(np.int32),
                 "y": (rng.normal(size=length) * (i + 1)).astype(np.float32),

@@ -407,6 +407,7 @@ class IngestJob:
         num_columns = len(self.value_names)
         columns = self.columns
         cursor = np.zeros(len(self.order), np.int64)
+        self._misfits: list[np.ndarray] = []
         task = bar.add("write", self.num_rows_read)
         with (
             MappedFile(temp / VALUES_FILE, VALUES_DTYPE, (self.num_rows, num_columns)) as values,
@@ -417,6 +418,8 @@ class IngestJob:
             for file, _, batch in self._batches([columns.entity, columns.time, *self.value_names]):
                 self._write_batch(file, batch, cursor, values, times)
                 bar.advance(task, batch.num_rows)
+            if self._misfits:
+                raise _Demoted(np.unique(np.concatenate(self._misfits)))
             irregular = ~self.regular
             if not np.array_equal(cursor[irregular], self.lengths[irregular]):
                 raise ValueError("the input files changed while they were being ingested")
@@ -480,10 +483,11 @@ class IngestJob:
             offset, remainder = np.divmod(
                 times[rows] - self.first_time[entity][row_local], step[row_local]
             )
-            misfit = remainder != 0
-            if misfit.any():
-                raise _Demoted(np.unique(entity[row_local[misfit]]))
             destination[rows] = start[row_local] + offset
+            misfit = remainder != 0
+            if misfit.any():  # not a progression after all: this pass is redone
+                self._misfits.append(np.unique(entity[row_local[misfit]]))
+                destination[np.arange(local.size)[rows][misfit]] = start[row_local[misfit]]
         if not placed.all():
             rows = np.flatnonzero(~placed)
             order = np.argsort(local[rows], kind="stable")

@@ -193,3 +193,57 @@ def test_a_poor_trial_is_pruned_and_its_processes_stopped(tmp_path):
     assert 2 <= pointer["step"] < 1000
     table = (tmp_path / "sweep" / "trials.md").read_text()
     assert "| 1 | pruned | 1 | [300.0, 500.0] | 100000 |" in table
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(300)
+def test_an_interrupted_sweep_runs_the_cut_off_trial_again(tmp_path):
+    import signal
+    import time
+
+    sweep_dir = tmp_path / "sweep"
+    (tmp_path / "space.yaml").write_text(
+        "optimizer.lr: {type: float, low: 1e-4, high: 1e-2, log: true}\n"
+    )
+    command = [
+        sys.executable,
+        "-m",
+        "metadist.cli",
+        "sweep",
+        "experiment=sinusoid_maml",
+        "trainer.meta_steps=150",
+        "trainer.meta_batch_size=4",
+        "trainer.eval_every=100",
+        "trainer.eval_batches=1",
+        "trainer.checkpoint_every=1000",
+        "learner.options.eval_inner_steps=1",
+        "sampler.options.num_tasks=200",
+        "logging.wandb.mode=disabled",
+        "--trials=1",
+        f"--space={tmp_path / 'space.yaml'}",
+        f"--sweep-dir={sweep_dir}",
+        "--poll-seconds=0.2",
+    ]
+    driver = subprocess.Popen(
+        command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    metrics = sweep_dir / "trials" / "0000" / "metrics.jsonl"
+    deadline = time.monotonic() + 120
+    while not (metrics.exists() and metrics.read_text().strip()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    driver.send_signal(signal.SIGINT)
+    output, _ = driver.communicate(timeout=60)
+    assert driver.returncode == 130, output
+    assert "trial 0 stopped; it runs again when the sweep is continued" in output
+
+    storage = f"sqlite:///{sweep_dir}/study.db"
+    cut, queued = optuna.load_study(study_name="metadist-sweep", storage=storage).get_trials()
+    assert cut.state == optuna.trial.TrialState.FAIL
+    assert queued.state == optuna.trial.TrialState.WAITING
+    assert queued.user_attrs["seed"] == cut.user_attrs["seed"] == 0
+
+    continued = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=240)
+    assert continued.returncode == 0, continued.stdout + continued.stderr
+    trials = optuna.load_study(study_name="metadist-sweep", storage=storage).get_trials()
+    assert [t.state.name for t in trials] == ["FAIL", "COMPLETE"]
+    assert trials[1].params == cut.params and trials[1].user_attrs["seed"] == 0

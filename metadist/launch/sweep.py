@@ -654,8 +654,7 @@ def run_sweep(settings: SweepSettings, log=print) -> Any:
         _check_meta(study, settings)
         # Trials still RUNNING were cut off by a stopped driver: run their settings again.
         for frozen in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            study.tell(frozen.number, state=TrialState.FAIL)
-            study.enqueue_trial(frozen.params, user_attrs={"seed": frozen.user_attrs.get("seed")})
+            _run_again_later(study, frozen)
             log(f"trial {frozen.number} was interrupted; its parameters are queued again")
         running: dict[int, tuple[Any, Any]] = {}  # number -> (optuna trial, runner)
         reported: dict[int, int] = {}
@@ -753,8 +752,8 @@ def run_sweep(settings: SweepSettings, log=print) -> Any:
             for number, (trial, runner) in running.items():
                 runner.stop()
                 with contextlib.suppress(Exception):
-                    study.tell(trial, state=TrialState.FAIL)
-                log(f"trial {number} stopped")
+                    _run_again_later(study, trial)
+                log(f"trial {number} stopped; it runs again when the sweep is continued")
             raise
         finally:
             _write_reports(study, settings)
@@ -766,6 +765,14 @@ def decode_params(settings: SweepSettings, stored: dict[str, Any]) -> dict[str, 
     return {
         spec.name: spec.decode(stored[spec.name]) for spec in settings.space if spec.name in stored
     }
+
+
+def _run_again_later(study, trial) -> None:
+    """Marks an interrupted trial failed and queues its parameters and seed again."""
+    from optuna.trial import TrialState
+
+    study.tell(trial.number, state=TrialState.FAIL)
+    study.enqueue_trial(dict(trial.params), user_attrs={"seed": trial.user_attrs.get("seed")})
 
 
 def _format_params(params: dict[str, Any]) -> str:

@@ -44,7 +44,7 @@ from metadist.store.progress import Bar
 from metadist.store.scaler import merge_moments, scale_of
 
 _MAX_DROPPED_LISTED = 1000
-_NO_TIME = np.iinfo(np.int64).min  # marks slots of regular entities not written yet
+_NO_TIME = np.iinfo(np.int64).min
 _MAX_TIME = np.iinfo(np.int64).max
 
 
@@ -385,7 +385,7 @@ class IngestJob:
             span = last_time - first_time
         step = np.where(self.lengths > 1, span // gaps, 1)
         self.regular = (self.lengths == 1) | ((span > 0) & (span % gaps == 0))
-        self.regular &= (first_time != _NO_TIME) & (step > 0)
+        self.regular &= step > 0
         self.first_time = first_time
         self.step = np.where(self.regular, step, 1)
 
@@ -413,8 +413,8 @@ class IngestJob:
             MappedFile(temp / VALUES_FILE, VALUES_DTYPE, (self.num_rows, num_columns)) as values,
             MappedFile(temp / TIMES_FILE, TIMES_DTYPE, (self.num_rows,)) as times,
         ):
-            if self.regular.any():
-                times.fill(_NO_TIME)
+            # Slots of placed series that received a row; their times are written in pass 3.
+            self.filled = np.zeros(self.num_rows, bool)
             for file, _, batch in self._batches([columns.entity, columns.time, *self.value_names]):
                 self._write_batch(file, batch, cursor, values, times)
                 bar.advance(task, batch.num_rows)
@@ -459,22 +459,30 @@ class IngestJob:
                 scaled[:, j] = (column - mean[local]) / std[local]
             else:
                 scaled[:, j] = column
-        destination = self._destinations(local, entity, times, cursor)
+        destination, placed = self._destinations(local, entity, times, cursor)
         values_file.array[destination] = scaled
-        times_file.array[destination] = times
         lowest, highest = int(destination.min()), int(destination.max()) + 1
         values_file.touched(lowest, highest, destination.size)
-        times_file.touched(lowest, highest, destination.size)
+        if placed is None:
+            self.filled[destination] = True
+        else:
+            self.filled[destination[placed]] = True
+            sorted_later = destination[~placed]
+            times_file.array[sorted_later] = times[~placed]
+            times_file.touched(
+                int(sorted_later.min()), int(sorted_later.max()) + 1, sorted_later.size
+            )
 
     def _destinations(
         self, local: np.ndarray, entity: np.ndarray, times: np.ndarray, cursor: np.ndarray
-    ) -> np.ndarray:
-        """`[N]` row of `values.bin` for each row of a batch (see the module docstring)."""
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """`[N]` row of `values.bin` for each row of a batch (see the module docstring),
+        and which rows went to their final slot (None: all of them)."""
         regular = self.regular[entity]
         start = self.starts[entity]
         step = self.step[entity]
         if regular.all() and (step == 1).all():
-            return (start - self.first_time[entity])[local] + times
+            return (start - self.first_time[entity])[local] + times, None
         destination = np.empty(local.size, np.int64)
         placed = regular[local]
         if regular.any():
@@ -500,7 +508,7 @@ class IngestJob:
             cursor[group[group_starts]] += group_sizes
             if (cursor[group] > self.lengths[group]).any():
                 raise ValueError("the input files changed while they were being ingested")
-        return destination
+        return destination, (None if placed.all() else placed)
 
     # ---- pass 3 -------------------------------------------------------------------------
     def chunks(self) -> list[tuple[int, int]]:
@@ -532,52 +540,62 @@ class IngestJob:
             for first, last in self.chunks():
                 row_a = int(self.starts[first])
                 row_b = int(self.starts[last - 1] + self.lengths[last - 1])
-                times = tf.read(row_a, row_b, TIMES_DTYPE)
-                values = vf.read(row_a, row_b, VALUES_DTYPE).reshape(-1, num_columns)
                 lengths = self.lengths[first:last]
                 starts = self.starts[first:last] - row_a
                 regular = self.regular[first:last]
+                if regular.all():
+                    times = np.empty(row_b - row_a, TIMES_DTYPE)
+                else:
+                    times = tf.read(row_a, row_b, TIMES_DTYPE)
+                values = vf.read(row_a, row_b, VALUES_DTYPE).reshape(-1, num_columns)
                 changed = False
                 if regular.any():
-                    self._check_placed(first, times, starts, lengths, regular)
+                    self._place_times(
+                        first, times, self.filled[row_a:row_b], starts, lengths, regular
+                    )
                 if not regular.all():
                     changed = self._sort_irregular(first, times, values, lengths, regular)
-                    if changed:
-                        tf.write(row_a, times)
                 if self.nan == "ffill":
                     changed |= _fill_forward(values, starts, lengths)
                 if changed:
                     vf.write(row_a, values)
+                if regular.any() or changed:
+                    tf.write(row_a, times)
                 values_sum.update(values)
                 times_sum.update(times)
                 bar.advance(task, row_b - row_a)
         self.checksums = {VALUES_FILE: values_sum.hexdigest(), TIMES_FILE: times_sum.hexdigest()}
         self.timings["order_s"] = time.perf_counter() - began
 
-    def _check_placed(
+    def _place_times(
         self,
         first: int,
         times: np.ndarray,
+        filled: np.ndarray,
         starts: np.ndarray,
         lengths: np.ndarray,
         regular: np.ndarray,
     ) -> None:
-        """Every slot of a placed entity must hold `first_time + k * step`; one that does
-        not was left unfilled because two rows had the same time."""
+        """Writes `first_time + k * step` into the slots of the chunk's placed entities,
+        after checking that pass 2 filled every one of them: a slot left empty means two
+        rows had the same time (the row count matched a progression, the rows did not)."""
         last = first + len(lengths)
+        rows = None if regular.all() else np.repeat(regular, lengths)
+        empty = ~filled if rows is None else ~filled & rows
+        if empty.any():
+            row = int(np.argmax(empty))
+            self._raise_duplicate(first + int(np.searchsorted(starts, row, side="right")) - 1)
         within = np.arange(times.size) - np.repeat(starts, lengths)
+        expected = np.repeat(self.first_time[first:last], lengths)
         step = self.step[first:last]
         if (step == 1).all():
-            expected = np.repeat(self.first_time[first:last], lengths) + within
+            expected += within
         else:
-            expected = np.repeat(self.first_time[first:last], lengths)
             expected += within * np.repeat(step, lengths)
-        wrong = times != expected
-        if not regular.all():
-            wrong &= np.repeat(regular, lengths)
-        if wrong.any():
-            row = _first_false(~wrong)
-            self._raise_duplicate(first + int(np.searchsorted(starts, row, side="right")) - 1)
+        if rows is None:
+            times[:] = expected
+        else:
+            times[rows] = expected[rows]
 
     def _sort_irregular(
         self,

@@ -152,7 +152,5 @@ def test_from_scratch_falls_back_to_a_task_loop_when_vmap_cannot_batch(capsys):
     assert params["head.weight"].shape == (3, 1, 5)
     out = baselines.predict_stacked(model, params, x)
     assert out.shape == (3, 4, 1)
-    expected = torch.func.functional_call(
-        model, {k: v[1] for k, v in params.items()}, (x[1],)
-    )
+    expected = torch.func.functional_call(model, {k: v[1] for k, v in params.items()}, (x[1],))
     torch.testing.assert_close(out[1], expected)

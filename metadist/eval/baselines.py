@@ -104,7 +104,7 @@ def fit_from_scratch(
         for name, p in model.named_parameters()
     }
     buffers = dict(model.named_buffers())
-    optimizer = torch.optim.Adam(list(params.values()), lr=lr)
+    optimizer = torch.optim.Adam(list(params.values()), lr=lr, foreach=True)
     forward = _batched_forward(model, buffers)
     # Deterministic forward passes (dropout off), like the learners' evaluation path.
     model.eval()

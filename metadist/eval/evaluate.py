@@ -61,7 +61,11 @@ class EvalOptions:
         holdout: score forecasts of a separate holdout file instead of the store's last
             H steps (competition protocol): `{path, entity_col, time_col, value_col}`;
             see `metadist.eval.holdout`.
+        primary_metric: the metric of the per-group tables (and of the demo's verdict):
+            `smape` (default), `mase`, `mae` or `mse`; classification always uses accuracy.
         group_by: per-group tables of the primary metric: `stratum` and/or `label`.
+        group_names: what strata and labels are called in the tables, e.g.
+            `{stratum: category, label: frequency}`.
         references: published figures shown next to the primary metric, e.g.
             `{"Theta": {"all": 13.01, "stratum": {"yearly": 16.90}}}`.
         seed: seed of the from-scratch initialisation.
@@ -78,7 +82,9 @@ class EvalOptions:
     seasonal_period_from: str = "stratum"
     sampler_options: dict[str, Any] = field(default_factory=dict)
     holdout: dict[str, Any] | None = None
+    primary_metric: str = "smape"
     group_by: list[str] = field(default_factory=lambda: ["stratum"])
+    group_names: dict[str, str] = field(default_factory=dict)
     references: dict[str, Any] = field(default_factory=dict)
     seed: int = 0
 
@@ -106,6 +112,11 @@ class EvalOptions:
             raise ValueError(f"eval.num_examples must be >= 0, got {self.num_examples}")
         if self.split not in ("test", "val", "all"):
             raise ValueError(f"eval.split must be 'test', 'val' or 'all', got {self.split!r}")
+        if self.primary_metric not in FORECAST_METRICS:
+            raise ValueError(
+                f"eval.primary_metric must be one of {', '.join(FORECAST_METRICS)}, got "
+                f"{self.primary_metric!r}"
+            )
         for grouping in self.group_by:
             if grouping not in ("stratum", "label"):
                 raise ValueError(
@@ -414,7 +425,12 @@ def _score_classification(scores, batch, predictions, store):
 
 def _result(scores: _Scores, classification, with_store, options, learner) -> dict[str, Any]:
     labels = {m: FORECAST_METHODS[m] for m in scores.methods}
-    primary = "accuracy" if classification else ("smape" if with_store else "mse")
+    if classification:
+        primary = "accuracy"
+    elif with_store:
+        primary = options.primary_metric
+    else:
+        primary = options.primary_metric if options.primary_metric in REGRESSION_METRICS else "mse"
     result: dict[str, Any] = {
         "title": "Meta-test evaluation",
         "kind": "classification"
@@ -424,10 +440,19 @@ def _result(scores: _Scores, classification, with_store, options, learner) -> di
         "methods": labels,
         "metrics": list(scores.metric_names),
         "primary_metric": primary,
-        "primary_metric_label": {"smape": "sMAPE", "mse": "MSE", "accuracy": "accuracy"}[primary],
+        "primary_metric_label": {
+            "smape": "sMAPE",
+            "mase": "MASE",
+            "mae": "MAE",
+            "mse": "MSE",
+            "accuracy": "accuracy",
+        }[primary],
         "overall": scores.summary(),
         "groups": {},
-        "references": options.references,
+        "references": {
+            name: {options.group_names.get(k, k): v for k, v in reference.items()}
+            for name, reference in options.references.items()
+        },
         "settings": {
             "split": options.split,
             "inner_steps": options.inner_steps
@@ -457,7 +482,7 @@ def _result(scores: _Scores, classification, with_store, options, learner) -> di
                 "num_tasks": int(keep.sum()),
                 "scores": {m: {k: v["value"] for k, v in s.items()} for m, s in summary.items()},
             }
-        result["groups"][grouping] = table
+        result["groups"][options.group_names.get(grouping, grouping)] = table
     if classification:
         for method in scores.methods:
             score = result["overall"][method]["accuracy"]
@@ -625,8 +650,6 @@ def _eval_parts(config, options: EvalOptions) -> dict[str, Any]:
             f"eval.split={options.split!r}: the run's partition has no {options.split} units "
             f"(data.fractions={list(config.data.fractions)})"
         )
-    if options.max_tasks is not None:
-        units = units[: options.max_tasks]
     target_columns = getattr(train_sampler, "target_columns", None)
 
     if options.holdout is not None:
@@ -700,8 +723,12 @@ def _holdout_batches(store, sampler, units: np.ndarray, options: EvalOptions):
         time_col=spec.get("time_col", store.metadata.get("time_col", "time")),
         value_cols=spec.get("value_cols", target_names),
     )
-    entities = np.unique(np.asarray(sampler.unit_entity)[units])
-    entities = entities[np.isin(entities, list(holdout))]
+    if options.split == "all":
+        # Every entity with a holdout, also those too short for a training task.
+        entities = np.asarray(sorted(holdout), dtype=np.int64)
+    else:
+        entities = np.unique(np.asarray(sampler.unit_entity)[units])
+        entities = entities[np.isin(entities, list(holdout))]
     batches = holdout_batches(
         store,
         holdout,

@@ -5,7 +5,9 @@ holds the next h values of each series, h possibly differing between series. Eac
 becomes one task:
 
 - support: the K most recent windows (lookback L, model horizon H, stride s) that fit in
-  the training part, the newest ending at its last row (fewer than K for a short series);
+  the training part, the newest ending at its last row (fewer than K for a short series;
+  a series shorter than one window, L + H rows, is padded at the front with its first
+  value to exactly one window);
 - query: input = the last L rows of the training part, target = the entity's holdout
   values (scaled like the store, so the scoring code inverts them like any query).
 
@@ -106,7 +108,7 @@ def holdout_batches(
         `split_time` the first holdout time of each task.
 
     Raises:
-        ValueError: an entity without holdout rows, or too short for one support window.
+        ValueError: an entity without holdout rows.
     """
     window = lookback + horizon
     inputs = list(input_columns)
@@ -119,13 +121,8 @@ def holdout_batches(
                 f"entity {store.entity_ids[entity]!r} has no rows in the holdout; evaluate only "
                 "entities that have one"
             )
-        length = int(store.lengths[entity])
-        num_windows = min(num_support, (length - window) // stride + 1) if length >= window else 0
-        if num_windows < 1:
-            raise ValueError(
-                f"entity {store.entity_ids[entity]!r} has {length} training rows, fewer than one "
-                f"support window needs (lookback {lookback} + horizon {horizon})"
-            )
+        length = max(int(store.lengths[entity]), window)
+        num_windows = min(num_support, (length - window) // stride + 1)
         groups.setdefault((num_windows, len(holdout[entity][0])), []).append(entity)
     scaler = store.scaler
     for (num_windows, _), members in sorted(groups.items()):
@@ -134,6 +131,9 @@ def holdout_batches(
             support_x, support_y, query_x, query_y, split_time = [], [], [], [], []
             for entity in chunk:
                 series = np.asarray(store.series(int(entity)))
+                if series.shape[0] < window:
+                    pad = np.repeat(series[:1], window - series.shape[0], axis=0)
+                    series = np.concatenate([pad, series])
                 length = series.shape[0]
                 starts = length - window - stride * np.arange(num_windows)[::-1]
                 rows = starts[:, None] + np.arange(window)[None, :]  # [K, L + H]

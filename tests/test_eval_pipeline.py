@@ -1,0 +1,173 @@
+"""The `make run` pipeline at toy size, the evaluation CLI and holdout tasks."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from metadist.eval.evaluate import FORECAST_METHODS
+from metadist.eval.holdout import holdout_batches, read_holdout
+from metadist.store import SeriesStore
+from metadist.store.ingest import ingest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _env() -> dict:
+    env = dict(os.environ)
+    env.update(WANDB_MODE="disabled", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    return env
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(420)
+def test_make_run_pipeline_at_toy_size(tmp_path):
+    out = tmp_path / "demo"
+    command = [
+        sys.executable,
+        "-m",
+        "metadist.demo",
+        "--out",
+        str(out),
+        "--entities",
+        "60",
+        "--length-range",
+        "150",
+        "250",
+        "--meta-steps",
+        "4",
+        "--nproc",
+        "2",
+        "eval.scratch_steps=5",
+    ]
+    done = subprocess.run(
+        command, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=400
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    run_dir = out / "run"
+    table = (run_dir / "eval" / "metrics.md").read_text()
+    for label in FORECAST_METHODS.values():
+        assert f"| {label} |" in table
+    result = json.loads((run_dir / "eval" / "metrics.json").read_text())
+    assert set(result["overall"]) == set(FORECAST_METHODS)
+    assert result["num_tasks"] >= 4
+    for method in FORECAST_METHODS:
+        for metric in ("smape", "mase", "mae", "mse"):
+            assert np.isfinite(result["overall"][method][metric]["value"]), (method, metric)
+    figure = run_dir / "eval" / "forecasts.png"
+    assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert str(figure.resolve()) in done.stdout
+    assert "4 meta-steps" in table
+
+    # The evaluation CLI on the same run: with 0 inner steps, adapting changes nothing.
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "metadist.eval",
+            f"run_dir={run_dir}",
+            "eval.inner_steps=0",
+            "eval.scratch_steps=0",
+        ],
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=200,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    again = json.loads((run_dir / "eval" / "metrics.json").read_text())
+    assert again["overall"]["adapted"] == again["overall"]["unadapted"]
+    assert again["overall"]["naive"] == result["overall"]["naive"]
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(120)
+def test_eval_cli_names_a_missing_run(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "metadist.eval", f"run_dir={tmp_path / 'nothing'}"],
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
+    assert done.returncode == 1
+    assert "no run directory" in done.stderr
+
+
+def _write_long(path, rows):
+    table = pa.table(
+        {
+            "series_id": pa.array([r[0] for r in rows], pa.string()),
+            "t": pa.array([r[1] for r in rows], pa.int64()),
+            "value": pa.array([r[2] for r in rows], pa.float64()),
+        }
+    )
+    pq.write_table(table, path)
+
+
+def test_holdout_tasks_never_reach_the_holdout(tmp_path):
+    # value = 1000 * entity + t, so every value says where it comes from; the holdout of
+    # entity e is t = n_e .. n_e + h_e - 1.
+    lengths = {"A": 40, "B": 30, "C": 9}  # C is shorter than one window (L + H = 12)
+    horizons = {"A": 6, "B": 6, "C": 8}
+    train, test = [], []
+    for e, (name, n) in enumerate(lengths.items()):
+        train += [(name, t, 1000.0 * (e + 1) + t) for t in range(n)]
+        test += [(name, t, 1000.0 * (e + 1) + t) for t in range(n, n + horizons[name])]
+    _write_long(tmp_path / "train.parquet", train)
+    _write_long(tmp_path / "test.parquet", test)
+    store = ingest(
+        tmp_path / "train.parquet",
+        tmp_path / "store",
+        entity_col="series_id",
+        time_col="t",
+        features=["value"],
+        scaling="none",
+        progress=False,
+    )
+    store = SeriesStore.open(tmp_path / "store")
+    holdout = read_holdout(
+        tmp_path / "test.parquet", store, entity_col="series_id", time_col="t", value_cols=["value"]
+    )
+    batches = list(
+        holdout_batches(
+            store,
+            holdout,
+            entities=np.arange(3),
+            lookback=8,
+            horizon=4,
+            num_support=3,
+            stride=2,
+            input_columns=[0],
+            target_columns=[0],
+            batch_size=8,
+        )
+    )
+    seen = {}
+    for batch in batches:
+        for b, entity in enumerate(batch.entity_index.tolist()):
+            name = str(store.entity_ids[entity])
+            first_test = 1000.0 * (entity + 1) + lengths[name]
+            used = [batch.support.x[b], batch.support.y[b], batch.query.x[b]]
+            assert max(float(t.max()) for t in used) < first_test
+            truth = batch.query.y[b, 0, :, 0].numpy()
+            assert truth.tolist() == [first_test + i for i in range(horizons[name])]
+            assert float(batch.query.x[b, 0, -1, 0]) == first_test - 1  # the last training value
+            seen[name] = batch.support.x.shape[1]
+    # A: 3 windows; B: (30 - 12) // 2 + 1 = 10 > 3 windows; C: padded to exactly one.
+    assert seen == {"A": 3, "B": 3, "C": 1}
+    bad = tmp_path / "bad.parquet"
+    _write_long(bad, [("A", 39, 1.0)])
+    with pytest.raises(ValueError, match="not after its training part"):
+        read_holdout(bad, store, entity_col="series_id", time_col="t", value_cols=["value"])
+    _write_long(bad, [("Z", 50, 1.0)])
+    with pytest.raises(ValueError, match="does not hold"):
+        read_holdout(bad, store, entity_col="series_id", time_col="t", value_cols=["value"])

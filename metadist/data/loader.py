@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from metadist.batch import MetaBatch
@@ -16,19 +17,17 @@ _STATE_VERSION = 1
 
 
 class _TaskBatches(Dataset):
-    """Map-style dataset whose keys are whole task batches: (epoch, units, positions).
+    """Map-style dataset whose keys are whole task batches: `(units [B], seeds [B])`.
 
     The key carries everything a batch depends on, so a worker process (forked, spawned
     or persistent across epochs) computes exactly what the main process would.
     """
 
-    def __init__(self, sampler: TaskSampler, seed: int) -> None:
+    def __init__(self, sampler: TaskSampler) -> None:
         self.sampler = sampler
-        self.seed = seed
 
-    def __getitem__(self, key: tuple[int, np.ndarray, np.ndarray]) -> MetaBatch:
-        epoch, units, positions = key
-        seeds = derive_task_seeds(self.seed, epoch, positions)
+    def __getitem__(self, key: tuple[np.ndarray, np.ndarray]) -> MetaBatch:
+        units, seeds = key
         return self.sampler.sample(units, seeds)
 
 
@@ -38,7 +37,7 @@ class _PlanSampler(Sampler):
     def __init__(self, loader: BatchMetaDataLoader) -> None:
         self.loader = loader
 
-    def __iter__(self) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+    def __iter__(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         return iter(self.loader._plan())
 
     def __len__(self) -> int:
@@ -161,6 +160,8 @@ class BatchMetaDataLoader:
         self.epoch = 0
         self.tasks_consumed = 0
         self._deal_cache: tuple[tuple[int, int, int], np.ndarray, np.ndarray] | None = None
+        self._num_workers = int(num_workers)
+        self._pin_memory = bool(pin_memory) and torch.cuda.is_available()
         kwargs: dict[str, Any] = {}
         if num_workers > 0:
             kwargs["persistent_workers"] = persistent_workers
@@ -173,7 +174,7 @@ class BatchMetaDataLoader:
                 f"got num_workers={num_workers}"
             )
         self._loader = DataLoader(
-            _TaskBatches(self.sampler, self.seed),
+            _TaskBatches(self.sampler),
             batch_size=None,
             sampler=_PlanSampler(self),
             num_workers=num_workers,
@@ -195,6 +196,7 @@ class BatchMetaDataLoader:
         return (self.dealer.num_units - self.tasks_consumed) // self.tasks_per_step
 
     def _rank_deal(self) -> tuple[np.ndarray, np.ndarray]:
+        """This rank's `(units [M], seeds [M])` from the current position to epoch end."""
         key = (self.epoch, self.tasks_consumed, self._num_batches_left())
         if self._deal_cache is None or self._deal_cache[0] != key:
             deal = self.dealer.deal(
@@ -203,21 +205,32 @@ class BatchMetaDataLoader:
                 start=self.tasks_consumed,
                 num_rounds=key[2] * self.batch_size,
             )
-            self._deal_cache = (key, deal.units[self.rank], deal.positions[self.rank])
+            positions = deal.positions[self.rank]
+            seeds = derive_task_seeds(self.seed, self.epoch, positions)
+            self._deal_cache = (key, deal.units[self.rank], seeds)
         return self._deal_cache[1], self._deal_cache[2]
 
-    def _plan(self) -> list[tuple[int, np.ndarray, np.ndarray]]:
-        units, positions = self._rank_deal()
+    def _plan(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        units, seeds = self._rank_deal()
         b = self.batch_size
-        return [
-            (self.epoch, units[i : i + b], positions[i : i + b]) for i in range(0, len(units), b)
-        ]
+        return [(units[i : i + b], seeds[i : i + b]) for i in range(0, len(units), b)]
+
+    def _batches(self) -> Iterator[MetaBatch]:
+        if self._num_workers > 0:
+            yield from self._loader
+            return
+        # In-process: the same items DataLoader would fetch, without its per-batch
+        # bookkeeping (tens of microseconds, a noticeable share of a fast batch).
+        dataset = self._loader.dataset
+        for key in self._plan():
+            batch = dataset[key]
+            yield batch.pin_memory() if self._pin_memory else batch
 
     def __iter__(self) -> Iterator[MetaBatch]:
         if self._num_batches_left() == 0:
             self.epoch += 1
             self.tasks_consumed = 0
-        for batch in self._loader:
+        for batch in self._batches():
             self.tasks_consumed += self.tasks_per_step
             yield batch
         if self._num_batches_left() == 0:

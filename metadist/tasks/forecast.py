@@ -25,7 +25,7 @@ import torch
 
 from metadist.batch import MetaBatch, TaskSet
 from metadist.tasks._windows import WindowGatherer
-from metadist.tasks.base import TaskSampler, register_task_sampler, task_integers
+from metadist.tasks.base import TaskSampler, register_task_sampler
 
 
 def _positive(sampler: str, **values: int) -> None:
@@ -173,6 +173,7 @@ class ForecastSampler(TaskSampler):
             ).astype(np.int64)
         self._unit_strata = np.asarray(store.stratum_codes, dtype=np.int64)[self.unit_entity]
         self._gatherers: tuple[WindowGatherer, WindowGatherer] | None = None
+        self._times: np.ndarray | None = None
 
     @property
     def rows_per_task(self) -> int:
@@ -201,12 +202,15 @@ class ForecastSampler(TaskSampler):
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state["_gatherers"] = None  # views of the memory map; rebuilt after unpickling
+        # views of the memory maps; rebuilt after unpickling (pickling them would copy)
+        state["_gatherers"] = None
+        state["_times"] = None
         return state
 
     def _windows(self) -> tuple[WindowGatherer, WindowGatherer]:
         if self._gatherers is None:
             values = self.store.values
+            self._times = np.asarray(self.store.times)  # plain view: cheaper to index
             self._gatherers = (
                 WindowGatherer(values, self.input_columns, self.lookback),
                 WindowGatherer(values, self.target_columns, self.horizon),
@@ -214,23 +218,29 @@ class ForecastSampler(TaskSampler):
         return self._gatherers
 
     def split_rows(self, units: np.ndarray, seeds: np.ndarray) -> np.ndarray:
-        """`[B]` int64 split row tau of each task, relative to its unit's first row."""
+        """`[B]` int64 split row tau of each task, relative to its unit's first row.
+
+        Random tau is uniform over the valid range, drawn from the top 53 bits of the
+        task seed itself (task seeds are already well mixed; one draw per task does not
+        need the counter-based `task_uniform`).
+        """
         k, q, s = self.num_support, self.num_query, self.stride
         low = self.lookback + self.horizon + (k - 1) * s
         high = self.unit_length[units] - self.horizon - (q - 1) * s
         if self.split == "end":
             return high
-        return low + task_integers(seeds, high - low + 1, 1)[:, 0]
+        u = (np.asarray(seeds, dtype=np.uint64) >> np.uint64(11)).astype(np.float64) * 2.0**-53
+        return low + np.minimum((u * (high - low + 1)).astype(np.int64), high - low)
 
     def sample(self, units: np.ndarray, seeds: np.ndarray) -> MetaBatch:
         units = np.asarray(units, dtype=np.int64)
+        inputs, targets = self._windows()
         tau = self.split_rows(units, seeds)
         base = self.unit_start[units] + tau  # store row of tau
         k, q, s = self.num_support, self.num_query, self.stride
         big_l, big_h = self.lookback, self.horizon
         support_start = (base - big_l - big_h)[:, None] - (k - 1 - np.arange(k)) * s  # [B, K]
         query_start = (base - big_l)[:, None] + np.arange(q) * s  # [B, Q]
-        inputs, targets = self._windows()
         entity = self.unit_entity[units]
         return MetaBatch(
             support=TaskSet(
@@ -243,5 +253,5 @@ class ForecastSampler(TaskSampler):
             ),
             entity_index=torch.from_numpy(entity),
             stratum=torch.from_numpy(self._unit_strata[units]),
-            split_time=torch.from_numpy(np.asarray(self.store.times[base], dtype=np.int64)),
+            split_time=torch.from_numpy(self._times[base]),
         )

@@ -1,1 +1,38 @@
-"""metadist.learners."""
+"""Learners: MAML, first-order MAML, Meta-SGD, ANIL, Reptile, Prototypical Networks.
+
+Importing this package registers the built-in learners.
+
+Example:
+    >>> from metadist.learners import build_learner
+    >>> from metadist.models import build_model
+    >>> model = build_model("mlp", (1,), (1,), hidden_sizes=(40, 40))
+    >>> learner = build_learner("maml", model, inner_steps=1, inner_lr=0.01)
+    >>> out = learner(batch)            # MetaOutput: out.loss.backward()
+    >>> params = learner.adapt(batch.support, steps=10)
+    >>> prediction = learner.predict(params, batch.query.x)
+"""
+
+from metadist.learners import anil, maml, metasgd, protonet, reptile  # noqa: F401  (registers them)
+from metadist.learners.base import (
+    LOSSES,
+    InnerLoopLearner,
+    Learner,
+    MetaOutput,
+    build_learner,
+    get_learner,
+    register_learner,
+    registered_learners,
+    task_loss,
+)
+
+__all__ = [
+    "LOSSES",
+    "InnerLoopLearner",
+    "Learner",
+    "MetaOutput",
+    "build_learner",
+    "get_learner",
+    "register_learner",
+    "registered_learners",
+    "task_loss",
+]

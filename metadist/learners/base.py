@@ -1,0 +1,491 @@
+"""The learner protocol, the learner registry and the shared functional inner loop.
+
+A learner is an `nn.Module` that holds a plain model (`learner.model`) and turns a
+`MetaBatch` into a meta-loss (`forward`, what training calls once per meta-step, so DDP
+can wrap it) or into adapted parameters (`adapt` + `predict`, what evaluation calls).
+
+Gradient-based learners share `InnerLoopLearner`: the model's parameters are a dict, the
+inner loop is `torch.func.functional_call` + `torch.func.grad_and_value`, and one task's
+adaptation is a plain function that `torch.func.vmap` maps over the task dimension B.
+Second-order meta-gradients come from ordinary autograd through that function: the inner
+`grad` calls never touch `.grad`, so under DDP the only all-reduce is the outer backward.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.func import functional_call, grad_and_value, vmap
+from torch.utils._pytree import tree_map
+
+from metadist.batch import MetaBatch, TaskSet
+
+logger = logging.getLogger("metadist.learners")
+
+LOSSES = ("mse", "cross_entropy")
+Params = dict[str, Tensor]
+
+_REGISTRY: dict[str, type[Learner]] = {}
+_WARNED_FALLBACK: set[tuple[str, str, str]] = set()
+# Fused normalisation kernels whose double-backward batching rule is wrong
+# (pytorch/functorch#534): vmapped second-order meta-gradients through them are wrong,
+# first-order ones are right. Verified on torch 2.13 by tests/test_learners.py.
+_WRONG_SECOND_ORDER_UNDER_VMAP = (
+    nn.LayerNorm,
+    nn.modules.batchnorm._BatchNorm,
+    nn.modules.instancenorm._InstanceNorm,
+)
+
+
+@dataclass
+class MetaOutput:
+    """What `Learner.forward` returns for one meta-step.
+
+    Attributes:
+        loss: scalar meta-loss averaged over the batch's tasks; backward it once.
+        metrics: name → detached 0-dim tensor, e.g. `query_loss_before`,
+            `query_loss_after` (averaged over tasks).
+    """
+
+    loss: Tensor
+    metrics: dict[str, Tensor]
+
+
+def register_learner(name: str):
+    """Class decorator registering a `Learner` subclass under `name`.
+
+    Example:
+        >>> @register_learner("my_learner")
+        ... class MyLearner(InnerLoopLearner): ...
+    """
+
+    def decorator(cls: type[Learner]) -> type[Learner]:
+        if not (isinstance(cls, type) and issubclass(cls, Learner)):
+            raise TypeError(f"@register_learner({name!r}) needs a Learner subclass")
+        existing = _REGISTRY.get(name)
+        if existing is not None and existing.__qualname__ != cls.__qualname__:
+            raise ValueError(
+                f"learner {name!r} is already registered by "
+                f"{existing.__module__}.{existing.__qualname__}"
+            )
+        cls.name = name
+        _REGISTRY[name] = cls
+        return cls
+
+    return decorator
+
+
+def registered_learners() -> list[str]:
+    """Names of all registered learners, sorted."""
+    return sorted(_REGISTRY)
+
+
+def get_learner(name: str) -> type[Learner]:
+    """The learner class registered as `name`; `ValueError` listing the known names."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        known = ", ".join(registered_learners()) or "none"
+        raise ValueError(f"unknown learner {name!r}; registered: {known}") from None
+
+
+def build_learner(name: str, model: nn.Module, **options: Any) -> Learner:
+    """Builds the learner registered as `name` around `model`.
+
+    Raises:
+        ValueError: unknown learner, an option the learner does not have, or a bad value.
+    """
+    cls = get_learner(name)
+    accepted = [
+        p.name
+        for p in list(inspect.signature(cls.__init__).parameters.values())[2:]
+        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+    ]
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        raise ValueError(
+            f"learner {name!r} has no option {unknown[0]!r}; its options: {', '.join(accepted)}"
+        )
+    return cls(model, **options)
+
+
+def task_loss(kind: str, prediction: Tensor, target: Tensor) -> Tensor:
+    """Scalar loss of one task (or of any batch, averaged over all elements).
+
+    Args:
+        kind: "mse" (prediction and target of equal shape) or "cross_entropy"
+            (prediction `[..., N]` logits, target `[...]` int64 class indices).
+
+    Raises:
+        ValueError: shapes that do not fit the loss.
+    """
+    if kind == "mse":
+        if prediction.shape != target.shape:
+            raise ValueError(
+                f"mse loss: model output {tuple(prediction.shape)} does not match targets "
+                f"{tuple(target.shape)}; check the model's output_shape"
+            )
+        return F.mse_loss(prediction, target)
+    if prediction.shape[:-1] != target.shape:
+        raise ValueError(
+            f"cross_entropy loss: model output {tuple(prediction.shape)} must be targets "
+            f"{tuple(target.shape)} plus a class dimension"
+        )
+    return F.cross_entropy(prediction.reshape(-1, prediction.shape[-1]), target.reshape(-1))
+
+
+def _accuracy(prediction: Tensor, target: Tensor) -> Tensor:
+    return (prediction.argmax(dim=-1) == target).to(prediction.dtype).mean()
+
+
+class Learner(nn.Module, ABC):
+    """Base of every learner.
+
+    Args:
+        model: any `nn.Module` mapping `[..., *input_shape]` → `[..., *output_shape]`.
+        loss: "mse" (regression, forecasting) or "cross_entropy" (classification).
+        vectorize: run the tasks of a batch together (`vmap` for inner loops); False
+            forces a per-task Python loop.
+
+    Raises:
+        ValueError: a bad option, naming it.
+    """
+
+    name: ClassVar[str] = ""
+
+    def __init__(self, model: nn.Module, loss: str = "mse", vectorize: bool = True) -> None:
+        super().__init__()
+        if not isinstance(model, nn.Module):
+            raise ValueError(
+                f"learner {self.name!r}: model must be an nn.Module, got {type(model)}"
+            )
+        if loss not in LOSSES:
+            raise ValueError(f"learner {self.name!r}: loss must be one of {LOSSES}, got {loss!r}")
+        self.model = model
+        self.loss = loss
+        self.vectorize = _flag(self.name, "vectorize", vectorize)
+
+    @abstractmethod
+    def forward(self, batch: MetaBatch) -> MetaOutput:
+        """Meta-loss and metrics of one meta-step over the B tasks of `batch`."""
+
+    @abstractmethod
+    def adapt(self, support: TaskSet, steps: int | None = None) -> Params:
+        """Per-task adapted state from the support sets, a dict of `[B, ...]` tensors."""
+
+    @abstractmethod
+    def predict(self, params: Params, x: Tensor) -> Tensor:
+        """Predictions `[B, ...]` for inputs `x [B, ...]` with the state from `adapt`."""
+
+    def _options_error(self, field: str, requirement: str, value: Any) -> ValueError:
+        return ValueError(f"learner {self.name!r}: {field} {requirement}, got {value!r}")
+
+
+class InnerLoopLearner(Learner):
+    """Shared machinery of the gradient-based learners (MAML, Meta-SGD, ANIL, Reptile).
+
+    Args:
+        model: the model (see `Learner`).
+        inner_steps: gradient steps on the support set per task during training (≥ 0).
+        inner_lr: step size of the inner loop (the initial value where it is learned).
+        eval_inner_steps: steps `adapt` takes in eval mode (`learner.eval()`); defaults
+            to `inner_steps`. `adapt(support, steps=N)` overrides both.
+        first_order: drop the second-order terms (the inner gradients are treated as
+            constants in the meta-gradient).
+        loss: "mse" or "cross_entropy".
+        vectorize: `vmap` the tasks (default). Models vmap cannot batch (recurrent
+            layers, batch norm updating running statistics) fall back to a per-task
+            loop automatically, with one logged warning; False forces the loop.
+        check_finite: raise when a support or query loss is NaN/inf (costs one host sync
+            per call).
+
+    Models with batch norm: in train mode every forward of the inner loop (and the query
+    forward) updates the running statistics, so they run in the per-task loop; in eval
+    mode they use the running statistics and are vmapped. Second-order meta-gradients
+    through the fused `nn.LayerNorm`, batch-norm and instance-norm kernels come out wrong
+    under vmap (their double-backward batching rule, pytorch/functorch#534), so
+    second-order learners run models holding them in the loop, with the notice;
+    `first_order=True` and adaptation under `torch.no_grad()` stay vmapped. (The
+    built-in transformer uses a composite layer norm and is vmapped.) Models with dropout draw
+    independent masks per task under vmap (`randomness="different"`), so the two paths
+    agree only in distribution.
+
+    Raises:
+        ValueError: a bad option, naming it.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        inner_steps: int = 1,
+        inner_lr: float = 0.01,
+        eval_inner_steps: int | None = None,
+        first_order: bool = False,
+        loss: str = "mse",
+        vectorize: bool = True,
+        check_finite: bool = True,
+    ) -> None:
+        super().__init__(model, loss=loss, vectorize=vectorize)
+        self.inner_steps = self._steps("inner_steps", inner_steps)
+        self.eval_inner_steps = (
+            self.inner_steps
+            if eval_inner_steps is None
+            else self._steps("eval_inner_steps", eval_inner_steps)
+        )
+        if not isinstance(inner_lr, (int, float)) or isinstance(inner_lr, bool) or inner_lr <= 0:
+            raise self._options_error("inner_lr", "must be a number > 0", inner_lr)
+        self.inner_lr = float(inner_lr)
+        self.first_order = _flag(self.name, "first_order", first_order)
+        self.check_finite = _flag(self.name, "check_finite", check_finite)
+        self._vmap_failed = False
+        self._usage_checked = False
+
+    # ----------------------------------------------------------------- hooks
+    def adapted_names(self) -> list[str]:
+        """Names of the parameters the inner loop updates (all trainable ones here)."""
+        return [n for n, p in self.model.named_parameters() if p.requires_grad]
+
+    def step_size(self, step: int, name: str) -> Tensor | float:
+        """Step size of parameter `name` at inner step `step` (fixed `inner_lr` here)."""
+        return self.inner_lr
+
+    # -------------------------------------------------------------- protocol
+    def forward(self, batch: MetaBatch) -> MetaOutput:
+        """Adapts every task on its support set and scores it on its query set.
+
+        Returns:
+            `MetaOutput` whose loss is the mean post-adaptation query loss; metrics
+            `query_loss_before`, `query_loss_after`, `support_loss_before` (with ≥ 1
+            inner step) and, for cross-entropy, `query_accuracy_before/after`.
+
+        Raises:
+            RuntimeError: a parameter gets no gradient, or a loss is NaN/inf.
+        """
+        params, buffers = self._state()
+        self._check_usage(params, buffers, batch.support)
+        steps = self.inner_steps
+
+        def task(support_x, support_y, query_x, query_y):
+            fast, support_losses = self._adapt_task(params, buffers, support_x, support_y, steps)
+            prediction = self._call(fast, buffers, query_x)
+            after = task_loss(self.loss, prediction, query_y)
+            with torch.no_grad():
+                before_prediction = self._call(params, buffers, query_x)
+                before = task_loss(self.loss, before_prediction, query_y)
+            out = {"after": after, "before": before, "support": support_losses}
+            if self.loss == "cross_entropy":
+                out["accuracy_after"] = _accuracy(prediction.detach(), query_y)
+                out["accuracy_before"] = _accuracy(before_prediction, query_y)
+            return out
+
+        out = self._map_tasks(
+            task,
+            batch.support.x,
+            batch.support.y,
+            batch.query.x,
+            batch.query.y,
+            second_order=self._second_order(steps),
+        )
+        self._raise_if_not_finite(out["support"], out["after"])
+        return MetaOutput(out["after"].mean(), self._metrics(out))
+
+    def adapt(self, support: TaskSet, steps: int | None = None) -> Params:
+        """Adapts the model to each task's support set.
+
+        Args:
+            support: `x [B, K, ...]`, `y [B, K, ...]`.
+            steps: inner steps; default `inner_steps` in train mode, `eval_inner_steps`
+                in eval mode. Builds a graph to the meta-parameters only when grad mode
+                is on (wrap in `torch.no_grad()` for evaluation).
+
+        Returns:
+            Every model parameter as a `[B, ...]` tensor (unadapted ones expanded).
+
+        Raises:
+            ValueError: negative `steps`. RuntimeError: as in `forward`.
+        """
+        if steps is None:
+            steps = self.inner_steps if self.training else self.eval_inner_steps
+        steps = self._steps("steps", steps)
+        params, buffers = self._state()
+        self._check_usage(params, buffers, support)
+
+        def task(support_x, support_y):
+            fast, support_losses = self._adapt_task(params, buffers, support_x, support_y, steps)
+            return fast, support_losses
+
+        fast, support_losses = self._map_tasks(
+            task, support.x, support.y, second_order=self._second_order(steps)
+        )
+        self._raise_if_not_finite(support_losses, None)
+        return fast
+
+    def predict(self, params: Params, x: Tensor) -> Tensor:
+        """`[B, Q, *output_shape]` predictions for `x [B, Q, *input_shape]`."""
+        _, buffers = self._state()
+        return self._map_tasks(lambda p, xs: self._call(p, buffers, xs), params, x)
+
+    # -------------------------------------------------------------- internals
+    def _state(self) -> tuple[Params, Params]:
+        return dict(self.model.named_parameters()), dict(self.model.named_buffers())
+
+    def _call(self, params: Params, buffers: Params, x: Tensor) -> Tensor:
+        return functional_call(self.model, (params, buffers), (x,))
+
+    def _adapt_task(
+        self, params: Params, buffers: Params, x: Tensor, y: Tensor, steps: int
+    ) -> tuple[Params, Tensor]:
+        """One task's inner loop: `steps` gradient steps on `(x, y)`.
+
+        Returns the full parameter dict after adaptation and the support loss before
+        each step, `[steps]` (detached).
+        """
+        names = self.adapted_names()
+        adapted = set(names)
+        fixed = {n: p for n, p in params.items() if n not in adapted}
+        fast = {n: params[n] for n in names}
+
+        # Buffers are an explicit (non-differentiated) input so that batch norm may update
+        # its running statistics in place inside the grad transform.
+        def support_loss(adapted: Params, state: Params) -> Tensor:
+            return task_loss(self.loss, self._call({**fixed, **adapted}, state, x), y)
+
+        losses = []
+        for step in range(steps):
+            grads, value = grad_and_value(support_loss)(fast, buffers)
+            if self.first_order:
+                grads = {n: g.detach() for n, g in grads.items()}
+            fast = {n: fast[n] - self.step_size(step, n) * grads[n] for n in names}
+            losses.append(value.detach())
+        support_losses = torch.stack(losses) if losses else x.new_zeros(0)
+        return {**fixed, **fast}, support_losses
+
+    def _second_order(self, steps: int) -> bool:
+        return steps > 0 and not self.first_order and torch.is_grad_enabled()
+
+    def _map_tasks(self, fn: Callable, *task_args: Any, second_order: bool = False) -> Any:
+        """`fn` applied to each task (leading dim of every tensor in `task_args`), outputs
+        stacked along a new leading task dimension. `second_order`: the caller will
+        differentiate through the inner gradients."""
+        if second_order and self.vectorize:
+            unsafe = next(
+                (m for m in self.model.modules() if isinstance(m, _WRONG_SECOND_ORDER_UNDER_VMAP)),
+                None,
+            )
+            if unsafe is not None:
+                self._warn_fallback(
+                    f"second-order gradients through {type(unsafe).__name__} are wrong under "
+                    "vmap, pytorch/functorch#534; first_order=True stays vmapped"
+                )
+                return self._loop(fn, task_args)
+        if self.vectorize and not self._vmap_failed:
+            try:
+                return vmap(fn, randomness="different")(*task_args)
+            except Exception as error:  # noqa: BLE001  (retried by the loop just below)
+                vmap_error = error
+            result = self._loop(fn, task_args)
+            # Only once the loop has succeeded is the failure the model's vmap support,
+            # not a bug the loop would have raised too (which then propagates unchained).
+            self._vmap_failed = True
+            message = str(vmap_error).strip()
+            self._warn_fallback(
+                message.splitlines()[0][:200] if message else type(vmap_error).__name__
+            )
+            return result
+        return self._loop(fn, task_args)
+
+    @staticmethod
+    def _loop(fn: Callable, task_args: tuple) -> Any:
+        num_tasks = _num_tasks(task_args)
+        outputs = [fn(*tree_map(lambda t, i=i: t[i], task_args)) for i in range(num_tasks)]
+        return tree_map(lambda *xs: torch.stack(xs), *outputs)
+
+    def _warn_fallback(self, reason: str) -> None:
+        key = (type(self).__qualname__, type(self.model).__qualname__, reason.split(" ")[0])
+        if key in _WARNED_FALLBACK:
+            return
+        _WARNED_FALLBACK.add(key)
+        logger.warning(
+            "learner %r: vmap cannot batch model %s (%s); running tasks in a per-task loop "
+            "(vectorize=False selects this directly)",
+            self.name,
+            type(self.model).__name__,
+            reason,
+        )
+
+    def _check_usage(self, params: Params, buffers: Params, support: TaskSet) -> None:
+        """Once per learner: every adapted parameter must get a gradient from the loss."""
+        if self._usage_checked:
+            return
+        names = self.adapted_names()
+        if not names:
+            raise RuntimeError(
+                f"learner {self.name!r}: the model has no trainable parameter to adapt"
+            )
+        with torch.enable_grad():
+            prediction = self._call(params, buffers, support.x[0])
+            loss = task_loss(self.loss, prediction, support.y[0])
+            grads = torch.autograd.grad(loss, [params[n] for n in names], allow_unused=True)
+        missing = [n for n, g in zip(names, grads, strict=True) if g is None]
+        if missing:
+            raise RuntimeError(
+                f"learner {self.name!r}: parameter(s) {', '.join(missing)} get no gradient "
+                "from the loss, so the inner loop cannot adapt them; use them in forward() or "
+                "freeze them with requires_grad_(False)"
+            )
+        self._usage_checked = True
+
+    def _raise_if_not_finite(self, support_losses: Tensor, query_losses: Tensor | None) -> None:
+        """`support_losses [B, steps]` and `query_losses [B]` must be finite."""
+        if not self.check_finite:
+            return
+        if support_losses.numel() and not bool(torch.isfinite(support_losses).all()):
+            task_index, step = (~torch.isfinite(support_losses)).nonzero()[0].tolist()
+            value = support_losses[task_index, step].item()
+            raise RuntimeError(
+                f"learner {self.name!r}: support loss is {value} at inner step {step} "
+                f"(0 = before the first update) of task {task_index} in the batch; the inner "
+                f"loop diverged or the inputs hold NaN/inf — lower inner_lr or check the data"
+            )
+        if query_losses is not None and not bool(torch.isfinite(query_losses).all()):
+            task_index = int((~torch.isfinite(query_losses)).nonzero()[0, 0])
+            raise RuntimeError(
+                f"learner {self.name!r}: query loss is {query_losses[task_index].item()} after "
+                f"adaptation of task {task_index} in the batch; lower inner_lr or check the data"
+            )
+
+    def _metrics(self, out: dict[str, Tensor]) -> dict[str, Tensor]:
+        metrics = {
+            "query_loss_before": out["before"].detach().mean(),
+            "query_loss_after": out["after"].detach().mean(),
+        }
+        if out["support"].numel():
+            metrics["support_loss_before"] = out["support"][:, 0].mean()
+        if "accuracy_after" in out:
+            metrics["query_accuracy_before"] = out["accuracy_before"].mean()
+            metrics["query_accuracy_after"] = out["accuracy_after"].mean()
+        return metrics
+
+    def _steps(self, field: str, value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise self._options_error(field, "must be an int >= 0", value)
+        return value
+
+
+def _flag(learner: str, field: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"learner {learner!r}: {field} must be true or false, got {value!r}")
+    return value
+
+
+def _num_tasks(task_args: tuple) -> int:
+    leaves = [t for arg in task_args for t in (arg.values() if isinstance(arg, dict) else [arg])]
+    return int(leaves[0].shape[0])

@@ -1,0 +1,89 @@
+"""Reptile (Nichol et al., 2018): move the initialisation towards the adapted weights."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from metadist.batch import MetaBatch
+from metadist.learners.base import InnerLoopLearner, MetaOutput, register_learner, task_loss
+
+
+@register_learner("reptile")
+class Reptile(InnerLoopLearner):
+    """First-order meta-learning by interpolation, written as one backward.
+
+    Reptile's update is `θ ← θ + ε (φ̄ - θ)`, where `φ̄` is the mean over the batch's tasks
+    of the weights after `inner_steps` SGD steps on each task's support set. It is not
+    the gradient of a query loss, so `forward` returns the surrogate
+
+        loss = mean_b 0.5 · ‖θ - stopgrad(φ_b)‖²,   whose gradient is   θ - φ̄.
+
+    A plain `torch.optim.SGD(lr=ε)` step on it is exactly Reptile's update; other
+    optimizers (e.g. Adam) treat `θ - φ̄` as the gradient, as the Reptile paper's Adam
+    variant does. Because this is one backward of an ordinary loss, DDP averages
+    `θ - φ̄_rank` over ranks, which (with equal tasks per rank) is `θ - φ̄` over the global
+    batch — Reptile under DDP with no extra code. The inner loop never builds a graph to
+    θ (always first order).
+
+    Args:
+        model: any `nn.Module`.
+        inner_steps: SGD steps per task (≥ 1).
+        inner_lr: inner SGD step size.
+        eval_inner_steps, loss, vectorize, check_finite: as in `InnerLoopLearner`.
+
+    Metrics: `reptile_distance` (mean ‖θ - φ_b‖), `query_loss_before`,
+    `query_loss_after`, `support_loss_before`.
+
+    Raises:
+        ValueError: a bad option, naming it (e.g. `inner_steps` 0).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        inner_steps: int = 5,
+        inner_lr: float = 0.01,
+        eval_inner_steps: int | None = None,
+        loss: str = "mse",
+        vectorize: bool = True,
+        check_finite: bool = True,
+    ) -> None:
+        super().__init__(
+            model,
+            inner_steps=inner_steps,
+            inner_lr=inner_lr,
+            eval_inner_steps=eval_inner_steps,
+            first_order=True,
+            loss=loss,
+            vectorize=vectorize,
+            check_finite=check_finite,
+        )
+        if self.inner_steps < 1:
+            raise self._options_error("inner_steps", "must be >= 1 for Reptile", inner_steps)
+
+    def forward(self, batch: MetaBatch) -> MetaOutput:
+        """The Reptile surrogate loss over the batch's tasks (see the class docstring)."""
+        params, buffers = self._state()
+        self._check_usage(params, buffers, batch.support)
+        names = self.adapted_names()
+
+        def task(support_x, support_y, query_x, query_y):
+            with torch.no_grad():
+                fast, support_losses = self._adapt_task(
+                    params, buffers, support_x, support_y, self.inner_steps
+                )
+                before = task_loss(self.loss, self._call(params, buffers, query_x), query_y)
+                after = task_loss(self.loss, self._call(fast, buffers, query_x), query_y)
+            return {n: fast[n] for n in names}, before, after, support_losses
+
+        fast, before, after, support_losses = self._map_tasks(
+            task, batch.support.x, batch.support.y, batch.query.x, batch.query.y
+        )
+        self._raise_if_not_finite(support_losses, after)
+        squared = sum(
+            ((params[n].unsqueeze(0) - fast[n].detach()) ** 2).flatten(1).sum(1) for n in names
+        )
+        metrics = self._metrics({"before": before, "after": after, "support": support_losses})
+        metrics["reptile_distance"] = squared.detach().sqrt().mean()
+        return MetaOutput(0.5 * squared.mean(), metrics)

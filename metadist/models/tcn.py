@@ -1,0 +1,82 @@
+"""Temporal convolution network: causal dilated 1-D convolutions over a window."""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from metadist.models import register_model
+from metadist.models._common import activation as check_activation
+from metadist.models._common import numel, positive_int, split_leading, window_shape
+
+
+class _CausalBlock(nn.Module):
+    """conv(dilation d) → activation, plus a residual (1x1 conv when widths differ)."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, dilation: int, act):
+        super().__init__()
+        self.left_pad = (kernel_size - 1) * dilation
+        self.conv = nn.Conv1d(in_channels, out_channels, kernel_size, dilation=dilation)
+        self.act = act()
+        self.skip = (
+            nn.Conv1d(in_channels, out_channels, 1)
+            if in_channels != out_channels
+            else nn.Identity()
+        )
+
+    def forward(self, x: Tensor) -> Tensor:
+        # Left padding only, so step t never sees steps after t.
+        return self.act(self.conv(F.pad(x, (self.left_pad, 0)))) + self.skip(x)
+
+
+@register_model("tcn")
+class TCN(nn.Module):
+    """Stack of causal residual conv blocks with dilations 1, 2, 4, ...; the features of
+    the last time step feed a linear head.
+
+    Args:
+        input_shape: `(L, F)`.
+        output_shape: any, e.g. `(H, T)` or `(N,)`.
+        channels: width of every block.
+        kernel_size: temporal kernel size.
+        num_levels: number of blocks (receptive field `1 + (k-1)(2^levels - 1)`).
+        activation: "relu", "tanh", "gelu" or "silu".
+
+    Shapes: `[..., L, F]` → `[..., *output_shape]`.
+
+    Raises:
+        ValueError: an input_shape that is not `(L, F)`, or a bad option.
+    """
+
+    model_name = "tcn"
+
+    def __init__(
+        self,
+        input_shape: tuple[int, ...],
+        output_shape: tuple[int, ...],
+        channels: int = 32,
+        kernel_size: int = 3,
+        num_levels: int = 3,
+        activation: str = "relu",
+    ) -> None:
+        super().__init__()
+        self.input_shape = tuple(input_shape)
+        self.output_shape = tuple(output_shape)
+        _, num_features = window_shape(self.model_name, self.input_shape)
+        channels = positive_int(self.model_name, "channels", channels)
+        kernel_size = positive_int(self.model_name, "kernel_size", kernel_size)
+        num_levels = positive_int(self.model_name, "num_levels", num_levels)
+        act = check_activation(self.model_name, activation)
+        blocks = []
+        width = num_features
+        for level in range(num_levels):
+            blocks.append(_CausalBlock(width, channels, kernel_size, 2**level, act))
+            width = channels
+        self.body = nn.Sequential(*blocks)
+        self.head = nn.Linear(channels, numel(self.output_shape))
+
+    def forward(self, x: Tensor) -> Tensor:
+        leading = split_leading(self.model_name, x, self.input_shape)
+        windows = x.reshape(-1, *self.input_shape).transpose(1, 2)  # [N, F, L]
+        last = self.body(windows)[:, :, -1]
+        return self.head(last).reshape(*leading, *self.output_shape)

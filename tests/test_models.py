@@ -1,0 +1,124 @@
+"""Models: shapes over any leading dims, option and shape validation, the registry."""
+
+import pytest
+import torch
+from torch import nn
+
+from metadist.models import build_model, get_model, register_model, registered_models
+
+WINDOW = (6, 2)  # (L, F)
+HORIZON = (3, 2)  # (H, T)
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models run fastest on one intra-op thread, and a shared CPU is not oversubscribed."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+def test_builtin_models_are_registered():
+    assert {"mlp", "forecaster", "tcn", "transformer", "gru"} <= set(registered_models())
+
+
+@pytest.mark.parametrize("name", registered_models())
+@pytest.mark.parametrize("leading", [(), (5,), (3, 4)])
+def test_maps_any_leading_dims(name, leading):
+    torch.manual_seed(0)
+    model = build_model(name, WINDOW, HORIZON)
+    x = torch.randn(*leading, *WINDOW)
+    out = model(x)
+    assert out.shape == (*leading, *HORIZON)
+    assert torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("name", registered_models())
+def test_examples_are_independent(name):
+    """Example i's prediction depends on example i only (no mixing across windows)."""
+    torch.manual_seed(0)
+    model = build_model(name, WINDOW, HORIZON).eval()
+    x = torch.randn(4, *WINDOW)
+    together = model(x)
+    alone = torch.stack([model(x[i : i + 1])[0] for i in range(4)])
+    torch.testing.assert_close(together, alone, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", registered_models())
+def test_classification_and_embedding_outputs(name):
+    model = build_model(name, WINDOW, (5,))
+    assert model(torch.randn(2, 3, *WINDOW)).shape == (2, 3, 5)
+
+
+@pytest.mark.parametrize("name", registered_models())
+def test_every_model_has_a_head(name):
+    model = build_model(name, WINDOW, HORIZON)
+    assert isinstance(model.head, nn.Linear)
+    assert model.head.out_features == HORIZON[0] * HORIZON[1]
+
+
+@pytest.mark.parametrize("name", registered_models())
+def test_wrong_trailing_dims_name_the_model(name):
+    model = build_model(name, WINDOW, HORIZON)
+    with pytest.raises(ValueError, match=rf"model '{name}' expects inputs \[\.\.\., 6, 2\]"):
+        model(torch.randn(4, 7, 2))
+
+
+def test_mlp_serves_the_sinusoid():
+    model = build_model("mlp", (1,), (1,))
+    assert [m.out_features for m in model.modules() if isinstance(m, nn.Linear)] == [40, 40, 1]
+    assert model(torch.randn(25, 10, 1)).shape == (25, 10, 1)
+
+
+@pytest.mark.parametrize("name", ["forecaster", "tcn", "transformer", "gru"])
+def test_window_models_reject_flat_inputs(name):
+    with pytest.raises(ValueError, match=r"input_shape must be \(L, F\)"):
+        build_model(name, (1,), (1,))
+
+
+@pytest.mark.parametrize(
+    ("name", "options", "field"),
+    [
+        ("mlp", {"hidden_sizes": (40, 0)}, "hidden_sizes"),
+        ("mlp", {"activation": "sigmoidish"}, "activation"),
+        ("mlp", {"dropout": 1.5}, "dropout"),
+        ("tcn", {"channels": 0}, "channels"),
+        ("tcn", {"kernel_size": 0}, "kernel_size"),
+        ("transformer", {"d_model": 30, "num_heads": 4}, "d_model"),
+        ("gru", {"hidden_size": 0}, "hidden_size"),
+    ],
+)
+def test_bad_options_name_the_field(name, options, field):
+    with pytest.raises(ValueError, match=field):
+        build_model(name, WINDOW, HORIZON, **options)
+
+
+def test_bad_shapes_and_unknown_names():
+    with pytest.raises(ValueError, match="input_shape"):
+        build_model("mlp", (0,), (1,))
+    with pytest.raises(ValueError, match="output_shape"):
+        build_model("mlp", (1,), ())
+    with pytest.raises(ValueError, match="unknown model 'resnet'; registered: forecaster"):
+        get_model("resnet")
+
+
+def test_registry_accepts_user_models_and_rejects_clashes():
+    @register_model("test_linear")
+    class Linear(nn.Module):
+        def __init__(self, input_shape, output_shape):
+            super().__init__()
+            self.head = nn.Linear(input_shape[-1], output_shape[-1])
+
+        def forward(self, x):
+            return self.head(x)
+
+    assert build_model("test_linear", (3,), (2,))(torch.randn(4, 3)).shape == (4, 2)
+    with pytest.raises(ValueError, match="already registered"):
+
+        @register_model("mlp")
+        class Other(nn.Module):
+            pass
+
+    with pytest.raises(TypeError):
+        register_model("not_a_module")(object)

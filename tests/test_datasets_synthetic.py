@@ -1,5 +1,6 @@
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -350,3 +351,42 @@ def test_cli_writes_panel_and_reports_errors(tmp_path):
     )
     assert bad.returncode == 1 and "length_range" in bad.stderr
     assert not (tmp_path / "bad").exists()
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(120)
+def test_killed_generation_leaves_earlier_panel_intact(tmp_path):
+    out_dir = tmp_path / "panel"
+    earlier = write_synthetic_panel(out_dir, num_entities=4, length_range=(20, 30))
+    before = {path.name: path.read_bytes() for path in earlier.files}
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "metadist.cli",
+            "synth",
+            str(out_dir),
+            "--entities",
+            "20000",
+            "--length-range",
+            "800",
+            "1000",
+            "--chunk-rows",
+            "20000",
+            "--overwrite",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 100
+        while time.monotonic() < deadline:
+            written = [p for p in tmp_path.glob(".panel.partial-*/*.parquet") if p.stat().st_size]
+            if written or process.poll() is not None:
+                break
+            time.sleep(0.05)
+        assert written and process.poll() is None, "generation did not start or ended too soon"
+    finally:
+        process.kill()
+        process.wait()
+    assert {path.name: path.read_bytes() for path in out_dir.iterdir()} == before

@@ -253,3 +253,18 @@ def test_constructor_errors_name_the_field(encoded_store):
         loader.load_state_dict({**loader.state_dict(), "seed": 5})
     with pytest.raises(ValueError, match="tasks_consumed=21"):
         loader.load_state_dict({"epoch": 0, "tasks_consumed": 21})
+
+
+def test_nway_kshot_examples_stay_in_the_loader_split(encoded_store):
+    sampler = build_task_sampler(
+        "nway_kshot", encoded_store, num_ways=2, num_shots=1, num_query=1, lookback=8
+    )
+    part = StratifiedTaskPartitioner(sampler.unit_strata(), seed=0, fractions=(0.5, 0.5, 0.0))
+    for split in ("train", "val"):
+        allowed = set(sampler.unit_entity[part.units(split)].tolist())
+        loader = BatchMetaDataLoader(sampler, part, split=split, batch_size=4, seed=0)
+        for batch in loader:
+            for side in (batch.support, batch.query):
+                used = side.x[..., 0, 0].numpy().astype(np.int64) // 10000
+                assert set(used.ravel().tolist()) <= allowed
+            assert set(batch.entity_index.tolist()) <= allowed

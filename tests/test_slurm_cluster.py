@@ -25,8 +25,8 @@ SLURM_DIR = Path(os.environ.get("METADIST_SLURM_DIR", "/tmp/metadist-slurm"))
 # A sinusoid run long enough to be interrupted twice (a checkpoint every 10 steps).
 TRAIN_OVERRIDES = [
     "experiment=sinusoid_maml",
-    "trainer.meta_steps=160",
-    "trainer.meta_batch_size=8",
+    "trainer.meta_steps=120",
+    "trainer.meta_batch_size=4",
     "trainer.checkpoint_every=10",
     "trainer.keep_checkpoints=50",
     "trainer.eval_every=0",
@@ -91,7 +91,7 @@ def _latest_step(run_dir: Path) -> int:
 
 def _final_learner_state(run_dir: Path) -> dict[str, torch.Tensor]:
     pointer = json.loads((run_dir / "checkpoints" / "latest").read_text())
-    assert pointer["step"] == 160, pointer
+    assert pointer["step"] == 120, pointer
     state = torch.load(run_dir / "checkpoints" / pointer["checkpoint"], weights_only=False)
     return state["learner"]
 
@@ -171,7 +171,7 @@ def test_requeued_job_resumes_and_matches_an_uninterrupted_run(slurm_env, tmp_pa
     assert "SIGUSR1 received: checkpointing, then requeueing" in text
     assert "training finished with status 0" in text
     resumed = [int(s) for s in re.findall(r"resumed from \S+ at step (\d+)", text)]
-    assert len(resumed) == 2 and 0 < resumed[0] < resumed[1] < 160, text
+    assert len(resumed) == 2 and 0 < resumed[0] < resumed[1] < 120, text
     # The checkpoint written on SIGUSR1 is the one the third start resumed from.
     assert re.search(rf"checkpoint of step {resumed[1]} written", text), text
     state = _final_learner_state(run_dir)

@@ -211,9 +211,9 @@ def test_an_interrupted_sweep_runs_the_cut_off_trial_again(tmp_path):
         "metadist.cli",
         "sweep",
         "experiment=sinusoid_maml",
-        "trainer.meta_steps=150",
+        "trainer.meta_steps=20",
         "trainer.meta_batch_size=4",
-        "trainer.eval_every=100",
+        "trainer.eval_every=10",
         "trainer.eval_batches=1",
         "trainer.checkpoint_every=1000",
         "learner.options.eval_inner_steps=1",
@@ -227,10 +227,12 @@ def test_an_interrupted_sweep_runs_the_cut_off_trial_again(tmp_path):
     driver = subprocess.Popen(
         command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
-    metrics = sweep_dir / "trials" / "0000" / "metrics.jsonl"
+    # Interrupt the sweep while its trial is starting (its log is opened just before the
+    # training process starts, which then takes seconds to import torch).
+    log = sweep_dir / "trials" / "0000" / "train.log"
     deadline = time.monotonic() + 120
-    while not (metrics.exists() and metrics.read_text().strip()) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    while not log.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
     driver.send_signal(signal.SIGINT)
     output, _ = driver.communicate(timeout=60)
     assert driver.returncode == 130, output

@@ -103,13 +103,16 @@ class UnitDealer:
         strata = self.strata[shuffled]
         by_stratum = np.argsort(strata, kind="stable")
         codes, first, counts = np.unique(strata[by_stratum], return_index=True, return_counts=True)
-        rank_in_stratum = np.empty(n, dtype=np.int64)
-        rank_in_stratum[by_stratum] = np.arange(n) - np.repeat(first, counts)
-        stratum_slot = np.searchsorted(codes, strata)
-        offsets = rng.random(len(codes))
-        key = (rank_in_stratum + offsets[stratum_slot]) / counts[stratum_slot]
-        tie = rng.random(n)
-        order = self.units[shuffled[np.lexsort((tie, key))]]
+        if len(codes) == 1:
+            order = self.units[shuffled]
+        else:
+            rank_in_stratum = np.empty(n, dtype=np.int64)
+            rank_in_stratum[by_stratum] = np.arange(n) - np.repeat(first, counts)
+            stratum_slot = np.searchsorted(codes, strata)
+            offsets = rng.random(len(codes))
+            key = (rank_in_stratum + offsets[stratum_slot]) / counts[stratum_slot]
+            # stable on the shuffled sequence: equal keys keep a random order
+            order = self.units[shuffled[np.argsort(key, kind="stable")]]
         self._order_cache = (epoch, order)
         return order
 
@@ -148,6 +151,8 @@ class UnitDealer:
         order = self.epoch_order(epoch)
         positions = start + np.arange(num_rounds * world_size, dtype=np.int64)
         dealt_units = order[positions]
+        if world_size == 1:
+            return Deal(units=dealt_units[None, :], positions=positions[None, :])
         dealt_strata = self.strata[np.searchsorted(self.units, dealt_units)]
         colour = _equitable_colouring(dealt_strata, world_size)
         slot = np.arange(len(positions)) // world_size * world_size + colour

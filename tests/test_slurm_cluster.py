@@ -22,13 +22,14 @@ REPO = Path(__file__).resolve().parents[1]
 CLUSTER_SCRIPT = REPO / "tests" / "slurm" / "cluster.sh"
 SLURM_DIR = Path(os.environ.get("METADIST_SLURM_DIR", "/tmp/metadist-slurm"))
 
-# A sinusoid run long enough to be interrupted twice (a checkpoint every 10 steps).
+# A sinusoid run with a checkpoint every 10 steps, long enough to be interrupted twice
+# even on a fast machine (each interruption takes effect within about a second).
+NUM_STEPS = 600
 TRAIN_OVERRIDES = [
     "experiment=sinusoid_maml",
-    "trainer.meta_steps=120",
+    f"trainer.meta_steps={NUM_STEPS}",
     "trainer.meta_batch_size=4",
     "trainer.checkpoint_every=10",
-    "trainer.keep_checkpoints=50",
     "trainer.eval_every=0",
     "sampler.options.num_tasks=400",
     "logging.progress=false",
@@ -91,7 +92,7 @@ def _latest_step(run_dir: Path) -> int:
 
 def _final_learner_state(run_dir: Path) -> dict[str, torch.Tensor]:
     pointer = json.loads((run_dir / "checkpoints" / "latest").read_text())
-    assert pointer["step"] == 120, pointer
+    assert pointer["step"] == NUM_STEPS, pointer
     state = torch.load(run_dir / "checkpoints" / pointer["checkpoint"], weights_only=False)
     return state["learner"]
 
@@ -171,7 +172,7 @@ def test_requeued_job_resumes_and_matches_an_uninterrupted_run(slurm_env, tmp_pa
     assert "SIGUSR1 received: checkpointing, then requeueing" in text
     assert "training finished with status 0" in text
     resumed = [int(s) for s in re.findall(r"resumed from \S+ at step (\d+)", text)]
-    assert len(resumed) == 2 and 0 < resumed[0] < resumed[1] < 120, text
+    assert len(resumed) == 2 and 0 < resumed[0] < resumed[1] < NUM_STEPS, text
     # The checkpoint written on SIGUSR1 is the one the third start resumed from.
     assert re.search(rf"checkpoint of step {resumed[1]} written", text), text
     state = _final_learner_state(run_dir)

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from metadist.store import sources
-from metadist.store.files import publish, remove_stale_temps, temp_sibling
+from metadist.store.files import keep_heap_memory, publish, remove_stale_temps, temp_sibling
 from metadist.store.format import SCALING_KINDS, is_store
 from metadist.store.passes import IngestJob
 from metadist.store.progress import progress_bar
@@ -174,6 +174,7 @@ def summary(store: SeriesStore) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
+    keep_heap_memory()
     progress = False if args.no_progress else None
     began = time.perf_counter()
     store = ingest(

@@ -40,6 +40,11 @@ def checkpoint_dir(run_dir: str | os.PathLike) -> Path:
     return Path(run_dir) / "checkpoints"
 
 
+def checkpoint_path(run_dir: str | os.PathLike, step: int) -> Path:
+    """Where the checkpoint of `step` is written."""
+    return checkpoint_dir(run_dir) / f"step_{int(step):08d}.pt"
+
+
 def save_checkpoint(
     run_dir: str | os.PathLike, step: int, state: dict[str, Any], *, keep: int = 2
 ) -> Path:
@@ -62,7 +67,7 @@ def save_checkpoint(
     buffer = io.BytesIO()
     torch.save(payload, buffer)
     data = buffer.getvalue()
-    path = directory / f"step_{int(step):08d}.pt"
+    path = checkpoint_path(run_dir, step)
     _atomic_write(path, data)
     pointer = {
         "checkpoint": path.name,

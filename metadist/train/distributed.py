@@ -100,12 +100,22 @@ def init_distributed(env: DistEnv, timeout_s: float = 600.0) -> None:
         torch.cuda.set_device(env.device)
     if not env.is_distributed or dist.is_initialized():
         return
+    timeout = timedelta(seconds=timeout_s)
+    store, _, _ = next(
+        dist.rendezvous("env://", rank=env.rank, world_size=env.world_size, timeout=timeout)
+    )
+    # After torchrun restarts the workers, the agent's store still holds the previous
+    # attempt's keys (peer addresses), which new workers could read before they are
+    # overwritten; a prefix per attempt keeps the attempts apart.
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    store = dist.PrefixStore(f"metadist/attempt_{attempt}", store)
     options = {"device_id": env.device} if env.device.type == "cuda" else {}
     dist.init_process_group(
         backend=env.backend,
+        store=store,
         rank=env.rank,
         world_size=env.world_size,
-        timeout=timedelta(seconds=timeout_s),
+        timeout=timeout,
         **options,
     )
 

@@ -21,7 +21,12 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from metadist.train.build import RunParts, build_parts
-from metadist.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from metadist.train.checkpoint import (
+    checkpoint_path,
+    latest_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+)
 from metadist.train.config import TrainConfig
 from metadist.train.distributed import (
     DistEnv,
@@ -152,7 +157,6 @@ def _loop(ctx: _Context, step: int, checkpoint: Path | None) -> TrainResult:
     """Meta-steps from `step` to `trainer.meta_steps`, epoch after epoch of the loader."""
     trainer, env, parts = ctx.config.trainer, ctx.env, ctx.parts
     val_start = parts.val_loader.state_dict() if parts.val_loader is not None else None
-    saved_step = step if checkpoint is not None else -1
     window = _Window(step)
     loss = float("nan")
     while step < trainer.meta_steps:
@@ -166,7 +170,7 @@ def _loop(ctx: _Context, step: int, checkpoint: Path | None) -> TrainResult:
                 raise NonFiniteLossError(
                     f"the meta-loss is not finite at step {step + 1} (on at least one rank); "
                     "the step was not applied. Last good checkpoint: "
-                    f"{checkpoint if saved_step >= 0 else 'none yet'}. Lower optimizer.lr or "
+                    f"{checkpoint or 'none yet'}. Lower optimizer.lr or "
                     "the learner's inner_lr, or set optimizer.grad_clip."
                 )
             if ctx.config.optimizer.grad_clip is not None:
@@ -187,8 +191,7 @@ def _loop(ctx: _Context, step: int, checkpoint: Path | None) -> TrainResult:
                 if ctx.on_eval is not None:
                     ctx.on_eval(step, values)
             if step % trainer.checkpoint_every == 0 or last or stopping:
-                checkpoint = _save(ctx, step) or checkpoint
-                saved_step = step
+                checkpoint = _save(ctx, step)
             if stopping:
                 ctx.logger.message(
                     f"{ctx.stop.signal_name or 'another rank was signalled'}: checkpoint of "
@@ -200,8 +203,6 @@ def _loop(ctx: _Context, step: int, checkpoint: Path | None) -> TrainResult:
                 )
             if last:
                 break
-    if saved_step != step:  # resumed a run that had already finished
-        checkpoint = _save(ctx, step) or checkpoint
     ctx.logger.message(f"finished {step} meta-steps; checkpoint {checkpoint}")
     return TrainResult(step, ctx.config.resolved_run_dir, checkpoint, None, parts.learner, loss)
 
@@ -288,12 +289,15 @@ class _Window:
         return values
 
 
-def _save(ctx: _Context, step: int) -> Path | None:
-    """Checkpoint of `step` (collective: gathers every rank's RNG state; rank 0 writes)."""
+def _save(ctx: _Context, step: int) -> Path:
+    """Checkpoint of `step` (collective: gathers every rank's RNG state; rank 0 writes).
+
+    Returns the checkpoint's path on every rank.
+    """
     config, env, parts = ctx.config, ctx.env, ctx.parts
     rng_states = all_gather_objects(_rng_state(env), env)
     if not env.is_main:
-        return None
+        return checkpoint_path(config.resolved_run_dir, step)
     state = {
         "learner": parts.learner.state_dict(),
         "optimizer": parts.optimizer.state_dict(),

@@ -651,6 +651,8 @@ def _eval_parts(config, options: EvalOptions) -> dict[str, Any]:
             f"(data.fractions={list(config.data.fractions)})"
         )
     target_columns = getattr(train_sampler, "target_columns", None)
+    if options.max_tasks is not None and options.holdout is None:
+        units = units[: options.max_tasks]
 
     if options.holdout is not None:
         batches, description = _holdout_batches(store, train_sampler, units, options)
@@ -729,6 +731,8 @@ def _holdout_batches(store, sampler, units: np.ndarray, options: EvalOptions):
     else:
         entities = np.unique(np.asarray(sampler.unit_entity)[units])
         entities = entities[np.isin(entities, list(holdout))]
+    if options.max_tasks is not None:
+        entities = entities[: options.max_tasks]
     batches = holdout_batches(
         store,
         holdout,

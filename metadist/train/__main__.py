@@ -33,6 +33,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--print-config", action="store_true", help="print the composed config and exit"
     )
+    parser.add_argument(
+        "--no-eval",
+        action="store_true",
+        help="skip the held-out evaluation (python -m metadist.eval) after training",
+    )
     return parser
 
 
@@ -56,7 +61,28 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("metadist-train: interrupted", file=sys.stderr)
         return 130
+    if result is not None and result.stopped_by is None and not args.no_eval:
+        _evaluate_at_end(result.run_dir, args.config_dir)
     return 0 if result is not None else 1
+
+
+def _evaluate_at_end(run_dir, config_dir) -> None:
+    """Rank 0 evaluates the finished run on its held-out tasks (metadist.eval)."""
+    import os
+
+    if int(os.environ.get("RANK", "0")) != 0:
+        return
+    from metadist.eval import evaluate_run
+    from metadist.eval.report import markdown_report
+
+    try:
+        result = evaluate_run(run_dir, config_dir=config_dir)
+    except (ValueError, FileNotFoundError) as error:
+        print(f"metadist-train: evaluation skipped: {error}", file=sys.stderr)
+        return
+    print(markdown_report(result), end="")
+    for kind, path in result.get("paths", {}).items():
+        print(f"{kind}: {path}")
 
 
 if __name__ == "__main__":

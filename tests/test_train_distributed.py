@@ -177,7 +177,15 @@ def test_sigterm_checkpoints_exits_cleanly_and_the_same_command_resumes(tmp_path
 
     schedule = ["trainer.meta_steps=80", "trainer.checkpoint_every=5", "trainer.meta_batch_size=4"]
     run_dir = tmp_path / "stopped"
-    command = [sys.executable, "-m", "metadist.train", *TINY, *schedule, f"run_dir={run_dir}"]
+    command = [
+        sys.executable,
+        "-m",
+        "metadist.train",
+        "--no-eval",
+        *TINY,
+        *schedule,
+        f"run_dir={run_dir}",
+    ]
     stopped = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         _wait_for_checkpoint(run_dir, stopped)
@@ -225,7 +233,7 @@ def test_rank_killed_under_torchrun_restarts_and_finishes_like_an_uninterrupted_
     command = [
         *[sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"],
         *["--max-restarts=1", "--monitor-interval=0.2"],
-        *["-m", "metadist.train", *TWO_RANK_RUN, f"run_dir={run_dir}"],
+        *["-m", "metadist.train", "--no-eval", *TWO_RANK_RUN, f"run_dir={run_dir}"],
     ]
     killed = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:

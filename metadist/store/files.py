@@ -50,7 +50,8 @@ class MappedFile:
 
     Pages touched through the mapping are dropped from this process's page tables every
     `_RELEASE_BYTES` (`MADV_DONTNEED` on a shared file mapping keeps their contents in
-    the page cache), so resident memory does not grow with the size of the file.
+    the page cache), so resident memory does not grow with the size of the file. Closing
+    does not flush: the caller makes the file durable once its contents are final.
     """
 
     def __init__(self, path: Path, dtype: np.dtype, shape: tuple[int, ...], existing: bool = False):
@@ -87,23 +88,35 @@ class MappedFile:
         self._pending = 0
         self._low, self._high = self.size, 0
 
-    def fill(self, value: float | int, chunk_rows: int = 1 << 20) -> None:
-        """Sets every element to `value`, a chunk of rows at a time."""
-        num_rows = self.array.shape[0]
-        for first in range(0, num_rows, chunk_rows):
-            end = min(first + chunk_rows, num_rows)
-            self.array[first:end] = value
-            self.touched(first, end, end - first)
-
     def __enter__(self) -> MappedFile:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         del self.array
-        self.mm.flush()
         self.mm.close()
-        os.fsync(self.fd)
         os.close(self.fd)
+
+
+def start_writeback(fd: int, offset: int, num_bytes: int) -> None:
+    """Starts writing a range of a file to disk without waiting (Linux
+    `sync_file_range`), so that the final fsync finds little left to do; a no-op where
+    unavailable."""
+    if _sync_file_range is not None:
+        _sync_file_range(fd, ctypes.c_int64(offset), ctypes.c_int64(num_bytes), 2)
+
+
+def _load_sync_file_range():
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        function = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    return function
+
+
+_sync_file_range = _load_sync_file_range()
 
 
 def _preallocate(fd: int, size: int) -> None:

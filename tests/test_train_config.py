@@ -127,3 +127,13 @@ def _has_cuda() -> bool:
     import torch
 
     return torch.cuda.is_available()
+
+
+def test_options_and_overrides_mix_in_any_order():
+    from metadist.train.__main__ import build_parser
+
+    args = build_parser().parse_intermixed_args(
+        ["experiment=sinusoid_maml", "--no-eval", "trainer.meta_steps=10", "--config-dir", "x"]
+    )
+    assert args.overrides == ["experiment=sinusoid_maml", "trainer.meta_steps=10"]
+    assert args.no_eval and args.config_dir == "x"

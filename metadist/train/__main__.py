@@ -42,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_intermixed_args(argv)
     from metadist.train.checkpoint import CheckpointError
     from metadist.train.compose import compose_dict, load_config
     from metadist.train.loop import NonFiniteLossError, train

@@ -248,6 +248,10 @@ def test_constructor_errors_name_the_field(encoded_store):
         )
     with pytest.raises(ValueError, match="need num_workers > 0"):
         BatchMetaDataLoader(sampler, np.arange(20), batch_size=1, persistent_workers=True)
+    with pytest.raises(ValueError, match="partitioner deals 30 units but the sampler has 20"):
+        BatchMetaDataLoader(
+            sampler, StratifiedTaskPartitioner(np.zeros(30, np.int64), seed=0), batch_size=1
+        )
     loader = BatchMetaDataLoader(sampler, np.arange(20), batch_size=2)
     with pytest.raises(ValueError, match="seed=5, this loader has seed=0"):
         loader.load_state_dict({**loader.state_dict(), "seed": 5})

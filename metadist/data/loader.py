@@ -133,6 +133,11 @@ class BatchMetaDataLoader:
         self.seed = int(seed)
         self.split = split
         if isinstance(partitioner_or_units, StratifiedTaskPartitioner):
+            if partitioner_or_units.num_units != sampler.num_units:
+                raise ValueError(
+                    f"the partitioner deals {partitioner_or_units.num_units} units but the "
+                    f"sampler has {sampler.num_units}; build it from sampler.unit_strata()"
+                )
             self.dealer: UnitDealer = partitioner_or_units.dealer(split)
         else:
             units = np.asarray(partitioner_or_units, dtype=np.int64).reshape(-1)

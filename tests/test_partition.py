@@ -141,3 +141,21 @@ def test_deal_errors_name_the_numbers():
     units, positions = part.rank_slice("train", 0, rank=1, world_size=2)
     np.testing.assert_array_equal(units, part.deal("train", 0, 2).units[1])
     assert len(positions) == len(units)
+
+
+def test_unit_groups_stay_in_one_split():
+    groups = np.arange(len(STRATA)) // 3  # units 3g, 3g+1, 3g+2 form group g
+    strata = STRATA[groups * 3]  # one stratum per group
+    part = StratifiedTaskPartitioner(strata, seed=2, unit_groups=groups)
+    split_of_group = {}
+    for name in ("train", "val", "test"):
+        for unit in part.units(name):
+            assert split_of_group.setdefault(int(groups[unit]), name) == name
+    assert len(split_of_group) == groups.max() + 1
+    assert set(split_of_group.values()) == {"train", "val", "test"}
+    pinned = StratifiedTaskPartitioner(strata, seed=2, unit_groups=groups, pinned_test_units=[4])
+    assert {3, 4, 5} <= set(pinned.units("test").tolist())
+    with pytest.raises(ValueError, match="a group must lie in one stratum"):
+        StratifiedTaskPartitioner(STRATA, seed=0, unit_groups=np.zeros(len(STRATA)))
+    with pytest.raises(ValueError, match="one entry per unit"):
+        StratifiedTaskPartitioner(STRATA, seed=0, unit_groups=np.zeros(3))

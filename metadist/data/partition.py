@@ -249,6 +249,10 @@ class StratifiedTaskPartitioner:
             least one unit of every stratum.
         pinned_test_units: unit indices that must be in the test split (e.g. a fixed
             evaluation set); the other units of their strata fill the remaining shares.
+        unit_groups: optional `[num_units]` group key of every unit; the units of a group
+            go to the same split (e.g. `sampler.unit_entity` with time-chunk units, to
+            hold out whole entities). Stratification and the largest-remainder counts
+            are then over groups; every group must lie in one stratum.
 
     Raises:
         ValueError: bad fractions, a stratum with fewer units than splits with a positive
@@ -268,6 +272,7 @@ class StratifiedTaskPartitioner:
         seed: int,
         fractions: Sequence[float] = (0.8, 0.1, 0.1),
         pinned_test_units: Sequence[int] | np.ndarray | None = None,
+        unit_groups: np.ndarray | None = None,
     ) -> None:
         strata = np.asarray(unit_strata)
         if strata.ndim != 1 or not np.issubdtype(strata.dtype, np.integer):
@@ -293,12 +298,36 @@ class StratifiedTaskPartitioner:
                 raise ValueError("pinned_test_units given but fractions[2] (test) is 0")
             pinned[pins] = True
         self.pinned_test_units = np.flatnonzero(pinned)
-        split_of = np.empty(num_units, dtype=np.int64)
+        # The split is drawn over items: units, or groups of units that must stay together.
+        if unit_groups is None:
+            item_of_unit = np.arange(num_units)
+            item_strata, item_pinned = self.unit_strata, pinned
+        else:
+            groups = np.asarray(unit_groups)
+            if groups.shape != strata.shape:
+                raise ValueError(
+                    f"unit_groups must have one entry per unit ({num_units}), got shape "
+                    f"{groups.shape}"
+                )
+            _, first_unit, item_of_unit = np.unique(groups, return_index=True, return_inverse=True)
+            item_strata = self.unit_strata[first_unit]
+            mixed = item_strata[item_of_unit] != self.unit_strata
+            if mixed.any():
+                unit = int(np.flatnonzero(mixed)[0])
+                raise ValueError(
+                    f"unit_groups: group {groups[unit]!r} has units of strata "
+                    f"{item_strata[item_of_unit[unit]]} and {self.unit_strata[unit]}; a group "
+                    "must lie in one stratum"
+                )
+            item_pinned = np.zeros(len(first_unit), dtype=bool)
+            item_pinned[item_of_unit[pinned]] = True
+        split_of_item = np.empty(len(item_strata), dtype=np.int64)
         rng = _rng(self.seed, _TAG_PARTITION)
-        for code in np.unique(self.unit_strata):
-            members = np.flatnonzero(self.unit_strata == code)
+        what = "units" if unit_groups is None else "unit groups"
+        for code in np.unique(item_strata):
+            members = np.flatnonzero(item_strata == code)
             counts = _split_counts(len(members), self.fractions, int(code))
-            is_pinned = pinned[members]
+            is_pinned = item_pinned[members]
             num_pinned = int(is_pinned.sum())
             if num_pinned > counts[2]:
                 excess = num_pinned - counts[2]
@@ -310,15 +339,16 @@ class StratifiedTaskPartitioner:
                     excess -= take
                 if excess:
                     raise ValueError(
-                        f"pinned_test_units pins {num_pinned} of the {len(members)} units of "
+                        f"pinned_test_units pins {num_pinned} of the {len(members)} {what} of "
                         f"stratum {int(code)}, leaving too few for train/val"
                     )
             free = rng.permutation(members[~is_pinned])
-            split_of[members[is_pinned]] = 2
+            split_of_item[members[is_pinned]] = 2
             num_free_test = counts[2] - num_pinned
-            split_of[free[: counts[0]]] = 0
-            split_of[free[counts[0] : counts[0] + counts[1]]] = 1
-            split_of[free[counts[0] + counts[1] : counts[0] + counts[1] + num_free_test]] = 2
+            split_of_item[free[: counts[0]]] = 0
+            split_of_item[free[counts[0] : counts[0] + counts[1]]] = 1
+            split_of_item[free[counts[0] + counts[1] : counts[0] + counts[1] + num_free_test]] = 2
+        split_of = split_of_item[item_of_unit]
         self._split_of = split_of
         self._dealers = {
             name: UnitDealer(

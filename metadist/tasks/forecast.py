@@ -63,8 +63,9 @@ class ForecastSampler(TaskSampler):
             possible, so the last query window's targets are the unit's last H rows: the
             evaluation protocol).
         unit: "entity" (one unit per entity) or "chunk" (one unit per `chunk_length` rows
-            of an entity, the last chunk taking the remainder; windows never leave their
-            chunk), for panels with few, long series.
+            of an entity, the last chunk taking the remainder, an entity shorter than
+            `chunk_length` but long enough for a task being one chunk; windows never
+            leave their chunk), for panels with few, long series.
         chunk_length: rows per chunk with `unit="chunk"`.
 
     Shapes: `support.x [B, K, L, F]`, `support.y [B, K, H, T]`, `query.x [B, Q, L, F]`,

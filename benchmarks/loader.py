@@ -135,6 +135,20 @@ def _load_array(parquet: Path, num_features: int) -> np.ndarray:
     return values.reshape(num_entities, -1, num_features)
 
 
+def _cycle(iterable):
+    """`next_batch()` over `iterable`, epoch after epoch."""
+    state = {"it": iter(iterable)}
+
+    def next_batch():
+        try:
+            return next(state["it"])
+        except StopIteration:
+            state["it"] = iter(iterable)
+            return next(state["it"])
+
+    return next_batch
+
+
 def make_design(name: str, args: argparse.Namespace):
     """Builds design `name`; returns `(next_batch, windows per batch)`."""
     import torch
@@ -163,8 +177,7 @@ def make_design(name: str, args: argparse.Namespace):
                 return x, y
 
         dataset = WindowDataset(_load_array(workdir / "panel.parquet", f))
-        iterator = iter(DataLoader(dataset, batch_size=batch_windows, shuffle=True))
-        next_batch = lambda: next(iterator)  # noqa: E731
+        next_batch = _cycle(DataLoader(dataset, batch_size=batch_windows, shuffle=True))
     elif name == "pandas_materialised":
         import pandas as pd
 
@@ -231,15 +244,7 @@ def make_design(name: str, args: argparse.Namespace):
         loader = BatchMetaDataLoader(sampler, part, batch_size=tasks, seed=0)
         if len(loader) == 0:
             raise ValueError("too few entities for one batch; raise --entities")
-        # Tasks per epoch are the entities; cycling epochs keeps the stream going.
-        state = {"it": iter(loader)}
-
-        def next_batch():
-            try:
-                return next(state["it"])
-            except StopIteration:
-                state["it"] = iter(loader)
-                return next(state["it"])
+        next_batch = _cycle(loader)
 
     elif name in ("memcpy", "memcpy_large"):
         from metadist.store import SeriesStore
@@ -420,11 +425,19 @@ def main(argv: list[str] | None = None) -> int:
         # Started one after another (startup is timed alone), then timed in rounds: every
         # round runs one repeat of every design, so load from other work on a shared
         # machine falls on all of them alike.
-        children = [_Child(label, name, a, base / d) for label, name, a, d in plan]
-        for _ in range(args.repeats):
+        children: list[_Child] = []
+        try:
+            for label, name, design_args, data in plan:
+                children.append(_Child(label, name, design_args, base / data))
+            for _ in range(args.repeats):
+                for running in children:
+                    running.repeat()
+            rows = [running.finish(args) for running in children]
+        finally:
             for running in children:
-                running.repeat()
-        rows = [running.finish(args) for running in children]
+                if running.process.poll() is None:
+                    running.process.kill()
+                    running.process.wait()
     reference = rows[0]["windows_per_s"]
     windows_per_task = args.support + args.query
     print(

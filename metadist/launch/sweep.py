@@ -30,6 +30,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -298,13 +299,14 @@ class SweepSettings:
 
 @dataclass
 class TrialPlan:
-    """How one trial runs: its overrides, seed and directory."""
+    """How one trial runs: its overrides, seed, directory and length in meta-steps."""
 
     number: int
     seed: int
     params: dict[str, Any]
     run_dir: Path
     overrides: list[str]
+    num_steps: int
 
     def train_command(self, settings: SweepSettings) -> list[str]:
         """The local command line of this trial's training."""
@@ -356,7 +358,7 @@ def plan_trial(
     overrides += ["logging.progress=false", f"run_dir={run_dir}"]
     run_dir.mkdir(parents=True, exist_ok=True)
     _write_json(run_dir / SPLIT_FILE, {"seed": seed, "test_seed": settings.test_seed, **split})
-    plan = TrialPlan(number, seed, dict(params), run_dir, overrides)
+    plan = TrialPlan(number, seed, dict(params), run_dir, overrides, config.trainer.meta_steps)
     _write_json(run_dir / COMMAND_FILE, {"argv": plan.train_command(settings)})
     return plan
 
@@ -672,30 +674,21 @@ def run_sweep(settings: SweepSettings, log=print) -> Any:
                 if settings.launcher == "slurm" and running:
                     free = 0  # a wave is finished before the next one is submitted
                 plans = []
-                for _ in range(max(0, min(free, wanted))):
-                    trial = study.ask()
-                    seed = trial.user_attrs.get("seed")
-                    if seed is None:
-                        seed = settings.base_seed + trial.number
-                    trial.set_user_attr("seed", seed)
-                    params = {spec.name: spec.suggest(trial) for spec in settings.space}
-                    run_dir = settings.sweep_dir / "trials" / f"{trial.number:04d}"
-                    trial.set_user_attr("run_dir", str(run_dir))
-                    try:
-                        plan = plan_trial(settings, trial.number, seed, params, run_dir)
-                    except (ValueError, FileNotFoundError):
-                        study.tell(trial, state=TrialState.FAIL)
-                        raise
-                    plans.append((trial, plan))
-                if plans and settings.launcher == "slurm":
-                    array = SlurmArrayWave([p for _, p in plans], settings, wave)
-                    wave += 1
-                    for (trial, _), runner in zip(plans, array.trials, strict=True):
-                        trial.set_user_attr("slurm_job", runner.element)
-                        running[trial.number] = (trial, runner)
-                else:
-                    for trial, plan in plans:
-                        running[trial.number] = (trial, LocalTrial(plan, settings))
+                # Ctrl-C waits until the trials being started are tracked, so that none is
+                # left running unseen.
+                with _sigint_deferred():
+                    for _ in range(max(0, min(free, wanted))):
+                        trial = study.ask()
+                        plan = _plan_asked_trial(study, trial, settings)
+                        plans.append((trial, plan))
+                        if settings.launcher == "local":
+                            running[trial.number] = (trial, LocalTrial(plan, settings))
+                    if plans and settings.launcher == "slurm":
+                        array = SlurmArrayWave([p for _, p in plans], settings, wave)
+                        wave += 1
+                        for (trial, _), runner in zip(plans, array.trials, strict=True):
+                            trial.set_user_attr("slurm_job", runner.element)
+                            running[trial.number] = (trial, runner)
                 for trial, plan in plans:
                     log(
                         f"trial {trial.number} started: seed {plan.seed}, "
@@ -727,14 +720,16 @@ def run_sweep(settings: SweepSettings, log=print) -> Any:
                         continue
                     runner.finish()
                     del running[number]
-                    final = points[-1][1] if points else float("nan")
-                    if exit_code != 0 or not math.isfinite(final):
+                    last_step, final = points[-1] if points else (0, float("nan"))
+                    reason = None
+                    if exit_code != 0:
+                        reason = f"exit status {exit_code}"
+                    elif last_step != runner.plan.num_steps:
+                        reason = f"stopped at step {last_step} of {runner.plan.num_steps}"
+                    elif not math.isfinite(final):
+                        reason = f"val {settings.metric} is {final}"
+                    if reason is not None:
                         study.tell(trial, state=TrialState.FAIL)
-                        reason = (
-                            f"exit status {exit_code}"
-                            if exit_code
-                            else f"no finite val {settings.metric}"
-                        )
                         failures.append(f"trial {number} ({reason}, see {runner.log_path})")
                         log(f"trial {number} failed: {reason}; log {runner.log_path}")
                         if len(failures) >= settings.max_failures:
@@ -743,10 +738,7 @@ def run_sweep(settings: SweepSettings, log=print) -> Any:
                             )
                     else:
                         study.tell(trial, final)
-                        log(
-                            f"trial {number} finished: {settings.metric}={final:.6g} "
-                            f"at step {points[-1][0]}"
-                        )
+                        log(f"trial {number} finished: {settings.metric}={final:.6g}")
                     _write_reports(study, settings)
         except BaseException:
             for number, (trial, runner) in running.items():
@@ -765,6 +757,40 @@ def decode_params(settings: SweepSettings, stored: dict[str, Any]) -> dict[str, 
     return {
         spec.name: spec.decode(stored[spec.name]) for spec in settings.space if spec.name in stored
     }
+
+
+def _plan_asked_trial(study, trial, settings: SweepSettings) -> TrialPlan:
+    """Seed, parameters and run directory of a trial just asked from the study."""
+    from optuna.trial import TrialState
+
+    seed = trial.user_attrs.get("seed")
+    if seed is None:
+        seed = settings.base_seed + trial.number
+    trial.set_user_attr("seed", seed)
+    params = {spec.name: spec.suggest(trial) for spec in settings.space}
+    run_dir = settings.sweep_dir / "trials" / f"{trial.number:04d}"
+    trial.set_user_attr("run_dir", str(run_dir))
+    try:
+        return plan_trial(settings, trial.number, seed, params, run_dir)
+    except (ValueError, FileNotFoundError):
+        study.tell(trial, state=TrialState.FAIL)
+        raise
+
+
+@contextlib.contextmanager
+def _sigint_deferred():
+    """Holds SIGINT back inside the block and delivers it after (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if received:
+        signal.raise_signal(signal.SIGINT)
 
 
 def _run_again_later(study, trial) -> None:
@@ -923,7 +949,7 @@ def rerun_trial(
         time.sleep(settings.poll_seconds)
     runner.finish()
     points = read_val_metric(run_dir, settings.metric)
-    if runner.poll() != 0 or not points:
+    if runner.poll() != 0 or not points or points[-1][0] != plan.num_steps:
         raise ValueError(f"the rerun of trial {number} failed; see {run_dir / LOG_FILE}")
     log(
         f"trial {number}: recorded {settings.metric}={frozen.value!r}, rerun {points[-1][1]!r} "

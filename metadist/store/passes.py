@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import os
 import time
-from collections import Counter
+from collections import Counter, deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -527,16 +528,31 @@ class IngestJob:
         """Pass 3: checks placed entities, sorts the others, fills, checksums.
 
         Reads and writes with pread/pwrite in chunks of whole entities: sequential, no
-        page faults, memory bounded by the chunk size."""
+        page faults, memory bounded by the chunk size. Writing back and checksumming a
+        chunk (both release the GIL) run in a helper thread while the next chunk is read
+        and checked; one thread keeps the checksums in file order."""
         began = time.perf_counter()
         sources.check_unchanged(self.files)
         num_columns = len(self.value_names)
         values_sum, times_sum = Checksum(), Checksum()
         task = bar.add("order", self.num_rows)
+
+        def finish_chunk(vf, tf, row_a, row_b, values, times, write_values, write_times):
+            if write_values:
+                vf.write(row_a, values)
+            if write_times:
+                tf.write(row_a, times)
+            vf.start_writeback(row_a, row_b)
+            tf.start_writeback(row_a, row_b)
+            values_sum.update(values)
+            times_sum.update(times)
+
         with (
             _RawFile(temp / VALUES_FILE, num_columns * VALUES_DTYPE.itemsize) as vf,
             _RawFile(temp / TIMES_FILE, TIMES_DTYPE.itemsize) as tf,
+            ThreadPoolExecutor(1, thread_name_prefix="metadist-store-writer") as writer,
         ):
+            pending: deque[Future] = deque()
             for first, last in self.chunks():
                 row_a = int(self.starts[first])
                 row_b = int(self.starts[last - 1] + self.lengths[last - 1])
@@ -557,15 +573,24 @@ class IngestJob:
                     changed = self._sort_irregular(first, times, values, lengths, regular)
                 if self.nan == "ffill":
                     changed |= _fill_forward(values, starts, lengths)
-                if changed:
-                    vf.write(row_a, values)
-                if regular.any() or changed:
-                    tf.write(row_a, times)
-                vf.start_writeback(row_a, row_b)
-                tf.start_writeback(row_a, row_b)
-                values_sum.update(values)
-                times_sum.update(times)
+                pending.append(
+                    writer.submit(
+                        finish_chunk,
+                        vf,
+                        tf,
+                        row_a,
+                        row_b,
+                        values,
+                        times,
+                        changed,
+                        bool(regular.any()) or changed,
+                    )  # fmt: skip
+                )
+                while len(pending) > 2:  # bounds the chunks held in memory
+                    pending.popleft().result()
                 bar.advance(task, row_b - row_a)
+            while pending:
+                pending.popleft().result()
         self.checksums = {VALUES_FILE: values_sum.hexdigest(), TIMES_FILE: times_sum.hexdigest()}
         self.timings["order_s"] = time.perf_counter() - began
 

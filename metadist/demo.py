@@ -5,13 +5,15 @@
 1. writes the synthetic sensor panel (multi-file Parquet, rows shuffled);
 2. ingests it into a series store (per-entity scaling, NaNs carried forward);
 3. meta-trains the `synthetic_maml` experiment under `torchrun` with 2 CPU processes
-   (`python -m torch.distributed.run --standalone --nproc_per_node=2 -m metadist.train`);
+   (`python -m torch.distributed.run --standalone --nproc_per_node=2 -m metadist.train`)
+   for `--meta-steps` steps or `--train-seconds` seconds, whichever comes first (at the
+   time limit the run gets SIGTERM, writes a checkpoint and stops cleanly);
 4. evaluates the meta-trained model on the held-out (meta-test) entities: adapt on each
    entity's history, forecast its last H steps, next to the baselines;
 5. prints the metric table and where the figure and the run directory are.
 
 Re-running with the same `--out` reuses the panel and store it finds there and resumes
-(or, if finished, re-evaluates) the run.
+the run from its latest checkpoint (a finished run is just evaluated again).
 """
 
 from __future__ import annotations
@@ -19,15 +21,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-# Demo-size settings for a 2-core machine: about two minutes of meta-training.
+# Demo-size settings for a 2-core machine: at most two minutes of meta-training.
 DEFAULT_ENTITIES = 600
 DEFAULT_LENGTH_RANGE = (400, 1200)
-DEFAULT_META_STEPS = 400
+DEFAULT_META_STEPS = 2000
+DEFAULT_TRAIN_SECONDS = 120.0
 EXPERIMENT = "synthetic_maml"
 # Training overrides of the demo on top of the experiment file.
 DEMO_OVERRIDES = (
@@ -55,6 +59,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="shortest and longest series",
     )
     parser.add_argument("--meta-steps", type=int, default=DEFAULT_META_STEPS)
+    parser.add_argument(
+        "--train-seconds",
+        type=float,
+        default=DEFAULT_TRAIN_SECONDS,
+        help="stop meta-training (checkpoint + clean exit) after this long",
+    )
     parser.add_argument("--nproc", type=int, default=2, help="torchrun processes (CPU ranks)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
@@ -67,6 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if not args.train_seconds > 0:
+        print("metadist.demo: error: --train-seconds must be > 0", file=sys.stderr)
+        return 2
     for name in ("entities", "meta_steps", "nproc"):
         if getattr(args, name) < 1:
             print(f"metadist.demo: error: --{name.replace('_', '-')} must be >= 1", file=sys.stderr)
@@ -158,12 +171,13 @@ def meta_train(store: Path, run_dir: Path, args: argparse.Namespace, overrides: 
         f"--nproc_per_node={args.nproc}",
         "-m",
         "metadist.train",
+        "--no-eval",  # step 4 evaluates, with the demo's evaluation overrides
         f"experiment={EXPERIMENT}",
         f"data.store={store}",
         f"run_dir={run_dir}",
         f"trainer.meta_steps={args.meta_steps}",
         f"trainer.seed={args.seed}",
-        f"trainer.checkpoint_every={max(1, args.meta_steps // 2)}",
+        f"trainer.checkpoint_every={max(1, min(250, args.meta_steps // 2))}",
         *DEMO_OVERRIDES,
         *overrides,
     ]
@@ -173,7 +187,19 @@ def meta_train(store: Path, run_dir: Path, args: argparse.Namespace, overrides: 
     env.setdefault("OMP_NUM_THREADS", "1")
     env.setdefault("WANDB_MODE", "disabled")
     t0 = time.perf_counter()
-    code = subprocess.call(command, env=env)
+    process = subprocess.Popen(command, env=env)
+    try:
+        code = process.wait(timeout=args.train_seconds)
+    except subprocess.TimeoutExpired:
+        # torchrun forwards SIGTERM to the ranks, which finish the step, checkpoint and exit.
+        print(f"time limit of {args.train_seconds:.0f} s reached: stopping meta-training")
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=180)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        code = 0 if (run_dir / "checkpoints" / "latest").is_file() else 1
     print(f"meta-training took {time.perf_counter() - t0:.1f} s")
     return code
 

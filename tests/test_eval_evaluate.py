@@ -1,0 +1,144 @@
+"""`evaluate_tasks` on a real store: original units, baselines by hand, the report files."""
+
+import json
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from metadist.datasets.synthetic import (
+    SYNTHETIC_INGEST_ARGS,
+    SYNTHETIC_PERIODS,
+    write_synthetic_panel,
+)
+from metadist.eval import EvalOptions, evaluate_tasks
+from metadist.eval.report import markdown_report, write_report
+from metadist.learners import build_learner
+from metadist.models import build_model
+from metadist.store.ingest import ingest
+from metadist.tasks import build_task_sampler
+
+LOOKBACK, HORIZON = 16, 4
+
+
+@pytest.fixture(scope="module")
+def panel_and_store(tmp_path_factory):
+    root = tmp_path_factory.mktemp("eval")
+    write_synthetic_panel(
+        root / "panel", num_entities=16, length_range=(100, 140), seed=3, nan_fraction=0.0
+    )
+    store = ingest(
+        root / "panel",
+        root / "store",
+        scaling="per-entity",
+        progress=False,
+        **SYNTHETIC_INGEST_ARGS,
+    )
+    table = pq.read_table(root / "panel")
+    raw = {}
+    ids = np.asarray(table.column("entity_id").to_pylist())
+    times = table.column("time").to_numpy()
+    values = table.column("y").to_numpy()
+    for name in np.unique(ids):
+        keep = ids == name
+        raw[str(name)] = values[keep][np.argsort(times[keep])]
+    return store, raw
+
+
+def _evaluate(store, options):
+    sampler = build_task_sampler(
+        "forecast",
+        store,
+        lookback=LOOKBACK,
+        horizon=HORIZON,
+        num_support=3,
+        num_query=1,
+        split="end",
+    )
+    torch.manual_seed(0)
+    shapes = ((LOOKBACK, store.num_columns), (HORIZON, 1))
+    model = build_model("forecaster", *shapes, hidden_sizes=(16,))
+    learner = build_learner("maml", model, inner_steps=1, inner_lr=0.05, eval_inner_steps=3)
+    units = np.arange(sampler.num_units)
+    batches = [
+        sampler.sample(units[:9], units[:9].astype(np.uint64)),
+        sampler.sample(units[9:], units[9:].astype(np.uint64)),
+    ]
+    return evaluate_tasks(
+        learner,
+        batches,
+        options=options,
+        store=store,
+        target_columns=sampler.target_columns,
+        fresh_model=lambda: build_model("forecaster", *shapes, hidden_sizes=(16,)),
+    ), sampler
+
+
+def test_naive_baselines_are_scored_in_original_units(panel_and_store):
+    store, raw = panel_and_store
+    options = EvalOptions(
+        seasonal_period=dict(SYNTHETIC_PERIODS),
+        scratch_steps=3,
+        num_examples=2,
+        group_by=["stratum", "label"],
+    )
+    (result, examples), sampler = _evaluate(store, options)
+    assert result["num_tasks"] == sampler.num_units == 16
+    naive_abs, snaive_smape, mase_terms, count = 0.0, 0.0, 0.0, 0
+    for entity in sampler.unit_entity:
+        name = str(store.entity_ids[entity])
+        stratum = str(store.strata[entity])
+        m = SYNTHETIC_PERIODS[stratum]
+        series = raw[name]
+        history, truth = series[:-HORIZON], series[-HORIZON:]
+        naive_abs += np.abs(truth - history[-1]).sum()
+        season = history[len(history) - m :][np.arange(HORIZON) % m]
+        snaive_smape += (200 * np.abs(truth - season) / (np.abs(truth) + np.abs(season))).sum()
+        scale = np.abs(history[m:] - history[:-m]).mean()
+        mase_terms += (np.abs(truth - history[-1]) / scale).sum()
+        count += HORIZON
+    overall = result["overall"]
+    assert overall["naive"]["mae"]["value"] == pytest.approx(naive_abs / count, rel=1e-4)
+    assert overall["naive"]["mase"]["value"] == pytest.approx(mase_terms / count, rel=1e-4)
+    assert overall["seasonal_naive"]["smape"]["value"] == pytest.approx(
+        snaive_smape / count, rel=1e-4
+    )
+    # per-stratum tables cover every task once; examples are drawn in original units
+    strata = result["groups"]["stratum"]
+    assert sum(g["num_tasks"] for g in strata.values()) == 16
+    assert len(examples) == 2
+    first = examples[0]
+    assert np.allclose(first["truth"], raw[first["title"].split(" ")[0]][-HORIZON:], rtol=1e-5)
+
+
+def test_zero_inner_steps_make_adapted_equal_unadapted_and_report_files(panel_and_store, tmp_path):
+    store, _ = panel_and_store
+    options = EvalOptions(
+        inner_steps=0,
+        seasonal_period=dict(SYNTHETIC_PERIODS),
+        scratch_steps=0,
+        num_examples=3,
+        references={"Published": {"all": 1.5, "stratum": {"flow": 2.0}}},
+    )
+    (result, examples), _ = _evaluate(store, options)
+    assert result["overall"]["adapted"] == result["overall"]["unadapted"]
+    paths = write_report(result, tmp_path, examples)
+    saved = json.loads(paths["json"].read_text())
+    assert saved["overall"]["naive"]["mae"]["value"] == pytest.approx(
+        result["overall"]["naive"]["mae"]["value"]
+    )
+    table = paths["markdown"].read_text()
+    assert table == markdown_report(result)
+    assert "| Published (published) |" in table
+    assert "1.500" in table and "2.000" in table
+    assert paths["figure"].read_bytes()[:4] == b"\x89PNG"
+
+
+def test_bad_options_name_the_field():
+    with pytest.raises(ValueError, match="eval.scratch_lr"):
+        EvalOptions(scratch_lr=0).validate()
+    with pytest.raises(ValueError, match="eval.bogus"):
+        EvalOptions.from_dict({"bogus": 1})
+    with pytest.raises(ValueError, match="no entry for stratum 'flow'"):
+        EvalOptions(seasonal_period={"temperature": 24}).period_of("flow")

@@ -104,6 +104,11 @@ def test_cpu_nodes_run_nproc_per_node_processes():
     assert f"run_dir={run_dir}" in job.train_args
 
 
+def test_constraints_may_combine_features():
+    job, _ = job_from_settings(["experiment=x", "constraint=[a100|h100]&ib"], workdir="/w")
+    assert "--constraint=[a100|h100]&ib" in _directives(job.render())
+
+
 def test_port_is_pinned_or_derived_from_the_job_id():
     derived, _ = job_from_settings(["experiment=x"], workdir="/w")
     assert "rdzv_port=$((20000 + SLURM_JOB_ID % 20000))" in derived.render()

@@ -62,6 +62,8 @@ _TIME_PATTERN = re.compile(
     r"|(?P<a>\d+)(?::(?P<b>\d+)(?::(?P<c>\d+))?)?)$"
 )
 _SAFE_VALUE = re.compile(r"^[A-Za-z0-9_.,:@%+=/-]+$")
+# Node features combine with & | [ ] * ( ) (sbatch --constraint).
+_SAFE_CONSTRAINT = re.compile(r"^[A-Za-z0-9_.,:@%+=/&|*()\[\]-]+$")
 
 
 def parse_time_limit(value: str) -> int:
@@ -175,7 +177,8 @@ class SlurmJob:
                 )
         for name in ("partition", "account", "qos", "mem", "constraint", "job_name"):
             value = getattr(self, name)
-            if value is not None and not _SAFE_VALUE.match(str(value)):
+            pattern = _SAFE_CONSTRAINT if name == "constraint" else _SAFE_VALUE
+            if value is not None and not pattern.match(str(value)):
                 raise ValueError(f"{name}={value!r} has characters sbatch does not accept")
         if (self.array is None) != (self.args_file is None):
             raise ValueError("array and args_file go together")

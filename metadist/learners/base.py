@@ -207,8 +207,9 @@ class InnerLoopLearner(Learner):
         check_finite: raise when a support or query loss is NaN/inf (costs one host sync
             per call).
 
-    Models with batch norm: in train mode every forward of the inner loop (and the query
-    forward) updates the running statistics, so they run in the per-task loop; in eval
+    Models with batch norm: in train mode every forward of the inner loop and of the query
+    set (also the unadapted one behind `query_loss_before`) updates the running
+    statistics, so they run in the per-task loop; in eval
     mode they use the running statistics and are vmapped. Second-order meta-gradients
     through the fused `nn.LayerNorm`, batch-norm and instance-norm kernels come out wrong
     under vmap (their double-backward batching rule, pytorch/functorch#534), so
@@ -446,6 +447,11 @@ class InnerLoopLearner(Learner):
     def _raise_if_not_finite(self, support_losses: Tensor, query_losses: Tensor | None) -> None:
         """`support_losses [B, steps]` and `query_losses [B]` must be finite."""
         if not self.check_finite:
+            return
+        finite = torch.isfinite(support_losses).all()
+        if query_losses is not None:
+            finite = finite & torch.isfinite(query_losses).all()
+        if bool(finite):  # the one host sync of the check
             return
         if support_losses.numel() and not bool(torch.isfinite(support_losses).all()):
             task_index, step = (~torch.isfinite(support_losses)).nonzero()[0].tolist()

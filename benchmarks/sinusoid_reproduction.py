@@ -103,8 +103,9 @@ def evaluate(learner, num_tasks: int, seed: int) -> dict:
             prediction = learner.predict(params, batch.query.x)
             mse = ((prediction - batch.query.y) ** 2).mean(dim=(1, 2)).double().numpy()
             diverged = ~np.isfinite(mse) | (mse > DIVERGED_MSE)
+            mse = np.where(np.isnan(mse), np.inf, mse)  # a NaN task counts as diverged, not unknown
             per_steps[str(steps)] = {
-                "mean": float(np.mean(mse)) if np.all(np.isfinite(mse)) else float("inf"),
+                "mean": float(np.mean(mse)),
                 "median": float(np.median(mse)),
                 "mean_converged": float(np.mean(mse[~diverged])) if (~diverged).any() else None,
                 "num_diverged": int(diverged.sum()),
@@ -142,6 +143,7 @@ def run(args) -> None:
                 "max": lrs.max().item(),
             }
         (args.out / f"{name}.json").write_text(json.dumps(record, indent=2))
+        torch.save(learner.state_dict(), args.out / f"{name}.pt")
         k1 = results["10"]["1"]["mean"]
         print(
             f"{name}: done, {steps_run} steps in {seconds:.0f} s; K=10 1-step MSE {k1:.3f}",

@@ -384,6 +384,16 @@ def test_eval_mode_uses_eval_inner_steps():
     assert learner.predict(default, make_batch().query.x).shape == (3, 5, 1)
 
 
+@pytest.mark.parametrize("name", ["maml", "metasgd", "anil", "reptile"])
+def test_unadapted_metrics_can_be_skipped(name):
+    batch = make_batch()
+    full = tiny_learner(name, dtype=torch.float32)(batch)
+    lean = tiny_learner(name, dtype=torch.float32, unadapted_metrics=False)(batch)
+    assert "query_loss_before" in full.metrics
+    assert set(lean.metrics) == set(full.metrics) - {"query_loss_before"}
+    torch.testing.assert_close(lean.loss, full.loss)
+
+
 def test_cross_entropy_learner_reports_accuracy():
     torch.manual_seed(0)
     model = build_model("mlp", (6, 2), (3,), hidden_sizes=(8,))

@@ -20,7 +20,8 @@ class ANIL(MAML):
             sub-module `head` if the model has one (every built-in model does), else the
             last child module that holds trainable parameters.
         **options: `MAML` options (`inner_steps`, `inner_lr`, `eval_inner_steps`,
-            `first_order`, `learn_inner_lr`, `loss`, `vectorize`, `check_finite`).
+            `first_order`, `learn_inner_lr`, `loss`, `vectorize`, `check_finite`,
+            `unadapted_metrics`).
 
     Raises:
         ValueError: a `head` the model does not have or one without trainable parameters.
@@ -38,6 +39,7 @@ class ANIL(MAML):
         loss: str = "mse",
         vectorize: bool = True,
         check_finite: bool = True,
+        unadapted_metrics: bool = True,
     ) -> None:
         head = _resolve_head(model, head)
         super().__init__(
@@ -50,6 +52,7 @@ class ANIL(MAML):
             loss=loss,
             vectorize=vectorize,
             check_finite=check_finite,
+            unadapted_metrics=unadapted_metrics,
         )
         self.head = head
 

@@ -206,6 +206,8 @@ class InnerLoopLearner(Learner):
             loop automatically, with one logged warning; False forces the loop.
         check_finite: raise when a support or query loss is NaN/inf (costs one host sync
             per call).
+        unadapted_metrics: also score the unadapted model on each query set for the
+            `query_loss_before` metric (one extra no-grad forward per task).
 
     Models with batch norm: in train mode every forward of the inner loop and of the query
     set (also the unadapted one behind `query_loss_before`) updates the running
@@ -233,6 +235,7 @@ class InnerLoopLearner(Learner):
         loss: str = "mse",
         vectorize: bool = True,
         check_finite: bool = True,
+        unadapted_metrics: bool = True,
     ) -> None:
         super().__init__(model, loss=loss, vectorize=vectorize)
         self.inner_steps = self._steps("inner_steps", inner_steps)
@@ -246,6 +249,7 @@ class InnerLoopLearner(Learner):
         self.inner_lr = float(inner_lr)
         self.first_order = _flag(self.name, "first_order", first_order)
         self.check_finite = _flag(self.name, "check_finite", check_finite)
+        self.unadapted_metrics = _flag(self.name, "unadapted_metrics", unadapted_metrics)
         self._vmap_failed = False
         self._usage_checked = False
 
@@ -264,8 +268,9 @@ class InnerLoopLearner(Learner):
 
         Returns:
             `MetaOutput` whose loss is the mean post-adaptation query loss; metrics
-            `query_loss_before`, `query_loss_after`, `support_loss_before` (with ≥ 1
-            inner step) and, for cross-entropy, `query_accuracy_before/after`.
+            `query_loss_after`, `query_loss_before` (with `unadapted_metrics`),
+            `support_loss_before` (with ≥ 1 inner step) and, for cross-entropy,
+            `query_accuracy_after` / `query_accuracy_before`.
 
         Raises:
             RuntimeError: a parameter gets no gradient, or a loss is NaN/inf.
@@ -277,14 +282,15 @@ class InnerLoopLearner(Learner):
         def task(support_x, support_y, query_x, query_y):
             fast, support_losses = self._adapt_task(params, buffers, support_x, support_y, steps)
             prediction = self._call(fast, buffers, query_x)
-            after = task_loss(self.loss, prediction, query_y)
-            with torch.no_grad():
-                before_prediction = self._call(params, buffers, query_x)
-                before = task_loss(self.loss, before_prediction, query_y)
-            out = {"after": after, "before": before, "support": support_losses}
+            out = {"after": task_loss(self.loss, prediction, query_y), "support": support_losses}
             if self.loss == "cross_entropy":
                 out["accuracy_after"] = _accuracy(prediction.detach(), query_y)
-                out["accuracy_before"] = _accuracy(before_prediction, query_y)
+            if self.unadapted_metrics:
+                with torch.no_grad():
+                    before_prediction = self._call(params, buffers, query_x)
+                    out["before"] = task_loss(self.loss, before_prediction, query_y)
+                    if self.loss == "cross_entropy":
+                        out["accuracy_before"] = _accuracy(before_prediction, query_y)
             return out
 
         out = self._map_tasks(
@@ -469,15 +475,14 @@ class InnerLoopLearner(Learner):
             )
 
     def _metrics(self, out: dict[str, Tensor]) -> dict[str, Tensor]:
-        metrics = {
-            "query_loss_before": out["before"].detach().mean(),
-            "query_loss_after": out["after"].detach().mean(),
-        }
+        metrics = {"query_loss_after": out["after"].detach().mean()}
+        if "before" in out:
+            metrics["query_loss_before"] = out["before"].detach().mean()
         if out["support"].numel():
             metrics["support_loss_before"] = out["support"][:, 0].mean()
-        if "accuracy_after" in out:
-            metrics["query_accuracy_before"] = out["accuracy_before"].mean()
-            metrics["query_accuracy_after"] = out["accuracy_after"].mean()
+        for key in ("accuracy_before", "accuracy_after"):
+            if key in out:
+                metrics["query_" + key] = out[key].mean()
         return metrics
 
     def _steps(self, field: str, value: Any) -> int:

@@ -22,7 +22,8 @@ class MAML(InnerLoopLearner):
             `inner_lr`, parameter `inner_lrs [inner_steps]`, as in MAML++). Evaluation
             with more steps than `inner_steps` reuses the last learned step size.
         **options: `InnerLoopLearner` options (`inner_steps`, `inner_lr`,
-            `eval_inner_steps`, `first_order`, `loss`, `vectorize`, `check_finite`).
+            `eval_inner_steps`, `first_order`, `loss`, `vectorize`, `check_finite`,
+            `unadapted_metrics`).
 
     Raises:
         ValueError: a bad option (e.g. `learn_inner_lr` with 0 inner steps).
@@ -39,6 +40,7 @@ class MAML(InnerLoopLearner):
         loss: str = "mse",
         vectorize: bool = True,
         check_finite: bool = True,
+        unadapted_metrics: bool = True,
     ) -> None:
         super().__init__(
             model,
@@ -49,6 +51,7 @@ class MAML(InnerLoopLearner):
             loss=loss,
             vectorize=vectorize,
             check_finite=check_finite,
+            unadapted_metrics=unadapted_metrics,
         )
         self.learn_inner_lr = _flag(self.name, "learn_inner_lr", learn_inner_lr)
         if self.learn_inner_lr:

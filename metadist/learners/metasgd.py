@@ -19,7 +19,8 @@ class MetaSGD(InnerLoopLearner):
     Args:
         model: any `nn.Module`.
         **options: `InnerLoopLearner` options (`inner_steps`, `inner_lr`,
-            `eval_inner_steps`, `first_order`, `loss`, `vectorize`, `check_finite`).
+            `eval_inner_steps`, `first_order`, `loss`, `vectorize`, `check_finite`,
+            `unadapted_metrics`).
 
     Raises:
         ValueError: a bad option, naming it.
@@ -35,6 +36,7 @@ class MetaSGD(InnerLoopLearner):
         loss: str = "mse",
         vectorize: bool = True,
         check_finite: bool = True,
+        unadapted_metrics: bool = True,
     ) -> None:
         super().__init__(
             model,
@@ -45,6 +47,7 @@ class MetaSGD(InnerLoopLearner):
             loss=loss,
             vectorize=vectorize,
             check_finite=check_finite,
+            unadapted_metrics=unadapted_metrics,
         )
         parameters = dict(model.named_parameters())
         self.inner_lrs = nn.ParameterDict(

@@ -30,10 +30,11 @@ class Reptile(InnerLoopLearner):
         model: any `nn.Module`.
         inner_steps: SGD steps per task (≥ 1).
         inner_lr: inner SGD step size.
-        eval_inner_steps, loss, vectorize, check_finite: as in `InnerLoopLearner`.
+        eval_inner_steps, loss, vectorize, check_finite, unadapted_metrics: as in
+            `InnerLoopLearner`.
 
-    Metrics: `reptile_distance` (mean ‖θ - φ_b‖), `query_loss_before`,
-    `query_loss_after`, `support_loss_before`.
+    Metrics: `reptile_distance` (mean ‖θ - φ_b‖), `query_loss_after`,
+    `support_loss_before` and, with `unadapted_metrics`, `query_loss_before`.
 
     Raises:
         ValueError: a bad option, naming it (e.g. `inner_steps` 0).
@@ -48,6 +49,7 @@ class Reptile(InnerLoopLearner):
         loss: str = "mse",
         vectorize: bool = True,
         check_finite: bool = True,
+        unadapted_metrics: bool = True,
     ) -> None:
         super().__init__(
             model,
@@ -58,6 +60,7 @@ class Reptile(InnerLoopLearner):
             loss=loss,
             vectorize=vectorize,
             check_finite=check_finite,
+            unadapted_metrics=unadapted_metrics,
         )
         if self.inner_steps < 1:
             raise self._options_error("inner_steps", "must be >= 1 for Reptile", inner_steps)
@@ -73,17 +76,22 @@ class Reptile(InnerLoopLearner):
                 fast, support_losses = self._adapt_task(
                     params, buffers, support_x, support_y, self.inner_steps
                 )
-                before = task_loss(self.loss, self._call(params, buffers, query_x), query_y)
-                after = task_loss(self.loss, self._call(fast, buffers, query_x), query_y)
-            return {n: fast[n] for n in names}, before, after, support_losses
+                out = {
+                    "fast": {n: fast[n] for n in names},
+                    "after": task_loss(self.loss, self._call(fast, buffers, query_x), query_y),
+                    "support": support_losses,
+                }
+                if self.unadapted_metrics:
+                    prediction = self._call(params, buffers, query_x)
+                    out["before"] = task_loss(self.loss, prediction, query_y)
+            return out
 
-        fast, before, after, support_losses = self._map_tasks(
-            task, batch.support.x, batch.support.y, batch.query.x, batch.query.y
-        )
-        self._raise_if_not_finite(support_losses, after)
+        out = self._map_tasks(task, batch.support.x, batch.support.y, batch.query.x, batch.query.y)
+        self._raise_if_not_finite(out["support"], out["after"])
+        fast = out.pop("fast")
         squared = sum(
             ((params[n].unsqueeze(0) - fast[n].detach()) ** 2).flatten(1).sum(1) for n in names
         )
-        metrics = self._metrics({"before": before, "after": after, "support": support_losses})
+        metrics = self._metrics(out)
         metrics["reptile_distance"] = squared.detach().sqrt().mean()
         return MetaOutput(0.5 * squared.mean(), metrics)

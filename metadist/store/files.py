@@ -93,7 +93,10 @@ class MappedFile:
 
     def __exit__(self, *exc_info: object) -> None:
         del self.array
-        self.mm.close()
+        try:
+            self.mm.close()
+        except BufferError:  # views still referenced (e.g. by a traceback): closed on GC
+            pass
         os.close(self.fd)
 
 

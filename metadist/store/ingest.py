@@ -124,7 +124,6 @@ def ingest(
             job.scan(bar)
             job.plan()
             job.write(temp, bar)
-            job.order_rows(temp, bar)
             job.finish(temp, src)
         publish(temp, out)
     finally:

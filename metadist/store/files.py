@@ -3,6 +3,7 @@ a finished temporary directory into place."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import mmap
@@ -93,10 +94,8 @@ class MappedFile:
 
     def __exit__(self, *exc_info: object) -> None:
         del self.array
-        try:
+        with contextlib.suppress(BufferError):  # views still referenced: closed on GC
             self.mm.close()
-        except BufferError:  # views still referenced (e.g. by a traceback): closed on GC
-            pass
         os.close(self.fd)
 
 

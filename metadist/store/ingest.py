@@ -124,6 +124,7 @@ def ingest(
             job.scan(bar)
             job.plan()
             job.write(temp, bar)
+            job.order_rows(temp, bar)
             job.finish(temp, src)
         publish(temp, out)
     finally:

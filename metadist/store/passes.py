@@ -392,8 +392,7 @@ class IngestJob:
 
     # ---- pass 2 -------------------------------------------------------------------------
     def write(self, temp: Path, bar: Bar) -> None:
-        """Pass 2 and, as regions fill up, pass 3 (see `_Finisher`)."""
-        began = self._began = time.perf_counter()
+        began = time.perf_counter()
         sources.check_unchanged(self.files)
         while True:
             try:
@@ -403,39 +402,28 @@ class IngestJob:
                 self.regular[demoted.entities] = False
                 for name in (VALUES_FILE, TIMES_FILE):
                     (temp / name).unlink()
-        for name in (VALUES_FILE, TIMES_FILE):
-            fsync_path(temp / name)
-        self.timings["order_s"] = time.perf_counter() - began - self.timings["write_s"]
+        self.timings["write_s"] = time.perf_counter() - began
 
     def _write_all(self, temp: Path, bar: Bar) -> None:
         num_columns = len(self.value_names)
         columns = self.columns
         cursor = np.zeros(len(self.order), np.int64)
         self._misfits: list[np.ndarray] = []
-        self.arrived = np.zeros(len(self.order), np.int64)
         task = bar.add("write", self.num_rows_read)
         with (
             MappedFile(temp / VALUES_FILE, VALUES_DTYPE, (self.num_rows, num_columns)) as values,
             MappedFile(temp / TIMES_FILE, TIMES_DTYPE, (self.num_rows,)) as times,
-            _Finisher(self, values, times, bar) as finisher,
         ):
-            # Slots of placed series that received a row; their times are written when
-            # their region is finished.
+            # Slots of placed series that received a row; their times are written in pass 3.
             self.filled = np.zeros(self.num_rows, bool)
             for file, _, batch in self._batches([columns.entity, columns.time, *self.value_names]):
                 self._write_batch(file, batch, cursor, values, times)
                 bar.advance(task, batch.num_rows)
-                if not self._misfits:
-                    finisher.finish_arrived()
             if self._misfits:
                 raise _Demoted(np.unique(np.concatenate(self._misfits)))
             irregular = ~self.regular
             if not np.array_equal(cursor[irregular], self.lengths[irregular]):
                 raise ValueError("the input files changed while they were being ingested")
-            self.timings["write_s"] = time.perf_counter() - self._began
-            finisher.finish_arrived()
-            finisher.close()
-            self.checksums = finisher.checksums()
 
     def _write_batch(
         self,
@@ -461,8 +449,6 @@ class IngestJob:
             local, times, values = local[keep], times[keep], [x[keep] for x in values]
         if local.size == 0:
             return
-        present = entity >= 0
-        self.arrived[entity[present]] += np.bincount(local, minlength=entity.size)[present]
         entity = np.maximum(entity, 0)
         scaled = np.empty((local.size, len(values)), VALUES_DTYPE)
         for j, column in enumerate(values):
@@ -538,22 +524,75 @@ class IngestJob:
             first = last
         return chunks
 
-    def finish_chunk(self, first: int, last: int, times: np.ndarray, values: np.ndarray) -> None:
-        """Pass 3 for entities `[first, last)`, in place: `times` and `values` are their
-        `[rows]` and `[rows, C]` regions of the store. Writes the times of placed series
-        (after checking every slot was filled), sorts the other series by time, rejects
-        duplicate times and forward-fills if asked."""
-        row_a = int(self.starts[first])
-        lengths = self.lengths[first:last]
-        starts = self.starts[first:last] - row_a
-        regular = self.regular[first:last]
-        if regular.any():
-            filled = self.filled[row_a : row_a + times.size]
-            self._place_times(first, times, filled, starts, lengths, regular)
-        if not regular.all():
-            self._sort_irregular(first, times, values, lengths, regular)
-        if self.nan == "ffill":
-            _fill_forward(values, starts, lengths)
+    def order_rows(self, temp: Path, bar: Bar) -> None:
+        """Pass 3: checks placed entities, sorts the others, fills, checksums.
+
+        Reads and writes with pread/pwrite in chunks of whole entities: sequential, no
+        page faults, memory bounded by the chunk size. Writing back and checksumming a
+        chunk (both release the GIL) run in a helper thread while the next chunk is read
+        and checked; one thread keeps the checksums in file order."""
+        began = time.perf_counter()
+        sources.check_unchanged(self.files)
+        num_columns = len(self.value_names)
+        values_sum, times_sum = Checksum(), Checksum()
+        task = bar.add("order", self.num_rows)
+
+        def finish_chunk(vf, tf, row_a, row_b, values, times, write_values, write_times):
+            if write_values:
+                vf.write(row_a, values)
+            if write_times:
+                tf.write(row_a, times)
+            vf.start_writeback(row_a, row_b)
+            tf.start_writeback(row_a, row_b)
+            values_sum.update(values)
+            times_sum.update(times)
+
+        with (
+            _RawFile(temp / VALUES_FILE, num_columns * VALUES_DTYPE.itemsize) as vf,
+            _RawFile(temp / TIMES_FILE, TIMES_DTYPE.itemsize) as tf,
+            ThreadPoolExecutor(1, thread_name_prefix="metadist-store-writer") as writer,
+        ):
+            pending: deque[Future] = deque()
+            for first, last in self.chunks():
+                row_a = int(self.starts[first])
+                row_b = int(self.starts[last - 1] + self.lengths[last - 1])
+                lengths = self.lengths[first:last]
+                starts = self.starts[first:last] - row_a
+                regular = self.regular[first:last]
+                if regular.all():
+                    times = np.empty(row_b - row_a, TIMES_DTYPE)
+                else:
+                    times = tf.read(row_a, row_b, TIMES_DTYPE)
+                values = vf.read(row_a, row_b, VALUES_DTYPE).reshape(-1, num_columns)
+                changed = False
+                if regular.any():
+                    self._place_times(
+                        first, times, self.filled[row_a:row_b], starts, lengths, regular
+                    )
+                if not regular.all():
+                    changed = self._sort_irregular(first, times, values, lengths, regular)
+                if self.nan == "ffill":
+                    changed |= _fill_forward(values, starts, lengths)
+                pending.append(
+                    writer.submit(
+                        finish_chunk,
+                        vf,
+                        tf,
+                        row_a,
+                        row_b,
+                        values,
+                        times,
+                        changed,
+                        bool(regular.any()) or changed,
+                    )  # fmt: skip
+                )
+                while len(pending) > 2:  # bounds the chunks held in memory
+                    pending.popleft().result()
+                bar.advance(task, row_b - row_a)
+            while pending:
+                pending.popleft().result()
+        self.checksums = {VALUES_FILE: values_sum.hexdigest(), TIMES_FILE: times_sum.hexdigest()}
+        self.timings["order_s"] = time.perf_counter() - began
 
     def _place_times(
         self,
@@ -757,64 +796,44 @@ def _fill_forward(values: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -
     return True
 
 
-class _Finisher:
-    """Runs pass 3 region by region during pass 2, in store order, as soon as every row
-    of a region has arrived (with row groups read side by side, regions fill up roughly
-    in order, while their pages are still in memory); the rest after the last batch.
+class _RawFile:
+    """Positional reads and writes of whole rows of a store file."""
 
-    Works in place on the memory maps. Checksums and the start of writeback to disk run
-    in a helper thread (both release the GIL); one thread keeps the checksums in order.
-    """
+    def __init__(self, path: Path, row_bytes: int) -> None:
+        self.fd = os.open(path, os.O_RDWR)
+        self.row_bytes = row_bytes
 
-    def __init__(self, job: IngestJob, values: MappedFile, times: MappedFile, bar: Bar):
-        self.job, self.values, self.times, self.bar = job, values, times, bar
-        self.chunks = job.chunks()
-        self.next = 0
-        self.sums = (Checksum(), Checksum())
-        self.task = bar.add("order", job.num_rows)
-        self.writer = ThreadPoolExecutor(1, thread_name_prefix="metadist-store-checksum")
-        self.pending: deque[Future] = deque()
+    def read(self, first_row: int, end_row: int, dtype: np.dtype) -> np.ndarray:
+        out = np.empty((end_row - first_row) * self.row_bytes, np.uint8)
+        view, offset = memoryview(out), first_row * self.row_bytes
+        done = 0
+        while done < out.size:
+            got = os.preadv(self.fd, [view[done:]], offset + done)
+            if got <= 0:
+                raise OSError(f"short read from a store file at byte {offset + done}")
+            done += got
+        return out.view(dtype)
 
-    def finish_arrived(self) -> None:
-        """Finishes the next regions whose rows have all arrived."""
-        job = self.job
-        while self.next < len(self.chunks):
-            first, last = self.chunks[self.next]
-            if not np.array_equal(job.arrived[first:last], job.lengths[first:last]):
-                return
-            row_a = int(job.starts[first])
-            row_b = int(job.starts[last - 1] + job.lengths[last - 1])
-            values = self.values.array[row_a:row_b]
-            times = self.times.array[row_a:row_b]
-            job.finish_chunk(first, last, times, values)
-            self.pending.append(self.writer.submit(self._seal, row_a, row_b, values, times))
-            while len(self.pending) > 2:
-                self.pending.popleft().result()
-            self.values.touched(row_a, row_b, row_b - row_a)
-            self.times.touched(row_a, row_b, row_b - row_a)
-            self.bar.advance(self.task, row_b - row_a)
-            self.next += 1
+    def start_writeback(self, first_row: int, end_row: int) -> None:
+        """Lets the kernel start writing these rows to disk now (see `start_writeback`)."""
+        offset = first_row * self.row_bytes
+        start_writeback(self.fd, offset, (end_row - first_row) * self.row_bytes)
 
-    def _seal(self, row_a: int, row_b: int, values: np.ndarray, times: np.ndarray) -> None:
-        self.sums[0].update(values)
-        self.sums[1].update(times)
-        for mapped in (self.values, self.times):
-            start_writeback(mapped.fd, row_a * mapped.row_bytes, (row_b - row_a) * mapped.row_bytes)
+    def write(self, first_row: int, rows: np.ndarray) -> None:
+        view, offset = memoryview(np.ascontiguousarray(rows)).cast("B"), first_row * self.row_bytes
+        done = 0
+        while done < len(view):
+            done += os.pwritev(self.fd, [view[done:]], offset + done)
 
-    def close(self) -> None:
-        while self.pending:
-            self.pending.popleft().result()
-        if self.next != len(self.chunks):
-            raise ValueError("the input files changed while they were being ingested")
-
-    def checksums(self) -> dict[str, str]:
-        return {VALUES_FILE: self.sums[0].hexdigest(), TIMES_FILE: self.sums[1].hexdigest()}
-
-    def __enter__(self) -> _Finisher:
+    def __enter__(self) -> _RawFile:
         return self
 
-    def __exit__(self, *exc_info: object) -> None:
-        self.writer.shutdown(wait=True)  # before the maps are closed
+    def __exit__(self, exc_type: object, *exc_info: object) -> None:
+        try:
+            if exc_type is None:
+                os.fsync(self.fd)
+        finally:
+            os.close(self.fd)
 
 
 def _format_time(value: int, kind: str) -> str:

@@ -56,11 +56,9 @@ class ANIL(MAML):
         )
         self.head = head
 
-    def adapted_names(self) -> list[str]:
+    def adapted_names(self, params=None) -> list[str]:
         prefix = self.head + "."
-        return [
-            n for n, p in self.model.named_parameters() if p.requires_grad and n.startswith(prefix)
-        ]
+        return [n for n in super().adapted_names(params) if n.startswith(prefix)]
 
 
 def _resolve_head(model: nn.Module, head: str | None) -> str:

@@ -254,9 +254,15 @@ class InnerLoopLearner(Learner):
         self._usage_checked = False
 
     # ----------------------------------------------------------------- hooks
-    def adapted_names(self) -> list[str]:
-        """Names of the parameters the inner loop updates (all trainable ones here)."""
-        return [n for n, p in self.model.named_parameters() if p.requires_grad]
+    def adapted_names(self, params: Params | None = None) -> list[str]:
+        """Names of the parameters the inner loop updates (all trainable ones here).
+
+        Args:
+            params: the model's `named_parameters()` as a dict, if the caller has it.
+        """
+        if params is None:
+            params = dict(self.model.named_parameters())
+        return [n for n, p in params.items() if p.requires_grad]
 
     def step_size(self, step: int, name: str) -> Tensor | float:
         """Step size of parameter `name` at inner step `step` (fixed `inner_lr` here)."""
@@ -355,7 +361,7 @@ class InnerLoopLearner(Learner):
         Returns the full parameter dict after adaptation and the support loss before
         each step, `[steps]` (detached).
         """
-        names = self.adapted_names()
+        names = self.adapted_names(params)
         adapted = set(names)
         fixed = {n: p for n, p in params.items() if n not in adapted}
         fast = {n: params[n] for n in names}
@@ -432,7 +438,7 @@ class InnerLoopLearner(Learner):
         """Once per learner: every adapted parameter must get a gradient from the loss."""
         if self._usage_checked:
             return
-        names = self.adapted_names()
+        names = self.adapted_names(params)
         if not names:
             raise RuntimeError(
                 f"learner {self.name!r}: the model has no trainable parameter to adapt"

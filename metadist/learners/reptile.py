@@ -69,7 +69,7 @@ class Reptile(InnerLoopLearner):
         """The Reptile surrogate loss over the batch's tasks (see the class docstring)."""
         params, buffers = self._state()
         self._check_usage(params, buffers, batch.support)
-        names = self.adapted_names()
+        names = self.adapted_names(params)
 
         def task(support_x, support_y, query_x, query_y):
             with torch.no_grad():

@@ -103,7 +103,11 @@ def test_bad_shapes_and_unknown_names():
         get_model("resnet")
 
 
-def test_registry_accepts_user_models_and_rejects_clashes():
+def test_registry_accepts_user_models_and_rejects_clashes(monkeypatch):
+    from metadist import models
+
+    monkeypatch.setattr(models, "_REGISTRY", dict(models._REGISTRY))  # leave no trace
+
     @register_model("test_linear")
     class Linear(nn.Module):
         def __init__(self, input_shape, output_shape):

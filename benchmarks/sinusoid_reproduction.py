@@ -193,7 +193,9 @@ def _plot(records: dict, order: list[str], path: Path) -> None:
     for ax, shots in zip(axes, SHOTS, strict=True):
         for name in order:
             r = records[name]["results"][str(shots)]
+            # Points where over half of the tasks diverged have no meaningful median.
             medians = [r[str(s)]["median"] for s in EVAL_STEPS]
+            medians = [m if m <= DIVERGED_MSE else float("nan") for m in medians]
             ax.plot(EVAL_STEPS, medians, marker="o", markersize=3, label=name)
         ax.set_title(f"K = {shots}")
         ax.set_xlabel("inner gradient steps (lr 0.01)")

@@ -252,6 +252,7 @@ class InnerLoopLearner(Learner):
         self.unadapted_metrics = _flag(self.name, "unadapted_metrics", unadapted_metrics)
         self._vmap_failed = False
         self._usage_checked = False
+        self._unsafe_norm_name: str | None | bool = False  # False: not looked up yet
 
     # ----------------------------------------------------------------- hooks
     def adapted_names(self, params: Params | None = None) -> list[str]:
@@ -368,8 +369,8 @@ class InnerLoopLearner(Learner):
 
         # Buffers are an explicit (non-differentiated) input so that batch norm may update
         # its running statistics in place inside the grad transform.
-        def support_loss(adapted: Params, state: Params) -> Tensor:
-            return task_loss(self.loss, self._call({**fixed, **adapted}, state, x), y)
+        def support_loss(fast_params: Params, state: Params) -> Tensor:
+            return task_loss(self.loss, self._call({**fixed, **fast_params}, state, x), y)
 
         losses = []
         for step in range(steps):
@@ -388,17 +389,12 @@ class InnerLoopLearner(Learner):
         """`fn` applied to each task (leading dim of every tensor in `task_args`), outputs
         stacked along a new leading task dimension. `second_order`: the caller will
         differentiate through the inner gradients."""
-        if second_order and self.vectorize:
-            unsafe = next(
-                (m for m in self.model.modules() if isinstance(m, _WRONG_SECOND_ORDER_UNDER_VMAP)),
-                None,
+        if second_order and self.vectorize and self._unsafe_norm() is not None:
+            self._warn_fallback(
+                f"second-order gradients through {self._unsafe_norm()} are wrong under "
+                "vmap, pytorch/functorch#534; first_order=True stays vmapped"
             )
-            if unsafe is not None:
-                self._warn_fallback(
-                    f"second-order gradients through {type(unsafe).__name__} are wrong under "
-                    "vmap, pytorch/functorch#534; first_order=True stays vmapped"
-                )
-                return self._loop(fn, task_args)
+            return self._loop(fn, task_args)
         if self.vectorize and not self._vmap_failed:
             try:
                 return vmap(fn, randomness="different")(*task_args)
@@ -414,6 +410,16 @@ class InnerLoopLearner(Learner):
             )
             return result
         return self._loop(fn, task_args)
+
+    def _unsafe_norm(self) -> str | None:
+        """Class name of the first fused norm module in the model, looked up once."""
+        if self._unsafe_norm_name is False:
+            unsafe = next(
+                (m for m in self.model.modules() if isinstance(m, _WRONG_SECOND_ORDER_UNDER_VMAP)),
+                None,
+            )
+            self._unsafe_norm_name = None if unsafe is None else type(unsafe).__name__
+        return self._unsafe_norm_name
 
     @staticmethod
     def _loop(fn: Callable, task_args: tuple) -> Any:

@@ -4,11 +4,14 @@ A learner is an `nn.Module` that holds a plain model (`learner.model`) and turns
 `MetaBatch` into a meta-loss (`forward`, what training calls once per meta-step, so DDP
 can wrap it) or into adapted parameters (`adapt` + `predict`, what evaluation calls).
 
-Gradient-based learners share `InnerLoopLearner`: the model's parameters are a dict, the
-inner loop is `torch.func.functional_call` + `torch.func.grad_and_value`, and one task's
-adaptation is a plain function that `torch.func.vmap` maps over the task dimension B.
-Second-order meta-gradients come from ordinary autograd through that function: the inner
-`grad` calls never touch `.grad`, so under DDP the only all-reduce is the outer backward.
+Gradient-based learners share `InnerLoopLearner`: the model's parameters are a dict and
+the model is called through `torch.func.functional_call`. The B tasks of a batch adapt
+together: every adapted parameter is expanded to `[B, ...]`, the model runs on all tasks
+at once (`vmap` of `functional_call`, or the model's own `batched_forward`), and each
+inner step is one `torch.autograd.grad` of the sum of the per-task losses. Second-order
+meta-gradients come from ordinary autograd through the updates and the expansion: the
+inner gradients never touch `.grad`, so under DDP the only all-reduce is the outer
+backward. Models that cannot run batched fall back to the same code one task at a time.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from typing import Any, ClassVar
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.func import functional_call, grad_and_value, vmap
+from torch.func import functional_call, vmap
 from torch.utils._pytree import tree_map
 
 from metadist.batch import MetaBatch, TaskSet
@@ -35,14 +38,6 @@ Params = dict[str, Tensor]
 
 _REGISTRY: dict[str, type[Learner]] = {}
 _WARNED_FALLBACK: set[tuple[str, str, str]] = set()
-# Fused normalisation kernels whose double-backward batching rule is wrong
-# (pytorch/functorch#534): vmapped second-order meta-gradients through them are wrong,
-# first-order ones are right. Verified on torch 2.13 by tests/test_learners.py.
-_WRONG_SECOND_ORDER_UNDER_VMAP = (
-    nn.LayerNorm,
-    nn.modules.batchnorm._BatchNorm,
-    nn.modules.instancenorm._InstanceNorm,
-)
 
 
 @dataclass
@@ -142,8 +137,39 @@ def task_loss(kind: str, prediction: Tensor, target: Tensor) -> Tensor:
     return F.cross_entropy(prediction.reshape(-1, prediction.shape[-1]), target.reshape(-1))
 
 
-def _accuracy(prediction: Tensor, target: Tensor) -> Tensor:
-    return (prediction.argmax(dim=-1) == target).to(prediction.dtype).mean()
+def task_losses(kind: str, prediction: Tensor, target: Tensor) -> Tensor:
+    """Per-task losses `[B]` of a batch of tasks: `task_loss` of each task's slice.
+
+    Args:
+        kind: "mse" or "cross_entropy" (see `task_loss`).
+        prediction: `[B, ...]` model outputs; target: `[B, ...]` targets.
+
+    Raises:
+        ValueError: shapes that do not fit the loss (named per task, without B).
+    """
+    num_tasks = prediction.shape[0]
+    if kind == "mse":
+        if prediction.shape != target.shape:
+            raise ValueError(
+                f"mse loss: model output {tuple(prediction.shape[1:])} does not match "
+                f"targets {tuple(target.shape[1:])}; check the model's output_shape"
+            )
+        return (prediction - target).square().reshape(num_tasks, -1).mean(1)
+    if prediction.shape[:-1] != target.shape:
+        raise ValueError(
+            f"cross_entropy loss: model output {tuple(prediction.shape[1:])} must be targets "
+            f"{tuple(target.shape[1:])} plus a class dimension"
+        )
+    losses = F.cross_entropy(
+        prediction.reshape(-1, prediction.shape[-1]), target.reshape(-1), reduction="none"
+    )
+    return losses.reshape(num_tasks, -1).mean(1)
+
+
+def _accuracy(prediction: Tensor, target: Tensor, batched: bool = False) -> Tensor:
+    """Fraction of correct argmax predictions: per task `[B]` when batched, else scalar."""
+    correct = (prediction.argmax(dim=-1) == target).to(prediction.dtype)
+    return correct.reshape(correct.shape[0], -1).mean(1) if batched else correct.mean()
 
 
 class Learner(nn.Module, ABC):
@@ -209,17 +235,21 @@ class InnerLoopLearner(Learner):
         unadapted_metrics: also score the unadapted model on each query set for the
             `query_loss_before` metric (one extra no-grad forward per task).
 
+    How the tasks run together: each adapted parameter is expanded to `[B, ...]`, the
+    model runs on all tasks at once (its `batched_forward(params, x)` if it has one —
+    every parameter `[B, ...]`, `x [B, N, ...]` → `[B, N, ...]` — else `vmap` of
+    `functional_call`), and each inner step is one plain `torch.autograd.grad` of the sum
+    of the task losses, which for independent tasks is every task's own gradient. No
+    transform is nested around a gradient, so second-order meta-gradients need no vmap
+    rule for a double backward and are exact through fused kernels such as
+    `nn.LayerNorm` and batch norm without running statistics (tested against finite
+    differences).
+
     Models with batch norm: in train mode every forward of the inner loop and of the query
     set (also the unadapted one behind `query_loss_before`) updates the running
-    statistics, so they run in the per-task loop; in eval
-    mode they use the running statistics and are vmapped. Second-order meta-gradients
-    through the fused `nn.LayerNorm`, batch-norm and instance-norm kernels come out wrong
-    under vmap (their double-backward batching rule, pytorch/functorch#534), so
-    second-order learners run models holding them in the loop, with the notice;
-    `first_order=True` and adaptation under `torch.no_grad()` stay vmapped. (The
-    built-in transformer uses a composite layer norm and is vmapped.) Models with dropout draw
-    independent masks per task under vmap (`randomness="different"`), so the two paths
-    agree only in distribution.
+    statistics, so they run in the per-task loop; in eval mode they use the running
+    statistics and run batched. Models with dropout draw independent masks per task when
+    batched (`randomness="different"`), so the two paths agree only in distribution.
 
     Raises:
         ValueError: a bad option, naming it.
@@ -252,7 +282,6 @@ class InnerLoopLearner(Learner):
         self.unadapted_metrics = _flag(self.name, "unadapted_metrics", unadapted_metrics)
         self._vmap_failed = False
         self._usage_checked = False
-        self._unsafe_norm_name: str | None | bool = False  # False: not looked up yet
 
     # ----------------------------------------------------------------- hooks
     def adapted_names(self, params: Params | None = None) -> list[str]:
@@ -284,29 +313,14 @@ class InnerLoopLearner(Learner):
         """
         params, buffers = self._state()
         self._check_usage(params, buffers, batch.support)
+        names = self.adapted_names(params)
         steps = self.inner_steps
-
-        def task(support_x, support_y, query_x, query_y):
-            fast, support_losses = self._adapt_task(params, buffers, support_x, support_y, steps)
-            prediction = self._call(fast, buffers, query_x)
-            out = {"after": task_loss(self.loss, prediction, query_y), "support": support_losses}
-            if self.loss == "cross_entropy":
-                out["accuracy_after"] = _accuracy(prediction.detach(), query_y)
-            if self.unadapted_metrics:
-                with torch.no_grad():
-                    before_prediction = self._call(params, buffers, query_x)
-                    out["before"] = task_loss(self.loss, before_prediction, query_y)
-                    if self.loss == "cross_entropy":
-                        out["accuracy_before"] = _accuracy(before_prediction, query_y)
-            return out
-
-        out = self._map_tasks(
-            task,
+        out = self._dispatch(
+            lambda batched, *task: self._score(params, buffers, names, steps, batched, *task),
             batch.support.x,
             batch.support.y,
             batch.query.x,
             batch.query.y,
-            second_order=self._second_order(steps),
         )
         self._raise_if_not_finite(out["support"], out["after"])
         return MetaOutput(out["after"].mean(), self._metrics(out))
@@ -331,73 +345,156 @@ class InnerLoopLearner(Learner):
         steps = self._steps("steps", steps)
         params, buffers = self._state()
         self._check_usage(params, buffers, support)
+        names = self.adapted_names(params)
 
-        def task(support_x, support_y):
-            fast, support_losses = self._adapt_task(params, buffers, support_x, support_y, steps)
-            return fast, support_losses
+        def adapt_tasks(batched: bool, x: Tensor, y: Tensor) -> tuple[Params, Tensor]:
+            fast, support_losses = self._inner_loop(params, buffers, names, steps, batched, x, y)
+            shape = (x.shape[0],) if batched else ()
+            full = {
+                n: fast[n] if n in fast else p.expand(*shape, *p.shape) for n, p in params.items()
+            }
+            return full, support_losses
 
-        fast, support_losses = self._map_tasks(
-            task, support.x, support.y, second_order=self._second_order(steps)
-        )
+        fast, support_losses = self._dispatch(adapt_tasks, support.x, support.y)
         self._raise_if_not_finite(support_losses, None)
         return fast
 
     def predict(self, params: Params, x: Tensor) -> Tensor:
         """`[B, Q, *output_shape]` predictions for `x [B, Q, *input_shape]`."""
         _, buffers = self._state()
-        return self._map_tasks(lambda p, xs: self._call(p, buffers, xs), params, x)
+        return self._dispatch(
+            lambda batched, p, xs: self._apply(p, {}, buffers, xs, batched), params, x
+        )
 
     # -------------------------------------------------------------- internals
     def _state(self) -> tuple[Params, Params]:
         return dict(self.model.named_parameters()), dict(self.model.named_buffers())
 
-    def _call(self, params: Params, buffers: Params, x: Tensor) -> Tensor:
-        return functional_call(self.model, (params, buffers), (x,))
+    def _score(
+        self,
+        params: Params,
+        buffers: Params,
+        names: list[str],
+        steps: int,
+        batched: bool,
+        support_x: Tensor,
+        support_y: Tensor,
+        query_x: Tensor,
+        query_y: Tensor,
+        keep_fast: bool = False,
+    ) -> dict[str, Any]:
+        """Adapts the tasks and scores them on their query sets.
 
-    def _adapt_task(
-        self, params: Params, buffers: Params, x: Tensor, y: Tensor, steps: int
-    ) -> tuple[Params, Tensor]:
-        """One task's inner loop: `steps` gradient steps on `(x, y)`.
-
-        Returns the full parameter dict after adaptation and the support loss before
-        each step, `[steps]` (detached).
+        With `batched`, every tensor has a leading task dim B and the outputs are per
+        task (`after [B]`, `support [B, steps]`, ...); without, it is one task's.
+        `keep_fast` adds the adapted parameters under "fast".
         """
-        names = self.adapted_names(params)
-        adapted = set(names)
-        fixed = {n: p for n, p in params.items() if n not in adapted}
-        fast = {n: params[n] for n in names}
+        fast, support_losses = self._inner_loop(
+            params, buffers, names, steps, batched, support_x, support_y
+        )
+        fixed = {n: p for n, p in params.items() if n not in fast}
+        prediction = self._apply(fast, fixed, buffers, query_x, batched)
+        out: dict[str, Any] = {
+            "after": self._losses(prediction, query_y, batched),
+            "support": support_losses,
+        }
+        if keep_fast:
+            out["fast"] = fast
+        classify = self.loss == "cross_entropy"
+        if classify:
+            out["accuracy_after"] = _accuracy(prediction.detach(), query_y, batched)
+        if self.unadapted_metrics:
+            with torch.no_grad():
+                before = self._apply({}, params, buffers, query_x, batched)
+                out["before"] = self._losses(before, query_y, batched)
+                if classify:
+                    out["accuracy_before"] = _accuracy(before, query_y, batched)
+        return out
 
-        # Buffers are an explicit (non-differentiated) input so that batch norm may update
-        # its running statistics in place inside the grad transform.
-        def support_loss(fast_params: Params, state: Params) -> Tensor:
-            return task_loss(self.loss, self._call({**fixed, **fast_params}, state, x), y)
+    def _inner_loop(
+        self,
+        params: Params,
+        buffers: Params,
+        names: list[str],
+        steps: int,
+        batched: bool,
+        x: Tensor,
+        y: Tensor,
+    ) -> tuple[Params, Tensor]:
+        """`steps` gradient steps on the support set `(x, y)`.
 
+        Batched, each adapted parameter becomes a `[B, ...]` expansion of the shared one
+        and the step is one plain `torch.autograd.grad` of the sum of the B task losses:
+        the tasks are independent, so the gradient of the sum w.r.t. task b's copy is
+        task b's own gradient. Second-order meta-gradients flow back through the updates
+        and the expansion into the shared parameters by ordinary autograd, and the inner
+        gradients never touch `.grad` (under DDP the only all-reduce is the outer
+        backward). Unbatched, the same runs for one task.
+
+        Returns:
+            The adapted parameters (only `names`; `[B, ...]` when batched) and the
+            support loss before each step, `[B, steps]` or `[steps]` (detached).
+        """
+        shape = (x.shape[0],) if batched else ()
+        fast = {n: params[n].expand(*shape, *params[n].shape) for n in names}
+        fixed = {n: p for n, p in params.items() if n not in fast}
+        build_graph = torch.is_grad_enabled()
+        create_graph = build_graph and not self.first_order
         losses = []
         for step in range(steps):
-            grads, value = grad_and_value(support_loss)(fast, buffers)
-            if self.first_order:
-                grads = {n: g.detach() for n, g in grads.items()}
-            fast = {n: fast[n] - self.step_size(step, n) * grads[n] for n in names}
-            losses.append(value.detach())
-        support_losses = torch.stack(losses) if losses else x.new_zeros(0)
-        return {**fixed, **fast}, support_losses
+            with torch.enable_grad():
+                if not build_graph:
+                    fast = {n: v.detach().requires_grad_() for n, v in fast.items()}
+                loss = self._losses(self._apply(fast, fixed, buffers, x, batched), y, batched)
+                grads = torch.autograd.grad(
+                    loss.sum(), list(fast.values()), create_graph=create_graph
+                )
+            losses.append(loss.detach())
+            with torch.set_grad_enabled(build_graph):
+                fast = {
+                    n: fast[n] - self.step_size(step, n) * g
+                    for n, g in zip(names, grads, strict=True)
+                }
+        if not build_graph:
+            fast = {n: v.detach() for n, v in fast.items()}
+        support_losses = torch.stack(losses, dim=-1) if losses else x.new_zeros(*shape, 0)
+        return fast, support_losses
 
-    def _second_order(self, steps: int) -> bool:
-        return steps > 0 and not self.first_order and torch.is_grad_enabled()
+    def _apply(
+        self, fast: Params, fixed: Params, buffers: Params, x: Tensor, batched: bool
+    ) -> Tensor:
+        """The model on `x` with parameters `fast` (`[B, ...]` when batched) and `fixed`
+        (shared by all tasks). Batched: `x [B, N, ...]` → `[B, N, ...]`, through the
+        model's own `batched_forward` where it has one, else `vmap` of `functional_call`."""
+        if not batched:
+            return functional_call(self.model, ({**fixed, **fast}, buffers), (x,))
+        batched_forward = getattr(self.model, "batched_forward", None)
+        if batched_forward is not None:
+            num_tasks = x.shape[0]
+            full = {
+                n: fast[n] if n in fast else fixed[n].expand(num_tasks, *fixed[n].shape)
+                for n in (*fixed, *fast)
+            }
+            return batched_forward(full, x)
 
-    def _map_tasks(self, fn: Callable, *task_args: Any, second_order: bool = False) -> Any:
-        """`fn` applied to each task (leading dim of every tensor in `task_args`), outputs
-        stacked along a new leading task dimension. `second_order`: the caller will
-        differentiate through the inner gradients."""
-        if second_order and self.vectorize and self._unsafe_norm() is not None:
-            self._warn_fallback(
-                f"second-order gradients through {self._unsafe_norm()} are wrong under "
-                "vmap, pytorch/functorch#534; first_order=True stays vmapped"
-            )
-            return self._loop(fn, task_args)
+        def call(task_params: Params, task_x: Tensor) -> Tensor:
+            return functional_call(self.model, ({**fixed, **task_params}, buffers), (task_x,))
+
+        return vmap(call, randomness="different")(fast, x)
+
+    def _losses(self, prediction: Tensor, target: Tensor, batched: bool) -> Tensor:
+        """Per-task losses `[B]` when batched, else the one task's scalar loss."""
+        if not batched:
+            return task_loss(self.loss, prediction, target)
+        return task_losses(self.loss, prediction, target)
+
+    def _dispatch(self, fn: Callable, *task_args: Any) -> Any:
+        """`fn(batched, *task_args)` for all tasks at once (`batched=True`, leading task dim
+        of every tensor in `task_args`) or, in the fallback, `fn(False, ...)` once per task
+        with the outputs stacked along a new leading task dim."""
         if self.vectorize and not self._vmap_failed:
             try:
-                return vmap(fn, randomness="different")(*task_args)
+                return fn(True, *task_args)
             except Exception as error:  # noqa: BLE001  (retried by the loop just below)
                 vmap_error = error
             result = self._loop(fn, task_args)
@@ -411,20 +508,10 @@ class InnerLoopLearner(Learner):
             return result
         return self._loop(fn, task_args)
 
-    def _unsafe_norm(self) -> str | None:
-        """Class name of the first fused norm module in the model, looked up once."""
-        if self._unsafe_norm_name is False:
-            unsafe = next(
-                (m for m in self.model.modules() if isinstance(m, _WRONG_SECOND_ORDER_UNDER_VMAP)),
-                None,
-            )
-            self._unsafe_norm_name = None if unsafe is None else type(unsafe).__name__
-        return self._unsafe_norm_name
-
     @staticmethod
     def _loop(fn: Callable, task_args: tuple) -> Any:
         num_tasks = _num_tasks(task_args)
-        outputs = [fn(*tree_map(lambda t, i=i: t[i], task_args)) for i in range(num_tasks)]
+        outputs = [fn(False, *tree_map(lambda t, i=i: t[i], task_args)) for i in range(num_tasks)]
         return tree_map(lambda *xs: torch.stack(xs), *outputs)
 
     def _warn_fallback(self, reason: str) -> None:
@@ -450,7 +537,7 @@ class InnerLoopLearner(Learner):
                 f"learner {self.name!r}: the model has no trainable parameter to adapt"
             )
         with torch.enable_grad():
-            prediction = self._call(params, buffers, support.x[0])
+            prediction = self._apply(params, {}, buffers, support.x[0], False)
             loss = task_loss(self.loss, prediction, support.y[0])
             grads = torch.autograd.grad(loss, [params[n] for n in names], allow_unused=True)
         missing = [n for n, g in zip(names, grads, strict=True) if g is None]

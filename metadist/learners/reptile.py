@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from metadist.batch import MetaBatch
-from metadist.learners.base import InnerLoopLearner, MetaOutput, register_learner, task_loss
+from metadist.learners.base import InnerLoopLearner, MetaOutput, register_learner
 
 
 @register_learner("reptile")
@@ -70,23 +70,16 @@ class Reptile(InnerLoopLearner):
         params, buffers = self._state()
         self._check_usage(params, buffers, batch.support)
         names = self.adapted_names(params)
-
-        def task(support_x, support_y, query_x, query_y):
-            with torch.no_grad():
-                fast, support_losses = self._adapt_task(
-                    params, buffers, support_x, support_y, self.inner_steps
-                )
-                out = {
-                    "fast": {n: fast[n] for n in names},
-                    "after": task_loss(self.loss, self._call(fast, buffers, query_x), query_y),
-                    "support": support_losses,
-                }
-                if self.unadapted_metrics:
-                    prediction = self._call(params, buffers, query_x)
-                    out["before"] = task_loss(self.loss, prediction, query_y)
-            return out
-
-        out = self._map_tasks(task, batch.support.x, batch.support.y, batch.query.x, batch.query.y)
+        with torch.no_grad():
+            out = self._dispatch(
+                lambda batched, *task: self._score(
+                    params, buffers, names, self.inner_steps, batched, *task, keep_fast=True
+                ),
+                batch.support.x,
+                batch.support.y,
+                batch.query.x,
+                batch.query.y,
+            )
         self._raise_if_not_finite(out["support"], out["after"])
         fast = out.pop("fast")
         squared = sum(

@@ -367,6 +367,72 @@ def test_fused_norms_second_order_stays_batched_and_exact(norm, inner_steps, cap
         torch.testing.assert_close(analytic[key], numeric[key], rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.parametrize("model_name", ["mlp", "forecaster"])
+def test_batched_forward_equals_functional_call_per_task(model_name):
+    """The MLP's native batched path (batched matmuls over [B, ...] parameters) is the
+    model under each task's own parameters."""
+    from metadist.learners.base import has_batched_forward
+
+    torch.manual_seed(0)
+    x_shape = (1,) if model_name == "mlp" else (6, 2)
+    model = build_model(model_name, x_shape, (3,), hidden_sizes=(8, 5)).double()
+    assert has_batched_forward(model)
+    params = {
+        n: p.detach() + 0.1 * torch.randn(4, *p.shape, dtype=p.dtype)
+        for n, p in model.named_parameters()
+    }
+    x = torch.randn(4, 7, *x_shape, dtype=torch.float64)
+    batched = model.batched_forward(params, x)
+    for b in range(4):
+        expected = torch.func.functional_call(model, {n: p[b] for n, p in params.items()}, x[b])
+        torch.testing.assert_close(batched[b], expected)
+
+
+def test_a_subclass_overriding_forward_does_not_inherit_batched_forward():
+    from metadist.learners.base import has_batched_forward
+    from metadist.models.mlp import MLP
+
+    class Doubled(MLP):
+        def forward(self, x):
+            return 2 * super().forward(x)
+
+    torch.manual_seed(0)
+    model = Doubled((1,), (1,), hidden_sizes=(8,))
+    assert not has_batched_forward(model)
+    batch = make_batch()
+    learners = [build_learner("maml", model, vectorize=v) for v in (True, False)]
+    batched, looped = (learner(batch).loss for learner in learners)
+    torch.testing.assert_close(batched, looped, rtol=1e-6, atol=1e-6)
+
+
+def test_tied_weights_are_adapted_as_one_parameter():
+    """Two names sharing one tensor adapt together (functional_call's weight tying stays
+    on for such models) and the meta-gradient is exact."""
+
+    class Tied(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.first = nn.Linear(3, 3)
+            self.second = nn.Linear(3, 3)
+            self.second.weight = self.first.weight
+            self.inp = nn.Linear(1, 3)
+            self.head = nn.Linear(3, 1)
+
+        def forward(self, x):
+            return self.head(torch.tanh(self.second(torch.tanh(self.first(self.inp(x))))))
+
+    torch.manual_seed(0)
+    model = Tied().double()
+    batch = make_batch(dtype=torch.float64)
+    for vectorize in (True, False):
+        learner = build_learner("maml", model, inner_steps=1, inner_lr=0.3, vectorize=vectorize)
+        assert learner._tie_weights
+        analytic = meta_gradient(learner, batch)
+        numeric = finite_difference(learner, batch)
+        for key in analytic:
+            torch.testing.assert_close(analytic[key], numeric[key], rtol=1e-5, atol=1e-7)
+
+
 def test_a_real_bug_is_raised_by_the_loop_not_hidden():
     model = build_model("mlp", (1,), (2,))  # output (2,) cannot match targets (1,)
     learner = build_learner("maml", model)

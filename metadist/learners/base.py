@@ -17,6 +17,7 @@ backward. Models that cannot run batched fall back to the same code one task at 
 from __future__ import annotations
 
 import inspect
+import itertools
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -281,6 +282,10 @@ class InnerLoopLearner(Learner):
         self.check_finite = _flag(self.name, "check_finite", check_finite)
         self.unadapted_metrics = _flag(self.name, "unadapted_metrics", unadapted_metrics)
         self._vmap_failed = False
+        self._native_batching = has_batched_forward(model)
+        # functional_call's search for tied tensors walks every module on every call;
+        # skip it for models without any (most).
+        self._tie_weights = _has_tied_tensors(model)
         self._usage_checked = False
 
     # ----------------------------------------------------------------- hooks
@@ -405,7 +410,7 @@ class InnerLoopLearner(Learner):
             out["accuracy_after"] = _accuracy(prediction.detach(), query_y, batched)
         if self.unadapted_metrics:
             with torch.no_grad():
-                before = self._apply({}, params, buffers, query_x, batched)
+                before = self._unadapted(query_x, batched)
                 out["before"] = self._losses(before, query_y, batched)
                 if classify:
                     out["accuracy_before"] = _accuracy(before, query_y, batched)
@@ -436,7 +441,9 @@ class InnerLoopLearner(Learner):
             support loss before each step, `[B, steps]` or `[steps]` (detached).
         """
         shape = (x.shape[0],) if batched else ()
-        fast = {n: params[n].expand(*shape, *params[n].shape) for n in names}
+        fast = {
+            n: params[n].expand(*shape, *params[n].shape) if batched else params[n] for n in names
+        }
         fixed = {n: p for n, p in params.items() if n not in fast}
         build_graph = torch.is_grad_enabled()
         create_graph = build_graph and not self.first_order
@@ -445,19 +452,26 @@ class InnerLoopLearner(Learner):
             with torch.enable_grad():
                 if not build_graph:
                     fast = {n: v.detach().requires_grad_() for n, v in fast.items()}
-                loss = self._losses(self._apply(fast, fixed, buffers, x, batched), y, batched)
+                if step == 0 and build_graph and not batched:
+                    # `fast` is still the model's own parameters: a plain call is the
+                    # same function without functional_call's parameter swapping.
+                    prediction = self.model(x)
+                else:
+                    prediction = self._apply(fast, fixed, buffers, x, batched)
+                loss = self._losses(prediction, y, batched)
                 grads = torch.autograd.grad(
-                    loss.sum(), list(fast.values()), create_graph=create_graph
+                    loss.sum() if batched else loss, list(fast.values()), create_graph=create_graph
                 )
-            losses.append(loss.detach())
+            losses.append(loss)
             with torch.set_grad_enabled(build_graph):
                 fast = {
-                    n: fast[n] - self.step_size(step, n) * g
+                    n: _sgd_step(fast[n], self.step_size(step, n), g)
                     for n, g in zip(names, grads, strict=True)
                 }
         if not build_graph:
             fast = {n: v.detach() for n, v in fast.items()}
-        support_losses = torch.stack(losses, dim=-1) if losses else x.new_zeros(*shape, 0)
+        with torch.no_grad():  # detached, in one op rather than one per step
+            support_losses = torch.stack(losses, dim=-1) if losses else x.new_zeros(*shape, 0)
         return fast, support_losses
 
     def _apply(
@@ -467,20 +481,35 @@ class InnerLoopLearner(Learner):
         (shared by all tasks). Batched: `x [B, N, ...]` → `[B, N, ...]`, through the
         model's own `batched_forward` where it has one, else `vmap` of `functional_call`."""
         if not batched:
-            return functional_call(self.model, ({**fixed, **fast}, buffers), (x,))
-        batched_forward = getattr(self.model, "batched_forward", None)
-        if batched_forward is not None:
+            return functional_call(
+                self.model, ({**fixed, **fast}, buffers), (x,), tie_weights=self._tie_weights
+            )
+        if self._native_batching:
             num_tasks = x.shape[0]
             full = {
                 n: fast[n] if n in fast else fixed[n].expand(num_tasks, *fixed[n].shape)
                 for n in (*fixed, *fast)
             }
-            return batched_forward(full, x)
+            return self.model.batched_forward(full, x)
 
         def call(task_params: Params, task_x: Tensor) -> Tensor:
-            return functional_call(self.model, ({**fixed, **task_params}, buffers), (task_x,))
+            return functional_call(
+                self.model,
+                ({**fixed, **task_params}, buffers),
+                (task_x,),
+                tie_weights=self._tie_weights,
+            )
 
         return vmap(call, randomness="different")(fast, x)
+
+    def _unadapted(self, x: Tensor, batched: bool) -> Tensor:
+        """The model with its own parameters on `x` (`[B, N, ...]` when batched): a plain
+        call, which skips `functional_call`'s parameter swapping."""
+        if not batched:
+            return self.model(x)
+        if self._native_batching:
+            return self._apply({}, dict(self.model.named_parameters()), {}, x, True)
+        return vmap(self.model, randomness="different")(x)
 
     def _losses(self, prediction: Tensor, target: Tensor, batched: bool) -> Tensor:
         """Per-task losses `[B]` when batched, else the one task's scalar loss."""
@@ -588,6 +617,41 @@ class InnerLoopLearner(Learner):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise self._options_error(field, "must be an int >= 0", value)
         return value
+
+
+def _sgd_step(param: Tensor, step_size: Tensor | float, grad: Tensor) -> Tensor:
+    """`param - step_size * grad` as one op (one autograd node instead of two)."""
+    if isinstance(step_size, Tensor):
+        return torch.addcmul(param, step_size, grad, value=-1)
+    return torch.add(param, grad, alpha=-step_size)
+
+
+def has_batched_forward(model: nn.Module) -> bool:
+    """Whether the learners may run `model` through its own `batched_forward`.
+
+    Only when the class that defines `batched_forward` is the one that defines `forward`
+    or a subclass of it: a subclass that overrides `forward` alone (and so computes
+    something else) must not inherit its parent's batched path.
+    """
+    batched = _defining_class(type(model), "batched_forward")
+    return batched is not None and issubclass(batched, _defining_class(type(model), "forward"))
+
+
+def _has_tied_tensors(model: nn.Module) -> bool:
+    """Whether two parameter/buffer names of `model` share one tensor."""
+    named = itertools.chain(
+        model.named_parameters(remove_duplicate=False), model.named_buffers(remove_duplicate=False)
+    )
+    seen: set[int] = set()
+    for _, tensor in named:
+        if id(tensor) in seen:
+            return True
+        seen.add(id(tensor))
+    return False
+
+
+def _defining_class(cls: type, attribute: str) -> type | None:
+    return next((c for c in cls.__mro__ if attribute in c.__dict__), None)
 
 
 def _flag(learner: str, field: str, value: Any) -> bool:

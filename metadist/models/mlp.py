@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import torch
 from torch import Tensor, nn
 
 from metadist.models import register_model
@@ -23,7 +24,8 @@ class MLP(nn.Module):
         activation: "relu", "tanh", "gelu" or "silu".
         dropout: dropout after each hidden activation (0 disables it).
 
-    Shapes: `[..., *input_shape]` → `[..., *output_shape]`.
+    Shapes: `[..., *input_shape]` → `[..., *output_shape]`. `batched_forward` runs B
+    parameter sets at once (what the learners use for a batch of tasks).
 
     Raises:
         ValueError: a bad option or (in `forward`) inputs whose trailing dims differ from
@@ -60,3 +62,35 @@ class MLP(nn.Module):
         leading = split_leading(self.model_name, x, self.input_shape)
         features = self.body(x.reshape(*leading, -1))
         return self.head(features).reshape(*leading, *self.output_shape)
+
+    def batched_forward(self, params: dict[str, Tensor], x: Tensor) -> Tensor:
+        """The model under B parameter sets at once, one per task, as batched matmuls.
+
+        Equals `torch.func.functional_call(self, {n: p[b] for n, p in params.items()},
+        x[b])` for every b, without `vmap`.
+
+        Args:
+            params: every parameter of `named_parameters()`, each `[B, *shape]`.
+            x: `[B, ..., *input_shape]`.
+
+        Returns:
+            `[B, ..., *output_shape]`.
+
+        Raises:
+            ValueError: inputs whose trailing dims differ from `input_shape`.
+        """
+        leading = split_leading(self.model_name, x, self.input_shape)
+        hidden = x.reshape(leading[0], -1, numel(self.input_shape))  # [B, N, D]
+        for index, layer in enumerate(self.body):
+            if isinstance(layer, nn.Linear):
+                hidden = _linear(params, f"body.{index}", hidden)
+            else:
+                hidden = layer(hidden)
+        return _linear(params, "head", hidden).reshape(*leading, *self.output_shape)
+
+
+def _linear(params: dict[str, Tensor], name: str, x: Tensor) -> Tensor:
+    """`x [B, N, D_in]` through per-task weights `[B, D_out, D_in]` and biases `[B, D_out]`."""
+    return torch.baddbmm(
+        params[name + ".bias"].unsqueeze(1), x, params[name + ".weight"].transpose(1, 2)
+    )

@@ -384,13 +384,16 @@ def _score_forecasts(scores, batch, predictions, store, target_columns, options,
                 "mse": float(metrics.squared_errors(truth[b], forecast).sum()),
             }
         scores.add(sums, truth[b].size, {"stratum": stratum, "label": label})
-        if len(examples) < options.num_examples and (stratum not in seen or len(seen) >= 4):
-            seen.add(stratum)
+        # Draw one example per group first (the first grouping of `group_by`), then any.
+        group = label if options.group_by[:1] == ["label"] else stratum
+        if len(examples) < options.num_examples and (group not in seen or len(seen) >= 4):
+            seen.add(group)
             tail = max(3 * horizon, 2 * period, 24)
+            tags = ", ".join(v for v in (stratum, label) if v)
             examples.append(
                 {
-                    "title": f"{store.entity_ids[entity]} ({stratum})"
-                    if stratum
+                    "title": f"{store.entity_ids[entity]} ({tags})"
+                    if tags
                     else str(store.entity_ids[entity]),
                     "history": history[-tail:, 0],
                     "truth": truth[b][:, 0],

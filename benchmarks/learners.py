@@ -3,16 +3,20 @@
 The per-task loop is how torchmeta and learn2learn run MAML: for each task in turn,
 adapt with `torch.autograd.grad(..., create_graph=True)` and accumulate the query loss,
 then one backward for the batch. metadist's learner runs the same algorithm with the
-tasks `vmap`ped. Both start from the same weights and see the same batches; rounds of
+tasks batched: every adapted parameter expanded to `[B, ...]`, the model run on all
+tasks at once (the MLP's own `batched_forward`, batched matmuls; other models through
+`vmap` of `functional_call`) and one `autograd.grad` of the summed task losses per inner
+step. Both start from the same weights and see the same batches; rounds of
 each are interleaved so that load from other work hits both alike. Throughput is
 measured twice: per wall-clock second and per CPU second of this process
 (`time.process_time`, which with one thread is the time it actually ran, so it is robust
 to other work on a shared machine). The table gives medians over rounds and the ratios
 of medians. metadist runs with its default metrics (which score the unadapted model on
 every query set too: one more forward per task than the loop does) and with
-`unadapted_metrics=False` (exactly the loop's work); `vectorize=False`, its own per-task
-loop fallback, and a bare `vmap` of `torch.func.grad` with no learner around it are shown
-for reference.
+`unadapted_metrics=False` (exactly the loop's work), both batched and with
+`vectorize=False` (its own per-task loop, the fallback for models that cannot run
+batched); a bare `vmap` of `torch.func.grad` with no learner around it is shown for
+reference.
 
 Workloads (Finn et al. sinusoid: meta-batch 25, K=10 support, 10 query, inner lr 0.01,
 second order, MLP 1-40-40-1 ReLU, Adam 1e-3):
@@ -20,7 +24,7 @@ second order, MLP 1-40-40-1 ReLU, Adam 1e-3):
 - `forecaster-1`: the windowed MLP forecaster on forecast tasks of a synthetic series
   store (L=32, H=8, K=8 support and 4 query windows, hidden 64-64), one inner step.
 
-    python benchmarks/learners.py --threads 1 --rounds 5
+    python benchmarks/learners.py --threads 1 --rounds 5 --steps-per-round 10
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ INNER_LR = 0.01
 IMPLEMENTATIONS = (
     "per-task loop",
     "metadist vectorize=False",
+    "metadist vectorize=False, unadapted_metrics=False",
     "metadist batched",
     "metadist batched, unadapted_metrics=False",
     "bare torch.func vmap",

@@ -80,17 +80,19 @@ class MLP(nn.Module):
             ValueError: inputs whose trailing dims differ from `input_shape`.
         """
         leading = split_leading(self.model_name, x, self.input_shape)
-        hidden = x.reshape(leading[0], -1, numel(self.input_shape))  # [B, N, D]
+        # Features-first activations [B, D, N], so each layer is W [B, D_out, D_in] @ h:
+        # the weights (the large tensors, and their gradients) are never transposed.
+        hidden = x.reshape(leading[0], -1, numel(self.input_shape)).transpose(1, 2)
         for index, layer in enumerate(self.body):
             if isinstance(layer, nn.Linear):
                 hidden = _linear(params, f"body.{index}", hidden)
             else:
                 hidden = layer(hidden)
-        return _linear(params, "head", hidden).reshape(*leading, *self.output_shape)
+        output = _linear(params, "head", hidden).transpose(1, 2)
+        return output.reshape(*leading, *self.output_shape)
 
 
 def _linear(params: dict[str, Tensor], name: str, x: Tensor) -> Tensor:
-    """`x [B, N, D_in]` through per-task weights `[B, D_out, D_in]` and biases `[B, D_out]`."""
-    return torch.baddbmm(
-        params[name + ".bias"].unsqueeze(1), x, params[name + ".weight"].transpose(1, 2)
-    )
+    """`x [B, D_in, N]` through per-task weights `[B, D_out, D_in]` and biases `[B, D_out]`
+    → `[B, D_out, N]`."""
+    return torch.baddbmm(params[name + ".bias"].unsqueeze(2), params[name + ".weight"], x)

@@ -433,6 +433,19 @@ def test_tied_weights_are_adapted_as_one_parameter():
             torch.testing.assert_close(analytic[key], numeric[key], rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.parametrize("name", ["maml", "metasgd", "anil", "reptile"])
+def test_learner_moves_and_copies_like_any_module(name):
+    """`.to()` / `.double()` and deepcopy (what training does) work and keep the result."""
+    import copy
+
+    learner = tiny_learner(name, dtype=torch.float32)
+    batch = make_batch(dtype=torch.float64)
+    moved = learner.double()
+    assert all(p.dtype == torch.float64 for p in moved.parameters())
+    copied = copy.deepcopy(moved)
+    torch.testing.assert_close(copied(batch).loss, moved(batch).loss)
+
+
 def test_a_real_bug_is_raised_by_the_loop_not_hidden():
     model = build_model("mlp", (1,), (2,))  # output (2,) cannot match targets (1,)
     learner = build_learner("maml", model)

@@ -368,7 +368,7 @@ class InnerLoopLearner(Learner):
         """`[B, Q, *output_shape]` predictions for `x [B, Q, *input_shape]`."""
         _, buffers = self._state()
         return self._dispatch(
-            lambda batched, p, xs: self._apply(p, {}, buffers, xs, batched), params, x
+            lambda batched, p, xs: self._run_model(p, {}, buffers, xs, batched), params, x
         )
 
     # -------------------------------------------------------------- internals
@@ -398,7 +398,7 @@ class InnerLoopLearner(Learner):
             params, buffers, names, steps, batched, support_x, support_y
         )
         fixed = {n: p for n, p in params.items() if n not in fast}
-        prediction = self._apply(fast, fixed, buffers, query_x, batched)
+        prediction = self._run_model(fast, fixed, buffers, query_x, batched)
         out: dict[str, Any] = {
             "after": self._losses(prediction, query_y, batched),
             "support": support_losses,
@@ -457,7 +457,7 @@ class InnerLoopLearner(Learner):
                     # same function without functional_call's parameter swapping.
                     prediction = self.model(x)
                 else:
-                    prediction = self._apply(fast, fixed, buffers, x, batched)
+                    prediction = self._run_model(fast, fixed, buffers, x, batched)
                 loss = self._losses(prediction, y, batched)
                 grads = torch.autograd.grad(
                     loss.sum() if batched else loss, list(fast.values()), create_graph=create_graph
@@ -474,7 +474,7 @@ class InnerLoopLearner(Learner):
             support_losses = torch.stack(losses, dim=-1) if losses else x.new_zeros(*shape, 0)
         return fast, support_losses
 
-    def _apply(
+    def _run_model(
         self, fast: Params, fixed: Params, buffers: Params, x: Tensor, batched: bool
     ) -> Tensor:
         """The model on `x` with parameters `fast` (`[B, ...]` when batched) and `fixed`
@@ -564,7 +564,7 @@ class InnerLoopLearner(Learner):
                 f"learner {self.name!r}: the model has no trainable parameter to adapt"
             )
         with torch.enable_grad():
-            prediction = self._apply(params, {}, buffers, support.x[0], False)
+            prediction = self._run_model(params, {}, buffers, support.x[0], False)
             loss = task_loss(self.loss, prediction, support.y[0])
             grads = torch.autograd.grad(loss, [params[n] for n in names], allow_unused=True)
         missing = [n for n, g in zip(names, grads, strict=True) if g is None]

@@ -17,13 +17,15 @@ from metadist.store.ingest import summary
 COLUMNS = ["a", "b", "y"]
 
 
-def _with_gaps(seed: int) -> tuple[pa.Table, np.ndarray]:
+def _with_gaps(
+    seed: int, num_entities: int = 15, num_nans: int = 40
+) -> tuple[pa.Table, np.ndarray]:
     """A panel whose a/y columns have NaN, inf and nulls; one entity's `y` is all NaN."""
-    panel = make_panel(seed=seed, num_entities=15)
+    panel = make_panel(seed=seed, num_entities=num_entities)
     rng = np.random.default_rng(seed)
     a = panel["a"].to_numpy().copy()
     y = panel["y"].to_numpy().astype(np.float64)
-    a[rng.choice(len(a), 40, replace=False)] = np.nan
+    a[rng.choice(len(a), num_nans, replace=False)] = np.nan
     a[rng.choice(len(a), 5, replace=False)] = np.inf
     entities = np.asarray(panel["entity"].to_pylist())
     y[entities == "ent007"] = np.nan
@@ -55,8 +57,10 @@ def _sorted_rows(panel: pa.Table, entities: np.ndarray, entity: str) -> np.ndarr
     return rows[np.argsort(times[rows])]
 
 
-def test_nan_ffill(tmp_path):
-    panel, entities = _with_gaps(21)
+# Few entities with gaps are filled one by one, many (most of them here) chunk-wise.
+@pytest.mark.parametrize(("num_entities", "num_nans"), [(15, 40), (150, 1500)])
+def test_nan_ffill(tmp_path, num_entities, num_nans):
+    panel, entities = _with_gaps(21, num_entities, num_nans)
     src = write_files(panel, tmp_path / "src")
     store = _run(src, tmp_path / "store", nan="ffill")
     values = columns_of(panel, COLUMNS)  # nulls read as NaN

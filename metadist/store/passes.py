@@ -16,6 +16,7 @@ import time
 from collections import Counter, deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, timezone
+from itertools import repeat
 from pathlib import Path
 from typing import Any
 
@@ -93,11 +94,14 @@ class _Registry:
             keys = [str(key) for key in keys]
         codes = self.codes
         if add:
-            mapping = np.fromiter(
-                (codes.setdefault(key, len(codes)) for key in keys), np.int64, len(keys)
-            )
+            found = list(map(codes.get, keys))
+            if None in found:
+                for position, code in enumerate(found):
+                    if code is None:
+                        found[position] = codes.setdefault(keys[position], len(codes))
+            mapping = np.array(found, np.int64)
         else:
-            mapping = np.fromiter((codes.get(key, -1) for key in keys), np.int64, len(keys))
+            mapping = np.fromiter(map(codes.get, keys, repeat(-1)), np.int64, len(keys))
         if len(np.unique(mapping)) != len(mapping):  # a dictionary with repeated entries
             return self.encode(column.dictionary_decode(), add=add)
         self._last_dictionary, self._last_map = dictionary, mapping
@@ -167,6 +171,10 @@ class IngestJob:
         self.stats = _Growing(len(self.value_names))
         self.num_rows_read = sum(f.num_rows for f in files)
         self.timings: dict[str, float] = {}
+        # Entity codes of each batch's dictionary, as found by pass 1, in batch order:
+        # pass 2 reads the same batches again and reuses them instead of hashing every
+        # batch's entity ids a second time. None where pass 1 had to re-encode.
+        self._batch_maps: list[tuple[int, np.ndarray | None]] = []
 
     def _batches(self, names: list[str]):
         """`(file, first_row, batch)` over all files, decoded one step ahead in a thread."""
@@ -207,6 +215,10 @@ class IngestJob:
         entity_column = batch.column(columns.entity)
         self._reject_nulls(file, offset, entity_column, columns.entity)
         local, mapping = self.entities.encode(entity_column, add=True)
+        direct = pa.types.is_dictionary(entity_column.type) and len(mapping) == len(
+            entity_column.dictionary
+        )
+        self._batch_maps.append((batch.num_rows, mapping.astype(np.int32) if direct else None))
         stats = self.stats
         stats.reserve(len(self.entities))
         for role, name in (("stratum", columns.stratum), ("label", columns.label)):
@@ -241,30 +253,34 @@ class IngestJob:
         np.maximum.at(last, local, times)
         stats.first_time[mapping] = np.minimum(stats.first_time[mapping], first)
         stats.last_time[mapping] = np.maximum(stats.last_time[mapping], last)
+        # Moments of the batch per (entity, column) as [U, C] arrays, merged in one step.
+        num_columns = len(values)
+        count = np.empty((num_local, num_columns))
+        total = np.empty((num_local, num_columns))
         for j, column in enumerate(values):
             finite = masks.get(j)
             if finite is None:
-                count = rows.astype(np.float64)
-                total = np.bincount(local, weights=column, minlength=num_local)
+                count[:, j] = rows
+                total[:, j] = np.bincount(local, weights=column, minlength=num_local)
             else:
-                count = np.bincount(local, weights=finite, minlength=num_local)
-                total = np.bincount(
+                count[:, j] = np.bincount(local, weights=finite, minlength=num_local)
+                total[:, j] = np.bincount(
                     local, weights=np.where(finite, column, 0.0), minlength=num_local
                 )
-            mean = np.divide(total, count, out=np.zeros(num_local), where=count > 0)
-            deviation = column - mean[local]
+        mean = np.divide(total, count, out=np.zeros_like(total), where=count > 0)
+        by_column = np.ascontiguousarray(mean.T)  # [C, U]: contiguous gathers per column
+        m2 = total  # reused: the totals are no longer needed
+        for j, column in enumerate(values):
+            deviation = column - by_column[j][local]
+            finite = masks.get(j)
             if finite is not None:
                 deviation = np.where(finite, deviation, 0.0)
-            m2 = np.bincount(local, weights=deviation * deviation, minlength=num_local)
-            merged = merge_moments(
-                stats.count[mapping, j],
-                stats.mean[mapping, j],
-                stats.m2[mapping, j],
-                count,
-                mean,
-                m2,
-            )
-            stats.count[mapping, j], stats.mean[mapping, j], stats.m2[mapping, j] = merged
+            np.multiply(deviation, deviation, out=deviation)
+            m2[:, j] = np.bincount(local, weights=deviation, minlength=num_local)
+        merged = merge_moments(
+            stats.count[mapping], stats.mean[mapping], stats.m2[mapping], count, mean, m2
+        )
+        stats.count[mapping], stats.mean[mapping], stats.m2[mapping] = merged
 
     def _check_constant(
         self,
@@ -362,6 +378,8 @@ class IngestJob:
         self.entity_mean = stats.mean[order].copy()
         self.entity_m2 = stats.m2[order].copy()
         self.entity_std = scale_of(self.entity_count, self.entity_m2)
+        # entities with a NaN/inf/null value somewhere (only those need filling)
+        self.has_gaps = (self.entity_count < self.lengths[:, None]).any(axis=1)
         total = self.entity_count.sum(axis=0)
         weights = np.divide(
             self.entity_count, total, out=np.zeros_like(self.entity_count), where=total > 0
@@ -416,8 +434,9 @@ class IngestJob:
         ):
             # Slots of placed series that received a row; their times are written in pass 3.
             self.filled = np.zeros(self.num_rows, bool)
-            for file, _, batch in self._batches([columns.entity, columns.time, *self.value_names]):
-                self._write_batch(file, batch, cursor, values, times)
+            batches = self._batches([columns.entity, columns.time, *self.value_names])
+            for number, (file, _, batch) in enumerate(batches):
+                self._write_batch(file, batch, number, cursor, values, times)
                 bar.advance(task, batch.num_rows)
             if self._misfits:
                 raise _Demoted(np.unique(np.concatenate(self._misfits)))
@@ -429,11 +448,12 @@ class IngestJob:
         self,
         file: sources.SourceFile,
         batch: pa.RecordBatch,
+        number: int,
         cursor: np.ndarray,
         values_file: MappedFile,
         times_file: MappedFile,
     ) -> None:
-        local, mapping = self.entities.encode(batch.column(self.columns.entity), add=False)
+        local, mapping = self._entity_codes(batch, number)
         if (mapping < 0).any():
             raise ValueError(f"{file.path} changed while it was being ingested")
         entity = self.new_index[mapping]  # [U] store index, -1 if dropped
@@ -461,7 +481,11 @@ class IngestJob:
             else:
                 scaled[:, j] = column
         destination, placed = self._destinations(local, entity, times, cursor)
-        values_file.array[destination] = scaled
+        # whole rows as single opaque items: one copy per row instead of one per value
+        row_type = np.dtype((np.void, scaled.shape[1] * scaled.itemsize))
+        values_file.array.view(row_type).reshape(-1)[destination] = scaled.view(row_type).reshape(
+            -1
+        )
         lowest, highest = int(destination.min()), int(destination.max()) + 1
         values_file.touched(lowest, highest, destination.size)
         if placed is None:
@@ -473,6 +497,22 @@ class IngestJob:
             times_file.touched(
                 int(sorted_later.min()), int(sorted_later.max()) + 1, sorted_later.size
             )
+
+    def _entity_codes(self, batch: pa.RecordBatch, number: int) -> tuple[np.ndarray, np.ndarray]:
+        """`([N] batch-local entity codes, [U] registry code of each)` of pass 2's batch
+        `number`: pass 1's codes for the same batch where its dictionary is the same
+        size, else found by hashing the ids again."""
+        column = batch.column(self.columns.entity)
+        if number < len(self._batch_maps):
+            num_rows, mapping = self._batch_maps[number]
+            if (
+                mapping is not None
+                and num_rows == batch.num_rows
+                and pa.types.is_dictionary(column.type)
+                and len(column.dictionary) == len(mapping)
+            ):
+                return to_numpy(column.indices).astype(np.int64), mapping
+        return self.entities.encode(column, add=False)
 
     def _destinations(
         self, local: np.ndarray, entity: np.ndarray, times: np.ndarray, cursor: np.ndarray
@@ -571,8 +611,8 @@ class IngestJob:
                     )
                 if not regular.all():
                     changed = self._sort_irregular(first, times, values, lengths, regular)
-                if self.nan == "ffill":
-                    changed |= _fill_forward(values, starts, lengths)
+                if self.nan == "ffill" and self.has_gaps[first:last].any():
+                    changed |= self._fill_chunk(values, starts, lengths, self.has_gaps[first:last])
                 pending.append(
                     writer.submit(
                         finish_chunk,
@@ -593,6 +633,21 @@ class IngestJob:
                 pending.popleft().result()
         self.checksums = {VALUES_FILE: values_sum.hexdigest(), TIMES_FILE: times_sum.hexdigest()}
         self.timings["order_s"] = time.perf_counter() - began
+
+    @staticmethod
+    def _fill_chunk(
+        values: np.ndarray, starts: np.ndarray, lengths: np.ndarray, gaps: np.ndarray
+    ) -> bool:
+        """Forward-fills the entities of a chunk that pass 1 found non-finite values in
+        (`gaps` `[E]`); the others are left unread. Few such entities: one at a time."""
+        chosen = np.flatnonzero(gaps)
+        if chosen.size > 64:
+            return _fill_forward(values, starts, lengths)
+        changed = False
+        for e in chosen:
+            rows = values[starts[e] : starts[e] + lengths[e]]
+            changed |= _fill_forward(rows, np.zeros(1, np.int64), lengths[e : e + 1])
+        return changed
 
     def _place_times(
         self,

@@ -503,10 +503,13 @@ class InnerLoopLearner(Learner):
         return vmap(call, randomness="different")(fast, x)
 
     def _unadapted(self, x: Tensor, batched: bool) -> Tensor:
-        """The model with its own parameters on `x` (`[B, N, ...]` when batched, `vmap`ped
-        over B): a plain call, which skips `functional_call`'s parameter swapping."""
+        """The model with its own parameters on `x` (`[B, N, ...]` when batched): a plain
+        call (`vmap`ped over B, or the model's `batched_forward`), which skips
+        `functional_call`'s parameter swapping."""
         if not batched:
             return self.model(x)
+        if self._native_batching:
+            return self._run_model({}, dict(self.model.named_parameters()), {}, x, True)
         return vmap(self.model, randomness="different")(x)
 
     def _losses(self, prediction: Tensor, target: Tensor, batched: bool) -> Tensor:

@@ -179,7 +179,7 @@ class Learner(nn.Module, ABC):
     Args:
         model: any `nn.Module` mapping `[..., *input_shape]` → `[..., *output_shape]`.
         loss: "mse" (regression, forecasting) or "cross_entropy" (classification).
-        vectorize: run the tasks of a batch together (`vmap` for inner loops); False
+        vectorize: run the tasks of a batch together (batched inner loops); False
             forces a per-task Python loop.
 
     Raises:
@@ -228,9 +228,9 @@ class InnerLoopLearner(Learner):
         first_order: drop the second-order terms (the inner gradients are treated as
             constants in the meta-gradient).
         loss: "mse" or "cross_entropy".
-        vectorize: `vmap` the tasks (default). Models vmap cannot batch (recurrent
-            layers, batch norm updating running statistics) fall back to a per-task
-            loop automatically, with one logged warning; False forces the loop.
+        vectorize: run the tasks batched (default). Models that cannot run batched
+            (recurrent layers, batch norm updating running statistics) fall back to a
+            per-task loop automatically, with one logged warning; False forces the loop.
         check_finite: raise when a support or query loss is NaN/inf (costs one host sync
             per call).
         unadapted_metrics: also score the unadapted model on each query set for the

@@ -142,3 +142,27 @@ def test_bad_options_name_the_field():
         EvalOptions.from_dict({"bogus": 1})
     with pytest.raises(ValueError, match="no entry for stratum 'flow'"):
         EvalOptions(seasonal_period={"temperature": 24}).period_of("flow")
+
+
+def test_classification_accuracy_with_confidence_interval(panel_and_store):
+    store, _ = panel_and_store
+    sampler = build_task_sampler(
+        "nway_kshot", store, num_ways=2, num_shots=1, num_query=1, class_by="stratum", lookback=16
+    )
+    torch.manual_seed(0)
+    model = build_model("mlp", (16, store.num_columns), (8,), hidden_sizes=(16,))
+    learner = build_learner("protonet", model)
+    units = np.arange(min(sampler.num_units, 12))
+    batch = sampler.sample(units, units.astype(np.uint64))
+    result, examples = evaluate_tasks(learner, [batch], options=EvalOptions(), store=store)
+    assert result["kind"] == "classification" and examples == []
+    assert set(result["overall"]) == {"adapted", "unadapted"}
+    with torch.no_grad():
+        logits = learner.predict(learner.adapt(batch.support), batch.query.x)
+    per_task = (logits.argmax(-1) == batch.query.y).double().mean(dim=1).numpy()
+    score = result["overall"]["adapted"]["accuracy"]
+    assert score["value"] == pytest.approx(per_task.mean())
+    assert score["ci95"] == pytest.approx(
+        1.959963984540054 * per_task.std(ddof=1) / np.sqrt(len(per_task))
+    )
+    assert "| meta-trained + adapted |" in markdown_report(result)

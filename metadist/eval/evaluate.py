@@ -591,10 +591,14 @@ def evaluate_run(
     learner = build_learner(config.learner.name, model, **config.learner.options)
     learner.load_state_dict(state["learner"])
 
-    def fresh_model() -> nn.Module:
+    def build_fresh() -> nn.Module:
         return build_model(
             config.model.name, parts["input_shape"], parts["output_shape"], **config.model.options
         )
+
+    # An embedding network (model.output_shape set, e.g. for protonet) has no output to
+    # train on its own, so the from-scratch baseline does not apply.
+    fresh_model = build_fresh if config.model.output_shape is None else None
 
     result, examples = evaluate_tasks(
         learner,
@@ -638,6 +642,8 @@ def _eval_parts(config, options: EvalOptions) -> dict[str, Any]:
         np.zeros(1, dtype=np.int64), derive_task_seeds(seed, 0, np.zeros(1))
     )
     input_shape, output_shape = example_shapes(example, train_sampler)
+    if config.model.output_shape is not None:  # e.g. the embedding of a prototypical network
+        output_shape = tuple(config.model.output_shape)
     partitioner = StratifiedTaskPartitioner(
         train_sampler.unit_strata(),
         seed=seed,

@@ -8,10 +8,12 @@ run and alternating, times in child processes:
 - **ingest**: `metadist ingest` of the panel into a fresh store (both passes, scaling,
   ordering, checksums, fsync and rename).
 
-Each child's wall time and peak RSS (`ru_maxrss` from `os.wait4`) are recorded; the
-report gives medians, MB/s of Parquet input, the ratio ingest/plain throughput (target
->= 0.40: two reads are the floor, so 0.5 is the ceiling) and ingest peak RSS (target
-< 1 GB on a 4 GB panel).
+Each child's wall time, CPU time (user + system of all its threads) and peak RSS
+(`VmHWM`, read by the child itself) are recorded, with the 1-minute load average before
+each pair; the report gives medians, MB/s of Parquet input, the ratio ingest/plain
+throughput (target >= 0.40: two reads are the floor, so 0.5 is the ceiling), the same
+ratio in CPU time (less sensitive to other work on a shared machine) and ingest peak RSS
+(target < 1 GB on a 4 GB panel).
 
 Example:
     python benchmarks/ingest.py --size-mb 4000 --repeats 3 --work-dir /tmp/metadist-bench
@@ -23,6 +25,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
@@ -84,14 +87,18 @@ sys.exit(code)
 )
 
 
-def _run_child(argv: list[str]) -> tuple[float, str]:
-    """Runs a child process to completion; returns (wall seconds, stdout)."""
+def _run_child(argv: list[str]) -> tuple[float, float, str]:
+    """Runs a child process to completion; returns (wall seconds, CPU seconds (user +
+    system, all its threads), stdout)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     began = time.perf_counter()
     child = subprocess.run(argv, capture_output=True, text=True)
     wall = time.perf_counter() - began
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if child.returncode != 0:
         raise RuntimeError(f"{argv[:5]} failed with {child.returncode}:\n{child.stderr}")
-    return wall, child.stdout
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return wall, cpu, child.stdout
 
 
 def _panel(args: argparse.Namespace) -> Path:
@@ -145,21 +152,25 @@ def main(argv: list[str] | None = None) -> int:
     ]  # fmt: skip
     plain_argv = [sys.executable, "-c", PLAIN_READ, ",".join(COLUMNS), str(args.batch_size)]
     plain_argv += files
-    plain, ingest, timings = [], [], []
+    plain, ingest, timings, plain_cpu, ingest_cpu, loads = [], [], [], [], [], []
     for repeat in range(args.repeats):
-        wall, out = _run_child(plain_argv)
+        loads.append(round(os.getloadavg()[0], 2))
+        wall, cpu, out = _run_child(plain_argv)
         rows_text, rss_text = out.split()
         plain.append((wall, float(rss_text)))
+        plain_cpu.append(cpu)
         num_rows = int(rows_text)
         shutil.rmtree(store, ignore_errors=True)
-        wall, out = _run_child(ingest_argv)
+        wall, cpu, out = _run_child(ingest_argv)
         rss = float(out.rsplit("peak_rss_mb", 1)[1])
         ingest.append((wall, rss))
+        ingest_cpu.append(cpu)
         meta = json.loads((store / "metadata.json").read_text())
         timings.append(meta["timings_s"])
         print(
-            f"run {repeat + 1}: plain {plain[-1][0]:.1f} s ({plain[-1][1]:.0f} MB RSS), "
-            f"ingest {wall:.1f} s ({rss:.0f} MB RSS), passes {meta['timings_s']}",
+            f"run {repeat + 1} (load {loads[-1]}): plain {plain[-1][0]:.1f} s, "
+            f"{plain_cpu[-1]:.1f} CPU-s ({plain[-1][1]:.0f} MB RSS), ingest {wall:.1f} s, "
+            f"{cpu:.1f} CPU-s ({rss:.0f} MB RSS), passes {meta['timings_s']}",
             flush=True,
         )
     plain_s = statistics.median(w for w, _ in plain)
@@ -179,6 +190,11 @@ def main(argv: list[str] | None = None) -> int:
         "ingest_peak_rss_mb": round(max(r for _, r in ingest), 0),
         "plain_peak_rss_mb": round(max(r for _, r in plain), 0),
         "ingest_pass_s": timings,
+        "plain_read_cpu_s": [round(c, 2) for c in plain_cpu],
+        "ingest_cpu_s": [round(c, 2) for c in ingest_cpu],
+        # CPU time does not depend on how busy the machine is as much as wall time does
+        "cpu_ratio": round(statistics.median(plain_cpu) / statistics.median(ingest_cpu), 3),
+        "load_average_1min": loads,
     }
     print(json.dumps(result, indent=2))
     print(

@@ -571,3 +571,32 @@ def test_short_sinusoid_meta_training_beats_the_unadapted_model():
         params = learner.adapt(test.support, steps=1)
         after = ((learner.predict(params, test.query.x) - test.query.y) ** 2).mean()
     assert after < 0.5 * before, (after, before)
+
+
+@pytest.mark.parametrize("learner_name", ["maml", "metasgd", "anil"])
+@pytest.mark.parametrize("model_name", ["forecaster", "tcn"])
+def test_window_normalised_models_batch_like_the_loop(learner_name, model_name):
+    """Window normalisation inside the model works on the batched paths (the forecaster's
+    native `batched_forward`, the TCN's vmap) exactly as in the per-task loop, and changes
+    the result (it is not silently skipped on either path)."""
+    torch.manual_seed(0)
+    batch = make_batch(num_tasks=3, x_shape=(6, 2), y_shape=(2, 1))
+    options = {"window_norm": "last", "target_channels": [1], **_small(model_name)}
+    results = {}
+    for norm in ("last", "none"):
+        torch.manual_seed(0)
+        model = build_model(model_name, (6, 2), (2, 1), **{**options, "window_norm": norm})
+        for vectorize in (True, False):
+            learner = build_learner(learner_name, model, vectorize=vectorize, inner_steps=2)
+            learner._test_batch = batch
+            results[norm, vectorize] = _run(learner)
+            assert not learner._vmap_failed
+    (out_v, grads_v, pred_v), (out_l, grads_l, pred_l) = (
+        results["last", True],
+        results["last", False],
+    )
+    torch.testing.assert_close(out_v.loss, out_l.loss, rtol=1e-6, atol=1e-6)
+    for key in grads_l:
+        torch.testing.assert_close(grads_v[key], grads_l[key], rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(pred_v, pred_l, rtol=1e-6, atol=1e-6)
+    assert not torch.allclose(pred_v, results["none", True][2], atol=1e-4)

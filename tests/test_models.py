@@ -126,3 +126,92 @@ def test_registry_accepts_user_models_and_rejects_clashes(monkeypatch):
 
     with pytest.raises(TypeError):
         register_model("not_a_module")(object)
+
+
+def _transform_targets(x, channels, a, b):
+    """`a · x + b` on the target channels of windows `x [..., L, F]`, others unchanged."""
+    x = x.clone()
+    x[..., channels] = a * x[..., channels] + b
+    return x
+
+
+@pytest.mark.parametrize("name", ["forecaster", "tcn"])
+@pytest.mark.parametrize("mode", ["last", "mean"])
+@pytest.mark.parametrize(
+    ("window", "horizon", "channels"),
+    [((6, 1), (3, 1), None), ((6, 2), (3, 2), [1, 0]), ((6, 3), (3, 1), [2])],
+    ids=["one_feature", "two_targets_swapped", "target_and_covariates"],
+)
+def test_window_norm_is_affine_equivariant(name, mode, window, horizon, channels):
+    """Forecasting `a · x + b` gives `a · f(x) + b` per target; without window_norm it does not."""
+    torch.manual_seed(0)
+    options = {"target_channels": channels} if channels is not None else {}
+    model = build_model(name, window, horizon, window_norm=mode, **options).double()
+    plain = build_model(name, window, horizon).double()
+    x = torch.randn(4, 5, *window, dtype=torch.float64)
+    targets = list(range(window[1])) if channels is None else channels
+    a = torch.tensor([3.0, 0.5], dtype=torch.float64)
+    b = torch.tensor([100.0, -7.0], dtype=torch.float64)
+    a, b = a[: len(targets)], b[: len(targets)]
+    shifted = _transform_targets(x, targets, a, b)
+    torch.testing.assert_close(model(shifted), a * model(x) + b)
+    assert not torch.allclose(plain(shifted), a * plain(x) + b, atol=1e-3)
+
+
+def test_window_norm_leaves_covariates_unscaled():
+    """Only target channels are normalised: a covariate shift changes the forecast."""
+    torch.manual_seed(0)
+    model = build_model("forecaster", (6, 2), (3, 1), window_norm="last", target_channels=[0])
+    x = torch.randn(2, 6, 2)
+    moved = x.clone()
+    moved[..., 1] += 5.0
+    assert not torch.allclose(model(x), model(moved), atol=1e-3)
+
+
+def test_window_norm_flat_windows_forecast_their_level():
+    """A constant window has no scale: the clamp keeps it finite and the forecast is ~ the level."""
+    model = build_model("forecaster", (6, 1), (3, 1), window_norm="mean")
+    x = torch.full((2, 6, 1), 4200.0)
+    out = model(x)
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out, torch.full_like(out, 4200.0), rtol=1e-4, atol=0.0)
+
+
+def test_window_norm_batched_forward_normalises_each_task():
+    """The learners' native batched path (parameters `[B, ...]`) window-normalises too:
+    it equals the per-task model and is equivariant."""
+    from metadist.learners.base import has_batched_forward
+
+    torch.manual_seed(0)
+    model = build_model(
+        "forecaster", (6, 2), (3, 1), hidden_sizes=(8,), window_norm="mean", target_channels=[1]
+    ).double()
+    assert has_batched_forward(model)
+    params = {
+        n: p.detach() + 0.1 * torch.randn(4, *p.shape, dtype=p.dtype)
+        for n, p in model.named_parameters()
+    }
+    x = torch.randn(4, 7, 6, 2, dtype=torch.float64)
+    batched = model.batched_forward(params, x)
+    for b in range(4):
+        expected = torch.func.functional_call(model, {n: p[b] for n, p in params.items()}, x[b])
+        torch.testing.assert_close(batched[b], expected)
+    shifted = _transform_targets(x, [1], 2.5, -40.0)
+    torch.testing.assert_close(model.batched_forward(params, shifted), 2.5 * batched - 40.0)
+
+
+@pytest.mark.parametrize(
+    ("window", "horizon", "options", "match"),
+    [
+        ((6, 1), (3, 1), {"window_norm": "max"}, "window_norm must be one of none, last, mean"),
+        ((6, 1), (4,), {"window_norm": "last"}, r"output_shape must be \(H, T\)"),
+        ((6, 2), (3, 1), {"window_norm": "last"}, "needs target_channels"),
+        ((6, 2), (3, 1), {"window_norm": "last", "target_channels": [2]}, "target_channels"),
+        ((6, 2), (3, 2), {"window_norm": "mean", "target_channels": [0, 0]}, "distinct"),
+        ((6, 2), (3, 2), {"window_norm": "mean", "target_channels": [0]}, "target_channels"),
+    ],
+)
+@pytest.mark.parametrize("name", ["forecaster", "tcn"])
+def test_bad_window_norm_options_name_the_field(name, window, horizon, options, match):
+    with pytest.raises(ValueError, match=match):
+        build_model(name, window, horizon, **options)

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from metadist.models import register_model
 from metadist.models._common import activation as check_activation
-from metadist.models._common import numel, positive_int, split_leading, window_shape
+from metadist.models._common import (
+    denormalise_forecast,
+    normalise_window,
+    numel,
+    positive_int,
+    split_leading,
+    window_norm_options,
+    window_shape,
+)
 
 
 class _CausalBlock(nn.Module):
@@ -41,6 +51,11 @@ class TCN(nn.Module):
         kernel_size: temporal kernel size.
         num_levels: number of blocks (receptive field `1 + (k-1)(2^levels - 1)`).
         activation: "relu", "tanh", "gelu" or "silu".
+        window_norm: "none", "last" or "mean": make each window relative to its own level
+            (last value or mean) and scale, and map the forecast back, as the forecaster
+            does (needs `output_shape` `(H, T)`).
+        target_channels: with window_norm, the input feature index of each target; may be
+            left out for one feature and one target.
 
     Shapes: `[..., L, F]` → `[..., *output_shape]`.
 
@@ -58,6 +73,8 @@ class TCN(nn.Module):
         kernel_size: int = 3,
         num_levels: int = 3,
         activation: str = "relu",
+        window_norm: str = "none",
+        target_channels: Sequence[int] | None = None,
     ) -> None:
         super().__init__()
         self.input_shape = tuple(input_shape)
@@ -74,8 +91,19 @@ class TCN(nn.Module):
             width = channels
         self.body = nn.Sequential(*blocks)
         self.head = nn.Linear(channels, numel(self.output_shape))
+        self.window_norm, self.target_channels = window_norm_options(
+            self.model_name, window_norm, target_channels, self.input_shape, self.output_shape
+        )
 
     def forward(self, x: Tensor) -> Tensor:
+        if self.target_channels is None:
+            return self._forward(x)
+        x, level, scale = normalise_window(
+            self.model_name, x, self.input_shape, self.window_norm, self.target_channels
+        )
+        return denormalise_forecast(self._forward(x), level, scale)
+
+    def _forward(self, x: Tensor) -> Tensor:
         leading = split_leading(self.model_name, x, self.input_shape)
         windows = x.reshape(-1, *self.input_shape).transpose(1, 2)  # [N, F, L]
         last = self.body(windows)[:, :, -1]

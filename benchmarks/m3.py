@@ -6,7 +6,9 @@ Steps (each skipped when its output is already there):
 
 1. `metadist datasets m3 data/m3` — train.parquet and, apart, the holdout test.parquet;
 2. `metadist ingest data/m3/train.parquet data/m3/store ... --scaling per-entity` — only
-   the training parts enter the store;
+   the training parts enter the store (the window-normalised model cancels the per-entity
+   affine scaling; it only weights each series in the MSE meta-loss by 1/std², where raw
+   values would weight it by its squared magnitude);
 3. `python -m metadist.train experiment=m3_maml run_dir=RUN_DIR`, which ends with the
    evaluation (`python -m metadist.eval`) writing `RUN_DIR/eval/metrics.md`.
 

@@ -85,8 +85,16 @@ def test_truncated_file(store_path, tmp_path, name):
     path = _copy(store_path, tmp_path)
     data = (path / name).read_bytes()
     (path / name).write_bytes(data[: len(data) - 12])
-    with pytest.raises(ValueError, match=f"{name} has {len(data) - 12} bytes.*truncated"):
+    meta = json.loads((path / "metadata.json").read_text())
+    rows = meta["num_rows"]
+    layout = (
+        f"{rows} rows x {len(meta['column_names'])} columns x 4 bytes"
+        if name == "values.bin"
+        else f"{rows} rows x 8 bytes"
+    )
+    with pytest.raises(ValueError, match=f"{name} has {len(data) - 12} bytes") as caught:
         SeriesStore.open(path)
+    assert f"needs {len(data)} ({layout}); the file is truncated" in str(caught.value)
 
 
 @pytest.mark.parametrize("name", ["values.bin", "times.bin", "index.arrow"])

@@ -53,9 +53,17 @@ class _Mapped:
         num_entities = int(metadata["num_entities"])
         column_names = list(metadata["column_names"])
         num_columns = len(column_names)
-        for name, expected in (
-            (VALUES_FILE, num_rows * num_columns * VALUES_DTYPE.itemsize),
-            (TIMES_FILE, num_rows * TIMES_DTYPE.itemsize),
+        for name, expected, layout in (
+            (
+                VALUES_FILE,
+                num_rows * num_columns * VALUES_DTYPE.itemsize,
+                f"{num_rows} rows x {num_columns} columns x {VALUES_DTYPE.itemsize} bytes",
+            ),
+            (
+                TIMES_FILE,
+                num_rows * TIMES_DTYPE.itemsize,
+                f"{num_rows} rows x {TIMES_DTYPE.itemsize} bytes",
+            ),
         ):
             file = path / name
             if not file.is_file():
@@ -64,7 +72,7 @@ class _Mapped:
             if size != expected:
                 raise ValueError(
                     f"store {path} is damaged: {name} has {size} bytes but its metadata "
-                    f"needs {expected} ({num_rows} rows x {num_columns} columns); the file "
+                    f"needs {expected} ({layout}); the file "
                     "is truncated or belongs to another store"
                 )
         index_path = path / INDEX_FILE

@@ -141,6 +141,7 @@ def test_cli(tmp_path, m3_dir):
         assert pq.read_table(out_dir / name).equals(pq.read_table(summary.out_dir / name))
     again = subprocess.run(command, capture_output=True, text=True, check=False)
     assert again.returncode == 1 and "not empty" in again.stderr
+    assert "pass --overwrite to replace" in again.stderr and "overwrite=True" not in again.stderr
     missing = subprocess.run(
         [
             sys.executable,

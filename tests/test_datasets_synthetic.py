@@ -258,7 +258,7 @@ def test_existing_directory_is_kept_unless_overwrite(tmp_path):
     out_dir = tmp_path / "panel"
     out_dir.mkdir()
     (out_dir / "keep.txt").write_text("mine")
-    with pytest.raises(FileExistsError, match="not empty"):
+    with pytest.raises(FileExistsError, match="not empty.*pass overwrite=True to replace"):
         write_synthetic_panel(out_dir, num_entities=3, length_range=(20, 30))
     assert [path.name for path in out_dir.iterdir()] == ["keep.txt"]
     summary = write_synthetic_panel(out_dir, num_entities=3, length_range=(20, 30), overwrite=True)
@@ -343,6 +343,7 @@ def test_cli_writes_panel_and_reports_errors(tmp_path):
         check=False,
     )
     assert again.returncode == 1 and "not empty" in again.stderr and "Traceback" not in again.stderr
+    assert "pass --overwrite to replace" in again.stderr and "overwrite=True" not in again.stderr
     bad = subprocess.run(
         [*command[:-1], str(tmp_path / "bad"), "--entities", "5", "--length-range", "9", "3"],
         capture_output=True,

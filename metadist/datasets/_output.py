@@ -10,21 +10,41 @@ from contextlib import contextmanager
 from pathlib import Path
 
 
+class OutputDirNotEmptyError(FileExistsError):
+    """`out_dir` is a non-empty directory and `overwrite` was not given.
+
+    The message speaks to Python callers (`overwrite=True`); command-line front ends
+    re-raise it with `for_cli`, which names their `--overwrite` flag instead.
+    """
+
+    def __init__(self, out_dir: Path) -> None:
+        self.out_dir = out_dir
+        super().__init__(self._message("overwrite=True"))
+
+    def _message(self, how: str) -> str:
+        return (
+            f"{self.out_dir} exists and is not empty; choose a new directory or pass "
+            f"{how} to replace it"
+        )
+
+    def for_cli(self) -> FileExistsError:
+        """The same error worded for the command line (`--overwrite`)."""
+        return FileExistsError(self._message("--overwrite"))
+
+
 def check_output_dir(out_dir: str | os.PathLike, overwrite: bool) -> Path:
     """Checks that `out_dir` may be written, before any work is done.
 
     Raises:
-        FileExistsError: `out_dir` is a file, or a non-empty directory and not `overwrite`.
+        FileExistsError: `out_dir` is a file.
+        OutputDirNotEmptyError: `out_dir` is a non-empty directory and not `overwrite`.
     """
     out_dir = Path(out_dir)
     if out_dir.exists():
         if not out_dir.is_dir():
             raise FileExistsError(f"{out_dir} exists and is not a directory")
         if not overwrite and any(out_dir.iterdir()):
-            raise FileExistsError(
-                f"{out_dir} exists and is not empty; choose a new directory or pass "
-                "overwrite=True (--overwrite on the command line) to replace it"
-            )
+            raise OutputDirNotEmptyError(out_dir)
     return out_dir
 
 

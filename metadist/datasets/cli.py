@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from metadist.datasets._output import OutputDirNotEmptyError
 from metadist.datasets.m3 import MissingExtraError, write_m3
 
 
@@ -33,6 +34,9 @@ def _run_m3(args: argparse.Namespace) -> int:
         summary = write_m3(args.out_dir, overwrite=args.overwrite)
     except MissingExtraError as error:
         print(f"metadist datasets m3: error: {error}", file=sys.stderr)
+        return 1
+    except OutputDirNotEmptyError as error:
+        print(f"metadist datasets m3: error: {error.for_cli()}", file=sys.stderr)
         return 1
     print(summary)
     return 0

@@ -40,7 +40,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from metadist.datasets._output import atomic_output_dir, check_output_dir
+from metadist.datasets._output import OutputDirNotEmptyError, atomic_output_dir, check_output_dir
 
 SYNTHETIC_ENTITY = "entity_id"
 SYNTHETIC_TIME = "time"
@@ -631,19 +631,22 @@ def _run_cli(args: argparse.Namespace) -> int:
     num_entities = args.entities
     if num_entities is None:
         num_entities = num_entities_for_size(args.size_mb * 1e6, args.length_range)
-    summary = write_synthetic_panel(
-        args.out_dir,
-        num_entities=num_entities,
-        length_range=tuple(args.length_range),
-        seed=args.seed,
-        num_files=args.files,
-        time_kind=args.time_kind,
-        nan_fraction=args.nan_fraction,
-        num_profiles=args.profiles,
-        chunk_rows=args.chunk_rows,
-        max_file_row_groups=args.max_file_row_groups,
-        overwrite=args.overwrite,
-        progress=args.progress,
-    )
+    try:
+        summary = write_synthetic_panel(
+            args.out_dir,
+            num_entities=num_entities,
+            length_range=tuple(args.length_range),
+            seed=args.seed,
+            num_files=args.files,
+            time_kind=args.time_kind,
+            nan_fraction=args.nan_fraction,
+            num_profiles=args.profiles,
+            chunk_rows=args.chunk_rows,
+            max_file_row_groups=args.max_file_row_groups,
+            overwrite=args.overwrite,
+            progress=args.progress,
+        )
+    except OutputDirNotEmptyError as error:
+        raise error.for_cli() from None
     print(summary)
     return 0

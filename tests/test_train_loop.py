@@ -158,3 +158,17 @@ def test_sigusr1_before_preemption_checkpoints_and_stops(tmp_path):
     assert result.stopped_by == "SIGUSR1" and result.step == 3
     assert latest_checkpoint_state(config.resolved_run_dir)["step"] == 3
     assert signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL
+
+
+def test_ctrl_c_checkpoints_and_stops_like_sigterm(tmp_path):
+    def sigint_at_two(step, values):
+        if step == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    config = tiny_config(tmp_path / "run", "trainer.meta_steps=50", "trainer.eval_every=2")
+    result = train(config, on_eval=sigint_at_two)
+    assert result.stopped_by == "SIGINT" and result.step == 3
+    assert result.checkpoint is not None and result.checkpoint.exists()
+    assert latest_checkpoint_state(config.resolved_run_dir)["step"] == 3
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+

@@ -59,11 +59,29 @@ def main(argv: list[str] | None = None) -> int:
         print(f"metadist-train: error: {error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print("metadist-train: interrupted", file=sys.stderr)
+        print(
+            "metadist-train: interrupted before a checkpoint could be written; restarting "
+            "the command resumes from the run directory's latest checkpoint",
+            file=sys.stderr,
+        )
+        return 130
+    if result is not None and result.stopped_by == "SIGINT":
+        if _local_rank() == 0:
+            print(
+                f"metadist-train: interrupted; checkpoint of step {result.step} written to "
+                f"{result.checkpoint}; run the same command again to resume",
+                file=sys.stderr,
+            )
         return 130
     if result is not None and result.stopped_by is None and not args.no_eval:
         _evaluate_at_end(result.run_dir, args.config_dir)
     return 0 if result is not None else 1
+
+
+def _local_rank() -> int:
+    import os
+
+    return int(os.environ.get("LOCAL_RANK", "0"))
 
 
 def _evaluate_at_end(run_dir, config_dir) -> None:

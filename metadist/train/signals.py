@@ -1,9 +1,11 @@
-"""Turning SIGTERM and SIGUSR1 into "checkpoint, then exit cleanly".
+"""Turning SIGTERM, SIGUSR1 and SIGINT (Ctrl-C) into "checkpoint, then exit cleanly".
 
 Schedulers stop jobs with SIGTERM, and Slurm sends SIGUSR1 (`--signal=USR1@120`) some time
 before a preemption or the time limit. The handler only records the signal; the training
 loop looks at it between meta-steps, and the ranks agree on it through the per-step
 all-reduce, so that every rank stops after the same step and the checkpoint is consistent.
+A second SIGINT while the first is pending aborts at once (`KeyboardInterrupt`), without
+a checkpoint.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import signal
 import threading
 from types import FrameType
 
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 
 
 class StopRequest:
@@ -34,6 +36,8 @@ class StopRequest:
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if self.signal_name is None:
             self.signal_name = signal.Signals(signum).name
+        elif signum == signal.SIGINT:
+            raise KeyboardInterrupt
 
     def __enter__(self) -> StopRequest:
         # Handlers can only be installed from the main thread; elsewhere (a test calling

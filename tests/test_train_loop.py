@@ -172,3 +172,59 @@ def test_ctrl_c_checkpoints_and_stops_like_sigterm(tmp_path):
     assert latest_checkpoint_state(config.resolved_run_dir)["step"] == 3
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
+
+USER_SAMPLER = """
+import torch
+
+from metadist.batch import MetaBatch, TaskSet
+from metadist.tasks import TaskSampler, register_task_sampler, task_uniform
+
+
+@register_task_sampler("user_lines")
+class UserLines(TaskSampler):
+    needs_store = False
+
+    def __init__(self, *, num_tasks=40, num_points=5):
+        self.num_tasks, self.num_points = num_tasks, num_points
+
+    @property
+    def num_units(self):
+        return self.num_tasks
+
+    def sample(self, units, seeds):
+        draws = torch.from_numpy(2 * task_uniform(seeds, 1 + 2 * self.num_points) - 1)
+        slope, x = draws[:, :1, None], draws[:, 1:, None].float()
+        y = (slope * x).float()
+        k = self.num_points
+        n = len(units)
+        return MetaBatch(
+            support=TaskSet(x[:, :k].contiguous(), y[:, :k].contiguous()),
+            query=TaskSet(x[:, k:].contiguous(), y[:, k:].contiguous()),
+            entity_index=torch.as_tensor(units, dtype=torch.int64),
+            stratum=torch.zeros(n, dtype=torch.int64),
+            split_time=torch.full((n,), -1, dtype=torch.int64),
+        )
+"""
+
+
+def test_a_user_sampler_module_is_imported_and_trained_from_the_command(tmp_path, monkeypatch):
+    (tmp_path / "user_samplers_for_test.py").write_text(USER_SAMPLER)
+    monkeypatch.chdir(tmp_path)
+    config = tiny_config(
+        tmp_path / "run",
+        "imports=[user_samplers_for_test]",
+        "sampler.name=user_lines",
+        "sampler.options={num_tasks: 40, num_points: 3}",
+        "trainer.meta_steps=3",
+    )
+    assert config.sampler.options == {"num_tasks": 40, "num_points": 3}
+    result = train(config)
+    assert result.step == 3 and result.loss == result.loss
+    state = latest_checkpoint_state(config.resolved_run_dir)
+    assert state["config"]["imports"] == ["user_samplers_for_test"]
+
+
+def test_an_unimportable_module_is_named(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="imports: cannot import module 'no_such_module_xyz'"):
+        tiny_config(tmp_path / "run", "imports=[no_such_module_xyz]")

@@ -60,7 +60,7 @@ def compose_dict(overrides: list[str], config_dir: str | os.PathLike | None = No
     directory = find_experiments_dir(config_dir)
     try:
         with initialize_config_dir(str(directory), version_base=None, job_name="metadist"):
-            cfg = compose("config", overrides=list(overrides), return_hydra_config=True)
+            cfg = compose("config", overrides=replace_options(overrides), return_hydra_config=True)
         choice = cfg.hydra.runtime.choices.get("experiment")
         with open_dict(cfg):
             del cfg["hydra"]
@@ -69,7 +69,34 @@ def compose_dict(overrides: list[str], config_dir: str | os.PathLike | None = No
         raise ValueError(f"cannot compose the experiment config: {error}") from None
     if choice and "experiment" not in values:
         values["experiment"] = choice
+    if "experiment" not in values:
+        names = sorted(p.stem for p in (directory / "experiment").glob("*.yaml"))
+        raise ValueError(
+            f"no experiment chosen: add experiment=NAME, one of {', '.join(names)} "
+            f"(in {directory / 'experiment'})"
+        )
     return values
+
+
+_OPTION_SECTIONS = ("sampler", "model", "learner")
+
+
+def replace_options(overrides: list[str]) -> list[str]:
+    """Lets `sampler.options={...}` (also model/learner) replace the whole mapping.
+
+    Hydra merges a mapping into the existing one and refuses some such overrides, so
+    `X.options={a: 1}` becomes `~X.options` followed by `+X.options={a: 1}`: the
+    component gets exactly the options given (what a custom sampler needs in place of
+    the default sampler's options).
+    """
+    out: list[str] = []
+    for override in overrides:
+        key, sep, value = override.partition("=")
+        if sep and key in {f"{s}.options" for s in _OPTION_SECTIONS} and value.startswith("{"):
+            out += [f"~{key}", f"+{key}={value}"]
+        else:
+            out.append(override)
+    return out
 
 
 def load_config(

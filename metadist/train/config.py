@@ -10,7 +10,9 @@ same message.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import os
+import sys
 import types
 import typing
 from dataclasses import dataclass, field
@@ -230,11 +232,15 @@ class TrainConfig:
         experiment: the experiment's name (the `experiment=` choice).
         run_dir: the run directory shared by all ranks; `None` means `runs/<experiment>`
             relative to the working directory.
+        imports: modules to import before the components are built, e.g.
+            `["my_samplers"]` for a module that registers a sampler, learner or model;
+            importable from the working directory or `PYTHONPATH`.
         data, sampler, model, learner, optimizer, trainer, logging: the sections.
     """
 
     experiment: str = "default"
     run_dir: str | None = None
+    imports: list[str] = field(default_factory=list)
     data: DataConfig = field(default_factory=DataConfig)
     sampler: ComponentConfig = field(default_factory=lambda: ComponentConfig("sinusoid"))
     model: ModelConfig = field(default_factory=lambda: ModelConfig("mlp"))
@@ -282,7 +288,32 @@ def build_config(values: dict[str, Any], *, world_size: int | None = None) -> Tr
     if world_size is None:
         world_size = int(os.environ.get("WORLD_SIZE", "1"))
     config.validate(world_size)
+    import_modules(config.imports)
     return config
+
+
+def import_modules(names: list[str]) -> None:
+    """Imports the `imports` modules (which register samplers, learners or models).
+
+    The working directory is put on `sys.path` first, so that a module next to the
+    command (`my_samplers.py`) is found on every rank and by `metadist.eval`.
+
+    Raises:
+        ValueError: a module cannot be imported; the message names it and the cause.
+    """
+    if not names:
+        return
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception as error:  # noqa: BLE001 - any failure inside the user module
+            raise ValueError(
+                f"imports: cannot import module {name!r} ({type(error).__name__}: {error}); "
+                f"it must be importable from the working directory {cwd} or PYTHONPATH"
+            ) from None
 
 
 def _from_dict(cls: type, values: Any, prefix: str) -> Any:

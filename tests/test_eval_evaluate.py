@@ -12,7 +12,7 @@ from metadist.datasets.synthetic import (
     SYNTHETIC_PERIODS,
     write_synthetic_panel,
 )
-from metadist.eval import EvalOptions, evaluate_tasks
+from metadist.eval import EvalOptions, evaluate_run, evaluate_tasks
 from metadist.eval.report import markdown_report, write_report
 from metadist.learners import build_learner
 from metadist.models import build_model
@@ -142,6 +142,19 @@ def test_bad_options_name_the_field():
         EvalOptions.from_dict({"bogus": 1})
     with pytest.raises(ValueError, match="no entry for stratum 'flow'"):
         EvalOptions(seasonal_period={"temperature": 24}).period_of("flow")
+
+
+def test_missing_checkpoint_points_at_a_run_inside(tmp_path):
+    with pytest.raises(FileNotFoundError, match="has no checkpoint yet; train first"):
+        evaluate_run(tmp_path)
+    (tmp_path / "run" / "checkpoints").mkdir(parents=True)
+    (tmp_path / "run" / "checkpoints" / "latest").write_text("{}")
+    (tmp_path / "data").mkdir()
+    with pytest.raises(FileNotFoundError) as caught:
+        evaluate_run(tmp_path)
+    message = str(caught.value)
+    assert "contains a run that has" in message and f"run_dir={tmp_path / 'run'})" in message
+    assert "train first" not in message and "data" not in message.split("(")[-1]
 
 
 def test_classification_accuracy_with_confidence_interval(panel_and_store):

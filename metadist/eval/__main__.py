@@ -12,9 +12,9 @@ import sys
 
 EPILOG = """\
 examples:
-  python -m metadist.eval run_dir=runs/demo
-  python -m metadist.eval run_dir=runs/demo eval.inner_steps=10 eval.scratch_steps=200
-  python -m metadist.eval run_dir=runs/m3 eval.max_tasks=300
+  python -m metadist.eval run_dir=runs/demo/run      # the run of `make run`
+  python -m metadist.eval run_dir=runs/demo/run eval.inner_steps=10 eval.scratch_steps=200
+  python -m metadist.eval run_dir=runs/m3_maml eval.max_tasks=300
 
 Settings come from experiments/eval/<experiment>.yaml (else eval/default.yaml); any
 field of metadist.eval.EvalOptions can be overridden as eval.KEY=VALUE.

@@ -573,10 +573,7 @@ def evaluate_run(
         raise FileNotFoundError(f"run_dir: no run directory at {run_dir}")
     found = latest_checkpoint(run_dir)
     if found is None:
-        raise FileNotFoundError(
-            f"run_dir {run_dir} has no checkpoint yet; train first "
-            f"(python -m metadist.train experiment=NAME run_dir={run_dir})"
-        )
+        raise _no_checkpoint_error(run_dir)
     checkpoint_path, pointer = found
     state = load_checkpoint(checkpoint_path, pointer)
     config = build_config(state["config"], world_size=1)
@@ -623,6 +620,27 @@ def evaluate_run(
 
         result["paths"] = {k: str(v) for k, v in write_report(result, run_dir, examples).items()}
     return result
+
+
+def _no_checkpoint_error(run_dir: Path) -> FileNotFoundError:
+    """The error for a run_dir without a checkpoint, pointing at run directories inside it."""
+    from metadist.train.checkpoint import LATEST, checkpoint_dir
+
+    inside = sorted(
+        sub
+        for sub in run_dir.iterdir()
+        if sub.is_dir() and (checkpoint_dir(sub) / LATEST).is_file()
+    )
+    if inside:
+        runs = ", ".join(f"run_dir={sub}" for sub in inside)
+        return FileNotFoundError(
+            f"run_dir {run_dir} has no checkpoint, but it contains a run that has: "
+            f"evaluate that instead ({runs})"
+        )
+    return FileNotFoundError(
+        f"run_dir {run_dir} has no checkpoint yet; train first "
+        f"(python -m metadist.train experiment=NAME run_dir={run_dir})"
+    )
 
 
 def _eval_parts(config, options: EvalOptions) -> dict[str, Any]:

@@ -35,6 +35,7 @@ def test_dry_run_prints_a_script_with_torchrun_on_every_node(capsys, tmp_path):
             "partition=gpu",
             f"run_dir={tmp_path / 'run'}",
             "trainer.meta_steps=1000",
+            "trainer.meta_batch_size=32",
             "--dry-run",
         ]
     )
@@ -68,6 +69,7 @@ def test_dry_run_prints_a_script_with_torchrun_on_every_node(capsys, tmp_path):
     assert args == [
         "experiment=sinusoid_maml",
         "trainer.meta_steps=1000",
+        "trainer.meta_batch_size=32",
         f"run_dir={tmp_path / 'run'}",
     ]
     # The first node of the allocation hosts the rendezvous; USR1 leads to a requeue.
@@ -162,6 +164,55 @@ def test_bad_settings_are_named(tokens, message):
 def test_bad_settings_exit_nonzero_from_the_cli(capsys):
     assert main(["slurm", "submit", "experiment=x", "time=4", "--dry-run"]) == 1
     assert "leaves no time to train" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("tokens", "messages"),
+    [
+        (
+            [
+                "experiment=sinusoid_maml",
+                "nodes=2",
+                "gpus_per_node=4",
+                "trainer.meta_batch_size=25",
+            ],
+            ["world size 8", "trainer.meta_batch_size=25 is not divisible by the world size 8"],
+        ),
+        (["experiment=sinusoid"], ["Could not find 'experiment/sinusoid'", "sinusoid_maml"]),
+        (
+            ["experiment=sinusoid_maml", "node=2"],
+            ["'node=2' is not a launch setting; did you mean nodes=?", "Could not override 'node'"],
+        ),
+    ],
+    ids=["indivisible-meta-batch", "unknown-experiment", "misspelt-launch-setting"],
+)
+def test_configs_the_training_would_reject_stop_before_the_script(
+    capsys, tmp_path, tokens, messages
+):
+    run_dir = tmp_path / "run"
+    code = main(["slurm", "submit", *tokens, f"run_dir={run_dir}", "--dry-run"])
+    captured = capsys.readouterr()
+    assert code == 1
+    assert captured.out == ""
+    for message in messages:
+        assert message in captured.err, (message, captured.err)
+    assert not run_dir.exists()
+
+
+def test_a_meta_batch_that_divides_over_the_ranks_is_accepted(capsys, tmp_path):
+    tokens = ["experiment=sinusoid_maml", "nodes=2", "gpus_per_node=4"]
+    code = main(
+        [
+            "slurm",
+            "submit",
+            *tokens,
+            "trainer.meta_batch_size=24",
+            f"run_dir={tmp_path}",
+            "--dry-run",
+        ]
+    )
+    assert code == 0
+    assert "--nproc_per_node=4" in _torchrun_line(capsys.readouterr().out)
 
 
 def test_array_jobs_read_each_elements_overrides(tmp_path):

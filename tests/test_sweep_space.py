@@ -14,6 +14,7 @@ from metadist.launch.sweep import (
     SweepSettings,
     format_override,
     load_search_space,
+    plan_trial,
     read_val_metric,
 )
 
@@ -136,6 +137,40 @@ def test_sweep_settings_refuse_conflicting_overrides(tmp_path, overrides, messag
     space = [ParamSpec("optimizer.lr", "float", 1e-4, 1e-2, True)]
     with pytest.raises(ValueError, match=re.escape(message)):
         _settings(tmp_path, overrides, space).validate()
+
+
+def test_misspelt_slurm_launch_settings_are_refused(tmp_path):
+    settings = _settings(tmp_path, ["experiment=x"])
+    settings.launcher = "slurm"
+    settings.slurm_settings = ["nodes=1", "node=2"]
+    with pytest.raises(ValueError, match=re.escape("--slurm node=2 is not a Slurm launch setting")):
+        settings.validate()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "slurm", "message"),
+    [
+        (
+            ["experiment=sinusoid_maml", "trainer.eval_every=10"],
+            ["nodes=2", "gpus_per_node=4"],
+            "trainer.meta_batch_size=25 is not divisible by the world size 8",
+        ),
+        (
+            ["experiment=sinusoid", "trainer.eval_every=10"],
+            [],
+            "Could not find 'experiment/sinusoid'",
+        ),
+        (["experiment=sinusoid_maml", "trainer.eval_every=10", "node=2"], [], "override 'node'"),
+    ],
+)
+def test_trial_configs_are_checked_before_launch(tmp_path, overrides, slurm, message):
+    settings = _settings(tmp_path, overrides)
+    settings.launcher = "slurm"
+    settings.slurm_settings = slurm
+    run_dir = tmp_path / "trials" / "0000"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        plan_trial(settings, 0, 0, {}, run_dir)
+    assert not run_dir.exists()
 
 
 def test_val_metric_is_read_as_the_run_writes_it(tmp_path):

@@ -18,6 +18,7 @@ or a preemption works the same way, minus the shell's own requeue.
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import re
 import shlex
@@ -373,6 +374,42 @@ def job_from_settings(
     return job, run_dir
 
 
+def check_training_config(job: SlurmJob, config_dir: str | os.PathLike | None = None) -> None:
+    """Composes and validates the job's training config as its ranks will, before submitting.
+
+    Uses the training's own `load_config` with the job's world size
+    (`nodes × nproc_per_node`), so an unknown experiment, an override Hydra cannot apply (a
+    misspelt key included) or a global meta-batch that does not split over the ranks is
+    reported now rather than when the job starts on the cluster.
+
+    Args:
+        job: the job; its `train_args` are the training's Hydra overrides. Array jobs
+            (`args_file`) are checked per element by their creator (`metadist sweep`).
+        config_dir: experiments directory; `None` looks it up as the training does.
+
+    Raises:
+        ValueError: the training would reject the config; the message names the setting,
+            and a misspelt launch setting (`node=2`) gets the launch key it resembles.
+        FileNotFoundError: no experiments directory, or `data.store` names no directory.
+    """
+    from metadist.train.compose import load_config
+
+    world_size = job.nodes * int(job.nproc_per_node)
+    try:
+        load_config(list(job.train_args), config_dir, world_size=world_size)
+    except ValueError as error:
+        hints = []
+        for token in job.train_args:
+            key = token.partition("=")[0].lstrip("+~")
+            close = difflib.get_close_matches(key, LAUNCH_KEYS, n=1, cutoff=0.8)
+            if close and key not in LAUNCH_KEYS:
+                hints.append(f"{token!r} is not a launch setting; did you mean {close[0]}=? ")
+        raise ValueError(
+            "".join(hints) + f"the training would reject this job ({job.nodes} node(s) x "
+            f"{job.nproc_per_node} process(es) = world size {world_size}): {error}"
+        ) from None
+
+
 def find_sbatch() -> str:
     """Path of `sbatch`; `FileNotFoundError` if Slurm's client commands are not installed."""
     path = shutil.which("sbatch")
@@ -413,6 +450,7 @@ def write_script(job: SlurmJob, path: Path) -> Path:
 
 def _cmd_submit(args: argparse.Namespace) -> int:
     job, run_dir = job_from_settings(args.settings, sbatch_args=args.sbatch_arg)
+    check_training_config(job)
     if args.dry_run:
         print(job.render(), end="")
         return 0
@@ -458,6 +496,7 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
 __all__ = [
     "LAUNCH_KEYS",
     "SlurmJob",
+    "check_training_config",
     "job_from_settings",
     "parse_settings",
     "parse_time_limit",

@@ -285,6 +285,16 @@ class SweepSettings:
             raise ValueError("--seed and --test-seed must be >= 0")
         if not any(t.partition("=")[0] == "experiment" for t in self.overrides):
             raise ValueError("experiment=NAME is required")
+        from metadist.launch.slurm import LAUNCH_KEYS, parse_settings
+
+        # Training overrides among the launch settings would never reach the trials.
+        _, stray = parse_settings(self.slurm_settings)
+        if stray:
+            raise ValueError(
+                f"--slurm {stray[0]} is not a Slurm launch setting (one of "
+                + ", ".join(LAUNCH_KEYS)
+                + "); training overrides go after experiment=NAME"
+            )
         searched = {p.name.lstrip("+") for p in self.space}
         for token in self.overrides:
             key, sep, _ = token.partition("=")

@@ -84,6 +84,21 @@ def test_every_experiment_composes_and_instantiates(experiment, request):
     assert next(iter(parts.train_loader)).num_tasks == per_rank
 
 
+def test_every_registered_model_and_learner_has_a_config_file():
+    from metadist.learners import registered_learners
+    from metadist.models import registered_models
+
+    missing_models = set(registered_models()) - set(group_options("model"))
+    missing_learners = set(registered_learners()) - set(group_options("learner"))
+    assert not missing_models, f"add experiments/model/<name>.yaml for {missing_models}"
+    assert not missing_learners, f"add experiments/learner/<name>.yaml for {missing_learners}"
+
+
+def test_no_experiment_is_an_error_listing_them():
+    with pytest.raises(ValueError, match="no experiment chosen.*sinusoid_maml"):
+        compose_dict(["trainer.meta_steps=3"])
+
+
 # Learners for classification tasks are built on a classification experiment.
 CLASSIFICATION_LEARNERS = {"protonet"}
 

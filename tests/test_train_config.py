@@ -85,6 +85,23 @@ def test_component_options_are_checked_before_training():
             build_parts(sinusoid(override), env)
 
 
+def test_a_meta_batch_larger_than_a_split_says_what_to_change():
+    from metadist.train.build import build_parts
+
+    env = read_env("cpu")
+    # 40 tasks, 10% meta-val: 4 meta-val tasks, fewer than a meta-batch of 16.
+    small = ["sampler.options.num_tasks=40", "trainer.meta_batch_size=16"]
+    with pytest.raises(ValueError) as caught:
+        build_parts(sinusoid(*small, "trainer.eval_every=5"), env)
+    message = str(caught.value)
+    for remedy in ("trainer.meta_batch_size", "data.fractions", "trainer.eval_every=0"):
+        assert remedy in message, message
+    assert "split 'val'" in message
+    build_parts(sinusoid(*small, "trainer.eval_every=0"), env)  # the suggested way out
+    with pytest.raises(ValueError, match="to fix: lower trainer.meta_batch_size.*data.fractions"):
+        build_parts(sinusoid("sampler.options.num_tasks=40", "trainer.meta_batch_size=64"), env)
+
+
 def test_unknown_section_and_type_errors_name_the_path():
     values = sinusoid().to_dict()
     with pytest.raises(ValueError, match="trainerr: unknown field"):

@@ -96,16 +96,26 @@ def build_parts(config: TrainConfig, env: DistEnv) -> RunParts:
         f"trainer.meta_batch_size={config.trainer.meta_batch_size} over {env.world_size} "
         f"rank(s), data.fractions={list(config.data.fractions)}"
     )
-    with _naming(batch_fields):
+    train_hint = (
+        "to fix: lower trainer.meta_batch_size (keeping it a multiple of the number of "
+        "ranks), give meta-train a larger share in data.fractions, or use a store with more "
+        "units"
+    )
+    with _naming(batch_fields, train_hint):
         train_loader = BatchMetaDataLoader(sampler, partitioner, split="train", **loader_options)
     if len(train_loader) < 1:
         raise ValueError(
             f"trainer.meta_batch_size={config.trainer.meta_batch_size}: a rank's meta-train "
-            "split yields no full batch per epoch; lower it or use more units"
+            f"split yields no full batch per epoch; {train_hint}"
         )
     val_loader = None
     if config.trainer.eval_every > 0:
-        with _naming(f"{batch_fields} (meta-val, trainer.eval_every > 0)"):
+        val_hint = (
+            "to fix: lower trainer.meta_batch_size (keeping it a multiple of the number of "
+            "ranks), give meta-val a larger share in data.fractions (e.g. "
+            "data.fractions=[0.6,0.2,0.2]), or turn meta-val off with trainer.eval_every=0"
+        )
+        with _naming(f"{batch_fields} (meta-val, trainer.eval_every > 0)", val_hint):
             val_loader = BatchMetaDataLoader(sampler, partitioner, split="val", **loader_options)
 
     example = sampler.sample(np.zeros(1, dtype=np.int64), derive_task_seeds(seed, 0, np.zeros(1)))
@@ -132,12 +142,14 @@ def build_parts(config: TrainConfig, env: DistEnv) -> RunParts:
 
 
 @contextmanager
-def _naming(fields: str) -> Iterator[None]:
-    """Prefixes a component's `ValueError` with the config fields that caused it."""
+def _naming(fields: str, hint: str | None = None) -> Iterator[None]:
+    """Prefixes a component's `ValueError` with the config fields that caused it, and
+    appends `hint` (what to change) when given."""
     try:
         yield
     except ValueError as error:
-        raise ValueError(f"{fields}: {error}") from None
+        suffix = f"; {hint}" if hint else ""
+        raise ValueError(f"{fields}: {error}{suffix}") from None
 
 
 def example_shapes(example: MetaBatch, sampler: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:

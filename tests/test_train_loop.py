@@ -228,3 +228,16 @@ def test_an_unimportable_module_is_named(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ValueError, match="imports: cannot import module 'no_such_module_xyz'"):
         tiny_config(tmp_path / "run", "imports=[no_such_module_xyz]")
+
+
+def test_num_threads_applies_while_training_and_is_restored(tmp_path):
+    before = torch.get_num_threads()
+    seen = []
+    config = tiny_config(
+        tmp_path / "run", "trainer.meta_steps=2", "trainer.eval_every=1", "trainer.num_threads=1"
+    )
+    train(config, on_eval=lambda step, values: seen.append(torch.get_num_threads()))
+    assert seen == [1, 1]
+    assert torch.get_num_threads() == before
+    with pytest.raises(ValueError, match="trainer.num_threads must be >= 1"):
+        tiny_config(tmp_path / "run", "trainer.num_threads=0")

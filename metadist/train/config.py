@@ -153,6 +153,10 @@ class TrainerConfig:
         device: `auto` (a GPU per rank when there is one), `cpu` or `cuda`.
         backend: process-group backend: `auto` (NCCL on GPU, gloo on CPU), `gloo`, `nccl`.
         find_unused_parameters: passed to DistributedDataParallel.
+        num_threads: CPU threads for torch's intra-op parallelism in each process; `None`
+            leaves torch's choice (all cores, or `OMP_NUM_THREADS` when set, as torchrun
+            does). 1 is usually fastest for small meta-learning models on CPU, whose
+            many tiny ops gain nothing from threads.
     """
 
     meta_steps: int = 1000
@@ -165,6 +169,7 @@ class TrainerConfig:
     device: str = "auto"
     backend: str = "auto"
     find_unused_parameters: bool = False
+    num_threads: int | None = None
 
     def validate(self, world_size: int) -> None:
         _check_min("trainer.meta_steps", self.meta_steps, 1)
@@ -173,6 +178,8 @@ class TrainerConfig:
         _check_min("trainer.keep_checkpoints", self.keep_checkpoints, 1)
         _check_min("trainer.eval_every", self.eval_every, 0)
         _check_min("trainer.eval_batches", self.eval_batches, 1)
+        if self.num_threads is not None:
+            _check_min("trainer.num_threads", self.num_threads, 1)
         _check_choice("trainer.device", self.device, _DEVICES)
         _check_choice("trainer.backend", self.backend, _BACKENDS)
         if self.seed < 0:

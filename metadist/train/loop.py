@@ -98,14 +98,20 @@ def train(
     """
     env = read_env(config.trainer.device, config.trainer.backend)
     config.validate(env.world_size)
-    parts = build_parts(config, env)
-    formed = not torch.distributed.is_initialized()
-    init_distributed(env)
+    threads_before = torch.get_num_threads()
+    if config.trainer.num_threads is not None:
+        torch.set_num_threads(config.trainer.num_threads)
     try:
-        return _run(config, env, parts, on_eval)
+        parts = build_parts(config, env)
+        formed = not torch.distributed.is_initialized()
+        init_distributed(env)
+        try:
+            return _run(config, env, parts, on_eval)
+        finally:
+            if formed:
+                destroy_distributed()
     finally:
-        if formed:
-            destroy_distributed()
+        torch.set_num_threads(threads_before)
 
 
 @dataclass

@@ -1,5 +1,6 @@
 """`evaluate_tasks` on a real store: original units, baselines by hand, the report files."""
 
+import io
 import json
 
 import numpy as np
@@ -12,7 +13,7 @@ from metadist.datasets.synthetic import (
     SYNTHETIC_PERIODS,
     write_synthetic_panel,
 )
-from metadist.eval import EvalOptions, evaluate_run, evaluate_tasks
+from metadist.eval import EvalOptions, evaluate_run, evaluate_tasks, progress
 from metadist.eval.report import markdown_report, write_report
 from metadist.learners import build_learner
 from metadist.models import build_model
@@ -46,7 +47,7 @@ def panel_and_store(tmp_path_factory):
     return store, raw
 
 
-def _evaluate(store, options):
+def _evaluate(store, options, **kwargs):
     sampler = build_task_sampler(
         "forecast",
         store,
@@ -72,6 +73,7 @@ def _evaluate(store, options):
         store=store,
         target_columns=sampler.target_columns,
         fresh_model=lambda: build_model("forecaster", *shapes, hidden_sizes=(16,)),
+        **kwargs,
     ), sampler
 
 
@@ -133,6 +135,43 @@ def test_zero_inner_steps_make_adapted_equal_unadapted_and_report_files(panel_an
     assert "| Published (published) |" in table
     assert "1.500" in table and "2.000" in table
     assert paths["figure"].read_bytes()[:4] == b"\x89PNG"
+
+
+def test_progress_lines_off_a_terminal(panel_and_store, monkeypatch, capsys):
+    store, _ = panel_and_store
+    options = EvalOptions(seasonal_period=dict(SYNTHETIC_PERIODS), scratch_steps=0)
+    (quiet, _), sampler = _evaluate(store, options)
+    assert capsys.readouterr().err == ""
+    monkeypatch.setattr(progress, "LINE_EVERY_S", 0.0)
+    (shown, _), _ = _evaluate(store, options, progress=True, num_tasks=sampler.num_units)
+    lines = capsys.readouterr().err.splitlines()
+    total = sampler.num_units
+    assert lines[-1].startswith(f"evaluating: {total}/{total} tasks (100%)"), lines
+    assert lines[0].startswith(f"evaluating: 9/{total} tasks"), lines
+    assert shown["overall"] == quiet["overall"]
+
+
+def test_progress_bar_on_a_terminal():
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    stream = Terminal()
+    with progress.TaskProgress(20, stream=stream) as shown:
+        shown.update(7)
+        assert shown._rich.tasks[0].completed == 7 and shown._rich.tasks[0].total == 20
+    assert shown._rich is None and shown.done == 7
+
+
+def test_eval_threads(monkeypatch):
+    before = torch.get_num_threads()
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    with progress.eval_threads() as threads:
+        assert threads == 1 == torch.get_num_threads()
+    assert torch.get_num_threads() == before
+    monkeypatch.setenv("OMP_NUM_THREADS", str(before))
+    with progress.eval_threads() as threads:
+        assert threads == before == torch.get_num_threads()
 
 
 def test_bad_options_name_the_field():

@@ -23,6 +23,7 @@ from torch import nn
 
 from metadist.batch import MetaBatch
 from metadist.eval import baselines, metrics
+from metadist.eval.progress import TaskProgress, eval_threads
 
 FORECAST_METHODS = {
     "adapted": "meta-trained + adapted",
@@ -205,6 +206,8 @@ def evaluate_tasks(
     store: Any = None,
     target_columns: list[int] | None = None,
     fresh_model: Callable[[], nn.Module] | None = None,
+    progress: bool | None = False,
+    num_tasks: int | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Scores every method on every task of `batches`.
 
@@ -221,6 +224,9 @@ def evaluate_tasks(
         target_columns: store column index of each of the T targets.
         fresh_model: builds a freshly initialised model of the same architecture for the
             from-scratch baseline; `None` leaves that baseline out.
+        progress: show tasks done (`TaskProgress`: `None` also shows it, as a bar on a
+            terminal, else a line every 15 s; `False` shows nothing).
+        num_tasks: tasks expected, for the progress display.
 
     Returns:
         (result, examples): the result dict that `report.write_report` writes, and up to
@@ -248,6 +254,10 @@ def evaluate_tasks(
     started = time.perf_counter()
     was_training = learner.training
     learner.eval()
+    if options.max_tasks is not None:
+        num_tasks = min(num_tasks or options.max_tasks, options.max_tasks)
+    shown = TaskProgress(num_tasks, progress)
+    shown.start()
     try:
         for batch in batches:
             if options.max_tasks is not None and scores.num_tasks >= options.max_tasks:
@@ -288,7 +298,9 @@ def evaluate_tasks(
                 )
             else:
                 _score_regression(scores, batch, predictions)
+            shown.update(scores.num_tasks)
     finally:
+        shown.close()
         learner.train(was_training)
     if scores.num_tasks == 0:
         raise ValueError("evaluate_tasks: no task to evaluate (the held-out split is empty)")
@@ -541,6 +553,7 @@ def evaluate_run(
     options: EvalOptions | None = None,
     config_dir: str | None = None,
     write: bool = True,
+    progress: bool | None = None,
 ) -> dict[str, Any]:
     """Evaluates a training run's latest checkpoint on its held-out tasks.
 
@@ -555,6 +568,9 @@ def evaluate_run(
         options: the settings, instead of reading them from the experiment's eval file.
         config_dir: the experiments directory (default: as training looks it up).
         write: write the report files.
+        progress: show tasks done as in `evaluate_tasks` (default: a bar on a terminal,
+            else a line every 15 s). Evaluation runs on one intra-op thread unless
+            `OMP_NUM_THREADS` is set (`progress.eval_threads`).
 
     Returns:
         The result dict, with `paths` (the files written) added.
@@ -597,14 +613,17 @@ def evaluate_run(
     # train on its own, so the from-scratch baseline does not apply.
     fresh_model = build_fresh if config.model.output_shape is None else None
 
-    result, examples = evaluate_tasks(
-        learner,
-        parts["batches"],
-        options=options,
-        store=parts["store"],
-        target_columns=parts["target_columns"],
-        fresh_model=fresh_model,
-    )
+    with eval_threads():
+        result, examples = evaluate_tasks(
+            learner,
+            parts["batches"],
+            options=options,
+            store=parts["store"],
+            target_columns=parts["target_columns"],
+            fresh_model=fresh_model,
+            progress=progress,
+            num_tasks=parts["num_tasks"],
+        )
     step = int(state.get("step", pointer.get("step", 0)))
     result["title"] = f"{config.experiment}: evaluation on held-out tasks after {step} meta-steps"
     result["settings"] = {
@@ -682,7 +701,7 @@ def _eval_parts(config, options: EvalOptions) -> dict[str, Any]:
         units = units[: options.max_tasks]
 
     if options.holdout is not None:
-        batches, description = _holdout_batches(store, train_sampler, units, options)
+        batches, description, num_tasks = _holdout_batches(store, train_sampler, units, options)
     else:
         eval_options = dict(config.sampler.options)
         if config.sampler.name == "forecast":
@@ -690,6 +709,7 @@ def _eval_parts(config, options: EvalOptions) -> dict[str, Any]:
         eval_options.update(options.sampler_options)
         sampler = build_task_sampler(config.sampler.name, store, **eval_options)
         units = _same_units(train_sampler, sampler, units)
+        num_tasks = len(units)
         description = f"{len(units)} {options.split} units, sampler {config.sampler.name}"
         if config.sampler.name == "forecast":
             description += " (split=end: adapt on the history, forecast the last H)"
@@ -708,6 +728,7 @@ def _eval_parts(config, options: EvalOptions) -> dict[str, Any]:
         "output_shape": output_shape,
         "target_columns": target_columns,
         "description": description,
+        "num_tasks": num_tasks,
     }
 
 
@@ -776,4 +797,4 @@ def _holdout_batches(store, sampler, units: np.ndarray, options: EvalOptions):
         f"{len(entities)} entities, query = holdout {spec['path']} "
         f"(adapt on up to {sampler.num_support} windows of the training part)"
     )
-    return batches, description
+    return batches, description, len(entities)

@@ -140,6 +140,20 @@ def test_cli_reports_bad_config_without_traceback(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+def test_only_local_rank_0_prints_a_config_error(tmp_path):
+    import os
+
+    command = [sys.executable, "-m", "metadist.train", "experiment=sinusoid_maml"]
+    # As under torchrun --nproc_per_node=2: the odd meta-batch of 25 cannot be split.
+    env = {**os.environ, "WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "1"}
+    other = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
+    assert other.returncode == 1 and "error" not in other.stderr
+    env.update(RANK="0", LOCAL_RANK="0")
+    first = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
+    assert first.returncode == 1
+    assert "trainer.meta_batch_size=25 is not divisible" in first.stderr
+
+
 def _has_cuda() -> bool:
     import torch
 

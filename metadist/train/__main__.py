@@ -56,7 +56,9 @@ def main(argv: list[str] | None = None) -> int:
         config = load_config(args.overrides, args.config_dir)
         result = train(config)
     except (ValueError, FileNotFoundError, CheckpointError, NonFiniteLossError) as error:
-        print(f"metadist-train: error: {error}", file=sys.stderr)
+        # Under torchrun every rank meets the same error; one copy is enough.
+        if _local_rank() == 0:
+            print(f"metadist-train: error: {error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(

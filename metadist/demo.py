@@ -13,7 +13,8 @@
 5. prints the metric table and where the figure and the run directory are.
 
 Re-running with the same `--out` reuses the panel and store it finds there and resumes
-the run from its latest checkpoint (a finished run is just evaluated again).
+the run from its latest checkpoint (a finished run is just evaluated again, always with
+the demo's evaluation settings plus any `eval.KEY=VALUE` given here).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -182,7 +184,7 @@ def meta_train(store: Path, run_dir: Path, args: argparse.Namespace, overrides: 
         *overrides,
     ]
     _section(f"3. meta-training {EXPERIMENT} on {args.nproc} CPU processes (torchrun)")
-    print("$ " + " ".join(command[1:]).replace(sys.executable, "python"))
+    print("$ " + shlex.join(["python", *command[1:]]))
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")
     env.setdefault("WANDB_MODE", "disabled")
@@ -205,23 +207,15 @@ def meta_train(store: Path, run_dir: Path, args: argparse.Namespace, overrides: 
 
 
 def evaluate(run_dir: Path, overrides: list[str]) -> dict:
-    """The run's evaluation: the report training wrote at its end, else a fresh one."""
+    """A fresh evaluation of the run's latest checkpoint with the demo's settings.
+
+    Always re-scored (a few seconds at demo size): a report left by an earlier
+    `python -m metadist.eval` with other settings is replaced, never shown as this run's.
+    """
     from metadist.eval import evaluate_run
-    from metadist.eval.report import EVAL_DIR, JSON_NAME
 
     _section("4. evaluation on held-out entities")
-    report_path = run_dir / EVAL_DIR / JSON_NAME
-    checkpoint_time = _latest_checkpoint_time(run_dir)
-    if not overrides and report_path.is_file() and report_path.stat().st_mtime >= checkpoint_time:
-        result = json.loads(report_path.read_text())
-        print(f"(written at the end of training: {report_path})")
-        return result
     return evaluate_run(run_dir, overrides=overrides)
-
-
-def _latest_checkpoint_time(run_dir: Path) -> float:
-    latest = run_dir / "checkpoints" / "latest"
-    return latest.stat().st_mtime if latest.is_file() else float("inf")
 
 
 def report(result: dict, run_dir: Path, seconds: float) -> None:

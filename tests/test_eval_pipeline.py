@@ -64,6 +64,7 @@ def test_make_run_pipeline_at_toy_size(tmp_path):
     assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert str(figure.resolve()) in done.stdout
     assert "4 meta-steps" in table
+    assert "\n$ python -m torch.distributed.run --standalone --nproc_per_node=2" in done.stdout
 
     # The evaluation CLI on the same run: with 0 inner steps, adapting changes nothing.
     done = subprocess.run(
@@ -85,6 +86,27 @@ def test_make_run_pipeline_at_toy_size(tmp_path):
     again = json.loads((run_dir / "eval" / "metrics.json").read_text())
     assert again["overall"]["adapted"] == again["overall"]["unadapted"]
     assert again["overall"]["naive"] == result["overall"]["naive"]
+
+    # The demo's directory is not the run; the error names the run inside it.
+    wrong = subprocess.run(
+        [sys.executable, "-m", "metadist.eval", f"run_dir={out}"],
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
+    assert wrong.returncode == 1 and f"run_dir={run_dir})" in wrong.stderr, wrong.stderr
+
+    # Re-running the demo evaluates again with its own settings, not the report above.
+    rerun = subprocess.run(
+        command, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300
+    )
+    assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
+    latest = json.loads((run_dir / "eval" / "metrics.json").read_text())
+    assert latest["settings"]["inner_steps"] == result["settings"]["inner_steps"] != 0
+    assert latest["overall"]["adapted"] == result["overall"]["adapted"]
+    assert "written at the end of training" not in rerun.stdout
 
 
 @pytest.mark.integration

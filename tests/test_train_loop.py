@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -222,6 +224,28 @@ def test_a_user_sampler_module_is_imported_and_trained_from_the_command(tmp_path
     assert result.step == 3 and result.loss == result.loss
     state = latest_checkpoint_state(config.resolved_run_dir)
     assert state["config"]["imports"] == ["user_samplers_for_test"]
+    # A fresh process rebuilding the run from its checkpoint (as metadist.eval does)
+    # imports the module again.
+    rebuild = (
+        "from metadist.tasks import registered_task_samplers\n"
+        "from metadist.train import latest_checkpoint_state\n"
+        "from metadist.train.config import build_config\n"
+        f"build_config(latest_checkpoint_state({str(config.resolved_run_dir)!r})['config'])\n"
+        "assert 'user_lines' in registered_task_samplers()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", rebuild], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_an_unregistered_sampler_name_points_to_imports(tmp_path):
+    from metadist.train.build import build_parts
+    from metadist.train.distributed import read_env
+
+    config = tiny_config(tmp_path / "run", "sampler.name=random_windows")
+    with pytest.raises(ValueError, match="unknown task sampler 'random_windows'.*imports="):
+        build_parts(config, read_env("cpu"))
 
 
 def test_an_unimportable_module_is_named(tmp_path, monkeypatch):

@@ -60,9 +60,9 @@ def build_parts(config: TrainConfig, env: DistEnv) -> RunParts:
         FileNotFoundError: `data.store` is missing.
     """
     from metadist.data import BatchMetaDataLoader, StratifiedTaskPartitioner
-    from metadist.learners import build_learner
-    from metadist.models import build_model
-    from metadist.tasks import build_task_sampler, derive_task_seeds
+    from metadist.learners import build_learner, registered_learners
+    from metadist.models import build_model, registered_models
+    from metadist.tasks import build_task_sampler, derive_task_seeds, registered_task_samplers
 
     seed = config.trainer.seed
     store = None
@@ -70,7 +70,9 @@ def build_parts(config: TrainConfig, env: DistEnv) -> RunParts:
         from metadist.store import SeriesStore
 
         store = SeriesStore.open(config.data.store)
-    with _naming("sampler"):
+    with _naming(
+        "sampler", _unknown_hint("sampler", config.sampler.name, registered_task_samplers())
+    ):
         sampler = build_task_sampler(config.sampler.name, store, **config.sampler.options)
     with _naming("data.fractions / data.pinned_test_units"):
         partitioner = StratifiedTaskPartitioner(
@@ -123,9 +125,9 @@ def build_parts(config: TrainConfig, env: DistEnv) -> RunParts:
     if config.model.output_shape is not None:
         output_shape = tuple(config.model.output_shape)
     torch.manual_seed(seed)
-    with _naming("model"):
+    with _naming("model", _unknown_hint("model", config.model.name, registered_models())):
         model = build_model(config.model.name, input_shape, output_shape, **config.model.options)
-    with _naming("learner"):
+    with _naming("learner", _unknown_hint("learner", config.learner.name, registered_learners())):
         learner = build_learner(config.learner.name, model, **config.learner.options)
     learner.to(env.device)
     optimizer = build_optimizer(config.optimizer, learner.parameters())
@@ -139,6 +141,17 @@ def build_parts(config: TrainConfig, env: DistEnv) -> RunParts:
         input_shape=input_shape,
         output_shape=output_shape,
     )
+
+
+_IMPORTS_HINT = (
+    "; a {kind} of your own is registered when its module is imported: name the module in "
+    "imports (imports=[my_module], importable from the working directory or PYTHONPATH)"
+)
+
+
+def _unknown_hint(kind: str, name: str, registered: list[str]) -> str | None:
+    """What to do about a component name no module has registered."""
+    return None if name in registered else _IMPORTS_HINT.format(kind=kind)[2:]
 
 
 @contextmanager

@@ -14,7 +14,17 @@ USAGE_EPILOG = """\
 examples:
   python -m metadist.train experiment=sinusoid_maml
   python -m metadist.train experiment=sinusoid_maml learner=metasgd trainer.meta_steps=2000
+  python -m metadist.train experiment=sinusoid_maml trainer.num_threads=1
+  python -m metadist.train experiment=synthetic_maml imports=[my_samplers] \\
+      sampler.name=my_sampler 'sampler.options={lookback: 32, horizon: 8}'
   torchrun --nproc_per_node=2 -m metadist.train experiment=synthetic_maml run_dir=runs/syn2
+  torchrun --nproc_per_node=2 -m metadist.train experiment=sinusoid_maml \\
+      trainer.meta_batch_size=24
+
+imports=[module] imports a module of your own (from the working directory or
+PYTHONPATH) that registers a sampler, learner or model. The global meta-batch must be a
+multiple of the number of ranks. Ctrl-C writes a checkpoint and exits; the same command
+resumes.
 
 The configs are looked up in --config-dir, else $METADIST_EXPERIMENTS_DIR, else
 ./experiments, else the experiments/ directory of the metadist source checkout.

@@ -55,6 +55,9 @@ class TaskSampler(ABC):
 def register_task_sampler(name: str):
     """Class decorator registering a `TaskSampler` under `name`.
 
+    Registration happens when the defining module is imported; a training run selects a
+    sampler of your own with `imports=[your_module] sampler.name=NAME`.
+
     Example:
         >>> @register_task_sampler("my_sampler")
         ... class MySampler(TaskSampler): ...

@@ -711,18 +711,25 @@ def run_sweep(settings: SweepSettings, log=print) -> Any:
                     trial, runner = running[number]
                     exit_code = runner.poll()
                     points = read_val_metric(runner.plan.run_dir, settings.metric)
+                    # Ask the pruner after every new point, not only the last of a poll: a
+                    # fast run writes many points between polls, and the pruner compares
+                    # trials at equal steps, which the other trials may only have early on.
+                    prune_point = None
                     for step, value in points:
                         if step > reported.get(number, -1):
                             if math.isfinite(value):
                                 trial.report(value, step)
                             reported[number] = step
-                    if exit_code is None and points and trial.should_prune():
+                            if exit_code is None and trial.should_prune():
+                                prune_point = (step, value)
+                                break
+                    if prune_point is not None:
                         runner.stop()
                         study.tell(trial, state=TrialState.PRUNED)
                         del running[number]
                         log(
-                            f"trial {number} pruned at step {points[-1][0]}: "
-                            f"{settings.metric}={points[-1][1]:.6g}"
+                            f"trial {number} pruned at step {prune_point[0]}: "
+                            f"{settings.metric}={prune_point[1]:.6g}"
                         )
                         _write_reports(study, settings)
                         continue

@@ -243,8 +243,11 @@ def test_an_unregistered_sampler_name_points_to_imports(tmp_path):
     from metadist.train.build import build_parts
     from metadist.train.distributed import read_env
 
-    config = tiny_config(tmp_path / "run", "sampler.name=random_windows")
-    with pytest.raises(ValueError, match="unknown task sampler 'random_windows'.*imports="):
+    # A name no test module registers (the registry is process-wide under pytest).
+    config = tiny_config(tmp_path / "run", "sampler.name=never_registered_windows")
+    with pytest.raises(
+        ValueError, match="unknown task sampler 'never_registered_windows'.*imports="
+    ):
         build_parts(config, read_env("cpu"))
 
 

@@ -558,7 +558,7 @@ class SlurmTrial:
         subprocess.run(["scancel", self.element], capture_output=True, check=False)
 
     def finish(self) -> None:
-        pass
+        """Nothing to close: the array job's output files belong to Slurm."""
 
 
 # --------------------------------------------------------------------------- the sweep

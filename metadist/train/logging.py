@@ -139,16 +139,16 @@ class NullLogger:
     run_id = ""
 
     def progress(self, step: int, loss: float, tasks_per_s: float) -> None:
-        pass
+        """Ranks other than 0 show no progress bar."""
 
     def log(self, step: int, split: str, values: dict[str, float]) -> None:
-        pass
+        """Only rank 0 writes metrics."""
 
     def message(self, text: str) -> None:
-        pass
+        """Only rank 0 prints messages; errors are raised, not logged."""
 
     def close(self) -> None:
-        pass
+        """Nothing was opened."""
 
 
 def read_metrics(run_dir: str | os.PathLike) -> list[dict[str, Any]]:

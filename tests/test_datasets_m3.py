@@ -158,3 +158,23 @@ def test_cli(tmp_path, m3_dir):
     )
     assert missing.returncode == 1 and "metadist[datasets]" in missing.stderr
     assert "Traceback" not in missing.stderr and not (tmp_path / "other").exists()
+
+
+def test_validation_split_is_the_training_part_one_horizon_earlier(m3_dir, tmp_path):
+    _, train, _ = m3_dir
+    summary = write_m3(tmp_path / "m3val", validation=True)
+    assert summary.validation and summary.num_series == 3003
+    assert "validation split" in str(summary)
+    val_train = by_series(pq.read_table(summary.train_path))
+    val_test = by_series(pq.read_table(summary.test_path))
+    assert set(val_train) == set(val_test) == set(train)
+    for series_id, series in train.items():
+        h = M3_HORIZONS[series["frequency"][0]]
+        n = len(series["t"])
+        np.testing.assert_array_equal(val_train[series_id]["value"], series["value"][: n - h])
+        np.testing.assert_array_equal(val_test[series_id]["value"], series["value"][n - h :])
+        np.testing.assert_array_equal(val_test[series_id]["t"], np.arange(n - h, n))
+        assert len(val_train[series_id]["t"]) >= 8
+    # Not one value of the competition holdout is written (the files hold 37,014 fewer
+    # rows than the full data set: exactly the holdout's size).
+    assert summary.num_train_rows + summary.num_test_rows == sum(len(s["t"]) for s in train.values())

@@ -9,7 +9,14 @@ import torch
 from torch import nn
 
 from metadist.batch import MetaBatch, TaskSet
-from metadist.learners import MetaOutput, build_learner, get_learner, registered_learners
+from metadist.learners import (
+    MetaOutput,
+    build_learner,
+    get_learner,
+    registered_learners,
+    task_loss,
+    task_losses,
+)
 from metadist.models import build_model, registered_models
 from metadist.tasks import build_task_sampler, derive_task_seeds
 
@@ -600,3 +607,34 @@ def test_window_normalised_models_batch_like_the_loop(learner_name, model_name):
         torch.testing.assert_close(grads_v[key], grads_l[key], rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(pred_v, pred_l, rtol=1e-6, atol=1e-6)
     assert not torch.allclose(pred_v, results["none", True][2], atol=1e-4)
+
+
+def test_regression_losses_against_hand_computed_values():
+    prediction = torch.tensor([[[1.0], [3.0]], [[0.0], [2.0]]])  # [B=2, 2, 1]
+    target = torch.tensor([[[2.0], [3.0]], [[0.0], [4.0]]])
+    # task 0: errors 1, 0; task 1: errors 0, 2 (with 0 vs 0, which sMAPE scores 0)
+    torch.testing.assert_close(task_losses("mse", prediction, target), torch.tensor([0.5, 2.0]))
+    torch.testing.assert_close(task_losses("mae", prediction, target), torch.tensor([0.5, 1.0]))
+    smape = task_losses("smape", prediction, target)
+    torch.testing.assert_close(smape, torch.tensor([(2 / 3) / 2, (4 / 6) / 2]))
+    torch.testing.assert_close(task_loss("smape", prediction[1], target[1]), smape[1])
+    torch.testing.assert_close(task_loss("mae", prediction[0], target[0]), torch.tensor(0.5))
+    # sMAPE is scale-free; its gradient stays finite where prediction and target are 0.
+    torch.testing.assert_close(task_losses("smape", 1000 * prediction, 1000 * target), smape)
+    leaf = prediction.clone().requires_grad_(True)
+    task_losses("smape", leaf, target).sum().backward()
+    assert torch.isfinite(leaf.grad).all()
+    with pytest.raises(ValueError, match="smape loss: model output"):
+        task_losses("smape", prediction, target[:, :1])
+
+
+@pytest.mark.parametrize("loss", ["mae", "smape"])
+def test_maml_adapts_under_scale_free_losses(loss):
+    torch.manual_seed(0)
+    model = build_model("mlp", input_shape=[1], output_shape=[1], hidden_sizes=[16])
+    learner = build_learner("maml", model, loss=loss, inner_steps=3, inner_lr=0.1)
+    x = torch.linspace(-1, 1, 20).reshape(1, 20, 1)
+    support = TaskSet(x, 5 + 2 * x)  # positive targets, as sMAPE expects
+    before = task_loss(loss, learner.predict(learner.adapt(support, steps=0), x)[0], support.y[0])
+    after = task_loss(loss, learner.predict(learner.adapt(support), x)[0], support.y[0])
+    assert after < before

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -168,3 +169,28 @@ def test_options_and_overrides_mix_in_any_order():
     )
     assert args.overrides == ["experiment=sinusoid_maml", "trainer.meta_steps=10"]
     assert args.no_eval and args.config_dir == "x"
+
+
+def test_eval_overrides_reach_the_evaluation_that_ends_training(tmp_path, capsys):
+    from metadist.train.__main__ import main
+
+    run_dir = tmp_path / "run"
+    common = [
+        "experiment=sinusoid_maml",
+        f"run_dir={run_dir}",
+        "trainer.meta_steps=2",
+        "trainer.meta_batch_size=4",
+        "trainer.eval_every=0",
+        "logging.progress=false",
+        "logging.wandb.mode=disabled",
+    ]
+    # A bad evaluation setting is refused before any training, naming the field.
+    assert main([*common, "eval.max_task=8"]) == 1
+    assert "eval.max_task: unknown field" in capsys.readouterr().err
+    assert not run_dir.exists()
+    assert main([*common, "--no-eval", "eval.max_tasks=8"]) == 1
+    assert "--no-eval" in capsys.readouterr().err and not run_dir.exists()
+
+    assert main([*common, "eval.max_tasks=8", "eval.scratch_steps=0"]) == 0
+    result = json.loads((run_dir / "eval" / "metrics.json").read_text())
+    assert result["num_tasks"] == 8 and result["settings"]["scratch_steps"] == 0

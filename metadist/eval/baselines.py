@@ -19,6 +19,8 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
+from metadist.learners import LOSSES, task_losses
+
 
 def naive_forecast(history, horizon: int) -> np.ndarray:
     """Repeats the last value of `history` (`[n]` or `[n, T]`) `horizon` times.
@@ -70,7 +72,7 @@ def fit_from_scratch(
     *,
     steps: int,
     lr: float,
-    classification: bool = False,
+    loss: str = "mse",
 ) -> dict[str, Tensor]:
     """Trains `model`'s initial weights on each task's support set only, one copy per task.
 
@@ -81,18 +83,21 @@ def fit_from_scratch(
         support_y: `[B, K, ...]` support targets (`[B, K]` int64 for classification).
         steps: full-batch Adam steps per task.
         lr: Adam learning rate.
-        classification: cross-entropy instead of mean squared error.
+        loss: the training loss, one of `metadist.learners.LOSSES` (the evaluated
+            learner's own, so the baseline optimises what the meta-trained model did).
 
     Returns:
         Parameters stacked over tasks: `{name: [B, *shape]}`; see `predict_stacked`.
 
     Raises:
-        ValueError: steps < 0, lr <= 0 or mismatched task dimensions.
+        ValueError: steps < 0, lr <= 0, an unknown loss or mismatched task dimensions.
     """
     if int(steps) < 0:
         raise ValueError(f"from-scratch baseline: steps must be >= 0, got {steps}")
     if not lr > 0:
         raise ValueError(f"from-scratch baseline: lr must be > 0, got {lr}")
+    if loss not in LOSSES:
+        raise ValueError(f"from-scratch baseline: loss must be one of {LOSSES}, got {loss!r}")
     if support_x.shape[0] != support_y.shape[0]:
         raise ValueError(
             f"support_x and support_y disagree on the number of tasks: "
@@ -111,7 +116,8 @@ def fit_from_scratch(
     for _ in range(int(steps)):
         optimizer.zero_grad(set_to_none=True)
         outputs = forward(params, support_x)
-        _task_losses(outputs, support_y, classification).sum().backward()
+        targets = support_y if loss == "cross_entropy" else support_y.reshape(outputs.shape)
+        task_losses(loss, outputs, targets).sum().backward()
         optimizer.step()
     return {name: p.detach() for name, p in params.items()}
 
@@ -120,17 +126,6 @@ def predict_stacked(model: nn.Module, params: dict[str, Tensor], x: Tensor) -> T
     """Runs `model` with per-task parameters `{name: [B, ...]}` on inputs `[B, Q, ...]`."""
     with torch.no_grad():
         return _batched_forward(model, dict(model.named_buffers()))(params, x)
-
-
-def _task_losses(outputs: Tensor, targets: Tensor, classification: bool) -> Tensor:
-    """`[B]` mean loss of each task: cross-entropy (logits `[B, N, C]`) or squared error."""
-    num_tasks = outputs.shape[0]
-    if classification:
-        losses = nn.functional.cross_entropy(
-            outputs.reshape(-1, outputs.shape[-1]), targets.reshape(-1), reduction="none"
-        )
-        return losses.reshape(num_tasks, -1).mean(dim=1)
-    return ((outputs - targets.reshape(outputs.shape)) ** 2).reshape(num_tasks, -1).mean(dim=1)
 
 
 def _batched_forward(model: nn.Module, buffers: dict[str, Tensor]):

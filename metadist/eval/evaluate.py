@@ -276,7 +276,7 @@ def evaluate_tasks(
                     batch.support.y,
                     steps=options.scratch_steps,
                     lr=options.scratch_lr,
-                    classification=classification,
+                    loss=getattr(learner, "loss", "mse"),
                 )
                 predictions["scratch"] = _forecast(
                     lambda x, m=scratch_template, p=params: baselines.predict_stacked(m, p, x),

@@ -15,6 +15,7 @@ Example:
 from metadist.learners import anil, maml, metasgd, protonet, reptile  # noqa: F401  (registers them)
 from metadist.learners.base import (
     LOSSES,
+    REGRESSION_LOSSES,
     InnerLoopLearner,
     Learner,
     MetaOutput,
@@ -23,10 +24,12 @@ from metadist.learners.base import (
     register_learner,
     registered_learners,
     task_loss,
+    task_losses,
 )
 
 __all__ = [
     "LOSSES",
+    "REGRESSION_LOSSES",
     "InnerLoopLearner",
     "Learner",
     "MetaOutput",
@@ -35,4 +38,5 @@ __all__ = [
     "register_learner",
     "registered_learners",
     "task_loss",
+    "task_losses",
 ]

@@ -34,7 +34,12 @@ from metadist.batch import MetaBatch, TaskSet
 
 logger = logging.getLogger("metadist.learners")
 
-LOSSES = ("mse", "cross_entropy")
+LOSSES = ("mse", "mae", "smape", "cross_entropy")
+# Element-wise regression losses (prediction and target of equal shape). "smape" is the
+# M3/M4 symmetric absolute percentage error as a fraction (2|y - p| / (|y| + |p|), 0 where
+# both are 0): scale-free, so series of any magnitude weigh alike; meant for raw
+# (unscaled) positive values, as forecasting competitions score them.
+REGRESSION_LOSSES = ("mse", "mae", "smape")
 Params = dict[str, Tensor]
 
 _REGISTRY: dict[str, type[Learner]] = {}
@@ -113,23 +118,38 @@ def build_learner(name: str, model: nn.Module, **options: Any) -> Learner:
     return cls(model, **options)
 
 
+def _elementwise_loss(kind: str, prediction: Tensor, target: Tensor) -> Tensor:
+    """Per-element regression loss of `kind` ("mse", "mae" or "smape")."""
+    error = prediction - target
+    if kind == "mse":
+        return error.square()
+    if kind == "mae":
+        return error.abs()
+    total = prediction.abs() + target.abs()
+    # 0/0 (both zero) scores 0, and the denominator never reaches 0 in the backward pass.
+    return torch.where(total > 0, 2 * error.abs() / total.clamp_min(1e-12), 0.0)
+
+
 def task_loss(kind: str, prediction: Tensor, target: Tensor) -> Tensor:
     """Scalar loss of one task (or of any batch, averaged over all elements).
 
     Args:
-        kind: "mse" (prediction and target of equal shape) or "cross_entropy"
-            (prediction `[..., N]` logits, target `[...]` int64 class indices).
+        kind: "mse", "mae", "smape" (prediction and target of equal shape; see
+            `REGRESSION_LOSSES`) or "cross_entropy" (prediction `[..., N]` logits, target
+            `[...]` int64 class indices).
 
     Raises:
         ValueError: shapes that do not fit the loss.
     """
-    if kind == "mse":
+    if kind in REGRESSION_LOSSES:
         if prediction.shape != target.shape:
             raise ValueError(
-                f"mse loss: model output {tuple(prediction.shape)} does not match targets "
+                f"{kind} loss: model output {tuple(prediction.shape)} does not match targets "
                 f"{tuple(target.shape)}; check the model's output_shape"
             )
-        return F.mse_loss(prediction, target)
+        if kind == "mse":
+            return F.mse_loss(prediction, target)
+        return _elementwise_loss(kind, prediction, target).mean()
     if prediction.shape[:-1] != target.shape:
         raise ValueError(
             f"cross_entropy loss: model output {tuple(prediction.shape)} must be targets "
@@ -142,20 +162,20 @@ def task_losses(kind: str, prediction: Tensor, target: Tensor) -> Tensor:
     """Per-task losses `[B]` of a batch of tasks: `task_loss` of each task's slice.
 
     Args:
-        kind: "mse" or "cross_entropy" (see `task_loss`).
+        kind: one of `LOSSES` (see `task_loss`).
         prediction: `[B, ...]` model outputs; target: `[B, ...]` targets.
 
     Raises:
         ValueError: shapes that do not fit the loss (named per task, without B).
     """
     num_tasks = prediction.shape[0]
-    if kind == "mse":
+    if kind in REGRESSION_LOSSES:
         if prediction.shape != target.shape:
             raise ValueError(
-                f"mse loss: model output {tuple(prediction.shape[1:])} does not match "
+                f"{kind} loss: model output {tuple(prediction.shape[1:])} does not match "
                 f"targets {tuple(target.shape[1:])}; check the model's output_shape"
             )
-        return (prediction - target).square().reshape(num_tasks, -1).mean(1)
+        return _elementwise_loss(kind, prediction, target).reshape(num_tasks, -1).mean(1)
     if prediction.shape[:-1] != target.shape:
         raise ValueError(
             f"cross_entropy loss: model output {tuple(prediction.shape[1:])} must be targets "
@@ -178,7 +198,8 @@ class Learner(nn.Module, ABC):
 
     Args:
         model: any `nn.Module` mapping `[..., *input_shape]` → `[..., *output_shape]`.
-        loss: "mse" (regression, forecasting) or "cross_entropy" (classification).
+        loss: "mse", "mae" or "smape" (regression, forecasting; see `REGRESSION_LOSSES`)
+            or "cross_entropy" (classification).
         vectorize: run the tasks of a batch together (batched inner loops); False
             forces a per-task Python loop.
 
@@ -227,7 +248,7 @@ class InnerLoopLearner(Learner):
             to `inner_steps`. `adapt(support, steps=N)` overrides both.
         first_order: drop the second-order terms (the inner gradients are treated as
             constants in the meta-gradient).
-        loss: "mse" or "cross_entropy".
+        loss: one of `LOSSES`.
         vectorize: run the tasks batched (default). Models that cannot run batched
             (recurrent layers, batch norm updating running statistics) fall back to a
             per-task loop automatically, with one logged warning; False forces the loop.

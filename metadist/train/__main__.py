@@ -20,6 +20,10 @@ examples:
   torchrun --nproc_per_node=2 -m metadist.train experiment=synthetic_maml run_dir=runs/syn2
   torchrun --nproc_per_node=2 -m metadist.train experiment=sinusoid_maml \\
       trainer.meta_batch_size=24
+  python -m metadist.train experiment=m3_maml eval.scratch_steps=0
+
+eval.KEY=VALUE overrides go to the evaluation that ends the run (see python -m
+metadist.eval --help); everything else is a training override.
 
 imports=[module] imports a module of your own (from the working directory or
 PYTHONPATH) that registers a sampler, learner or model. The global meta-batch must be a
@@ -63,7 +67,18 @@ def main(argv: list[str] | None = None) -> int:
 
             print(OmegaConf.to_yaml(compose_dict(args.overrides, args.config_dir)).rstrip())
             return 0
-        config = load_config(args.overrides, args.config_dir)
+        train_overrides = [o for o in args.overrides if not o.startswith("eval.")]
+        eval_overrides = [o for o in args.overrides if o.startswith("eval.")]
+        if eval_overrides and args.no_eval:
+            raise ValueError(
+                f"{eval_overrides[0]!r} sets the evaluation, which --no-eval turns off"
+            )
+        config = load_config(train_overrides, args.config_dir)
+        if eval_overrides:
+            # Bad evaluation settings fail now, not after hours of training.
+            from metadist.eval import load_eval_options
+
+            load_eval_options(config.experiment, eval_overrides, args.config_dir)
         result = train(config)
     except (ValueError, FileNotFoundError, CheckpointError, NonFiniteLossError) as error:
         # Under torchrun every rank meets the same error; one copy is enough.
@@ -86,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         return 130
     if result is not None and result.stopped_by is None and not args.no_eval:
-        _evaluate_at_end(result.run_dir, args.config_dir)
+        _evaluate_at_end(result.run_dir, args.config_dir, eval_overrides)
     return 0 if result is not None else 1
 
 
@@ -96,7 +111,7 @@ def _local_rank() -> int:
     return int(os.environ.get("LOCAL_RANK", "0"))
 
 
-def _evaluate_at_end(run_dir, config_dir) -> None:
+def _evaluate_at_end(run_dir, config_dir, overrides: list[str]) -> None:
     """Rank 0 evaluates the finished run on its held-out tasks (metadist.eval)."""
     import os
 
@@ -106,7 +121,7 @@ def _evaluate_at_end(run_dir, config_dir) -> None:
     from metadist.eval.report import markdown_report
 
     try:
-        result = evaluate_run(run_dir, config_dir=config_dir)
+        result = evaluate_run(run_dir, overrides=overrides, config_dir=config_dir)
     except (ValueError, FileNotFoundError) as error:
         print(f"metadist-train: evaluation skipped: {error}", file=sys.stderr)
         return

@@ -177,4 +177,6 @@ def test_validation_split_is_the_training_part_one_horizon_earlier(m3_dir, tmp_p
         assert len(val_train[series_id]["t"]) >= 8
     # Not one value of the competition holdout is written (the files hold 37,014 fewer
     # rows than the full data set: exactly the holdout's size).
-    assert summary.num_train_rows + summary.num_test_rows == sum(len(s["t"]) for s in train.values())
+    assert summary.num_train_rows + summary.num_test_rows == sum(
+        len(s["t"]) for s in train.values()
+    )

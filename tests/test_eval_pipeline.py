@@ -193,3 +193,56 @@ def test_holdout_tasks_never_reach_the_holdout(tmp_path):
     _write_long(bad, [("Z", 50, 1.0)])
     with pytest.raises(ValueError, match="does not hold"):
         read_holdout(bad, store, entity_col="series_id", time_col="t", value_cols=["value"])
+
+
+def test_holdout_evaluation_keeps_to_the_samplers_labels(tmp_path):
+    from metadist.eval.evaluate import EvalOptions, _holdout_batches
+    from metadist.tasks import build_task_sampler
+
+    # Six series, alternately labelled "yearly" and "monthly", 30 training rows each (the
+    # last one only 5: too short for a training task, still evaluated).
+    train, test = [], []
+    for e in range(6):
+        n = 5 if e == 4 else 30
+        label = "yearly" if e % 2 == 0 else "monthly"
+        train += [(f"s{e}", t, 1.0 + t, label) for t in range(n)]
+        test += [(f"s{e}", t, 1.0 + t, label) for t in range(n, n + 3)]
+    for path, rows in (("train.parquet", train), ("test.parquet", test)):
+        columns = list(zip(*rows, strict=True))
+        pq.write_table(
+            pa.table(
+                {"series_id": columns[0], "t": columns[1], "value": columns[2], "f": columns[3]}
+            ),
+            tmp_path / path,
+        )
+    ingest(
+        tmp_path / "train.parquet",
+        tmp_path / "store",
+        entity_col="series_id",
+        time_col="t",
+        features=["value"],
+        label_col="f",
+        scaling="none",
+        progress=False,
+    )
+    store = SeriesStore.open(tmp_path / "store")
+    options = EvalOptions.from_dict(
+        {
+            "split": "all",
+            "holdout": {
+                "path": str(tmp_path / "test.parquet"),
+                "entity_col": "series_id",
+                "time_col": "t",
+            },
+        }
+    )
+    window = {"lookback": 4, "horizon": 3, "num_support": 2, "target_columns": ["value"]}
+    for labels, expected in ((["yearly"], ["s0", "s2", "s4"]), (None, [f"s{e}" for e in range(6)])):
+        sampler = build_task_sampler("forecast", store, labels=labels, **window)
+        batches, _, num_tasks = _holdout_batches(
+            store, sampler, np.arange(sampler.num_units), options
+        )
+        entities = sorted(
+            str(store.entity_ids[e]) for b in batches for e in b.entity_index.tolist()
+        )
+        assert num_tasks == len(expected) and entities == expected

@@ -65,6 +65,25 @@ def test_short_entities_are_excluded_and_counted(encoded_store):
     )
 
 
+def test_labels_keep_only_their_entities(encoded_store):
+    # Labels of the encoded panel: entity e has "c{e % 4}"; 36 and 37 are too short.
+    sampler = build_task_sampler("forecast", encoded_store, labels=["c0", "c2"], **OPTIONS)
+    np.testing.assert_array_equal(sampler.entities, np.arange(0, 38, 2))
+    np.testing.assert_array_equal(sampler.unit_entity, np.arange(0, 36, 2))
+    np.testing.assert_array_equal(sampler.excluded_entities, [36])
+    _, batch = _all_tasks(sampler, num_seeds=2)
+    assert set(batch.entity_index.tolist()) == set(range(0, 36, 2))
+    assert set(encoded_store.labels[batch.entity_index.numpy()]) == {"c0", "c2"}
+    one = build_task_sampler("forecast", encoded_store, labels="c1", **OPTIONS)
+    np.testing.assert_array_equal(one.unit_entity, np.arange(1, 36, 4))
+    everything = build_task_sampler("forecast", encoded_store, **OPTIONS)
+    np.testing.assert_array_equal(everything.entities, np.arange(38))
+    with pytest.raises(ValueError, match=r"labels: store .* has no label 'c9'; its labels: c0"):
+        build_task_sampler("forecast", encoded_store, labels=["c0", "c9"], **OPTIONS)
+    with pytest.raises(ValueError, match="empty labels list"):
+        build_task_sampler("forecast", encoded_store, labels=[], **OPTIONS)
+
+
 def test_chunk_units_keep_windows_inside_their_chunk(encoded_store):
     sampler = build_task_sampler(
         "forecast", encoded_store, unit="chunk", chunk_length=60, **OPTIONS

@@ -774,8 +774,12 @@ def _holdout_batches(store, sampler, units: np.ndarray, options: EvalOptions):
         value_cols=spec.get("value_cols", target_names),
     )
     if options.split == "all":
-        # Every entity with a holdout, also those too short for a training task.
+        # Every entity with a holdout that the sampler draws from (e.g. one label), also
+        # those too short for a training task.
         entities = np.asarray(sorted(holdout), dtype=np.int64)
+        drawn = getattr(sampler, "entities", None)
+        if drawn is not None:
+            entities = entities[np.isin(entities, drawn)]
     else:
         entities = np.unique(np.asarray(sampler.unit_entity)[units])
         entities = entities[np.isin(entities, list(holdout))]

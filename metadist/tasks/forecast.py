@@ -67,13 +67,19 @@ class ForecastSampler(TaskSampler):
             `chunk_length` but long enough for a task being one chunk; windows never
             leave their chunk), for panels with few, long series.
         chunk_length: rows per chunk with `unit="chunk"`.
+        labels: keep only the entities whose store label is one of these (e.g. one
+            frequency of a forecasting competition, for a model per frequency); None keeps
+            every entity.
 
     Shapes: `support.x [B, K, L, F]`, `support.y [B, K, H, T]`, `query.x [B, Q, L, F]`,
     `query.y [B, Q, H, T]` (float32, contiguous); `entity_index`, `stratum`, `split_time`
     `[B]` int64, `split_time` being the store time of row tau.
 
     Attributes:
-        num_excluded_entities: entities too short for a single task (left out).
+        entities: `[E']` store indices of the entities the sampler draws from (those with
+            one of `labels`; all of them without), long enough for a task or not.
+        num_excluded_entities: of those, the entities too short for a single task (left
+            out).
         excluded_entities: `[num_excluded_entities]` their store indices.
         unit_entity, unit_start, unit_length: `[num_units]` int64 entity, first store
             row and number of rows of every unit.
@@ -99,6 +105,7 @@ class ForecastSampler(TaskSampler):
         split: str = "random",
         unit: str = "entity",
         chunk_length: int | None = None,
+        labels: Sequence[str] | None = None,
     ) -> None:
         _positive(
             "forecast",
@@ -147,15 +154,19 @@ class ForecastSampler(TaskSampler):
             raise ValueError("forecast sampler: chunk_length is only used with unit='chunk'")
         else:
             self.chunk_length = None
-        fits = lengths >= need
+        selected = self._select_labels(store, labels)
+        self.entities = np.flatnonzero(selected)
+        fits = (lengths >= need) & selected
         if not fits.any():
+            chosen = f" with label {', '.join(self.labels)}" if self.labels else ""
             raise ValueError(
-                f"forecast sampler: no entity of store {store.path} is long enough for one task, "
+                f"forecast sampler: no entity{chosen} of store {store.path} is long enough for "
+                "one task, "
                 f"which needs {self._need_text()} = {need} rows; the longest entity has "
-                f"{int(lengths.max()) if len(lengths) else 0}: lower lookback, horizon, "
+                f"{int(lengths[selected].max()) if selected.any() else 0}: lower lookback, horizon, "
                 "num_support, num_query or stride"
             )
-        self.excluded_entities = np.flatnonzero(~fits)
+        self.excluded_entities = np.flatnonzero(selected & ~fits)
         kept = np.flatnonzero(fits)
         if unit == "entity":
             self.unit_entity = kept
@@ -175,6 +186,22 @@ class ForecastSampler(TaskSampler):
         self._unit_strata = np.asarray(store.stratum_codes, dtype=np.int64)[self.unit_entity]
         self._gatherers: tuple[WindowGatherer, WindowGatherer] | None = None
         self._times: np.ndarray | None = None
+
+    def _select_labels(self, store: Any, labels: Sequence[str] | str | None) -> np.ndarray:
+        """`[E]` bool: the entities whose label is in `labels` (all with None)."""
+        if labels is None:
+            self.labels: list[str] | None = None
+            return np.ones(store.num_entities, dtype=bool)
+        self.labels = [labels] if isinstance(labels, str) else [str(x) for x in labels]
+        known = [str(x) for x in store.label_names]
+        unknown = [x for x in self.labels if x not in known]
+        if not self.labels or unknown:
+            what = f"has no label {unknown[0]!r}" if unknown else "got an empty labels list"
+            raise ValueError(
+                f"forecast sampler: labels: store {store.path} {what}; its labels: "
+                f"{', '.join(known)}"
+            )
+        return np.isin(np.asarray(store.labels).astype(str), self.labels)
 
     @property
     def rows_per_task(self) -> int:

@@ -84,6 +84,35 @@ def test_labels_keep_only_their_entities(encoded_store):
         build_task_sampler("forecast", encoded_store, labels=[], **OPTIONS)
 
 
+def test_padded_inputs_repeat_the_first_value_and_targets_stay_real(encoded_store):
+    options = {**OPTIONS, "num_query": 2}
+    sampler = build_task_sampler("forecast", encoded_store, pad_inputs=15, **options)
+    assert sampler.rows_per_task == 16 + 2 * 4 + (5 + 2 - 2) * 2 - 15 == 19
+    np.testing.assert_array_equal(sampler.excluded_entities, [36])  # 12 rows; 37 has 20
+    units, batch = _all_tasks(sampler, num_seeds=20)
+    assert 37 in batch.entity_index.tolist()  # the 20-row entity now gives tasks
+    padded = 0
+    for side in (batch.support, batch.query):
+        entity, row = _decode(side.x)
+        assert np.all(entity == batch.entity_index.numpy()[:, None, None])
+        # rows never decrease; a repeated row 0 is padding, and only row 0 repeats
+        steps = np.diff(row, axis=-1)
+        assert np.all((steps == 1) | ((steps == 0) & (row[..., 1:] == 0)))
+        padded += int((steps == 0).sum())
+        # at least one real input row, and targets are real rows right after the inputs
+        target_time = side.y[..., 0].numpy() - 0.5
+        target_row = (target_time - 1000) / TIME_STEP
+        np.testing.assert_array_equal(target_row[..., 0], row[..., -1] + 1)
+        assert np.all(target_row >= 1)
+    assert padded > 0
+    tau = batch.split_time.numpy()[:, None, None]
+    assert np.all(batch.support.y[..., 0].numpy() - 0.5 < tau)
+    assert np.all(batch.query.y[..., 0].numpy() - 0.5 >= tau)
+    for bad in (-1, 16, 2.0, True):
+        with pytest.raises(ValueError, match="pad_inputs must be an integer in"):
+            build_task_sampler("forecast", encoded_store, pad_inputs=bad, **OPTIONS)
+
+
 def test_chunk_units_keep_windows_inside_their_chunk(encoded_store):
     sampler = build_task_sampler(
         "forecast", encoded_store, unit="chunk", chunk_length=60, **OPTIONS

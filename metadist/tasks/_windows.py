@@ -40,9 +40,18 @@ class WindowGatherer:
                 writeable=False,
             )
 
-    def gather(self, rows: np.ndarray) -> np.ndarray:
-        """Windows starting at `rows` (any shape S) as a contiguous `[*S, length, F]` array."""
+    def gather(self, rows: np.ndarray, first_row: np.ndarray | None = None) -> np.ndarray:
+        """Windows starting at `rows` (any shape S) as a contiguous `[*S, length, F]` array.
+
+        With `first_row` (broadcastable to S), rows before it read row `first_row` instead:
+        windows reaching back past the start of their series repeat its first value.
+        """
         rows = np.asarray(rows, dtype=np.int64)
+        if first_row is not None:
+            offsets = np.arange(self.length, dtype=np.int64)
+            floor = np.broadcast_to(np.asarray(first_row, dtype=np.int64), rows.shape)
+            row_index = np.maximum(rows[..., None] + offsets, floor[..., None])[..., None]
+            return np.ascontiguousarray(np.asarray(self.values)[row_index, self.columns])
         if self.view is not None:
             # Indexing, not np.take: take would first copy the whole strided view.
             return self.view[rows]

@@ -12,7 +12,9 @@ stride s, a window starting at row w has inputs at rows [w, w+L) and targets at 
 So a unit of n rows needs n ≥ L + 2H + (K+Q-2)·s; tau ranges over
 [L + H + (K-1)·s, n - H - (Q-1)·s], uniformly at random, or is the last value of that range
 with `split="end"` (the evaluation protocol: adapt on the history, forecast the last H
-steps with Q=1).
+steps with Q=1). With `pad_inputs=P`, the first P input rows of a window may lie before
+the unit's first row and repeat its first value (as forecasting competitions pad short
+series), which lowers both bounds by P.
 """
 
 from __future__ import annotations
@@ -67,6 +69,9 @@ class ForecastSampler(TaskSampler):
             `chunk_length` but long enough for a task being one chunk; windows never
             leave their chunk), for panels with few, long series.
         chunk_length: rows per chunk with `unit="chunk"`.
+        pad_inputs: P, how many input rows of a window may lie before the unit's first
+            row (0 .. L-1); they repeat the unit's first value. Lets short series (a
+            competition's yearly data) give tasks; targets are always real rows.
         labels: keep only the entities whose store label is one of these (e.g. one
             frequency of a forecasting competition, for a model per frequency); None keeps
             every entity.
@@ -105,6 +110,7 @@ class ForecastSampler(TaskSampler):
         split: str = "random",
         unit: str = "entity",
         chunk_length: int | None = None,
+        pad_inputs: int = 0,
         labels: Sequence[str] | None = None,
     ) -> None:
         _positive(
@@ -124,6 +130,16 @@ class ForecastSampler(TaskSampler):
         self.num_support, self.num_query = int(num_support), int(num_query)
         self.stride = int(stride)
         self.split, self.unit = split, unit
+        if (
+            isinstance(pad_inputs, bool)
+            or not isinstance(pad_inputs, (int, np.integer))
+            or not 0 <= pad_inputs < self.lookback
+        ):
+            raise ValueError(
+                f"forecast sampler: pad_inputs must be an integer in [0, lookback - 1 = "
+                f"{self.lookback - 1}], got {pad_inputs!r}"
+            )
+        self.pad_inputs = int(pad_inputs)
         self.input_columns = _resolve_columns(
             store,
             store.column_names if input_columns is None else input_columns,
@@ -205,16 +221,19 @@ class ForecastSampler(TaskSampler):
 
     @property
     def rows_per_task(self) -> int:
-        """Fewest rows a unit needs: L + 2H + (K + Q - 2)·stride."""
+        """Fewest rows a unit needs: L + 2H + (K + Q - 2)·stride - pad_inputs."""
         return (
-            self.lookback + 2 * self.horizon + (self.num_support + self.num_query - 2) * self.stride
+            self.lookback
+            + 2 * self.horizon
+            + (self.num_support + self.num_query - 2) * self.stride
+            - self.pad_inputs
         )
 
     def _need_text(self) -> str:
         return (
             f"lookback {self.lookback} + 2·horizon {self.horizon} + "
             f"(num_support {self.num_support} + num_query {self.num_query} - 2)·stride "
-            f"{self.stride}"
+            f"{self.stride}" + (f" - pad_inputs {self.pad_inputs}" if self.pad_inputs else "")
         )
 
     @property
@@ -253,7 +272,7 @@ class ForecastSampler(TaskSampler):
         need the counter-based `task_uniform`).
         """
         k, q, s = self.num_support, self.num_query, self.stride
-        low = self.lookback + self.horizon + (k - 1) * s
+        low = self.lookback + self.horizon + (k - 1) * s - self.pad_inputs
         high = self.unit_length[units] - self.horizon - (q - 1) * s
         if self.split == "end":
             return high
@@ -270,13 +289,19 @@ class ForecastSampler(TaskSampler):
         support_start = (base - big_l - big_h)[:, None] - (k - 1 - np.arange(k)) * s  # [B, K]
         query_start = (base - big_l)[:, None] + np.arange(q) * s  # [B, Q]
         entity = self.unit_entity[units]
+        if self.pad_inputs:
+            first_row = self.unit_start[units][:, None]
+            support_x = inputs.gather(support_start, first_row)
+            query_x = inputs.gather(query_start, first_row)
+        else:
+            support_x, query_x = inputs.gather(support_start), inputs.gather(query_start)
         return MetaBatch(
             support=TaskSet(
-                torch.from_numpy(inputs.gather(support_start)),
+                torch.from_numpy(support_x),
                 torch.from_numpy(targets.gather(support_start + big_l)),
             ),
             query=TaskSet(
-                torch.from_numpy(inputs.gather(query_start)),
+                torch.from_numpy(query_x),
                 torch.from_numpy(targets.gather(query_start + big_l)),
             ),
             entity_index=torch.from_numpy(entity),

@@ -47,7 +47,7 @@ def panel_and_store(tmp_path_factory):
     return store, raw
 
 
-def _evaluate(store, options, **kwargs):
+def _sampler_and_learner(store):
     sampler = build_task_sampler(
         "forecast",
         store,
@@ -58,9 +58,17 @@ def _evaluate(store, options, **kwargs):
         split="end",
     )
     torch.manual_seed(0)
-    shapes = ((LOOKBACK, store.num_columns), (HORIZON, 1))
-    model = build_model("forecaster", *shapes, hidden_sizes=(16,))
+    model = build_model("forecaster", *_shapes(store), hidden_sizes=(16,))
     learner = build_learner("maml", model, inner_steps=1, inner_lr=0.05, eval_inner_steps=3)
+    return sampler, learner
+
+
+def _shapes(store):
+    return (LOOKBACK, store.num_columns), (HORIZON, 1)
+
+
+def _evaluate(store, options, **kwargs):
+    sampler, learner = _sampler_and_learner(store)
     units = np.arange(sampler.num_units)
     batches = [
         sampler.sample(units[:9], units[:9].astype(np.uint64)),
@@ -72,7 +80,7 @@ def _evaluate(store, options, **kwargs):
         options=options,
         store=store,
         target_columns=sampler.target_columns,
-        fresh_model=lambda: build_model("forecaster", *shapes, hidden_sizes=(16,)),
+        fresh_model=lambda: build_model("forecaster", *_shapes(store), hidden_sizes=(16,)),
         **kwargs,
     ), sampler
 
@@ -218,3 +226,62 @@ def test_classification_accuracy_with_confidence_interval(panel_and_store):
         1.959963984540054 * per_task.std(ddof=1) / np.sqrt(len(per_task))
     )
     assert "| meta-trained + adapted |" in markdown_report(result)
+
+
+def test_combined_runs_pool_like_one_evaluation(panel_and_store, tmp_path):
+    from metadist.eval.combine import combine_runs
+    from metadist.eval.combine import main as combine_main
+
+    store, _ = panel_and_store
+    options = EvalOptions(
+        seasonal_period=dict(SYNTHETIC_PERIODS),
+        scratch_steps=0,
+        num_examples=0,
+        group_by=["stratum", "label"],
+    )
+    sampler, learner = _sampler_and_learner(store)
+    units = np.arange(sampler.num_units)
+    whole, _ = evaluate_tasks(
+        learner,
+        [sampler.sample(units, units.astype(np.uint64))],
+        options=options,
+        store=store,
+        target_columns=sampler.target_columns,
+    )
+    # The same tasks in two runs: the first 5 and the other 11 (other group mixes).
+    for name, part in (("a", units[:5]), ("b", units[5:])):
+        result, _ = evaluate_tasks(
+            learner,
+            [sampler.sample(part, part.astype(np.uint64))],
+            options=options,
+            store=store,
+            target_columns=sampler.target_columns,
+        )
+        write_report(result, tmp_path / name)
+    tasks = pq.read_table(tmp_path / "a" / "eval" / "tasks.parquet")
+    assert tasks.num_rows == 5 and "group:entity" in tasks.column_names
+    assert "per_task" not in json.loads((tmp_path / "a" / "eval" / "metrics.json").read_text())
+
+    combined = combine_runs([tmp_path / "a", tmp_path / "b"], title="both")
+    assert combined["num_tasks"] == 16
+    for method, scores in whole["overall"].items():
+        for metric, score in scores.items():
+            for key in ("value", "task_mean", "ci95"):
+                assert combined["overall"][method][metric][key] == pytest.approx(score[key])
+    assert combined["groups"].keys() == whole["groups"].keys() == {"stratum", "label"}
+    for grouping, groups in whole["groups"].items():
+        for group, entry in groups.items():
+            got = combined["groups"][grouping][group]
+            assert got["num_tasks"] == entry["num_tasks"]
+            assert got["scores"]["naive"]["smape"] == pytest.approx(
+                entry["scores"]["naive"]["smape"]
+            )
+
+    assert combine_main([str(tmp_path / "both"), str(tmp_path / "a"), str(tmp_path / "b")]) == 0
+    assert "| naive (last value) |" in (tmp_path / "both" / "metrics.md").read_text()
+    with pytest.raises(ValueError, match="is evaluated by both"):
+        combine_runs([tmp_path / "a", tmp_path / "both"])
+    with pytest.raises(FileNotFoundError, match="python -m metadist.eval run_dir="):
+        combine_runs([tmp_path / "a", tmp_path / "missing"])
+    with pytest.raises(ValueError, match="at least two"):
+        combine_runs([tmp_path / "a"])

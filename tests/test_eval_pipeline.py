@@ -246,3 +246,14 @@ def test_holdout_evaluation_keeps_to_the_samplers_labels(tmp_path):
             str(store.entity_ids[e]) for b in batches for e in b.entity_index.tolist()
         )
         assert num_tasks == len(expected) and entities == expected
+    # eval.labels picks among the entities the sampler draws from.
+    sampler = build_task_sampler("forecast", store, **window)
+    monthly = EvalOptions.from_dict({**options.__dict__, "labels": ["monthly"]})
+    batches, _, num_tasks = _holdout_batches(store, sampler, np.arange(6), monthly)
+    entities = sorted(str(store.entity_ids[e]) for b in batches for e in b.entity_index.tolist())
+    assert num_tasks == 3 and entities == ["s1", "s3", "s5"]
+    weekly = EvalOptions.from_dict({**options.__dict__, "labels": ["weekly"]})
+    with pytest.raises(ValueError, match="eval.labels: store .* has no label 'weekly'"):
+        _holdout_batches(store, sampler, np.arange(6), weekly)
+    with pytest.raises(ValueError, match="eval.labels must be a non-empty list"):
+        EvalOptions.from_dict({"labels": "monthly"}).validate()

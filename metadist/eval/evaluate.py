@@ -70,6 +70,9 @@ class EvalOptions:
         references: published figures shown next to the primary metric, e.g.
             `{"Theta": {"all": 13.01, "stratum": {"yearly": 16.90}}}`.
         seed: seed of the from-scratch initialisation.
+        labels: evaluate only the entities with one of these store labels (e.g. the
+            frequencies a model of one horizon serves, when it was trained on every
+            series); `None`: every entity the sampler draws from.
     """
 
     inner_steps: int | None = None
@@ -88,6 +91,7 @@ class EvalOptions:
     group_names: dict[str, str] = field(default_factory=dict)
     references: dict[str, Any] = field(default_factory=dict)
     seed: int = 0
+    labels: list[str] | None = None
 
     def validate(self) -> None:
         """Raises `ValueError` naming the first bad field."""
@@ -123,6 +127,12 @@ class EvalOptions:
                 raise ValueError(
                     f"eval.group_by entries must be stratum or label, got {grouping!r}"
                 )
+        if self.labels is not None and (
+            isinstance(self.labels, str) or not self.labels or not all(self.labels)
+        ):
+            raise ValueError(
+                f"eval.labels must be a non-empty list of labels or null, got {self.labels!r}"
+            )
         if self.seasonal_period_from not in ("stratum", "label"):
             raise ValueError(
                 "eval.seasonal_period_from must be 'stratum' or 'label', got "
@@ -176,6 +186,34 @@ class _Scores:
     @property
     def num_tasks(self) -> int:
         return len(self.counts)
+
+    def table(self, groupings: dict[str, str]) -> dict[str, list]:
+        """Columns of one row per task: `num_points`, `group:<name>` for each grouping
+        (`{grouping: name}`), and `<method>:<metric>` point sums; see `from_table`."""
+        columns: dict[str, list] = {"num_points": list(self.counts)}
+        for grouping, name in groupings.items():
+            if grouping in self.groups:
+                columns[f"group:{name}"] = list(self.groups[grouping])
+        for method in self.methods:
+            for metric in self.metric_names:
+                columns[f"{method}:{metric}"] = list(self.sums[method][metric])
+        return columns
+
+    @classmethod
+    def from_table(cls, columns: dict[str, list]) -> _Scores:
+        """The scores of a `table`, its groups keyed by their names."""
+        pairs = [key.split(":", 1) for key in columns if ":" in key and key[:6] != "group:"]
+        methods = list(dict.fromkeys(method for method, _ in pairs))
+        scores = cls(methods, dict.fromkeys(metric for _, metric in pairs))
+        for method, metric in pairs:
+            scores.sums[method][metric] = [float(v) for v in columns[f"{method}:{metric}"]]
+        scores.counts = [int(v) for v in columns["num_points"]]
+        scores.groups = {
+            key[len("group:") :]: [str(v) for v in values]
+            for key, values in columns.items()
+            if key.startswith("group:")
+        }
+        return scores
 
     def summary(self, keep: np.ndarray | None = None) -> dict[str, dict[str, dict[str, float]]]:
         counts = np.asarray(self.counts, dtype=np.float64)
@@ -395,7 +433,8 @@ def _score_forecasts(scores, batch, predictions, store, target_columns, options,
                 "mae": float(abs_err.sum()),
                 "mse": float(metrics.squared_errors(truth[b], forecast).sum()),
             }
-        scores.add(sums, truth[b].size, {"stratum": stratum, "label": label})
+        groups = {"stratum": stratum, "label": label, "entity": str(store.entity_ids[entity])}
+        scores.add(sums, truth[b].size, groups)
         # Draw one example per group first (the first grouping of `group_by`), then any.
         group = label if options.group_by[:1] == ["label"] else stratum
         if len(examples) < options.num_examples and (group not in seen or len(seen) >= 4):
@@ -436,6 +475,29 @@ def _score_classification(scores, batch, predictions, store):
             for method in scores.methods
         }
         scores.add(sums, target[b].size, {})
+
+
+def group_summaries(scores: _Scores, groupings: dict[str, str]) -> dict[str, Any]:
+    """`{name: {group value: {num_tasks, scores: {method: {metric: value}}}}}` for each
+    `{grouping: name}` of `groupings` that splits the tasks into at least two groups."""
+    out: dict[str, Any] = {}
+    for grouping, name in groupings.items():
+        if grouping not in scores.groups:
+            continue
+        values = np.asarray(scores.groups[grouping])
+        names = sorted(set(values.tolist()) - {""})
+        if len(names) < 2:
+            continue
+        table = {}
+        for value in names:
+            keep = values == value
+            summary = scores.summary(keep)
+            table[value] = {
+                "num_tasks": int(keep.sum()),
+                "scores": {m: {k: v["value"] for k, v in s.items()} for m, s in summary.items()},
+            }
+        out[name] = table
+    return out
 
 
 def _result(scores: _Scores, classification, with_store, options, learner) -> dict[str, Any]:
@@ -482,22 +544,9 @@ def _result(scores: _Scores, classification, with_store, options, learner) -> di
             else "mean over tasks ± 95% CI",
         },
     }
-    for grouping, values in scores.groups.items():
-        if grouping not in options.group_by:
-            continue
-        values = np.asarray(values)
-        names = sorted(set(values.tolist()) - {""})
-        if len(names) < 2:
-            continue
-        table = {}
-        for name in names:
-            keep = values == name
-            summary = scores.summary(keep)
-            table[name] = {
-                "num_tasks": int(keep.sum()),
-                "scores": {m: {k: v["value"] for k, v in s.items()} for m, s in summary.items()},
-            }
-        result["groups"][options.group_names.get(grouping, grouping)] = table
+    groupings = {g: options.group_names.get(g, g) for g in options.group_by}
+    result["groups"] = group_summaries(scores, groupings)
+    result["per_task"] = scores.table({**groupings, "entity": "entity"})
     if classification:
         for method in scores.methods:
             score = result["overall"][method]["accuracy"]
@@ -697,6 +746,18 @@ def _eval_parts(config, options: EvalOptions) -> dict[str, Any]:
             f"(data.fractions={list(config.data.fractions)})"
         )
     target_columns = getattr(train_sampler, "target_columns", None)
+    if options.labels is not None:
+        unit_entity = getattr(train_sampler, "unit_entity", None)
+        if unit_entity is None:
+            raise ValueError(
+                f"eval.labels needs a sampler whose tasks come from store entities; "
+                f"{config.sampler.name!r} has none"
+            )
+        units = units[_has_labels(store, options.labels)[unit_entity[units]]]
+        if len(units) == 0 and options.holdout is None:
+            raise ValueError(
+                f"eval.labels={options.labels}: none of the {options.split} units has them"
+            )
     if options.max_tasks is not None and options.holdout is None:
         units = units[: options.max_tasks]
 
@@ -730,6 +791,20 @@ def _eval_parts(config, options: EvalOptions) -> dict[str, Any]:
         "description": description,
         "num_tasks": num_tasks,
     }
+
+
+def _has_labels(store, labels: list[str]) -> np.ndarray:
+    """`[E]` bool: the store's entities with one of `labels` (`ValueError` for unknown ones)."""
+    if store is None:
+        raise ValueError("eval.labels needs a series store (entities with labels)")
+    known = [str(x) for x in store.label_names]
+    unknown = [x for x in labels if str(x) not in known]
+    if unknown:
+        raise ValueError(
+            f"eval.labels: store {store.path} has no label {unknown[0]!r}; its labels: "
+            f"{', '.join(known)}"
+        )
+    return np.isin(np.asarray(store.labels).astype(str), [str(x) for x in labels])
 
 
 def _same_units(train_sampler, eval_sampler, units: np.ndarray) -> np.ndarray:
@@ -780,6 +855,8 @@ def _holdout_batches(store, sampler, units: np.ndarray, options: EvalOptions):
         drawn = getattr(sampler, "entities", None)
         if drawn is not None:
             entities = entities[np.isin(entities, drawn)]
+        if options.labels is not None:
+            entities = entities[_has_labels(store, options.labels)[entities]]
     else:
         entities = np.unique(np.asarray(sampler.unit_entity)[units])
         entities = entities[np.isin(entities, list(holdout))]

@@ -1,4 +1,5 @@
-"""Writing an evaluation: `metrics.json`, `metrics.md` and `forecasts.png` in `<run_dir>/eval/`.
+"""Writing an evaluation: `metrics.json`, `metrics.md`, `tasks.parquet` and `forecasts.png`
+in `<run_dir>/eval/`.
 
 The JSON holds everything (per-method metrics overall and per group, settings, published
 reference figures); the markdown is the same numbers as tables a person reads; the PNG
@@ -27,26 +28,41 @@ EVAL_DIR = "eval"
 JSON_NAME = "metrics.json"
 MARKDOWN_NAME = "metrics.md"
 FIGURE_NAME = "forecasts.png"
+# One row per task: its number of scored points, its groups (e.g. frequency, category,
+# entity) and each method's sum of each metric over its points; pooling rows reproduces
+# metrics.json, and `python -m metadist.eval.combine` pools the rows of several runs.
+TASKS_NAME = "tasks.parquet"
 
 
 def write_report(
-    result: dict[str, Any], run_dir: str | os.PathLike, examples: list[dict] | None = None
+    result: dict[str, Any],
+    run_dir: str | os.PathLike,
+    examples: list[dict] | None = None,
+    *,
+    directory: str | os.PathLike | None = None,
 ) -> dict[str, Path]:
-    """Writes the JSON, the markdown tables and (given examples) the figure.
+    """Writes the JSON, the markdown tables, the per-task rows and (given examples) the figure.
 
     Args:
         result: the evaluation (see `metadist.eval.evaluate.evaluate_run`).
         run_dir: the run directory; files go to `<run_dir>/eval/`.
+        directory: write the files here instead (a combined evaluation).
         examples: forecasts to draw, each a dict with `title`, `history` `[n]`, `truth`
             `[H]` and one `[H]` array per drawn method (`unadapted`, `adapted`).
 
     Returns:
-        {"json": path, "markdown": path, "figure": path (only with examples)}.
+        {"json": path, "markdown": path, "tasks": path (with `result["per_task"]`),
+        "figure": path (only with examples)}.
     """
-    out_dir = Path(run_dir) / EVAL_DIR
+    out_dir = Path(directory) if directory is not None else Path(run_dir) / EVAL_DIR
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {"json": out_dir / JSON_NAME, "markdown": out_dir / MARKDOWN_NAME}
-    _atomic_write_text(paths["json"], json.dumps(_jsonable(result), indent=2) + "\n")
+    per_task = result.get("per_task")
+    if per_task is not None:
+        paths["tasks"] = out_dir / TASKS_NAME
+        _atomic_write_table(paths["tasks"], per_task)
+    summary = {k: v for k, v in result.items() if k not in ("per_task", "paths")}
+    _atomic_write_text(paths["json"], json.dumps(_jsonable(summary), indent=2) + "\n")
     _atomic_write_text(paths["markdown"], markdown_report(result))
     if examples:
         paths["figure"] = out_dir / FIGURE_NAME
@@ -187,6 +203,8 @@ def _number(value: Any) -> str:
 def _plain(value: Any) -> str:
     if isinstance(value, dict):
         return ", ".join(f"{k}={_plain(v)}" for k, v in value.items())
+    if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+        return " | ".join(f"({_plain(v)})" for v in value)
     return str(value)
 
 
@@ -203,6 +221,22 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, np.integer):
         return int(value)
     return value
+
+
+def _atomic_write_table(path: Path, columns: dict[str, list]) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    pq.write_table(pa.table(columns), tmp)
+    os.replace(tmp, path)
+
+
+def read_tasks(path: str | os.PathLike) -> dict[str, list]:
+    """The columns of a `tasks.parquet` written by `write_report`."""
+    import pyarrow.parquet as pq
+
+    return pq.read_table(path).to_pydict()
 
 
 def _atomic_write_text(path: Path, text: str) -> None:

@@ -1,0 +1,156 @@
+"""One table from the evaluations of several runs: `python -m metadist.eval.combine`.
+
+    python -m metadist.eval.combine OUT_DIR RUN_DIR [RUN_DIR ...] [--title TITLE]
+
+A panel is often meta-trained as several runs, each on its own part of the series (a
+model per frequency of a forecasting competition: `sampler.options.labels`). Each run's
+evaluation writes one row per task to `<run_dir>/eval/tasks.parquet` (points scored and
+every method's sum of every metric over them); combining concatenates those rows and
+pools them exactly as one evaluation of all the tasks would: the scores are means over
+all forecast points, the ± is the 95% CI of the per-task mean, groups (frequency,
+category) are recomputed across runs. `OUT_DIR` gets `metrics.json`, `metrics.md` and
+`tasks.parquet`; each run keeps its own figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from metadist.eval.evaluate import _Scores, group_summaries
+from metadist.eval.report import EVAL_DIR, JSON_NAME, TASKS_NAME, read_tasks
+
+# Settings of each run shown in the combined table's settings line.
+_RUN_SETTINGS = ("experiment", "checkpoint", "learner", "model", "inner_steps", "tasks")
+
+
+def combine_runs(run_dirs: list[str | os.PathLike], title: str | None = None) -> dict[str, Any]:
+    """The pooled evaluation of `run_dirs` (each evaluated with `python -m metadist.eval`,
+    or itself the output directory of a combine).
+
+    Returns:
+        A result dict like `evaluate_run`'s (`overall`, `groups`, `per_task`, ...), whose
+        `settings.runs` lists each run's own settings.
+
+    Raises:
+        ValueError: fewer than two runs, a run twice, runs with different methods,
+            metrics or groupings, or a task (entity) evaluated by two runs.
+        FileNotFoundError: a run without `eval/metrics.json` and `eval/tasks.parquet`.
+    """
+    paths = [Path(p) for p in run_dirs]
+    if len(paths) < 2:
+        raise ValueError("combine needs at least two run directories")
+    if len({p.resolve() for p in paths}) != len(paths):
+        raise ValueError("combine: a run directory is given twice")
+    results, tables = [], []
+    for path in paths:
+        # A run directory, or the output of an earlier combine (files directly inside).
+        where = path if (path / JSON_NAME).is_file() else path / EVAL_DIR
+        summary, tasks = where / JSON_NAME, where / TASKS_NAME
+        if not summary.is_file() or not tasks.is_file():
+            missing = summary if not summary.is_file() else tasks
+            raise FileNotFoundError(
+                f"{path} has no evaluation to combine ({missing} is missing); evaluate it "
+                f"first: python -m metadist.eval run_dir={path}"
+            )
+        results.append(json.loads(summary.read_text()))
+        tables.append(read_tasks(tasks))
+    first = results[0]
+    for path, result, table in zip(paths[1:], results[1:], tables[1:], strict=True):
+        for key in ("kind", "methods", "metrics", "primary_metric"):
+            if result.get(key) != first.get(key):
+                raise ValueError(
+                    f"combine: {path} has {key} {result.get(key)!r}, {paths[0]} has "
+                    f"{first.get(key)!r}; only evaluations of the same kind can be pooled"
+                )
+        if sorted(table) != sorted(tables[0]):
+            raise ValueError(
+                f"combine: the tasks of {path} have columns {sorted(table)}, "
+                f"{paths[0]}'s has {sorted(tables[0])}"
+            )
+    columns = {key: [v for table in tables for v in table[key]] for key in tables[0]}
+    if "group:entity" in columns:
+        owner: dict[str, Path] = {}
+        for path, table in zip(paths, tables, strict=True):
+            for entity in table["group:entity"]:
+                if entity in owner:
+                    raise ValueError(
+                        f"combine: entity {entity!r} is evaluated by both {owner[entity]} and "
+                        f"{path}; each task may be scored by one run only"
+                    )
+                owner[entity] = path
+    scores = _Scores.from_table(columns)
+    overall = scores.summary()
+    if first.get("kind") == "classification":
+        for method in scores.methods:
+            overall[method]["accuracy"]["value"] = overall[method]["accuracy"]["task_mean"]
+    groupings = {g[len("group:") :]: g[len("group:") :] for g in columns if g.startswith("group:")}
+    groupings.pop("entity", None)
+    references: dict[str, Any] = {}
+    for result in results:
+        for name, reference in result.get("references", {}).items():
+            references.setdefault(name, reference)
+    return {
+        "title": title or "Combined evaluation of " + ", ".join(str(p) for p in paths),
+        "kind": first.get("kind"),
+        "num_tasks": scores.num_tasks,
+        "methods": first["methods"],
+        "metrics": first["metrics"],
+        "primary_metric": first["primary_metric"],
+        "primary_metric_label": first.get("primary_metric_label", first["primary_metric"]),
+        "overall": overall,
+        "groups": group_summaries(scores, groupings),
+        "references": references,
+        "settings": {
+            "runs": [
+                {
+                    "run_dir": str(path),
+                    "num_tasks": result.get("num_tasks"),
+                    **{
+                        k: result.get("settings", {}).get(k)
+                        for k in _RUN_SETTINGS
+                        if k in result.get("settings", {})
+                    },
+                }
+                for path, result in zip(paths, results, strict=True)
+            ],
+            "aggregation": first.get("settings", {}).get("aggregation"),
+            "seconds": round(
+                sum(float(r.get("settings", {}).get("seconds") or 0) for r in results), 2
+            ),
+        },
+        "per_task": columns,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m metadist.eval.combine",
+        description=__doc__.splitlines()[0],
+        epilog="example: python -m metadist.eval.combine runs/m3 runs/m3_yearly "
+        "runs/m3_quarterly runs/m3_monthly runs/m3_other",
+    )
+    parser.add_argument("out_dir", metavar="OUT_DIR", type=Path, help="where the table goes")
+    parser.add_argument("run_dirs", metavar="RUN_DIR", nargs="+", help="evaluated runs")
+    parser.add_argument("--title", default=None, help="the table's title")
+    args = parser.parse_args(argv)
+    from metadist.eval.report import markdown_report, write_report
+
+    try:
+        result = combine_runs(args.run_dirs, title=args.title)
+    except (ValueError, FileNotFoundError) as error:
+        print(f"metadist.eval.combine: error: {error}", file=sys.stderr)
+        return 1
+    paths = write_report(result, args.out_dir, directory=args.out_dir)
+    print(markdown_report(result), end="")
+    for kind, path in paths.items():
+        print(f"{kind}: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -638,3 +638,43 @@ def test_maml_adapts_under_scale_free_losses(loss):
     before = task_loss(loss, learner.predict(learner.adapt(support, steps=0), x)[0], support.y[0])
     after = task_loss(loss, learner.predict(learner.adapt(support), x)[0], support.y[0])
     assert after < before
+
+
+def test_ensemble_reduces_the_members_adapted_predictions():
+    from metadist.learners.ensemble import LearnerEnsemble
+
+    torch.manual_seed(0)
+    members = [
+        build_learner(
+            name,
+            build_model("mlp", input_shape=[1], output_shape=[1], hidden_sizes=[8]),
+            inner_steps=2,
+            inner_lr=0.1,
+        )
+        for name in ("maml", "metasgd", "maml")
+    ]
+    x = torch.linspace(-1, 1, 12).reshape(2, 6, 1)
+    support, query_x = TaskSet(x, torch.sin(3 * x)), x + 0.1
+    own = [m.predict(m.adapt(support), query_x) for m in members]
+    ensemble = LearnerEnsemble(members[:2])
+    params = ensemble.adapt(support)
+    assert {k.split("/")[0] for k in params} == {"0", "1"}
+    torch.testing.assert_close(ensemble.predict(params, query_x), (own[0] + own[1]) / 2)
+    median = LearnerEnsemble(members, reduce="median")
+    torch.testing.assert_close(
+        median.predict(median.adapt(support), query_x), torch.stack(own).median(0).values
+    )
+    unadapted = ensemble.predict(ensemble.adapt(support, steps=0), query_x)
+    torch.testing.assert_close(
+        unadapted,
+        sum(m.predict(m.adapt(support, steps=0), query_x) for m in members[:2]) / 2,
+    )
+    with pytest.raises(ValueError, match="at least two"):
+        LearnerEnsemble(members[:1])
+    with pytest.raises(ValueError, match="reduce must be one of"):
+        LearnerEnsemble(members, reduce="max")
+    classifier = build_learner(
+        "maml", build_model("mlp", input_shape=[1], output_shape=[3]), loss="cross_entropy"
+    )
+    with pytest.raises(ValueError, match="share one loss"):
+        LearnerEnsemble([members[0], classifier])

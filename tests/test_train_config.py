@@ -194,3 +194,37 @@ def test_eval_overrides_reach_the_evaluation_that_ends_training(tmp_path, capsys
     assert main([*common, "eval.max_tasks=8", "eval.scratch_steps=0"]) == 0
     result = json.loads((run_dir / "eval" / "metrics.json").read_text())
     assert result["num_tasks"] == 8 and result["settings"]["scratch_steps"] == 0
+
+
+def test_ensemble_evaluation_of_two_runs(tmp_path):
+    from metadist.eval import evaluate_run
+    from metadist.train.__main__ import main
+
+    common = [
+        "experiment=sinusoid_maml",
+        "trainer.meta_steps=3",
+        "trainer.meta_batch_size=4",
+        "trainer.eval_every=0",
+        "logging.progress=false",
+        "logging.wandb.mode=disabled",
+        "--no-eval",
+    ]
+    for name, seed in (("a", 1), ("b", 2)):
+        assert main([*common, f"run_dir={tmp_path / name}", f"trainer.seed={seed}"]) == 0
+    assert main([*common, f"run_dir={tmp_path / 'c'}", "sampler.options.num_support=3"]) == 0
+    overrides = ["eval.max_tasks=16", "eval.scratch_steps=0"]
+    alone = evaluate_run(tmp_path / "a", overrides=overrides, write=False)
+    other = evaluate_run(tmp_path / "b", overrides=overrides, write=False)
+    both = evaluate_run(
+        tmp_path / "a", overrides=[*overrides, f"eval.ensemble=[{tmp_path / 'b'}]"], write=False
+    )
+    assert (
+        "mean of" in both["settings"]["ensemble"]
+        and str(tmp_path / "b") in both["settings"]["ensemble"]
+    )
+    values = [r["overall"]["adapted"]["mse"]["value"] for r in (alone, other, both)]
+    assert values[2] not in values[:2]
+    with pytest.raises(ValueError, match="sampler.options"):
+        evaluate_run(tmp_path / "a", overrides=[*overrides, f"eval.ensemble=[{tmp_path / 'c'}]"])
+    with pytest.raises(FileNotFoundError, match="no run directory"):
+        evaluate_run(tmp_path / "a", overrides=[*overrides, f"eval.ensemble=[{tmp_path / 'z'}]"])

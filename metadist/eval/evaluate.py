@@ -70,6 +70,11 @@ class EvalOptions:
         references: published figures shown next to the primary metric, e.g.
             `{"Theta": {"all": 13.01, "stratum": {"yearly": 16.90}}}`.
         seed: seed of the from-scratch initialisation.
+        ensemble: other run directories of the same data and sampler; their latest
+            checkpoints join the run's own as an ensemble (`LearnerEnsemble`): each
+            adapts on its own, and the adapted and unadapted forecasts are the
+            `ensemble_reduce` of the members' forecasts.
+        ensemble_reduce: "mean" or "median".
         labels: evaluate only the entities with one of these store labels (e.g. the
             frequencies a model of one horizon serves, when it was trained on every
             series); `None`: every entity the sampler draws from.
@@ -92,6 +97,8 @@ class EvalOptions:
     references: dict[str, Any] = field(default_factory=dict)
     seed: int = 0
     labels: list[str] | None = None
+    ensemble: list[str] | None = None
+    ensemble_reduce: str = "mean"
 
     def validate(self) -> None:
         """Raises `ValueError` naming the first bad field."""
@@ -132,6 +139,16 @@ class EvalOptions:
         ):
             raise ValueError(
                 f"eval.labels must be a non-empty list of labels or null, got {self.labels!r}"
+            )
+        if self.ensemble is not None and (
+            isinstance(self.ensemble, str) or not all(isinstance(p, str) for p in self.ensemble)
+        ):
+            raise ValueError(
+                f"eval.ensemble must be a list of run directories or null, got {self.ensemble!r}"
+            )
+        if self.ensemble_reduce not in ("mean", "median"):
+            raise ValueError(
+                f"eval.ensemble_reduce must be 'mean' or 'median', got {self.ensemble_reduce!r}"
             )
         if self.seasonal_period_from not in ("stratum", "label"):
             raise ValueError(
@@ -628,7 +645,6 @@ def evaluate_run(
         FileNotFoundError: no run directory or no checkpoint in it, or a missing store.
         ValueError: bad settings, or tasks the evaluation protocol cannot score.
     """
-    from metadist.learners import build_learner
     from metadist.models import build_model
     from metadist.train.checkpoint import latest_checkpoint, load_checkpoint
     from metadist.train.config import build_config
@@ -646,12 +662,17 @@ def evaluate_run(
         options = load_eval_options(config.experiment, overrides, config_dir)
     options.validate()
     parts = _eval_parts(config, options)
-    torch.manual_seed(config.trainer.seed)
-    model = build_model(
-        config.model.name, parts["input_shape"], parts["output_shape"], **config.model.options
-    )
-    learner = build_learner(config.learner.name, model, **config.learner.options)
-    learner.load_state_dict(state["learner"])
+    learner = _trained_learner(config, state, parts)
+    members = [f"{run_dir} ({checkpoint_path.name})"]
+    if options.ensemble:
+        from metadist.learners.ensemble import LearnerEnsemble
+
+        learners = [learner]
+        for member_dir in options.ensemble:
+            member, name = _ensemble_member(Path(member_dir), config, parts)
+            learners.append(member)
+            members.append(f"{member_dir} ({name})")
+        learner = LearnerEnsemble(learners, reduce=options.ensemble_reduce)
 
     def build_fresh() -> nn.Module:
         return build_model(
@@ -683,11 +704,54 @@ def evaluate_run(
         "tasks": parts["description"],
         **result["settings"],
     }
+    if options.ensemble:
+        result["settings"]["ensemble"] = f"{options.ensemble_reduce} of " + ", ".join(members)
     if write:
         from metadist.eval.report import write_report
 
         result["paths"] = {k: str(v) for k, v in write_report(result, run_dir, examples).items()}
     return result
+
+
+def _trained_learner(config, state: dict[str, Any], parts: dict[str, Any]) -> nn.Module:
+    """The run's learner with the checkpoint's weights."""
+    from metadist.learners import build_learner
+    from metadist.models import build_model
+
+    torch.manual_seed(config.trainer.seed)
+    model = build_model(
+        config.model.name, parts["input_shape"], parts["output_shape"], **config.model.options
+    )
+    learner = build_learner(config.learner.name, model, **config.learner.options)
+    learner.load_state_dict(state["learner"])
+    return learner
+
+
+def _ensemble_member(run_dir: Path, config, parts: dict[str, Any]) -> tuple[nn.Module, str]:
+    """(learner, checkpoint name) of the ensemble member `run_dir`; it must have been
+    trained on the evaluated run's store with the same sampler, so it sees the same tasks."""
+    from metadist.train.checkpoint import latest_checkpoint, load_checkpoint
+    from metadist.train.config import build_config
+
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"eval.ensemble: no run directory at {run_dir}")
+    found = latest_checkpoint(run_dir)
+    if found is None:
+        raise _no_checkpoint_error(run_dir)
+    checkpoint_path, pointer = found
+    state = load_checkpoint(checkpoint_path, pointer)
+    member = build_config(state["config"], world_size=1)
+    for setting, mine, theirs in (
+        ("data.store", member.data.store, config.data.store),
+        ("sampler.name", member.sampler.name, config.sampler.name),
+        ("sampler.options", dict(member.sampler.options), dict(config.sampler.options)),
+    ):
+        if mine != theirs:
+            raise ValueError(
+                f"eval.ensemble: {run_dir} was trained with {setting}={mine!r}, the evaluated "
+                f"run with {theirs!r}; members must see the same tasks"
+            )
+    return _trained_learner(member, state, parts), checkpoint_path.name
 
 
 def _no_checkpoint_error(run_dir: Path) -> FileNotFoundError:

@@ -1,0 +1,68 @@
+"""Several trained learners forecasting as one (an ensemble, for evaluation).
+
+Each member adapts to the task on its own and predicts; the ensemble's prediction is the
+element-wise mean or median of the members' predictions. Ensembles of independently
+trained networks are the usual way to take the variance of one training run out of a
+forecast; `python -m metadist.eval run_dir=A eval.ensemble=[B,C]` builds one from runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor, nn
+
+from metadist.batch import TaskSet
+from metadist.learners.base import Params
+
+REDUCTIONS = ("mean", "median")
+
+
+class LearnerEnsemble(nn.Module):
+    """Adapts and predicts with every member learner; reduces their predictions.
+
+    Args:
+        learners: trained learners of the same loss, taking the same inputs and
+            predicting the same shapes.
+        reduce: "mean" or "median" of the members' predictions.
+
+    Raises:
+        ValueError: fewer than two learners, differing losses, or an unknown reduction.
+    """
+
+    def __init__(self, learners: Sequence[nn.Module], reduce: str = "mean") -> None:
+        super().__init__()
+        if len(learners) < 2:
+            raise ValueError(f"an ensemble needs at least two learners, got {len(learners)}")
+        losses = {getattr(learner, "loss", None) for learner in learners}
+        if len(losses) != 1:
+            raise ValueError(
+                f"ensemble members must share one loss, got {sorted(map(str, losses))}"
+            )
+        if reduce not in REDUCTIONS:
+            raise ValueError(f"ensemble reduce must be one of {REDUCTIONS}, got {reduce!r}")
+        self.members = nn.ModuleList(learners)
+        self.loss = losses.pop()
+        self.reduce = reduce
+        self.eval_inner_steps = getattr(learners[0], "eval_inner_steps", None)
+
+    def adapt(self, support: TaskSet, steps: int | None = None) -> Params:
+        """Every member's adapted state, keyed `"<member>/<name>"`."""
+        params: Params = {}
+        for i, member in enumerate(self.members):
+            for name, value in member.adapt(support, steps=steps).items():
+                params[f"{i}/{name}"] = value
+        return params
+
+    def predict(self, params: Params, x: Tensor) -> Tensor:
+        """The reduction over members of each member's prediction with its own state."""
+        predictions = []
+        for i, member in enumerate(self.members):
+            prefix = f"{i}/"
+            own = {k[len(prefix) :]: v for k, v in params.items() if k.startswith(prefix)}
+            predictions.append(member.predict(own, x))
+        stacked = torch.stack(predictions)
+        if self.reduce == "median":
+            return torch.quantile(stacked, 0.5, dim=0)
+        return stacked.mean(0)

@@ -40,7 +40,7 @@ def m3_store(tmp_path_factory) -> Path:
 
     root = tmp_path_factory.mktemp("m3")
     m3 = write_m3(root / "m3")
-    ingest(m3.train_path, root / "store", **M3_INGEST_ARGS, scaling="per-entity", progress=False)
+    ingest(m3.train_path, root / "store", **M3_INGEST_ARGS, scaling="none", progress=False)
     return root / "store"
 
 
@@ -82,6 +82,25 @@ def test_every_experiment_composes_and_instantiates(experiment, request):
     assert config.resolved_run_dir == Path("runs") / experiment
     per_rank = config.trainer.meta_batch_size
     assert next(iter(parts.train_loader)).num_tasks == per_rank
+
+
+@pytest.mark.parametrize("sampler", ["m3_h6", "m3_h8", "m3_h18"])
+def test_every_m3_horizon_trains_on_every_frequency(sampler, m3_store):
+    config, parts = instantiate(
+        ["experiment=m3_maml", f"sampler={sampler}", f"data.store={m3_store}"]
+    )
+    horizon = {"m3_h6": 6, "m3_h8": 8, "m3_h18": 18}[sampler]
+    assert next(iter(parts.train_loader)).query.y.shape[-2] == horizon
+    # Padded inputs let short series give tasks: every frequency with a series long
+    # enough for its horizon takes part (yearly ones are too short for 18 steps).
+    from metadist.store import SeriesStore
+    from metadist.tasks import build_task_sampler
+
+    store = SeriesStore.open(m3_store)
+    tasks = build_task_sampler(config.sampler.name, store, **config.sampler.options)
+    frequencies = set(store.labels[tasks.unit_entity].tolist())
+    expected = {"quarterly", "monthly", "other"} | ({"yearly"} if horizon < 18 else set())
+    assert frequencies == expected
 
 
 def test_every_registered_model_and_learner_has_a_config_file():

@@ -678,3 +678,31 @@ def test_ensemble_reduces_the_members_adapted_predictions():
     )
     with pytest.raises(ValueError, match="share one loss"):
         LearnerEnsemble([members[0], classifier])
+
+
+def test_ensemble_members_with_shorter_lookbacks_see_the_latest_rows():
+    from metadist.learners.ensemble import LearnerEnsemble
+
+    torch.manual_seed(0)
+    long, short = (
+        build_learner(
+            "maml",
+            build_model("forecaster", input_shape=[rows, 1], output_shape=[2, 1]),
+            inner_steps=1,
+            inner_lr=0.1,
+        )
+        for rows in (6, 4)
+    )
+    x = torch.randn(3, 5, 6, 1)  # [B, K, L, F]
+    support = TaskSet(x, torch.randn(3, 5, 2, 1))
+    query_x = torch.randn(3, 1, 6, 1)
+    ensemble = LearnerEnsemble([long, short], lookbacks=[None, 4])
+    expected = (
+        long.predict(long.adapt(support), query_x)
+        + short.predict(short.adapt(TaskSet(x[..., 2:, :], support.y)), query_x[..., 2:, :])
+    ) / 2
+    torch.testing.assert_close(ensemble.predict(ensemble.adapt(support), query_x), expected)
+    with pytest.raises(ValueError, match="looks back 8 rows; the windows hold 6"):
+        LearnerEnsemble([long, short], lookbacks=[None, 8]).adapt(support)
+    with pytest.raises(ValueError, match="one positive integer or None per member"):
+        LearnerEnsemble([long, short], lookbacks=[4])

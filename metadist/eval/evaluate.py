@@ -667,12 +667,13 @@ def evaluate_run(
     if options.ensemble:
         from metadist.learners.ensemble import LearnerEnsemble
 
-        learners = [learner]
+        learners, lookbacks = [learner], [None]
         for member_dir in options.ensemble:
-            member, name = _ensemble_member(Path(member_dir), config, parts)
+            member, name, lookback = _ensemble_member(Path(member_dir), config, parts)
             learners.append(member)
+            lookbacks.append(lookback)
             members.append(f"{member_dir} ({name})")
-        learner = LearnerEnsemble(learners, reduce=options.ensemble_reduce)
+        learner = LearnerEnsemble(learners, reduce=options.ensemble_reduce, lookbacks=lookbacks)
 
     def build_fresh() -> nn.Module:
         return build_model(
@@ -713,23 +714,39 @@ def evaluate_run(
     return result
 
 
-def _trained_learner(config, state: dict[str, Any], parts: dict[str, Any]) -> nn.Module:
-    """The run's learner with the checkpoint's weights."""
+def _trained_learner(
+    config, state: dict[str, Any], parts: dict[str, Any], input_shape: tuple | None = None
+) -> nn.Module:
+    """The run's learner with the checkpoint's weights (its model taking `input_shape`,
+    default the evaluated tasks' input shape)."""
     from metadist.learners import build_learner
     from metadist.models import build_model
 
     torch.manual_seed(config.trainer.seed)
     model = build_model(
-        config.model.name, parts["input_shape"], parts["output_shape"], **config.model.options
+        config.model.name,
+        input_shape or parts["input_shape"],
+        parts["output_shape"],
+        **config.model.options,
     )
     learner = build_learner(config.learner.name, model, **config.learner.options)
     learner.load_state_dict(state["learner"])
     return learner
 
 
-def _ensemble_member(run_dir: Path, config, parts: dict[str, Any]) -> tuple[nn.Module, str]:
-    """(learner, checkpoint name) of the ensemble member `run_dir`; it must have been
-    trained on the evaluated run's store with the same sampler, so it sees the same tasks."""
+# Sampler options an ensemble member may choose for itself: a forecasting member may look
+# back over fewer rows (it then takes the most recent rows of each evaluated window).
+_MEMBER_OWN_OPTIONS = ("lookback", "pad_inputs")
+
+
+def _ensemble_member(
+    run_dir: Path, config, parts: dict[str, Any]
+) -> tuple[nn.Module, str, int | None]:
+    """(learner, checkpoint name, lookback or None) of the ensemble member `run_dir`.
+
+    It must have been trained on the evaluated run's store with the same sampler, up to
+    a lookback no longer than the evaluated run's, so that it can forecast its tasks.
+    """
     from metadist.train.checkpoint import latest_checkpoint, load_checkpoint
     from metadist.train.config import build_config
 
@@ -741,17 +758,31 @@ def _ensemble_member(run_dir: Path, config, parts: dict[str, Any]) -> tuple[nn.M
     checkpoint_path, pointer = found
     state = load_checkpoint(checkpoint_path, pointer)
     member = build_config(state["config"], world_size=1)
-    for setting, mine, theirs in (
+    mine, theirs = dict(member.sampler.options), dict(config.sampler.options)
+    lookback = None
+    if config.sampler.name == "forecast" and mine.get("lookback") != theirs.get("lookback"):
+        lookback = int(mine.get("lookback") or 0)
+        if not 0 < lookback < int(theirs.get("lookback") or 0):
+            raise ValueError(
+                f"eval.ensemble: {run_dir} looks back {mine.get('lookback')} rows, more than "
+                f"the evaluated run's {theirs.get('lookback')}; evaluate the run with the "
+                "longest lookback and list the others as members"
+            )
+        for key in _MEMBER_OWN_OPTIONS:
+            mine.pop(key, None)
+            theirs.pop(key, None)
+    for setting, a, b in (
         ("data.store", member.data.store, config.data.store),
         ("sampler.name", member.sampler.name, config.sampler.name),
-        ("sampler.options", dict(member.sampler.options), dict(config.sampler.options)),
+        ("sampler.options", mine, theirs),
     ):
-        if mine != theirs:
+        if a != b:
             raise ValueError(
-                f"eval.ensemble: {run_dir} was trained with {setting}={mine!r}, the evaluated "
-                f"run with {theirs!r}; members must see the same tasks"
+                f"eval.ensemble: {run_dir} was trained with {setting}={a!r}, the evaluated "
+                f"run with {b!r}; members must see the same tasks"
             )
-    return _trained_learner(member, state, parts), checkpoint_path.name
+    input_shape = None if lookback is None else (lookback, *parts["input_shape"][1:])
+    return _trained_learner(member, state, parts, input_shape), checkpoint_path.name, lookback
 
 
 def _no_checkpoint_error(run_dir: Path) -> FileNotFoundError:

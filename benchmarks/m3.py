@@ -43,10 +43,18 @@ import sys
 import time
 from pathlib import Path
 
-MODELS = {  # name: (sampler config, frequencies it forecasts)
-    "h6": ("m3_h6", ["yearly"]),
-    "h8": ("m3_h8", ["quarterly", "other"]),
-    "h18": ("m3_h18", ["monthly"]),
+MODELS = {  # name: (sampler config, frequencies it forecasts, lookbacks of its members)
+    "h6": ("m3_h6", ["yearly"], [12]),
+    "h8": ("m3_h8", ["quarterly", "other"], [16]),
+    "h18": ("m3_h18", ["monthly"], [24]),
+}
+# A member with another lookback than its sampler's keeps the rows a task needs: its
+# pad_inputs moves with the lookback. The longest lookback is the evaluated run; the
+# others take the most recent rows of its windows (LearnerEnsemble).
+SAMPLER_WINDOWS = {  # sampler config: (lookback, pad_inputs) as shipped
+    "m3_h6": (12, 11),
+    "m3_h8": (16, 8),
+    "m3_h18": (24, 12),
 }
 
 
@@ -97,32 +105,44 @@ def main(argv: list[str] | None = None) -> int:
 
     data_overrides = [f"data.store={store}"]
     eval_overrides = [f"eval.holdout.path={data / 'test.parquet'}"]
-    runs = {
-        name: [out / name / f"seed{seed}" for seed in range(1, args.seeds + 1)]
-        for name in args.models
-    }
+    runs: dict[str, list[Path]] = {}
     jobs = []
-    for name, run_dirs in runs.items():
-        sampler, _ = MODELS[name]
-        for seed, run_dir in enumerate(run_dirs, start=1):
-            command = [
-                sys.executable,
-                "-m",
-                "metadist.train",
-                "experiment=m3_maml",
-                f"sampler={sampler}",
-                f"trainer.seed={seed}",
-                f"run_dir={run_dir}",
-                "logging.progress=false",
-                "--no-eval",
-                *data_overrides,
-                *args.overrides,
-            ]
-            jobs.append((f"meta-train {name} seed {seed}", command, run_dir))
+    for name in args.models:
+        sampler, _, lookbacks = MODELS[name]
+        shipped_lookback, shipped_pad = SAMPLER_WINDOWS[sampler]
+        runs[name] = []
+        for lookback in sorted(lookbacks, reverse=True):
+            for seed in range(1, args.seeds + 1):
+                window = []
+                tag = f"seed{seed}"
+                if lookback != shipped_lookback:
+                    pad = max(0, min(lookback - 1, shipped_pad + lookback - shipped_lookback))
+                    window = [
+                        f"sampler.options.lookback={lookback}",
+                        f"sampler.options.pad_inputs={pad}",
+                    ]
+                    tag += f"_L{lookback}"
+                run_dir = out / name / tag
+                runs[name].append(run_dir)
+                command = [
+                    sys.executable,
+                    "-m",
+                    "metadist.train",
+                    "experiment=m3_maml",
+                    f"sampler={sampler}",
+                    f"trainer.seed={seed}",
+                    f"run_dir={run_dir}",
+                    "logging.progress=false",
+                    "--no-eval",
+                    *window,
+                    *data_overrides,
+                    *args.overrides,
+                ]
+                jobs.append((f"meta-train {name} {tag}", command, run_dir))
     if _run_parallel(jobs, env, args.jobs) != 0:
         return 1
     for name, run_dirs in runs.items():
-        _, labels = MODELS[name]
+        _, labels, _ = MODELS[name]
         command = [
             sys.executable,
             "-m",

@@ -268,3 +268,37 @@ def test_num_threads_applies_while_training_and_is_restored(tmp_path):
     assert torch.get_num_threads() == before
     with pytest.raises(ValueError, match="trainer.num_threads must be >= 1"):
         tiny_config(tmp_path / "run", "trainer.num_threads=0")
+
+
+def test_cosine_schedule_with_warmup_is_logged_and_resumes_exactly(tmp_path):
+    import math
+
+    schedule = [
+        "trainer.meta_steps=10",
+        "trainer.eval_every=4",
+        "trainer.checkpoint_every=4",
+        "logging.log_every=1",
+        "optimizer.schedule=cosine",
+        "optimizer.warmup_steps=2",
+    ]
+    assert train(tiny_config(tmp_path / "straight", *schedule)).step == 10
+    logged = [r["lr"] for r in read_metrics(tmp_path / "straight") if r["split"] == "train"]
+    lr = 1e-3  # sinusoid_maml's optimizer.lr
+    expected = [lr / 2, lr] + [lr * 0.5 * (1 + math.cos(math.pi * k / 8)) for k in range(8)]
+    assert logged == pytest.approx(expected)
+
+    # Stopped after 4 steps and resumed, the schedule continues where it was.
+    def sigterm_at_four(step, values):
+        if step == 4:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    four = train(tiny_config(tmp_path / "resumed", *schedule), on_eval=sigterm_at_four)
+    assert four.step < 10 and four.stopped_by == "SIGTERM"
+    resumed = train(tiny_config(tmp_path / "resumed", *schedule))
+    assert resumed.step == 10
+    assert_bit_identical(
+        latest_checkpoint_state(tmp_path / "straight")["learner"],
+        latest_checkpoint_state(tmp_path / "resumed")["learner"],
+    )
+    with pytest.raises(ValueError, match="optimizer.schedule"):
+        tiny_config(tmp_path / "bad", "optimizer.schedule=linear")

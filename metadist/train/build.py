@@ -8,6 +8,7 @@ model or a meta-batch a rank's split cannot fill stops every rank at once with a
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -180,6 +181,20 @@ def example_shapes(example: MetaBatch, sampler: Any) -> tuple[tuple[int, ...], t
             num_ways = int(target.max()) + 1
         return input_shape, (int(num_ways),)
     return input_shape, tuple(target.shape[2:])
+
+
+def scheduled_lr(config: OptimizerConfig, step: int, meta_steps: int) -> float:
+    """The learning rate of meta-step `step + 1` (`step` steps done) under `config`.
+
+    A function of the step alone, so a resumed run continues the schedule exactly.
+    """
+    warmup = config.warmup_steps
+    if step < warmup:
+        return config.lr * (step + 1) / warmup
+    if config.schedule == "constant":
+        return config.lr
+    progress = (step - warmup) / max(1, meta_steps - warmup)
+    return config.lr * 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
 
 
 def build_optimizer(config: OptimizerConfig, parameters) -> torch.optim.Optimizer:

@@ -22,6 +22,7 @@ from typing import Any
 _DEVICES = ("auto", "cpu", "cuda")
 _BACKENDS = ("auto", "gloo", "nccl")
 _OPTIMIZERS = ("adam", "adamw", "sgd")
+_SCHEDULES = ("constant", "cosine")
 _WANDB_MODES = ("online", "offline", "disabled")
 
 
@@ -116,6 +117,10 @@ class OptimizerConfig:
         betas: Adam(W) coefficients, each in [0, 1).
         momentum: SGD momentum, in [0, 1).
         grad_clip: clip the meta-gradient's global norm to this value; `None` for no clip.
+        schedule: the learning rate over the run: `constant`, or `cosine` (from `lr` down
+            to 0 at `trainer.meta_steps`, half a cosine wave).
+        warmup_steps: meta-steps over which the learning rate first rises linearly to
+            `lr` (then the schedule runs over the remaining steps).
     """
 
     name: str = "adam"
@@ -124,9 +129,18 @@ class OptimizerConfig:
     betas: tuple[float, float] = (0.9, 0.999)
     momentum: float = 0.0
     grad_clip: float | None = None
+    schedule: str = "constant"
+    warmup_steps: int = 0
 
     def validate(self) -> None:
         _check_choice("optimizer.name", self.name, _OPTIMIZERS)
+        _check_choice("optimizer.schedule", self.schedule, _SCHEDULES)
+        if isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int):
+            raise ValueError(
+                f"optimizer.warmup_steps must be an integer, got {self.warmup_steps!r}"
+            )
+        if self.warmup_steps < 0:
+            raise ValueError(f"optimizer.warmup_steps must be >= 0, got {self.warmup_steps}")
         if not self.lr > 0:
             raise ValueError(f"optimizer.lr must be > 0, got {self.lr}")
         if self.weight_decay < 0:

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from metadist.train.build import RunParts, build_parts
+from metadist.train.build import RunParts, build_parts, scheduled_lr
 from metadist.train.checkpoint import (
     checkpoint_path,
     latest_checkpoint,
@@ -181,6 +181,9 @@ def _loop(ctx: _Context, step: int, checkpoint: Path | None) -> TrainResult:
                 )
             if ctx.config.optimizer.grad_clip is not None:
                 nn.utils.clip_grad_norm_(parts.learner.parameters(), ctx.config.optimizer.grad_clip)
+            lr = scheduled_lr(ctx.config.optimizer, step, trainer.meta_steps)
+            for group in parts.optimizer.param_groups:
+                group["lr"] = lr
             parts.optimizer.step()
             step += 1
 

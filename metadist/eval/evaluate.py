@@ -758,7 +758,9 @@ def _ensemble_member(
     checkpoint_path, pointer = found
     state = load_checkpoint(checkpoint_path, pointer)
     member = build_config(state["config"], world_size=1)
-    mine, theirs = dict(member.sampler.options), dict(config.sampler.options)
+    # An option left out and one set to null both mean the sampler's default.
+    mine = {k: v for k, v in dict(member.sampler.options).items() if v is not None}
+    theirs = {k: v for k, v in dict(config.sampler.options).items() if v is not None}
     lookback = None
     if config.sampler.name == "forecast" and mine.get("lookback") != theirs.get("lookback"):
         lookback = int(mine.get("lookback") or 0)

@@ -43,18 +43,10 @@ import sys
 import time
 from pathlib import Path
 
-MODELS = {  # name: (sampler config, frequencies it forecasts, lookbacks of its members)
-    "h6": ("m3_h6", ["yearly"], [12]),
-    "h8": ("m3_h8", ["quarterly", "other"], [16]),
-    "h18": ("m3_h18", ["monthly"], [24]),
-}
-# A member with another lookback than its sampler's keeps the rows a task needs: its
-# pad_inputs moves with the lookback. The longest lookback is the evaluated run; the
-# others take the most recent rows of its windows (LearnerEnsemble).
-SAMPLER_WINDOWS = {  # sampler config: (lookback, pad_inputs) as shipped
-    "m3_h6": (12, 11),
-    "m3_h8": (16, 8),
-    "m3_h18": (24, 12),
+MODELS = {  # name: (sampler config, frequencies it forecasts)
+    "h6": ("m3_h6", ["yearly"]),
+    "h8": ("m3_h8", ["quarterly", "other"]),
+    "h18": ("m3_h18", ["monthly"]),
 }
 
 
@@ -108,41 +100,27 @@ def main(argv: list[str] | None = None) -> int:
     runs: dict[str, list[Path]] = {}
     jobs = []
     for name in args.models:
-        sampler, _, lookbacks = MODELS[name]
-        shipped_lookback, shipped_pad = SAMPLER_WINDOWS[sampler]
-        runs[name] = []
-        for lookback in sorted(lookbacks, reverse=True):
-            for seed in range(1, args.seeds + 1):
-                window = []
-                tag = f"seed{seed}"
-                if lookback != shipped_lookback:
-                    pad = max(0, min(lookback - 1, shipped_pad + lookback - shipped_lookback))
-                    window = [
-                        f"sampler.options.lookback={lookback}",
-                        f"sampler.options.pad_inputs={pad}",
-                    ]
-                    tag += f"_L{lookback}"
-                run_dir = out / name / tag
-                runs[name].append(run_dir)
-                command = [
-                    sys.executable,
-                    "-m",
-                    "metadist.train",
-                    "experiment=m3_maml",
-                    f"sampler={sampler}",
-                    f"trainer.seed={seed}",
-                    f"run_dir={run_dir}",
-                    "logging.progress=false",
-                    "--no-eval",
-                    *window,
-                    *data_overrides,
-                    *args.overrides,
-                ]
-                jobs.append((f"meta-train {name} {tag}", command, run_dir))
+        sampler, _ = MODELS[name]
+        runs[name] = [out / name / f"seed{seed}" for seed in range(1, args.seeds + 1)]
+        for seed, run_dir in enumerate(runs[name], start=1):
+            command = [
+                sys.executable,
+                "-m",
+                "metadist.train",
+                "experiment=m3_maml",
+                f"sampler={sampler}",
+                f"trainer.seed={seed}",
+                f"run_dir={run_dir}",
+                "logging.progress=false",
+                "--no-eval",
+                *data_overrides,
+                *args.overrides,
+            ]
+            jobs.append((f"meta-train {name} seed {seed}", command, run_dir))
     if _run_parallel(jobs, env, args.jobs) != 0:
         return 1
     for name, run_dirs in runs.items():
-        _, labels, _ = MODELS[name]
+        _, labels = MODELS[name]
         command = [
             sys.executable,
             "-m",

@@ -1,8 +1,8 @@
 """`python -m metadist.eval run_dir=PATH [eval.KEY=VALUE ...]`: evaluate a training run.
 
 Adapts the run's latest checkpoint on each held-out task's support set, scores the query
-next to the baselines, prints the table and writes `metrics.json`, `metrics.md` and
-`forecasts.png` to `<run_dir>/eval/`.
+next to the baselines, prints the table and writes `metrics.json`, `metrics.md`,
+`tasks.parquet` (one row per task) and `forecasts.png` to `<run_dir>/eval/`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ EPILOG = """\
 examples:
   python -m metadist.eval run_dir=runs/demo/run      # the run of `make run`
   python -m metadist.eval run_dir=runs/demo/run eval.inner_steps=10 eval.scratch_steps=200
-  python -m metadist.eval run_dir=runs/m3_maml eval.max_tasks=300
+  python -m metadist.eval run_dir=runs/m3/h8/seed1 'eval.labels=[quarterly,other]' \
+      'eval.ensemble=[runs/m3/h8/seed2,runs/m3/h8/seed3]'
+  python -m metadist.eval.combine runs/m3 runs/m3/h6/seed1 runs/m3/h8/seed1 runs/m3/h18/seed1
 
 Settings come from experiments/eval/<experiment>.yaml (else eval/default.yaml); any
 field of metadist.eval.EvalOptions can be overridden as eval.KEY=VALUE.

@@ -625,8 +625,9 @@ def evaluate_run(
 
     Rebuilds the run's store, sampler (evaluation protocol), partition, model and learner
     from the config saved in the checkpoint, loads the meta-trained weights, scores every
-    method (`evaluate_tasks`) and writes `metrics.json`, `metrics.md` and
-    `forecasts.png` to `<run_dir>/eval/`.
+    method (`evaluate_tasks`) and writes `metrics.json`, `metrics.md`, `tasks.parquet`
+    and `forecasts.png` to `<run_dir>/eval/`. With `eval.ensemble`, the other runs'
+    checkpoints join this one's (`LearnerEnsemble`).
 
     Args:
         run_dir: a run directory written by `python -m metadist.train`.

@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     if not (data / "train.parquet").is_file():
         extra = ["--validation"] if args.validation else []
         prepare.append(("M3 as Parquet", [*metadist, "datasets", "m3", str(data), *extra]))
-    if _store_scaling(store) != "none":
+    if _store_scaling(store) != "none":  # missing, or an older store scaled per entity
         ingest = [
             *metadist,
             "ingest",
@@ -88,8 +88,6 @@ def main(argv: list[str] | None = None) -> int:
             "--scaling=none",
             "--no-progress",
         ]
-        if store.exists():
-            ingest.append("--overwrite")  # an older store of this path, scaled per entity
         prepare.append(("ingest the training parts", ingest))
     for title, command in prepare:
         if _run(title, command, env) != 0:

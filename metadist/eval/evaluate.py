@@ -647,18 +647,9 @@ def evaluate_run(
         ValueError: bad settings, or tasks the evaluation protocol cannot score.
     """
     from metadist.models import build_model
-    from metadist.train.checkpoint import latest_checkpoint, load_checkpoint
-    from metadist.train.config import build_config
 
     run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise FileNotFoundError(f"run_dir: no run directory at {run_dir}")
-    found = latest_checkpoint(run_dir)
-    if found is None:
-        raise _no_checkpoint_error(run_dir)
-    checkpoint_path, pointer = found
-    state = load_checkpoint(checkpoint_path, pointer)
-    config = build_config(state["config"], world_size=1)
+    config, state, checkpoint_path, pointer = _load_run(run_dir, "run_dir")
     if options is None:
         options = load_eval_options(config.experiment, overrides, config_dir)
     options.validate()
@@ -715,6 +706,25 @@ def evaluate_run(
     return result
 
 
+def _load_run(run_dir: Path, field: str) -> tuple[Any, dict[str, Any], Path, dict[str, Any]]:
+    """(config, checkpoint state, checkpoint path, pointer) of a run's latest checkpoint.
+
+    Raises:
+        FileNotFoundError: no directory at `run_dir` (named as `field`), or no checkpoint.
+    """
+    from metadist.train.checkpoint import latest_checkpoint, load_checkpoint
+    from metadist.train.config import build_config
+
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"{field}: no run directory at {run_dir}")
+    found = latest_checkpoint(run_dir)
+    if found is None:
+        raise _no_checkpoint_error(run_dir)
+    checkpoint_path, pointer = found
+    state = load_checkpoint(checkpoint_path, pointer)
+    return build_config(state["config"], world_size=1), state, checkpoint_path, pointer
+
+
 def _trained_learner(
     config, state: dict[str, Any], parts: dict[str, Any], input_shape: tuple | None = None
 ) -> nn.Module:
@@ -748,17 +758,7 @@ def _ensemble_member(
     It must have been trained on the evaluated run's store with the same sampler, up to
     a lookback no longer than the evaluated run's, so that it can forecast its tasks.
     """
-    from metadist.train.checkpoint import latest_checkpoint, load_checkpoint
-    from metadist.train.config import build_config
-
-    if not run_dir.is_dir():
-        raise FileNotFoundError(f"eval.ensemble: no run directory at {run_dir}")
-    found = latest_checkpoint(run_dir)
-    if found is None:
-        raise _no_checkpoint_error(run_dir)
-    checkpoint_path, pointer = found
-    state = load_checkpoint(checkpoint_path, pointer)
-    member = build_config(state["config"], world_size=1)
+    member, state, checkpoint_path, _ = _load_run(run_dir, "eval.ensemble")
     # An option left out and one set to null both mean the sampler's default.
     mine = {k: v for k, v in dict(member.sampler.options).items() if v is not None}
     theirs = {k: v for k, v in dict(config.sampler.options).items() if v is not None}

@@ -92,8 +92,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         store_path = prepare_store(out, args)
         run_dir = out / "run"
-        train_overrides = [o for o in args.overrides if not o.startswith("eval.")]
-        eval_overrides = [o for o in args.overrides if o.startswith("eval.")]
+        from metadist.eval.evaluate import split_eval_overrides
+
+        train_overrides, eval_overrides = split_eval_overrides(args.overrides)
         code = meta_train(store_path, run_dir, args, train_overrides)
         if code != 0:
             print(f"metadist.demo: meta-training failed (exit status {code})", file=sys.stderr)

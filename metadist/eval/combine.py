@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from metadist.eval.evaluate import _Scores, group_summaries
+from metadist.eval.evaluate import TaskScores, group_summaries, overall_summary
 from metadist.eval.report import EVAL_DIR, JSON_NAME, TASKS_NAME, read_tasks
 
 # Settings of each run shown in the combined table's settings line.
@@ -83,11 +83,7 @@ def combine_runs(run_dirs: list[str | os.PathLike], title: str | None = None) ->
                         f"{path}; each task may be scored by one run only"
                     )
                 owner[entity] = path
-    scores = _Scores.from_table(columns)
-    overall = scores.summary()
-    if first.get("kind") == "classification":
-        for method in scores.methods:
-            overall[method]["accuracy"]["value"] = overall[method]["accuracy"]["task_mean"]
+    scores = TaskScores.from_table(columns)
     groupings = {g[len("group:") :]: g[len("group:") :] for g in columns if g.startswith("group:")}
     groupings.pop("entity", None)
     references: dict[str, Any] = {}
@@ -102,7 +98,7 @@ def combine_runs(run_dirs: list[str | os.PathLike], title: str | None = None) ->
         "metrics": first["metrics"],
         "primary_metric": first["primary_metric"],
         "primary_metric_label": first.get("primary_metric_label", first["primary_metric"]),
-        "overall": overall,
+        "overall": overall_summary(scores, first.get("kind") == "classification"),
         "groups": group_summaries(scores, groupings),
         "references": references,
         "settings": {
@@ -131,8 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m metadist.eval.combine",
         description=__doc__.splitlines()[0],
-        epilog="example: python -m metadist.eval.combine runs/m3 runs/m3_yearly "
-        "runs/m3_quarterly runs/m3_monthly runs/m3_other",
+        epilog="example: python -m metadist.eval.combine runs/m3 runs/m3/h6/seed1 "
+        "runs/m3/h8/seed1 runs/m3/h18/seed1",
     )
     parser.add_argument("out_dir", metavar="OUT_DIR", type=Path, help="where the table goes")
     parser.add_argument("run_dirs", metavar="RUN_DIR", nargs="+", help="evaluated runs")

@@ -182,8 +182,9 @@ class EvalOptions:
         return options
 
 
-class _Scores:
-    """Per-task point sums of each metric, for each method, and the tasks' groups."""
+class TaskScores:
+    """Per-task point sums of each metric, for each method, and the tasks' groups
+    (`table` / `from_table`: one row per task, as `tasks.parquet` holds them)."""
 
     def __init__(self, methods: Iterable[str], metric_names: Iterable[str]) -> None:
         self.methods = list(methods)
@@ -217,9 +218,11 @@ class _Scores:
         return columns
 
     @classmethod
-    def from_table(cls, columns: dict[str, list]) -> _Scores:
+    def from_table(cls, columns: dict[str, list]) -> TaskScores:
         """The scores of a `table`, its groups keyed by their names."""
-        pairs = [key.split(":", 1) for key in columns if ":" in key and key[:6] != "group:"]
+        pairs = [
+            key.split(":", 1) for key in columns if ":" in key and not key.startswith("group:")
+        ]
         methods = list(dict.fromkeys(method for method, _ in pairs))
         scores = cls(methods, dict.fromkeys(metric for _, metric in pairs))
         for method, metric in pairs:
@@ -302,7 +305,7 @@ def evaluate_tasks(
         metric_names = FORECAST_METRICS
     else:
         metric_names = CLASSIFICATION_METRICS if classification else REGRESSION_METRICS
-    scores = _Scores(methods, metric_names)
+    scores = TaskScores(methods, metric_names)
     examples: list[dict[str, Any]] = []
     example_strata: set[str] = set()
     scratch_template = None
@@ -494,7 +497,17 @@ def _score_classification(scores, batch, predictions, store):
         scores.add(sums, target[b].size, {})
 
 
-def group_summaries(scores: _Scores, groupings: dict[str, str]) -> dict[str, Any]:
+def overall_summary(scores: TaskScores, classification: bool) -> dict[str, Any]:
+    """`scores.summary()` of all tasks; accuracy (classification) is averaged over tasks."""
+    overall = scores.summary()
+    if classification:
+        for method in scores.methods:
+            score = overall[method]["accuracy"]
+            score["value"] = score["task_mean"]
+    return overall
+
+
+def group_summaries(scores: TaskScores, groupings: dict[str, str]) -> dict[str, Any]:
     """`{name: {group value: {num_tasks, scores: {method: {metric: value}}}}}` for each
     `{grouping: name}` of `groupings` that splits the tasks into at least two groups."""
     out: dict[str, Any] = {}
@@ -517,7 +530,7 @@ def group_summaries(scores: _Scores, groupings: dict[str, str]) -> dict[str, Any
     return out
 
 
-def _result(scores: _Scores, classification, with_store, options, learner) -> dict[str, Any]:
+def _result(scores: TaskScores, classification, with_store, options, learner) -> dict[str, Any]:
     labels = {m: FORECAST_METHODS[m] for m in scores.methods}
     if classification:
         primary = "accuracy"
@@ -541,7 +554,7 @@ def _result(scores: _Scores, classification, with_store, options, learner) -> di
             "mse": "MSE",
             "accuracy": "accuracy",
         }[primary],
-        "overall": scores.summary(),
+        "overall": overall_summary(scores, classification),
         "groups": {},
         "references": {
             name: {options.group_names.get(k, k): v for k, v in reference.items()}
@@ -564,11 +577,16 @@ def _result(scores: _Scores, classification, with_store, options, learner) -> di
     groupings = {g: options.group_names.get(g, g) for g in options.group_by}
     result["groups"] = group_summaries(scores, groupings)
     result["per_task"] = scores.table({**groupings, "entity": "entity"})
-    if classification:
-        for method in scores.methods:
-            score = result["overall"][method]["accuracy"]
-            score["value"] = score["task_mean"]  # accuracy is averaged over tasks
     return result
+
+
+def split_eval_overrides(overrides: Iterable[str]) -> tuple[list[str], list[str]]:
+    """(training overrides, `eval.KEY=VALUE` overrides) of a command line."""
+    overrides = list(overrides)
+    return (
+        [o for o in overrides if not o.startswith("eval.")],
+        [o for o in overrides if o.startswith("eval.")],
+    )
 
 
 def load_eval_options(
@@ -895,14 +913,10 @@ def _has_labels(store, labels: list[str]) -> np.ndarray:
     """`[E]` bool: the store's entities with one of `labels` (`ValueError` for unknown ones)."""
     if store is None:
         raise ValueError("eval.labels needs a series store (entities with labels)")
-    known = [str(x) for x in store.label_names]
-    unknown = [x for x in labels if str(x) not in known]
-    if unknown:
-        raise ValueError(
-            f"eval.labels: store {store.path} has no label {unknown[0]!r}; its labels: "
-            f"{', '.join(known)}"
-        )
-    return np.isin(np.asarray(store.labels).astype(str), [str(x) for x in labels])
+    try:
+        return store.has_label(labels)
+    except ValueError as error:
+        raise ValueError(f"eval.labels: {error}") from None
 
 
 def _same_units(train_sampler, eval_sampler, units: np.ndarray) -> np.ndarray:

@@ -275,6 +275,21 @@ class SeriesStore:
         """`[E]` str label of each entity."""
         return self.label_names[self.label_codes]
 
+    def has_label(self, labels: Sequence[str] | str) -> np.ndarray:
+        """`[E]` bool: the entities whose label is one of `labels`.
+
+        Raises:
+            ValueError: an empty list, or a label no entity of the store has (naming the
+                store's labels).
+        """
+        wanted = [labels] if isinstance(labels, str) else [str(x) for x in labels]
+        known = [str(x) for x in self.label_names]
+        unknown = [x for x in wanted if x not in known]
+        if not wanted or unknown:
+            what = f"has no label {unknown[0]!r}" if unknown else "got an empty labels list"
+            raise ValueError(f"store {self.path} {what}; its labels: {', '.join(known)}")
+        return np.isin(self.labels.astype(str), wanted)
+
     def _check_entity(self, i: int) -> int:
         i = int(i)
         if not -self.num_entities <= i < self.num_entities:

@@ -209,15 +209,10 @@ class ForecastSampler(TaskSampler):
             self.labels: list[str] | None = None
             return np.ones(store.num_entities, dtype=bool)
         self.labels = [labels] if isinstance(labels, str) else [str(x) for x in labels]
-        known = [str(x) for x in store.label_names]
-        unknown = [x for x in self.labels if x not in known]
-        if not self.labels or unknown:
-            what = f"has no label {unknown[0]!r}" if unknown else "got an empty labels list"
-            raise ValueError(
-                f"forecast sampler: labels: store {store.path} {what}; its labels: "
-                f"{', '.join(known)}"
-            )
-        return np.isin(np.asarray(store.labels).astype(str), self.labels)
+        try:
+            return store.has_label(self.labels)
+        except ValueError as error:
+            raise ValueError(f"forecast sampler: labels: {error}") from None
 
     @property
     def rows_per_task(self) -> int:

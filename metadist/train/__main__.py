@@ -57,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_intermixed_args(argv)
+    from metadist.eval.evaluate import split_eval_overrides
     from metadist.train.checkpoint import CheckpointError
     from metadist.train.compose import compose_dict, load_config
     from metadist.train.loop import NonFiniteLossError, train
@@ -67,8 +68,7 @@ def main(argv: list[str] | None = None) -> int:
 
             print(OmegaConf.to_yaml(compose_dict(args.overrides, args.config_dir)).rstrip())
             return 0
-        train_overrides = [o for o in args.overrides if not o.startswith("eval.")]
-        eval_overrides = [o for o in args.overrides if o.startswith("eval.")]
+        train_overrides, eval_overrides = split_eval_overrides(args.overrides)
         if eval_overrides and args.no_eval:
             raise ValueError(
                 f"{eval_overrides[0]!r} sets the evaluation, which --no-eval turns off"

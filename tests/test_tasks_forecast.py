@@ -113,6 +113,30 @@ def test_padded_inputs_repeat_the_first_value_and_targets_stay_real(encoded_stor
             build_task_sampler("forecast", encoded_store, pad_inputs=bad, **OPTIONS)
 
 
+def test_recent_splits_draw_tau_from_the_end_of_its_range(encoded_store):
+    free = build_task_sampler("forecast", encoded_store, **OPTIONS)
+    units, batch = _all_tasks(free, num_seeds=30)
+    end = build_task_sampler("forecast", encoded_store, split="end", **OPTIONS)
+    last = end.split_rows(units, np.zeros(len(units), dtype=np.uint64))
+    tau = free.split_rows(units, derive_task_seeds(9, 0, np.arange(len(units))))
+    assert np.any(last - tau >= 6)  # without the limit, older split rows are drawn
+    recent = build_task_sampler("forecast", encoded_store, recent_splits=6, **OPTIONS)
+    _, limited = _all_tasks(recent, num_seeds=30)
+    offset = (
+        limited.split_time.numpy() - encoded_store.times[recent.unit_start[units]]
+    ) // TIME_STEP
+    back = last - offset
+    assert back.min() == 0 and back.max() == 5  # exactly the last six split rows
+    # one split row: the evaluation protocol's; a limit longer than every range: no limit
+    one = build_task_sampler("forecast", encoded_store, recent_splits=1, **OPTIONS)
+    assert np.array_equal(_all_tasks(one)[1].query.y, _all_tasks(end)[1].query.y)
+    wide = build_task_sampler("forecast", encoded_store, recent_splits=10_000, **OPTIONS)
+    assert np.array_equal(_all_tasks(wide)[1].support.x, _all_tasks(free)[1].support.x)
+    for bad in (0, -2, 1.5, True):
+        with pytest.raises(ValueError, match="recent_splits must be an integer >= 1"):
+            build_task_sampler("forecast", encoded_store, recent_splits=bad, **OPTIONS)
+
+
 def test_chunk_units_keep_windows_inside_their_chunk(encoded_store):
     sampler = build_task_sampler(
         "forecast", encoded_store, unit="chunk", chunk_length=60, **OPTIONS

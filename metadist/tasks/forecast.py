@@ -14,7 +14,9 @@ So a unit of n rows needs n ≥ L + 2H + (K+Q-2)·s; tau ranges over
 with `split="end"` (the evaluation protocol: adapt on the history, forecast the last H
 steps with Q=1). With `pad_inputs=P`, the first P input rows of a window may lie before
 the unit's first row and repeat its first value (as forecasting competitions pad short
-series), which lowers both bounds by P.
+series), which lowers both bounds by P. With `recent_splits=R`, a random tau is drawn
+from the last R values of its range only (all of it when the range is shorter): training
+tasks then come from the recent past of every series, as N-BEATS' history limit does.
 """
 
 from __future__ import annotations
@@ -75,6 +77,9 @@ class ForecastSampler(TaskSampler):
         labels: keep only the entities whose store label is one of these (e.g. one
             frequency of a forecasting competition, for a model per frequency); None keeps
             every entity.
+        recent_splits: R, draw a random split row only among the last R of its valid
+            range (the most recent windows of each unit); None draws from all of it.
+            Ignored by `split="end"`, which takes the last one.
 
     Shapes: `support.x [B, K, L, F]`, `support.y [B, K, H, T]`, `query.x [B, Q, L, F]`,
     `query.y [B, Q, H, T]` (float32, contiguous); `entity_index`, `stratum`, `split_time`
@@ -112,6 +117,7 @@ class ForecastSampler(TaskSampler):
         chunk_length: int | None = None,
         pad_inputs: int = 0,
         labels: Sequence[str] | None = None,
+        recent_splits: int | None = None,
     ) -> None:
         _positive(
             "forecast",
@@ -140,6 +146,10 @@ class ForecastSampler(TaskSampler):
                 f"{self.lookback - 1}], got {pad_inputs!r}"
             )
         self.pad_inputs = int(pad_inputs)
+        if recent_splits is not None:
+            _positive("forecast", recent_splits=recent_splits)
+            recent_splits = int(recent_splits)
+        self.recent_splits = recent_splits
         self.input_columns = _resolve_columns(
             store,
             store.column_names if input_columns is None else input_columns,
@@ -262,7 +272,7 @@ class ForecastSampler(TaskSampler):
     def split_rows(self, units: np.ndarray, seeds: np.ndarray) -> np.ndarray:
         """`[B]` int64 split row tau of each task, relative to its unit's first row.
 
-        Random tau is uniform over the valid range, drawn from the top 53 bits of the
+        Random tau is uniform over the valid range (its last `recent_splits` values), drawn from the top 53 bits of the
         task seed itself (task seeds are already well mixed; one draw per task does not
         need the counter-based `task_uniform`).
         """
@@ -271,6 +281,8 @@ class ForecastSampler(TaskSampler):
         high = self.unit_length[units] - self.horizon - (q - 1) * s
         if self.split == "end":
             return high
+        if self.recent_splits is not None:
+            low = np.maximum(low, high - self.recent_splits + 1)
         u = (np.asarray(seeds, dtype=np.uint64) >> np.uint64(11)).astype(np.float64) * 2.0**-53
         return low + np.minimum((u * (high - low + 1)).astype(np.int64), high - low)
 

@@ -228,3 +228,43 @@ def test_ensemble_evaluation_of_two_runs(tmp_path):
         evaluate_run(tmp_path / "a", overrides=[*overrides, f"eval.ensemble=[{tmp_path / 'c'}]"])
     with pytest.raises(FileNotFoundError, match="no run directory"):
         evaluate_run(tmp_path / "a", overrides=[*overrides, f"eval.ensemble=[{tmp_path / 'z'}]"])
+
+
+def test_forecast_ensemble_members_may_differ_in_training_only_sampler_options(tmp_path):
+    from metadist.datasets import SYNTHETIC_INGEST_ARGS, write_synthetic_panel
+    from metadist.eval import evaluate_run
+    from metadist.store import ingest
+    from metadist.train.__main__ import main
+
+    panel = write_synthetic_panel(
+        tmp_path / "panel", num_entities=60, length_range=(90, 120), seed=3, num_files=1
+    )
+    ingest(panel.out_dir, tmp_path / "store", **SYNTHETIC_INGEST_ARGS, nan="ffill", progress=False)
+    common = [
+        "experiment=synthetic_maml",
+        f"data.store={tmp_path / 'store'}",
+        "trainer.meta_steps=2",
+        "trainer.meta_batch_size=4",
+        "trainer.eval_every=0",
+        "logging.progress=false",
+        "logging.wandb.mode=disabled",
+        "--no-eval",
+    ]
+    members = {
+        "a": [],
+        "recent": ["sampler.options.recent_splits=3", "sampler.options.num_query=2"],
+        "horizon": ["sampler.options.horizon=4"],
+    }
+    for name, extra in members.items():
+        assert main([*common, f"run_dir={tmp_path / name}", *extra]) == 0
+    overrides = ["eval.max_tasks=8", "eval.scratch_steps=0"]
+    both = evaluate_run(
+        tmp_path / "a",
+        overrides=[*overrides, f"eval.ensemble=[{tmp_path / 'recent'}]"],
+        write=False,
+    )
+    assert str(tmp_path / "recent") in both["settings"]["ensemble"]
+    with pytest.raises(ValueError, match="sampler.options"):
+        evaluate_run(
+            tmp_path / "a", overrides=[*overrides, f"eval.ensemble=[{tmp_path / 'horizon'}]"]
+        )

@@ -766,6 +766,9 @@ def _trained_learner(
 # Sampler options an ensemble member may choose for itself: a forecasting member may look
 # back over fewer rows (it then takes the most recent rows of each evaluated window).
 _MEMBER_OWN_OPTIONS = ("lookback", "pad_inputs")
+# Forecast sampler options that only shape training tasks: the evaluation takes the
+# evaluated run's units with split=end and one query window, so members may differ here.
+_TRAINING_ONLY_OPTIONS = ("split", "num_query", "recent_splits", "labels")
 
 
 def _ensemble_member(
@@ -781,6 +784,10 @@ def _ensemble_member(
     mine = {k: v for k, v in dict(member.sampler.options).items() if v is not None}
     theirs = {k: v for k, v in dict(config.sampler.options).items() if v is not None}
     lookback = None
+    if config.sampler.name == "forecast":
+        for key in _TRAINING_ONLY_OPTIONS:
+            mine.pop(key, None)
+            theirs.pop(key, None)
     if config.sampler.name == "forecast" and mine.get("lookback") != theirs.get("lookback"):
         lookback = int(mine.get("lookback") or 0)
         if not 0 < lookback < int(theirs.get("lookback") or 0):

@@ -13,7 +13,7 @@ from metadist.datasets.synthetic import (
     SYNTHETIC_PERIODS,
     write_synthetic_panel,
 )
-from metadist.eval import EvalOptions, evaluate_run, evaluate_tasks, progress
+from metadist.eval import EvalOptions, baselines, evaluate_run, evaluate_tasks, progress
 from metadist.eval.report import markdown_report, write_report
 from metadist.learners import build_learner
 from metadist.models import build_model
@@ -95,7 +95,7 @@ def test_naive_baselines_are_scored_in_original_units(panel_and_store):
     )
     (result, examples), sampler = _evaluate(store, options)
     assert result["num_tasks"] == sampler.num_units == 16
-    naive_abs, snaive_smape, mase_terms, count = 0.0, 0.0, 0.0, 0
+    naive_abs, snaive_smape, theta_mae, mase_terms, count = 0.0, 0.0, 0.0, 0.0, 0
     for entity in sampler.unit_entity:
         name = str(store.entity_ids[entity])
         stratum = str(store.strata[entity])
@@ -105,6 +105,7 @@ def test_naive_baselines_are_scored_in_original_units(panel_and_store):
         naive_abs += np.abs(truth - history[-1]).sum()
         season = history[len(history) - m :][np.arange(HORIZON) % m]
         snaive_smape += (200 * np.abs(truth - season) / (np.abs(truth) + np.abs(season))).sum()
+        theta_mae += np.abs(truth - baselines.theta_forecast(history, HORIZON, m)).sum()
         scale = np.abs(history[m:] - history[:-m]).mean()
         mase_terms += (np.abs(truth - history[-1]) / scale).sum()
         count += HORIZON
@@ -114,6 +115,7 @@ def test_naive_baselines_are_scored_in_original_units(panel_and_store):
     assert overall["seasonal_naive"]["smape"]["value"] == pytest.approx(
         snaive_smape / count, rel=1e-4
     )
+    assert overall["theta"]["mae"]["value"] == pytest.approx(theta_mae / count, rel=1e-4)
     # per-stratum tables cover every task once; examples are drawn in original units
     strata = result["groups"]["stratum"]
     assert sum(g["num_tasks"] for g in strata.values()) == 16

@@ -91,6 +91,52 @@ def test_pool_weights_points_not_tasks():
     assert metrics.pool([10.0, float("nan")], [2, 8]) == pytest.approx(5.0)
 
 
+def test_theta_method_by_hand():
+    # A straight line: SES follows it with alpha = 1, and Theta adds half the slope per step.
+    line = 2.0 * np.arange(10) + 1.0
+    np.testing.assert_allclose(baselines.theta_forecast(line, 3, 1), [20.0, 21.0, 22.0])
+    # A constant level times seasonal indices: deseasonalised it is constant, so the
+    # forecast is the level times the indices that follow.
+    indices = np.array([0.8, 1.2, 0.9, 1.1])
+    seasonal = 10.0 * indices[np.arange(20) % 4]
+    np.testing.assert_allclose(
+        baselines.theta_forecast(seasonal, 6, 4), 10.0 * indices[[0, 1, 2, 3, 0, 1]]
+    )
+    # ... which the non-seasonal method (m = 1) cannot do
+    plain = baselines.theta_forecast(seasonal, 6, 1)
+    assert np.abs(plain - 10.0 * indices[[0, 1, 2, 3, 0, 1]]).max() > 1.0
+    np.testing.assert_allclose(baselines.theta_forecast(np.full(30, 5.0), 4, 12), 5.0)
+    assert baselines.theta_forecast([7.0], 3, 1).tolist() == [7.0, 7.0, 7.0]
+    two = baselines.theta_forecast(np.stack([line, 2 * line], axis=1), 2, 1)
+    np.testing.assert_allclose(two, [[20.0, 40.0], [21.0, 42.0]])
+
+
+def test_theta_smoothing_minimises_the_one_step_errors():
+    rng = np.random.default_rng(4)
+    y = 50.0 + np.cumsum(rng.normal(size=40)) + rng.normal(scale=2.0, size=40)
+    level, alpha = baselines._ses(y)
+
+    def sse_and_level(a, level0):
+        errors, current = [], level0
+        for value in y:
+            errors.append(value - current)
+            current = a * value + (1 - a) * current
+        return float(np.sum(np.square(errors))), current
+
+    best = min(
+        (sse_and_level(a, l0)[0], a, l0)
+        for a in baselines._SES_ALPHAS
+        for l0 in np.linspace(y[0] - 10, y[0] + 10, 401)
+    )
+    assert alpha == pytest.approx(best[1])
+    assert sse_and_level(alpha, best[2])[1] == pytest.approx(level, abs=0.05)
+    slope = np.polyfit(np.arange(40), y, 1)[0]
+    drift = (1 - (1 - alpha) ** 40) / alpha
+    np.testing.assert_allclose(
+        baselines.theta_forecast(y, 3, 1), level + slope / 2 * (np.arange(3) + drift)
+    )
+
+
 def test_naive_and_seasonal_naive_by_hand():
     assert baselines.naive_forecast(QUARTERLY, 3).tolist() == [6.0, 6.0, 6.0]
     assert baselines.seasonal_naive_forecast(QUARTERLY, 6, 4).tolist() == [3, 4, 5, 6, 3, 4]

@@ -2,6 +2,10 @@
 
 - `naive_forecast`: the last observed value, repeated over the horizon.
 - `seasonal_naive_forecast`: the value one season earlier, repeated season by season.
+- `theta_forecast`: the Theta method of the M3 competition (Assimakopoulos and
+  Nikolopoulos, 2000), as the standard reproduction computes it (Hyndman and Billah,
+  2003): deseasonalise when the seasonal autocorrelation is significant, simple
+  exponential smoothing with half the linear trend as drift, reseasonalise.
 - the meta-trained model without adaptation: the learner's parameters before the inner
   loop (`evaluate.py` gets them from `learner.adapt(support, steps=0)`);
 - `fit_from_scratch`: the same network, freshly initialised by the caller, trained on each task's
@@ -54,6 +58,99 @@ def seasonal_naive_forecast(history, horizon: int, seasonal_period: int) -> np.n
         m = 1
     last_season = history[history.shape[0] - m :]
     return last_season[np.arange(horizon) % m]
+
+
+# Smoothing constants tried by `theta_forecast` (the initial level is solved exactly).
+_SES_ALPHAS = np.linspace(0.01, 1.0, 100)
+_Z_90 = 1.6448536269514722  # one-sided 95 % normal quantile: the 90 % two-sided test
+
+
+def theta_forecast(history, horizon: int, seasonal_period: int) -> np.ndarray:
+    """The Theta method's forecast of `history` (`[n]` or `[n, T]`, each column alone).
+
+    1. Seasonality: with m > 1, n ≥ 2m + 1 and positive values, the series is seasonal when
+       its lag-m autocorrelation r_m passes the 90 % test
+       |r_m| > 1.645·sqrt((1 + 2·Σ_{k<m} r_k²) / n); it is then divided by the seasonal
+       indices of a classical multiplicative decomposition (centred moving average of
+       order m, mean ratio per season position, normalised to mean 1).
+    2. Simple exponential smoothing of the (deseasonalised) series: the smoothing constant
+       α from a grid of 0.01 .. 1 and the initial level, solved exactly for each α,
+       minimise the one-step squared errors.
+    3. Drift: ŷ_{n+h} = ℓ_n + (b/2)·(h − 1 + (1 − (1 − α)^n)/α), b the least-squares slope
+       of the series on time (the theta = 0 line, extrapolated, averaged with the theta = 2
+       line, smoothed); times the seasonal indices when seasonal.
+
+    With one value of history this is the naive forecast.
+
+    Returns:
+        `[horizon]` or `[horizon, T]` float64.
+
+    Raises:
+        ValueError: an empty history, horizon < 1 or seasonal_period < 1.
+    """
+    history = _history(history, horizon)
+    m = int(seasonal_period)
+    if m < 1:
+        raise ValueError(f"seasonal_period must be >= 1, got {seasonal_period}")
+    if history.ndim == 2:
+        columns = [_theta_column(history[:, t], int(horizon), m) for t in range(history.shape[1])]
+        return np.stack(columns, axis=1)
+    return _theta_column(history, int(horizon), m)
+
+
+def _theta_column(y: np.ndarray, horizon: int, m: int) -> np.ndarray:
+    n = len(y)
+    indices = _seasonal_indices(y, m)
+    if indices is not None:
+        y = y / indices[np.arange(n) % m]
+    level, alpha = _ses(y)
+    slope = np.polyfit(np.arange(n), y, 1)[0] if n > 1 else 0.0
+    steps = np.arange(horizon, dtype=np.float64)
+    forecast = level + slope / 2 * (steps + (1 - (1 - alpha) ** n) / alpha)
+    if indices is not None:
+        forecast = forecast * indices[(n + np.arange(horizon)) % m]
+    return forecast
+
+
+def _seasonal_indices(y: np.ndarray, m: int) -> np.ndarray | None:
+    """`[m]` multiplicative seasonal indices by position `t % m`, or None if not seasonal."""
+    n = len(y)
+    if m < 2 or n < 2 * m + 1 or np.any(y <= 0) or np.ptp(y) == 0:
+        return None
+    centred = y - y.mean()
+    r = np.array([centred[k:] @ centred[: n - k] for k in range(1, m + 1)]) / (centred @ centred)
+    limit = _Z_90 * np.sqrt((1 + 2 * np.sum(r[:-1] ** 2)) / n)
+    if abs(r[-1]) <= limit:
+        return None
+    # centred moving average of order m; for even m, 2×m: the season's two ends half-weighted
+    weights = np.full(m, 1.0 / m) if m % 2 else np.r_[0.5, np.ones(m - 1), 0.5] / m
+    trend = np.convolve(y, weights, mode="valid")  # trend[i] centres on y[i + half]
+    half = len(weights) // 2
+    ratios = y[half : half + len(trend)] / trend
+    position = (np.arange(len(trend)) + half) % m
+    indices = np.array([ratios[position == p].mean() for p in range(m)])
+    return indices / indices.mean()
+
+
+def _ses(y: np.ndarray) -> tuple[float, float]:
+    """(final level, α) of simple exponential smoothing fitted by least squares.
+
+    For each α the one-step forecast before y_t is c_t + (1 − α)^t·ℓ_0, c_t being the
+    forecast from ℓ_0 = 0, so the best ℓ_0 solves a one-variable least-squares problem.
+    """
+    alphas = _SES_ALPHAS
+    n = len(y)
+    decay = (1 - alphas)[:, None] ** np.arange(n + 1)  # [A, n + 1]
+    c = np.zeros((len(alphas), n + 1))  # forecasts from a zero initial level
+    for t in range(n):
+        c[:, t + 1] = alphas * y[t] + (1 - alphas) * c[:, t]
+    residual = y - c[:, :n]  # [A, n]: errors are residual - decay·ℓ_0
+    d = decay[:, :n]
+    denominator = (d * d).sum(axis=1)
+    level0 = np.where(denominator > 0, (residual * d).sum(axis=1) / denominator, 0.0)
+    sse = ((residual - d * level0[:, None]) ** 2).sum(axis=1)
+    best = int(np.argmin(sse))
+    return float(c[best, n] + decay[best, n] * level0[best]), float(alphas[best])
 
 
 def _history(history, horizon: int) -> np.ndarray:

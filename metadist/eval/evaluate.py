@@ -2,8 +2,8 @@
 
 `evaluate_tasks` is the engine: given a learner and batches of tasks it scores, on the
 same tasks, the meta-trained model after adaptation and without it, the same network
-trained from scratch on the support set, and (for forecasting on a store) the naive and
-seasonal-naive forecasts, all in the store's original units. `evaluate_run` wires it to a
+trained from scratch on the support set, and (for forecasting on a store) the naive,
+seasonal-naive and Theta-method forecasts, all in the store's original units. `evaluate_run` wires it to a
 training run directory (config, latest checkpoint, meta-test entities) and writes the
 report; `python -m metadist.eval run_dir=...` is its command line.
 """
@@ -31,6 +31,7 @@ FORECAST_METHODS = {
     "scratch": "same network from scratch on support",
     "naive": "naive (last value)",
     "seasonal_naive": "seasonal naive",
+    "theta": "Theta method",
 }
 FORECAST_METRICS = ("smape", "mase", "mae", "mse")
 REGRESSION_METRICS = ("mse", "mae")
@@ -301,7 +302,7 @@ def evaluate_tasks(
         raise ValueError("evaluate_tasks: a store needs target_columns (the store columns of T)")
     methods = [m for m in MODEL_METHODS if m != "scratch" or fresh_model is not None]
     if with_store:
-        methods += ["naive", "seasonal_naive"]
+        methods += ["naive", "seasonal_naive", "theta"]
         metric_names = FORECAST_METRICS
     else:
         metric_names = CLASSIFICATION_METRICS if classification else REGRESSION_METRICS
@@ -437,6 +438,7 @@ def _score_forecasts(scores, batch, predictions, store, target_columns, options,
         forecasts = {k: v[b] for k, v in model_forecasts.items()}
         forecasts["naive"] = baselines.naive_forecast(history, horizon)
         forecasts["seasonal_naive"] = baselines.seasonal_naive_forecast(history, horizon, period)
+        forecasts["theta"] = baselines.theta_forecast(history, horizon, period)
         try:
             scale = np.asarray(metrics.seasonal_scale(history, period), dtype=np.float64)
         except ValueError:  # history no longer than one season: MASE undefined

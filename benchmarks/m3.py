@@ -25,8 +25,8 @@ Steps (each skipped when its output is already there):
 4. `python -m metadist.eval run_dir=... eval.labels=[...] eval.ensemble=[other seeds]`
    per horizon: the seeds' models forecast as one (mean), on their frequencies;
 5. `python -m metadist.eval.combine OUT ...`: one table of the 3003 series, sMAPE overall,
-   per frequency and per category, next to naive, seasonal naive and the published
-   Theta and ForecastPro figures (OUT/metrics.md).
+   per frequency and per category, next to naive, seasonal naive, the Theta method
+   computed here and the published Theta and ForecastPro figures (OUT/metrics.md).
 
 `--validation` runs the same protocol one horizon earlier (`metadist datasets m3
 --validation`: each training part without its last h values is the training data, those

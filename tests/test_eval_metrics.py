@@ -109,6 +109,8 @@ def test_theta_method_by_hand():
     assert baselines.theta_forecast([7.0], 3, 1).tolist() == [7.0, 7.0, 7.0]
     two = baselines.theta_forecast(np.stack([line, 2 * line], axis=1), 2, 1)
     np.testing.assert_allclose(two, [[20.0, 40.0], [21.0, 42.0]])
+    with pytest.raises(ValueError, match="seasonal_period must be >= 1"):
+        baselines.theta_forecast(line, 2, 0)
 
 
 def test_theta_smoothing_minimises_the_one_step_errors():

@@ -51,9 +51,7 @@ def seasonal_naive_forecast(history, horizon: int, seasonal_period: int) -> np.n
         ValueError: an empty history, horizon < 1 or seasonal_period < 1.
     """
     history = _history(history, horizon)
-    m = int(seasonal_period)
-    if m < 1:
-        raise ValueError(f"seasonal_period must be >= 1, got {seasonal_period}")
+    m = _period(seasonal_period)
     if history.shape[0] < m:
         m = 1
     last_season = history[history.shape[0] - m :]
@@ -89,9 +87,7 @@ def theta_forecast(history, horizon: int, seasonal_period: int) -> np.ndarray:
         ValueError: an empty history, horizon < 1 or seasonal_period < 1.
     """
     history = _history(history, horizon)
-    m = int(seasonal_period)
-    if m < 1:
-        raise ValueError(f"seasonal_period must be >= 1, got {seasonal_period}")
+    m = _period(seasonal_period)
     if history.ndim == 2:
         columns = [_theta_column(history[:, t], int(horizon), m) for t in range(history.shape[1])]
         return np.stack(columns, axis=1)
@@ -151,6 +147,13 @@ def _ses(y: np.ndarray) -> tuple[float, float]:
     sse = ((residual - d * level0[:, None]) ** 2).sum(axis=1)
     best = int(np.argmin(sse))
     return float(c[best, n] + decay[best, n] * level0[best]), float(alphas[best])
+
+
+def _period(seasonal_period) -> int:
+    m = int(seasonal_period)
+    if m < 1:
+        raise ValueError(f"seasonal_period must be >= 1, got {seasonal_period}")
+    return m
 
 
 def _history(history, horizon: int) -> np.ndarray:

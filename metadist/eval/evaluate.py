@@ -781,16 +781,17 @@ def _ensemble_member(
     It must have been trained on the evaluated run's store with the same sampler, up to
     a lookback no longer than the evaluated run's, so that it can forecast its tasks.
     """
+    from metadist.train.config import without_nulls
+
     member, state, checkpoint_path, _ = _load_run(run_dir, "eval.ensemble")
-    # An option left out and one set to null both mean the sampler's default.
-    mine = {k: v for k, v in dict(member.sampler.options).items() if v is not None}
-    theirs = {k: v for k, v in dict(config.sampler.options).items() if v is not None}
+    mine = without_nulls(dict(member.sampler.options))
+    theirs = without_nulls(dict(config.sampler.options))
+    forecast = config.sampler.name == "forecast"
+    for key in _TRAINING_ONLY_OPTIONS if forecast else ():
+        mine.pop(key, None)
+        theirs.pop(key, None)
     lookback = None
-    if config.sampler.name == "forecast":
-        for key in _TRAINING_ONLY_OPTIONS:
-            mine.pop(key, None)
-            theirs.pop(key, None)
-    if config.sampler.name == "forecast" and mine.get("lookback") != theirs.get("lookback"):
+    if forecast and mine.get("lookback") != theirs.get("lookback"):
         lookback = int(mine.get("lookback") or 0)
         if not 0 < lookback < int(theirs.get("lookback") or 0):
             raise ValueError(

@@ -315,6 +315,14 @@ def build_config(values: dict[str, Any], *, world_size: int | None = None) -> Tr
     return config
 
 
+def without_nulls(value: Any) -> Any:
+    """`value` with the null entries of its mappings dropped, at every depth: an option set
+    to null and one left out both mean the component's default."""
+    if isinstance(value, dict):
+        return {k: without_nulls(v) for k, v in value.items() if v is not None}
+    return value
+
+
 def import_modules(names: list[str]) -> None:
     """Imports the `imports` modules (which register samplers, learners or models).
 

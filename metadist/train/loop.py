@@ -27,7 +27,7 @@ from metadist.train.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
-from metadist.train.config import TrainConfig
+from metadist.train.config import TrainConfig, without_nulls
 from metadist.train.distributed import (
     DistEnv,
     all_gather_objects,
@@ -350,20 +350,13 @@ def _check_same_run(saved: dict, current: dict, run_dir: Path) -> None:
         for part in key:
             before = before.get(part) if isinstance(before, dict) else None
             now = now.get(part) if isinstance(now, dict) else None
-        if _without_nulls(before) != _without_nulls(now):
+        # without nulls: a run resumes after an upgrade lists a new (null) option
+        if without_nulls(before) != without_nulls(now):
             name = ".".join(key)
             raise ValueError(
                 f"run_dir {run_dir} holds a run with {name}={before!r}, but this command has "
                 f"{name}={now!r}; resume with the same settings or choose another run_dir"
             )
-
-
-def _without_nulls(value: Any) -> Any:
-    """`value` with null entries of its mappings dropped: an option set to null and one left
-    out both mean the default, so a run resumes after an upgrade lists a new option."""
-    if isinstance(value, dict):
-        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
-    return value
 
 
 def _seed_rank(seed: int, env: DistEnv) -> None:

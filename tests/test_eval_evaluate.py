@@ -124,6 +124,73 @@ def test_naive_baselines_are_scored_in_original_units(panel_and_store):
     assert np.allclose(first["truth"], raw[first["title"].split(" ")[0]][-HORIZON:], rtol=1e-5)
 
 
+def test_forecast_combinations_average_the_methods_forecasts(panel_and_store, tmp_path):
+    store, raw = panel_and_store
+    options = EvalOptions(
+        seasonal_period=dict(SYNTHETIC_PERIODS),
+        scratch_steps=2,
+        num_examples=1,
+        combinations=[["naive", "seasonal_naive", "theta"], ["adapted", "theta"]],
+    )
+    (result, examples), sampler = _evaluate(store, options)
+    # the figure draws the first combination
+    assert examples[0]["combination_label"] == "mean of naive, seasonal naive and Theta"
+    assert examples[0]["combination"].shape == (HORIZON,)
+    abs_sum, smape_sum, count = 0.0, 0.0, 0
+    for entity in sampler.unit_entity:
+        m = SYNTHETIC_PERIODS[str(store.strata[entity])]
+        series = raw[str(store.entity_ids[entity])]
+        history, truth = series[:-HORIZON], series[-HORIZON:]
+        mean = (
+            np.full(HORIZON, history[-1])
+            + history[len(history) - m :][np.arange(HORIZON) % m]
+            + baselines.theta_forecast(history, HORIZON, m)
+        ) / 3
+        abs_sum += np.abs(truth - mean).sum()
+        smape_sum += (200 * np.abs(truth - mean) / (np.abs(truth) + np.abs(mean))).sum()
+        count += HORIZON
+    three = result["overall"]["naive+seasonal_naive+theta"]
+    assert three["mae"]["value"] == pytest.approx(abs_sum / count, rel=1e-4)
+    assert three["smape"]["value"] == pytest.approx(smape_sum / count, rel=1e-4)
+    assert result["methods"]["adapted+theta"] == "mean of adapted model and Theta"
+    assert result["methods"]["naive+seasonal_naive+theta"] == (
+        "mean of naive, seasonal naive and Theta"
+    )
+    # The mean of two forecasts errs by at most the mean of their errors, point by point.
+    pair = result["overall"]["adapted+theta"]["mae"]["value"]
+    bound = (
+        result["overall"]["adapted"]["mae"]["value"] + result["overall"]["theta"]["mae"]["value"]
+    ) / 2
+    assert pair <= bound + 1e-9
+    assert pair != pytest.approx(result["overall"]["adapted"]["mae"]["value"])
+    assert "| mean of adapted model and Theta |" in markdown_report(result)
+    paths = write_report(result, tmp_path, examples)
+    assert paths["figure"].stat().st_size > 0
+
+
+def test_bad_combinations_are_named(panel_and_store):
+    for bad, match in (
+        ([["adapted"]], "two or more different methods"),
+        ([["adapted", "adapted"]], "two or more different methods"),
+        ([["adapted", "arima"]], "unknown method 'arima'"),
+        (["adapted", "theta"], "entries must be lists of methods"),
+        ([["adapted", "theta"], ["adapted", "theta"]], "distinct method lists"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            EvalOptions(combinations=bad).validate()
+    store, _ = panel_and_store
+    sampler, learner = _sampler_and_learner(store)
+    units = np.arange(4)
+    batch = sampler.sample(units, units.astype(np.uint64))
+    options = EvalOptions(scratch_steps=0, combinations=[["adapted", "scratch"]])
+    with pytest.raises(ValueError, match="needs 'scratch', which this evaluation does not score"):
+        evaluate_tasks(
+            learner, [batch], options=options, store=store, target_columns=sampler.target_columns
+        )
+    with pytest.raises(ValueError, match="needs forecast tasks on a store"):
+        evaluate_tasks(learner, [batch], options=options)
+
+
 def test_zero_inner_steps_make_adapted_equal_unadapted_and_report_files(panel_and_store, tmp_path):
     store, _ = panel_and_store
     options = EvalOptions(
@@ -240,6 +307,7 @@ def test_combined_runs_pool_like_one_evaluation(panel_and_store, tmp_path):
         scratch_steps=0,
         num_examples=0,
         group_by=["stratum", "label"],
+        combinations=[["adapted", "theta"]],
     )
     sampler, learner = _sampler_and_learner(store)
     units = np.arange(sampler.num_units)
@@ -280,7 +348,8 @@ def test_combined_runs_pool_like_one_evaluation(panel_and_store, tmp_path):
             )
 
     assert combine_main([str(tmp_path / "both"), str(tmp_path / "a"), str(tmp_path / "b")]) == 0
-    assert "| naive (last value) |" in (tmp_path / "both" / "metrics.md").read_text()
+    table = (tmp_path / "both" / "metrics.md").read_text()
+    assert "| naive (last value) |" in table and "| mean of adapted model and Theta |" in table
     with pytest.raises(ValueError, match="is evaluated by both"):
         combine_runs([tmp_path / "a", tmp_path / "both"])
     with pytest.raises(FileNotFoundError, match="python -m metadist.eval run_dir="):

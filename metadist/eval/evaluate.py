@@ -3,8 +3,9 @@
 `evaluate_tasks` is the engine: given a learner and batches of tasks it scores, on the
 same tasks, the meta-trained model after adaptation and without it, the same network
 trained from scratch on the support set, and (for forecasting on a store) the naive,
-seasonal-naive and Theta-method forecasts, all in the store's original units. `evaluate_run` wires it to a
-training run directory (config, latest checkpoint, meta-test entities) and writes the
+seasonal-naive and Theta-method forecasts, all in the store's original units, and any
+forecast combinations asked for (`eval.combinations`, e.g. the adapted model averaged with
+Theta). `evaluate_run` wires it to a training run directory (config, latest checkpoint, meta-test entities) and writes the
 report; `python -m metadist.eval run_dir=...` is its command line.
 """
 
@@ -37,6 +38,15 @@ FORECAST_METRICS = ("smape", "mase", "mae", "mse")
 REGRESSION_METRICS = ("mse", "mae")
 CLASSIFICATION_METRICS = ("accuracy",)
 MODEL_METHODS = ("adapted", "unadapted", "scratch")
+# What a method is called inside a combination's label ("mean of adapted model and Theta").
+_SHORT_NAMES = {
+    "adapted": "adapted model",
+    "unadapted": "unadapted model",
+    "scratch": "from-scratch network",
+    "naive": "naive",
+    "seasonal_naive": "seasonal naive",
+    "theta": "Theta",
+}
 
 
 @dataclass
@@ -79,6 +89,11 @@ class EvalOptions:
         labels: evaluate only the entities with one of these store labels (e.g. the
             frequencies a model of one horizon serves, when it was trained on every
             series); `None`: every entity the sampler draws from.
+        combinations: forecast combinations scored as methods of their own, each a list
+            of two or more forecast methods (`adapted`, `unadapted`, `scratch`, `naive`,
+            `seasonal_naive`, `theta`) whose forecasts are averaged point by point in
+            original units, e.g. `[[adapted, theta]]`, named `adapted+theta`. Forecasting
+            on a store only; `None`: none.
     """
 
     inner_steps: int | None = None
@@ -100,6 +115,7 @@ class EvalOptions:
     labels: list[str] | None = None
     ensemble: list[str] | None = None
     ensemble_reduce: str = "mean"
+    combinations: list[list[str]] | None = None
 
     def validate(self) -> None:
         """Raises `ValueError` naming the first bad field."""
@@ -151,6 +167,16 @@ class EvalOptions:
             raise ValueError(
                 f"eval.ensemble_reduce must be 'mean' or 'median', got {self.ensemble_reduce!r}"
             )
+        for combination in self.combinations or []:
+            _check_combination(combination)
+        if self.combinations is not None and (
+            isinstance(self.combinations, str)
+            or len({combination_key(c) for c in self.combinations}) < len(self.combinations)
+        ):
+            raise ValueError(
+                "eval.combinations must be a list of distinct method lists or null, got "
+                f"{self.combinations!r}"
+            )
         if self.seasonal_period_from not in ("stratum", "label"):
             raise ValueError(
                 "eval.seasonal_period_from must be 'stratum' or 'label', got "
@@ -181,6 +207,36 @@ class EvalOptions:
         options = cls(**values)
         options.validate()
         return options
+
+
+def combination_key(methods: Iterable[str]) -> str:
+    """The method name of a forecast combination: its members joined by `+`."""
+    return "+".join(methods)
+
+
+def combination_label(methods: Iterable[str]) -> str:
+    """A combination's row label, e.g. "mean of adapted model and Theta"."""
+    names = [_SHORT_NAMES[m] for m in methods]
+    return "mean of " + ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def _check_combination(combination: Any) -> None:
+    if isinstance(combination, str) or not isinstance(combination, (list, tuple)):
+        raise ValueError(
+            f"eval.combinations entries must be lists of methods, got {combination!r} "
+            "(write [[adapted, theta]], not [adapted, theta])"
+        )
+    unknown = [m for m in combination if m not in FORECAST_METHODS]
+    if unknown:
+        raise ValueError(
+            f"eval.combinations: unknown method {unknown[0]!r} in {list(combination)}; "
+            f"methods: {', '.join(FORECAST_METHODS)}"
+        )
+    if len(set(combination)) < 2 or len(set(combination)) < len(combination):
+        raise ValueError(
+            "eval.combinations: a combination needs two or more different methods, got "
+            f"{list(combination)}"
+        )
 
 
 class TaskScores:
@@ -301,8 +357,23 @@ def evaluate_tasks(
     if with_store and target_columns is None:
         raise ValueError("evaluate_tasks: a store needs target_columns (the store columns of T)")
     methods = [m for m in MODEL_METHODS if m != "scratch" or fresh_model is not None]
+    combinations = [list(c) for c in options.combinations or []]
+    if combinations and not with_store:
+        raise ValueError(
+            "eval.combinations averages forecasts in original units, so it needs forecast "
+            "tasks on a store; set it to null for this experiment"
+        )
     if with_store:
         methods += ["naive", "seasonal_naive", "theta"]
+        for combination in combinations:
+            missing = [m for m in combination if m not in methods]
+            if missing:
+                raise ValueError(
+                    f"eval.combinations: {combination} needs {missing[0]!r}, which this "
+                    "evaluation does not score (an embedding model has no from-scratch "
+                    "baseline)"
+                )
+        methods += [combination_key(c) for c in combinations]
         metric_names = FORECAST_METRICS
     else:
         metric_names = CLASSIFICATION_METRICS if classification else REGRESSION_METRICS
@@ -439,6 +510,10 @@ def _score_forecasts(scores, batch, predictions, store, target_columns, options,
         forecasts["naive"] = baselines.naive_forecast(history, horizon)
         forecasts["seasonal_naive"] = baselines.seasonal_naive_forecast(history, horizon, period)
         forecasts["theta"] = baselines.theta_forecast(history, horizon, period)
+        for combination in options.combinations or []:
+            forecasts[combination_key(combination)] = np.mean(
+                [forecasts[m] for m in combination], axis=0
+            )
         try:
             scale = np.asarray(metrics.seasonal_scale(history, period), dtype=np.float64)
         except ValueError:  # history no longer than one season: MASE undefined
@@ -474,6 +549,10 @@ def _score_forecasts(scores, batch, predictions, store, target_columns, options,
                     "adapted": forecasts["adapted"][:, 0],
                 }
             )
+            if options.combinations:  # the first combination joins the figure
+                first = options.combinations[0]
+                examples[-1]["combination"] = forecasts[combination_key(first)][:, 0]
+                examples[-1]["combination_label"] = combination_label(first)
 
 
 def _score_regression(scores, batch, predictions):
@@ -533,7 +612,10 @@ def group_summaries(scores: TaskScores, groupings: dict[str, str]) -> dict[str, 
 
 
 def _result(scores: TaskScores, classification, with_store, options, learner) -> dict[str, Any]:
-    labels = {m: FORECAST_METHODS[m] for m in scores.methods}
+    labels = {
+        m: FORECAST_METHODS[m] if m in FORECAST_METHODS else combination_label(m.split("+"))
+        for m in scores.methods
+    }
     if classification:
         primary = "accuracy"
     elif with_store:

@@ -130,7 +130,8 @@ def group_table(result: dict[str, Any], grouping: str, groups: dict[str, Any]) -
 
 
 def plot_forecasts(examples: list[dict], path: str | os.PathLike, title: str | None = None):
-    """Draws up to 6 query forecasts: history, truth, unadapted and adapted forecast.
+    """Draws up to 6 query forecasts: history, truth, unadapted and adapted forecast, and
+    a forecast combination where an example has one (`combination`, `combination_label`).
 
     The x axis is in steps relative to the forecast origin (the first query step is 0).
     """
@@ -158,6 +159,15 @@ def plot_forecasts(examples: list[dict], path: str | os.PathLike, title: str | N
         for key, style in styles.items():
             if key in example:
                 ax.plot(steps, np.asarray(example[key], dtype=np.float64), **style)
+        if "combination" in example:
+            ax.plot(
+                steps,
+                np.asarray(example["combination"], dtype=np.float64),
+                color="tab:green",
+                lw=1.6,
+                ls="-.",
+                label=example.get("combination_label", "combination"),
+            )
         ax.axvline(-0.5, color="0.7", lw=0.8, ls=":")
         ax.set_title(str(example.get("title", "")), fontsize=9)
         ax.tick_params(labelsize=8)

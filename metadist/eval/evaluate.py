@@ -378,8 +378,10 @@ def evaluate_tasks(
     else:
         metric_names = CLASSIFICATION_METRICS if classification else REGRESSION_METRICS
     scores = TaskScores(methods, metric_names)
+    # Forecasts for the figure: the first task of each group, then others (`spare`).
     examples: list[dict[str, Any]] = []
-    example_strata: set[str] = set()
+    spare: list[dict[str, Any]] = []
+    example_groups: set[str] = set()
     scratch_template = None
     started = time.perf_counter()
     was_training = learner.training
@@ -424,7 +426,8 @@ def evaluate_tasks(
                     target_columns,
                     options,
                     examples,
-                    example_strata,
+                    spare,
+                    example_groups,
                 )
             else:
                 _score_regression(scores, batch, predictions)
@@ -436,7 +439,7 @@ def evaluate_tasks(
         raise ValueError("evaluate_tasks: no task to evaluate (the held-out split is empty)")
     result = _result(scores, classification, with_store, options, learner)
     result["settings"]["seconds"] = round(time.perf_counter() - started, 2)
-    return result, examples
+    return result, (examples + spare)[: options.num_examples]
 
 
 def _model_predictions(learner, batch: MetaBatch, options: EvalOptions) -> dict[str, torch.Tensor]:
@@ -478,7 +481,9 @@ def _forecast(predict: Callable[[torch.Tensor], torch.Tensor], batch: MetaBatch)
     return torch.cat(pieces, dim=2)[:, :, : target.shape[2]]
 
 
-def _score_forecasts(scores, batch, predictions, store, target_columns, options, examples, seen):
+def _score_forecasts(
+    scores, batch, predictions, store, target_columns, options, examples, spare, seen
+):
     query_y = batch.query.y
     if query_y.dim() != 4 or query_y.shape[1] != 1:
         raise ValueError(
@@ -534,11 +539,12 @@ def _score_forecasts(scores, batch, predictions, store, target_columns, options,
         scores.add(sums, truth[b].size, groups)
         # Draw one example per group first (the first grouping of `group_by`), then any.
         group = label if options.group_by[:1] == ["label"] else stratum
-        if len(examples) < options.num_examples and (group not in seen or len(seen) >= 4):
+        drawn = spare if group in seen else examples
+        if len(drawn) < options.num_examples:
             seen.add(group)
             tail = max(3 * horizon, 2 * period, 24)
             tags = ", ".join(v for v in (stratum, label) if v)
-            examples.append(
+            drawn.append(
                 {
                     "title": f"{store.entity_ids[entity]} ({tags})"
                     if tags
@@ -551,8 +557,8 @@ def _score_forecasts(scores, batch, predictions, store, target_columns, options,
             )
             if options.combinations:  # the first combination joins the figure
                 first = options.combinations[0]
-                examples[-1]["combination"] = forecasts[combination_key(first)][:, 0]
-                examples[-1]["combination_label"] = combination_label(first)
+                drawn[-1]["combination"] = forecasts[combination_key(first)][:, 0]
+                drawn[-1]["combination_label"] = combination_label(first)
 
 
 def _score_regression(scores, batch, predictions):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -129,6 +130,14 @@ def group_table(result: dict[str, Any], grouping: str, groups: dict[str, Any]) -
     return "\n".join(rows)
 
 
+# How `plot_forecasts` draws each forecast (history and a combination are drawn apart).
+STYLES = {
+    "truth": dict(color="black", lw=2.0, marker="o", ms=3, label="truth"),
+    "unadapted": dict(color="tab:orange", lw=1.6, ls="--", label="meta-trained, no adaptation"),
+    "adapted": dict(color="tab:blue", lw=2.0, label="meta-trained + adapted"),
+}
+
+
 def plot_forecasts(examples: list[dict], path: str | os.PathLike, title: str | None = None):
     """Draws up to 6 query forecasts: history, truth, unadapted and adapted forecast, and
     a forecast combination where an example has one (`combination`, `combination_label`).
@@ -143,20 +152,23 @@ def plot_forecasts(examples: list[dict], path: str | os.PathLike, title: str | N
     examples = examples[:6]
     num_cols = min(3, len(examples))
     num_rows = math.ceil(len(examples) / num_cols)
-    fig, axes = plt.subplots(
-        num_rows, num_cols, figsize=(4.6 * num_cols, 3.2 * num_rows), squeeze=False
-    )
-    styles = {
-        "truth": dict(color="black", lw=2.0, marker="o", ms=3, label="truth"),
-        "unadapted": dict(color="tab:orange", lw=1.6, ls="--", label="meta-trained, no adaptation"),
-        "adapted": dict(color="tab:blue", lw=2.0, label="meta-trained + adapted"),
-    }
+    width = max(4.6 * num_cols, 8.0)
+    # Legend entries per row: as many as the width holds; title lines likewise.
+    num_labels = 1 + len(STYLES) + any("combination" in e for e in examples)
+    legend_cols = min(num_labels, max(2, int(width // 2.6)))
+    legend_rows = math.ceil(num_labels / legend_cols)
+    if title:
+        title = "\n".join(textwrap.wrap(title, width=int(width * 11)))
+    title_lines = title.count("\n") + 1 if title else 0
+    bottom, top = 0.15 + 0.22 * legend_rows, 0.1 + 0.25 * title_lines
+    height = 3.2 * num_rows + bottom + top
+    fig, axes = plt.subplots(num_rows, num_cols, figsize=(width, height), squeeze=False)
     for ax, example in zip(axes.flat, examples, strict=False):
         history = np.asarray(example["history"], dtype=np.float64)
         horizon = len(example["truth"])
         ax.plot(np.arange(-len(history), 0), history, color="0.45", lw=1.2, label="history")
         steps = np.arange(horizon)
-        for key, style in styles.items():
+        for key, style in STYLES.items():
             if key in example:
                 ax.plot(steps, np.asarray(example[key], dtype=np.float64), **style)
         if "combination" in example:
@@ -175,10 +187,10 @@ def plot_forecasts(examples: list[dict], path: str | os.PathLike, title: str | N
     for ax in list(axes.flat)[len(examples) :]:
         ax.set_visible(False)
     handles, labels = axes.flat[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=9, frameon=False)
+    fig.legend(handles, labels, loc="lower center", ncol=legend_cols, fontsize=9, frameon=False)
     if title:
         fig.suptitle(title, fontsize=11)
-    fig.tight_layout(rect=(0, 0.07, 1, 0.96 if title else 1))
+    fig.tight_layout(rect=(0, bottom / height, 1, 1 - top / height))
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     fig.savefig(tmp, dpi=110, format="png")

@@ -168,13 +168,11 @@ def test_forecast_combinations_average_the_methods_forecasts(panel_and_store, tm
     assert paths["figure"].stat().st_size > 0
 
 
-def test_figure_draws_every_group_first_then_fills_up(panel_and_store):
+def test_figure_draws_every_stratum_and_label_first_then_fills_up(panel_and_store):
     store, _ = panel_and_store
     sampler, learner = _sampler_and_learner(store)
     strata = np.asarray([str(store.strata[e]) for e in sampler.unit_entity])
-    kept = np.flatnonzero(np.isin(strata, strata[:1]) | np.isin(strata, strata[-1:]))
-    groups = set(strata[kept])
-    assert 1 <= len(groups) <= 2 and len(kept) >= len(groups) + 2
+    labels = np.asarray([str(store.labels[e]) for e in sampler.unit_entity])
 
     def examples(units, count):
         options = EvalOptions(
@@ -184,15 +182,16 @@ def test_figure_draws_every_group_first_then_fills_up(panel_and_store):
         _, drawn = evaluate_tasks(
             learner, [batch], options=options, store=store, target_columns=sampler.target_columns
         )
-        return [e["title"].split("(")[1].split(",")[0] for e in drawn]
+        return [tuple(e["title"].split("(")[1].rstrip(")").split(", ")) for e in drawn]
 
-    # Fewer groups than examples: one of each group first, then filled up with others.
-    drawn = examples(kept, len(groups) + 2)
-    assert len(drawn) == len(groups) + 2 and set(drawn[: len(groups)]) == groups
-    # Every group drawn before any group twice.
+    # One stratum's tasks: the figure still fills up to num_examples.
+    one = np.flatnonzero(strata == strata[0])
+    assert len(one) >= 3
+    assert len(examples(one, len(one))) == len(one)
+    # Every stratum and every label is drawn when there is room for each.
     every = np.arange(sampler.num_units)
-    drawn = examples(every, len(set(strata)))
-    assert sorted(drawn) == sorted(set(strata))
+    drawn = examples(every, len(set(strata)) + len(set(labels)))
+    assert {s for s, _ in drawn} == set(strata) and {lab for _, lab in drawn} == set(labels)
 
 
 def test_bad_combinations_are_named(panel_and_store):

@@ -378,7 +378,7 @@ def evaluate_tasks(
     else:
         metric_names = CLASSIFICATION_METRICS if classification else REGRESSION_METRICS
     scores = TaskScores(methods, metric_names)
-    # Forecasts for the figure: the first task of each group, then others (`spare`).
+    # Forecasts for the figure: tasks of a stratum or label not drawn yet, then others.
     examples: list[dict[str, Any]] = []
     spare: list[dict[str, Any]] = []
     example_groups: set[str] = set()
@@ -537,11 +537,11 @@ def _score_forecasts(
             }
         groups = {"stratum": stratum, "label": label, "entity": str(store.entity_ids[entity])}
         scores.add(sums, truth[b].size, groups)
-        # Draw one example per group first (the first grouping of `group_by`), then any.
-        group = label if options.group_by[:1] == ["label"] else stratum
-        drawn = spare if group in seen else examples
+        # Draw first the tasks that show a stratum or label not drawn yet, then any.
+        values = {("stratum", stratum), ("label", label)}
+        drawn = spare if values <= seen else examples
         if len(drawn) < options.num_examples:
-            seen.add(group)
+            seen.update(values)
             tail = max(3 * horizon, 2 * period, 24)
             tags = ", ".join(v for v in (stratum, label) if v)
             drawn.append(

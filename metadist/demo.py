@@ -88,13 +88,14 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     started = time.perf_counter()
     out = args.out
-    out.mkdir(parents=True, exist_ok=True)
     try:
-        store_path = prepare_store(out, args)
-        run_dir = out / "run"
-        from metadist.eval.evaluate import split_eval_overrides
+        from metadist.eval.evaluate import load_eval_options, split_eval_overrides
 
         train_overrides, eval_overrides = split_eval_overrides(args.overrides)
+        load_eval_options("synthetic_maml", eval_overrides)  # bad eval.* settings: fail now
+        out.mkdir(parents=True, exist_ok=True)
+        store_path = prepare_store(out, args)
+        run_dir = out / "run"
         code = meta_train(store_path, run_dir, args, train_overrides)
         if code != 0:
             print(f"metadist.demo: meta-training failed (exit status {code})", file=sys.stderr)
@@ -234,7 +235,7 @@ def report(result: dict, run_dir: Path, seconds: float) -> None:
         return float(overall[method][metric]["value"])
 
     adapted = value("adapted")
-    for other in ("unadapted", "naive"):
+    for other in ("unadapted", "naive", "theta"):
         if other in overall:
             verdict = "beats" if adapted < value(other) else "does NOT beat"
             print(
@@ -242,10 +243,19 @@ def report(result: dict, run_dir: Path, seconds: float) -> None:
                 f"{value(other):.3f}"
             )
     figure = run_dir / EVAL_DIR / FIGURE_NAME
-    print(f"figure:        {figure.resolve()}")
-    print(f"tables:        {(run_dir / EVAL_DIR).resolve()}/metrics.md, metrics.json")
-    print(f"run directory: {run_dir.resolve()} (checkpoints, config, metrics.jsonl)")
+    print(f"figure:        {_shown(figure)}")
+    print(f"tables:        {_shown(run_dir / EVAL_DIR)}/metrics.md, metrics.json")
+    print(f"run directory: {_shown(run_dir)} (checkpoints, config, metrics.jsonl)")
     print(f"total time:    {seconds:.0f} s")
+
+
+def _shown(path: Path) -> Path:
+    """`path` relative to the working directory when it lies inside it, else absolute."""
+    path = path.resolve()
+    try:
+        return path.relative_to(Path.cwd().resolve())
+    except ValueError:
+        return path
 
 
 def _section(title: str) -> None:

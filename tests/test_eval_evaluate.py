@@ -200,7 +200,8 @@ def test_bad_combinations_are_named(panel_and_store):
         ([["adapted", "adapted"]], "two or more different methods"),
         ([["adapted", "arima"]], "unknown method 'arima'"),
         (["adapted", "theta"], "entries must be lists of methods"),
-        ([["adapted", "theta"], ["adapted", "theta"]], "distinct method lists"),
+        ([["adapted", "theta"], ["theta", "adapted"]], "the same methods twice"),
+        ("adapted+theta", "must be a list of method lists or null"),
     ):
         with pytest.raises(ValueError, match=match):
             EvalOptions(combinations=bad).validate()

@@ -257,3 +257,12 @@ def test_holdout_evaluation_keeps_to_the_samplers_labels(tmp_path):
         _holdout_batches(store, sampler, np.arange(6), weekly)
     with pytest.raises(ValueError, match="eval.labels must be a non-empty list"):
         EvalOptions.from_dict({"labels": "monthly"}).validate()
+
+
+def test_demo_refuses_bad_eval_settings_before_any_work(tmp_path, capsys):
+    from metadist import demo
+
+    out = tmp_path / "demo"
+    assert demo.main(["--out", str(out), "eval.combinations=[[adapted]]"]) == 1
+    assert "two or more different methods" in capsys.readouterr().err
+    assert not out.exists()  # no panel generated, no training started

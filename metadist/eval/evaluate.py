@@ -167,14 +167,18 @@ class EvalOptions:
             raise ValueError(
                 f"eval.ensemble_reduce must be 'mean' or 'median', got {self.ensemble_reduce!r}"
             )
+        if self.combinations is not None and not isinstance(self.combinations, (list, tuple)):
+            raise ValueError(
+                "eval.combinations must be a list of method lists or null, e.g. "
+                f"[[adapted, theta]], got {self.combinations!r}"
+            )
         for combination in self.combinations or []:
             _check_combination(combination)
-        if self.combinations is not None and (
-            isinstance(self.combinations, str)
-            or len({combination_key(c) for c in self.combinations}) < len(self.combinations)
+        if self.combinations and len({frozenset(c) for c in self.combinations}) < len(
+            self.combinations
         ):
             raise ValueError(
-                "eval.combinations must be a list of distinct method lists or null, got "
+                "eval.combinations lists the same methods twice (in any order), got "
                 f"{self.combinations!r}"
             )
         if self.seasonal_period_from not in ("stratum", "label"):

@@ -23,8 +23,10 @@ CLUSTER_SCRIPT = REPO / "tests" / "slurm" / "cluster.sh"
 SLURM_DIR = Path(os.environ.get("METADIST_SLURM_DIR", "/tmp/metadist-slurm"))
 
 # A sinusoid run with a checkpoint every 10 steps, long enough to be interrupted twice
-# even on a fast machine (each interruption takes effect within about a second).
-NUM_STEPS = 600
+# even on a fast machine: 3000 steps take about 16 s of training on an idle 2-core CPU
+# (600 steps, 3 s, once finished before a requeue took effect), and each interruption
+# takes effect within a few seconds.
+NUM_STEPS = 3000
 TRAIN_OVERRIDES = [
     "experiment=sinusoid_maml",
     f"trainer.meta_steps={NUM_STEPS}",

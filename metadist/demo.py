@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         from metadist.eval.evaluate import load_eval_options, split_eval_overrides
 
         train_overrides, eval_overrides = split_eval_overrides(args.overrides)
-        load_eval_options("synthetic_maml", eval_overrides)  # bad eval.* settings: fail now
+        load_eval_options(EXPERIMENT, eval_overrides)  # bad eval.* settings: fail now
         out.mkdir(parents=True, exist_ok=True)
         store_path = prepare_store(out, args)
         run_dir = out / "run"

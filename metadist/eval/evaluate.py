@@ -5,8 +5,9 @@ same tasks, the meta-trained model after adaptation and without it, the same net
 trained from scratch on the support set, and (for forecasting on a store) the naive,
 seasonal-naive and Theta-method forecasts, all in the store's original units, and any
 forecast combinations asked for (`eval.combinations`, e.g. the adapted model averaged with
-Theta). `evaluate_run` wires it to a training run directory (config, latest checkpoint, meta-test entities) and writes the
-report; `python -m metadist.eval run_dir=...` is its command line.
+Theta). `evaluate_run` wires it to a training run directory (config, latest checkpoint,
+meta-test entities) and writes the report; `python -m metadist.eval run_dir=...` is its
+command line.
 """
 
 from __future__ import annotations
@@ -225,7 +226,7 @@ def combination_label(methods: Iterable[str]) -> str:
 
 
 def _check_combination(combination: Any) -> None:
-    if isinstance(combination, str) or not isinstance(combination, (list, tuple)):
+    if not isinstance(combination, (list, tuple)):
         raise ValueError(
             f"eval.combinations entries must be lists of methods, got {combination!r} "
             "(write [[adapted, theta]], not [adapted, theta])"

@@ -196,8 +196,17 @@ def test_holdout_tasks_never_reach_the_holdout(tmp_path):
 
 
 def test_holdout_evaluation_keeps_to_the_samplers_labels(tmp_path):
-    from metadist.eval.evaluate import EvalOptions, _holdout_batches
+    from metadist.eval.evaluate import EvalOptions, _has_labels, _holdout_reader
     from metadist.tasks import build_task_sampler
+
+    def holdout_tasks(store, sampler, units, options):
+        tasks = sampler.for_evaluation(
+            units,
+            split=options.split,
+            entity_mask=None if options.labels is None else _has_labels(store, options.labels),
+            holdout=_holdout_reader(store, options),
+        )
+        return tasks.batches(128, 0), tasks.description, tasks.num_tasks
 
     # Six series, alternately labelled "yearly" and "monthly", 30 training rows each (the
     # last one only 5: too short for a training task, still evaluated).
@@ -239,9 +248,7 @@ def test_holdout_evaluation_keeps_to_the_samplers_labels(tmp_path):
     window = {"lookback": 4, "horizon": 3, "num_support": 2, "target_columns": ["value"]}
     for labels, expected in ((["yearly"], ["s0", "s2", "s4"]), (None, [f"s{e}" for e in range(6)])):
         sampler = build_task_sampler("forecast", store, labels=labels, **window)
-        batches, _, num_tasks = _holdout_batches(
-            store, sampler, np.arange(sampler.num_units), options
-        )
+        batches, _, num_tasks = holdout_tasks(store, sampler, np.arange(sampler.num_units), options)
         entities = sorted(
             str(store.entity_ids[e]) for b in batches for e in b.entity_index.tolist()
         )
@@ -249,12 +256,12 @@ def test_holdout_evaluation_keeps_to_the_samplers_labels(tmp_path):
     # eval.labels picks among the entities the sampler draws from.
     sampler = build_task_sampler("forecast", store, **window)
     monthly = EvalOptions.from_dict({**options.__dict__, "labels": ["monthly"]})
-    batches, _, num_tasks = _holdout_batches(store, sampler, np.arange(6), monthly)
+    batches, _, num_tasks = holdout_tasks(store, sampler, np.arange(sampler.num_units), monthly)
     entities = sorted(str(store.entity_ids[e]) for b in batches for e in b.entity_index.tolist())
     assert num_tasks == 3 and entities == ["s1", "s3", "s5"]
     weekly = EvalOptions.from_dict({**options.__dict__, "labels": ["weekly"]})
     with pytest.raises(ValueError, match="eval.labels: store .* has no label 'weekly'"):
-        _holdout_batches(store, sampler, np.arange(6), weekly)
+        holdout_tasks(store, sampler, np.arange(sampler.num_units), weekly)
     with pytest.raises(ValueError, match="eval.labels must be a non-empty list"):
         EvalOptions.from_dict({"labels": "monthly"}).validate()
 

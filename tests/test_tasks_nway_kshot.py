@@ -73,7 +73,8 @@ def test_restrict_to_draws_only_from_the_pool(encoded_store):
         ({"num_shots": 0}, "num_shots must be an integer >= 1"),
         ({"num_shots": 9}, "num_shots \\+ num_query = 10 entities"),
         ({"class_by": "colour"}, "class_by must be 'label' or 'stratum'"),
-        ({"lookback": None}, "lookback=None takes whole series"),
+        ({"resample_to": 10}, "resample_to applies to whole series"),
+        ({"lookback": None, "resample_to": 0}, "resample_to must be an integer >= 1"),
         ({"lookback": 1000}, "lookback=1000 is longer than every entity"),
     ],
 )

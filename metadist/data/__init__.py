@@ -2,5 +2,14 @@
 
 from metadist.data.loader import BatchMetaDataLoader
 from metadist.data.partition import Deal, StratifiedTaskPartitioner, UnitDealer
+from metadist.data.splits import SPLIT_BY, STRATIFY_BY, build_partitioner
 
-__all__ = ["BatchMetaDataLoader", "Deal", "StratifiedTaskPartitioner", "UnitDealer"]
+__all__ = [
+    "SPLIT_BY",
+    "STRATIFY_BY",
+    "BatchMetaDataLoader",
+    "Deal",
+    "StratifiedTaskPartitioner",
+    "UnitDealer",
+    "build_partitioner",
+]

@@ -160,11 +160,12 @@ class BatchMetaDataLoader:
                 f"gets per epoch of split {split!r} ({num_units} tasks / world_size "
                 f"{self.world_size})"
             )
-        restrict = getattr(sampler, "restrict_to", None)
-        if callable(restrict):
-            # Samplers that draw one task from several units (N-way classification) must
-            # only see this split's units.
-            self.sampler = restrict(self.dealer.units)
+        # A sampler whose tasks read several units (N-way classification) sees only this
+        # split's units; one whose tasks read their own unit is returned as it is.
+        try:
+            self.sampler = sampler.confined_to(self.dealer.units)
+        except ValueError as error:
+            raise ValueError(f"split {split!r}: {error}") from None
         self.epoch = 0
         self.tasks_consumed = 0
         self._deal_cache: tuple[tuple[int, int, int], np.ndarray, np.ndarray] | None = None

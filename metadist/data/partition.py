@@ -251,8 +251,13 @@ class StratifiedTaskPartitioner:
             evaluation set); the other units of their strata fill the remaining shares.
         unit_groups: optional `[num_units]` group key of every unit; the units of a group
             go to the same split (e.g. `sampler.unit_entity` with time-chunk units, to
-            hold out whole entities). Stratification and the largest-remainder counts
-            are then over groups; every group must lie in one stratum.
+            hold out whole entities, or each unit's class, for class-disjoint few-shot
+            splits). Stratification and the largest-remainder counts are then over
+            groups; every group must lie in one split stratum.
+        split_strata: optional `[num_units]` codes the meta-split is stratified by
+            (default `unit_strata`; e.g. entity labels, or all zeros to split groups
+            without stratifying). Dealing within a split is always stratified by
+            `unit_strata`.
 
     Raises:
         ValueError: bad fractions, a stratum with fewer units than splits with a positive
@@ -273,6 +278,7 @@ class StratifiedTaskPartitioner:
         fractions: Sequence[float] = (0.8, 0.1, 0.1),
         pinned_test_units: Sequence[int] | np.ndarray | None = None,
         unit_groups: np.ndarray | None = None,
+        split_strata: np.ndarray | None = None,
     ) -> None:
         strata = np.asarray(unit_strata)
         if strata.ndim != 1 or not np.issubdtype(strata.dtype, np.integer):
@@ -298,10 +304,20 @@ class StratifiedTaskPartitioner:
                 raise ValueError("pinned_test_units given but fractions[2] (test) is 0")
             pinned[pins] = True
         self.pinned_test_units = np.flatnonzero(pinned)
+        if split_strata is None:
+            by = self.unit_strata
+        else:
+            by = np.asarray(split_strata)
+            if by.shape != strata.shape or not np.issubdtype(by.dtype, np.integer):
+                raise ValueError(
+                    f"split_strata must be {num_units} integer codes, one per unit, got shape "
+                    f"{by.shape} dtype {by.dtype}"
+                )
+            by = by.astype(np.int64)
         # The split is drawn over items: units, or groups of units that must stay together.
         if unit_groups is None:
             item_of_unit = np.arange(num_units)
-            item_strata, item_pinned = self.unit_strata, pinned
+            item_strata, item_pinned = by, pinned
         else:
             groups = np.asarray(unit_groups)
             if groups.shape != strata.shape:
@@ -310,13 +326,13 @@ class StratifiedTaskPartitioner:
                     f"{groups.shape}"
                 )
             _, first_unit, item_of_unit = np.unique(groups, return_index=True, return_inverse=True)
-            item_strata = self.unit_strata[first_unit]
-            mixed = item_strata[item_of_unit] != self.unit_strata
+            item_strata = by[first_unit]
+            mixed = item_strata[item_of_unit] != by
             if mixed.any():
                 unit = int(np.flatnonzero(mixed)[0])
                 raise ValueError(
                     f"unit_groups: group {groups[unit]!r} has units of strata "
-                    f"{item_strata[item_of_unit[unit]]} and {self.unit_strata[unit]}; a group "
+                    f"{item_strata[item_of_unit[unit]]} and {by[unit]}; a group "
                     "must lie in one stratum"
                 )
             item_pinned = np.zeros(len(first_unit), dtype=bool)
@@ -324,6 +340,7 @@ class StratifiedTaskPartitioner:
         split_of_item = np.empty(len(item_strata), dtype=np.int64)
         rng = _rng(self.seed, _TAG_PARTITION)
         what = "units" if unit_groups is None else "unit groups"
+        self.num_groups = len(item_strata)
         for code in np.unique(item_strata):
             members = np.flatnonzero(item_strata == code)
             counts = _split_counts(len(members), self.fractions, int(code))

@@ -62,7 +62,11 @@ class EvalOptions:
         seasonal_period: m for MASE and the seasonal-naive forecast: one integer, or a
             mapping from stratum name to m (every evaluated stratum must be present).
         batch_size: tasks adapted at once.
-        max_tasks: evaluate at most this many held-out tasks (`None`: all of them).
+        max_tasks: evaluate a seeded random subset (`seed`) of this many held-out tasks
+            (`None`: all of them).
+        tasks_per_unit: episodes drawn from each evaluated unit, for samplers whose
+            episodes are random (N-way K-shot: each unit anchors this many episodes of
+            its split's classes); the forecast protocol takes 1.
         num_examples: query forecasts drawn in the figure.
         split: the units evaluated: `test` (meta-test, default), `val`, or `all` (every
             unit; for a `holdout`, whose truth no training task can reach).
@@ -103,6 +107,7 @@ class EvalOptions:
     seasonal_period: int | dict[str, int] = 1
     batch_size: int = 128
     max_tasks: int | None = None
+    tasks_per_unit: int = 1
     num_examples: int = 6
     split: str = "test"
     seasonal_period_from: str = "stratum"
@@ -138,6 +143,14 @@ class EvalOptions:
             raise ValueError(f"eval.batch_size must be >= 1, got {self.batch_size}")
         if self.max_tasks is not None and self.max_tasks < 1:
             raise ValueError(f"eval.max_tasks must be >= 1 or null, got {self.max_tasks}")
+        if (
+            isinstance(self.tasks_per_unit, bool)
+            or not isinstance(self.tasks_per_unit, int)
+            or (self.tasks_per_unit < 1)
+        ):
+            raise ValueError(
+                f"eval.tasks_per_unit must be an integer >= 1, got {self.tasks_per_unit!r}"
+            )
         if self.num_examples < 0:
             raise ValueError(f"eval.num_examples must be >= 0, got {self.num_examples}")
         if self.split not in ("test", "val", "all"):
@@ -858,14 +871,6 @@ def _trained_learner(
     return learner
 
 
-# Sampler options an ensemble member may choose for itself: a forecasting member may look
-# back over fewer rows (it then takes the most recent rows of each evaluated window).
-_MEMBER_OWN_OPTIONS = ("lookback", "pad_inputs")
-# Forecast sampler options that only shape training tasks: the evaluation takes the
-# evaluated run's units with split=end and one query window, so members may differ here.
-_TRAINING_ONLY_OPTIONS = ("split", "num_query", "recent_splits", "labels")
-
-
 def _ensemble_member(
     run_dir: Path, config, parts: dict[str, Any]
 ) -> tuple[nn.Module, str, int | None]:
@@ -877,14 +882,18 @@ def _ensemble_member(
     from metadist.train.config import without_nulls
 
     member, state, checkpoint_path, _ = _load_run(run_dir, "eval.ensemble")
+    from metadist.tasks import get_task_sampler
+
     mine = without_nulls(dict(member.sampler.options))
     theirs = without_nulls(dict(config.sampler.options))
-    forecast = config.sampler.name == "forecast"
-    for key in _TRAINING_ONLY_OPTIONS if forecast else ():
+    sampler_class = get_task_sampler(config.sampler.name)
+    for key in sampler_class.training_only_options:
         mine.pop(key, None)
         theirs.pop(key, None)
     lookback = None
-    if forecast and mine.get("lookback") != theirs.get("lookback"):
+    if sampler_class.ensemble_may_shorten_lookback and mine.get("lookback") != theirs.get(
+        "lookback"
+    ):
         lookback = int(mine.get("lookback") or 0)
         if not 0 < lookback < int(theirs.get("lookback") or 0):
             raise ValueError(
@@ -892,7 +901,7 @@ def _ensemble_member(
                 f"the evaluated run's {theirs.get('lookback')}; evaluate the run with the "
                 "longest lookback and list the others as members"
             )
-        for key in _MEMBER_OWN_OPTIONS:
+        for key in ("lookback", "pad_inputs"):
             mine.pop(key, None)
             theirs.pop(key, None)
     for setting, a, b in (
@@ -931,8 +940,12 @@ def _no_checkpoint_error(run_dir: Path) -> FileNotFoundError:
 
 
 def _eval_parts(config, options: EvalOptions) -> dict[str, Any]:
-    """Store, held-out task batches and model shapes of a run, for evaluation."""
-    from metadist.data import StratifiedTaskPartitioner
+    """Store, held-out task batches and model shapes of a run, for evaluation.
+
+    The split is rebuilt exactly as training built it (`DataConfig.partitioner`), and the
+    sampler's own evaluation protocol (`TaskSampler.for_evaluation`) says which episodes
+    of the split are scored: every example of every episode comes from the split.
+    """
     from metadist.tasks import build_task_sampler, derive_task_seeds
     from metadist.train.build import example_shapes
 
@@ -949,12 +962,7 @@ def _eval_parts(config, options: EvalOptions) -> dict[str, Any]:
     input_shape, output_shape = example_shapes(example, train_sampler)
     if config.model.output_shape is not None:  # e.g. the embedding of a prototypical network
         output_shape = tuple(config.model.output_shape)
-    partitioner = StratifiedTaskPartitioner(
-        train_sampler.unit_strata(),
-        seed=seed,
-        fractions=tuple(config.data.fractions),
-        pinned_test_units=config.data.pinned_test_units,
-    )
+    partitioner = config.data.partitioner(train_sampler, store, seed)
     if options.split == "all":
         units = np.arange(train_sampler.num_units, dtype=np.int64)
     else:
@@ -964,51 +972,35 @@ def _eval_parts(config, options: EvalOptions) -> dict[str, Any]:
             f"eval.split={options.split!r}: the run's partition has no {options.split} units "
             f"(data.fractions={list(config.data.fractions)})"
         )
-    target_columns = getattr(train_sampler, "target_columns", None)
-    if options.labels is not None:
-        unit_entity = getattr(train_sampler, "unit_entity", None)
-        if unit_entity is None:
-            raise ValueError(
-                f"eval.labels needs a sampler whose tasks come from store entities; "
-                f"{config.sampler.name!r} has none"
-            )
-        units = units[_has_labels(store, options.labels)[unit_entity[units]]]
-        if len(units) == 0 and options.holdout is None:
-            raise ValueError(
-                f"eval.labels={options.labels}: none of the {options.split} units has them"
-            )
-    if options.max_tasks is not None and options.holdout is None:
-        units = units[: options.max_tasks]
-
+    entity_mask = None if options.labels is None else _has_labels(store, options.labels)
+    holdout = None if options.holdout is None else _holdout_reader(store, options)
+    tasks = train_sampler.for_evaluation(
+        units,
+        split=options.split,
+        tasks_per_unit=options.tasks_per_unit,
+        max_tasks=options.max_tasks,
+        seed=options.seed,
+        entity_mask=entity_mask,
+        train_units=partitioner.units("train"),
+        holdout=holdout,
+        **options.sampler_options,
+    )
+    if tasks.num_tasks == 0 and options.labels is not None and holdout is None:
+        raise ValueError(
+            f"eval.labels={options.labels}: none of the {options.split} units has them"
+        )
+    description = tasks.description
     if options.holdout is not None:
-        batches, description, num_tasks = _holdout_batches(store, train_sampler, units, options)
-    else:
-        eval_options = dict(config.sampler.options)
-        if config.sampler.name == "forecast":
-            eval_options.update(split="end", num_query=1)
-        eval_options.update(options.sampler_options)
-        sampler = build_task_sampler(config.sampler.name, store, **eval_options)
-        units = _same_units(train_sampler, sampler, units)
-        num_tasks = len(units)
-        description = f"{len(units)} {options.split} units, sampler {config.sampler.name}"
-        if config.sampler.name == "forecast":
-            description += " (split=end: adapt on the history, forecast the last H)"
-
-        def batches():
-            for first in range(0, len(units), options.batch_size):
-                chunk = units[first : first + options.batch_size]
-                positions = np.arange(first, first + len(chunk))
-                yield sampler.sample(chunk, derive_task_seeds(options.seed, 0, positions))
-
-        batches = batches()
+        description += f" from {options.holdout['path']}"
     return {
         "store": store,
-        "batches": batches,
+        "tasks": tasks,
+        "batches": tasks.batches(options.batch_size, options.seed),
         "input_shape": input_shape,
         "output_shape": output_shape,
-        "target_columns": target_columns,
+        "target_columns": tasks.target_columns,
         "description": description,
-        "num_tasks": num_tasks,
+        "num_tasks": tasks.num_tasks,
     }
 
 
@@ -1022,30 +1014,12 @@ def _has_labels(store, labels: list[str]) -> np.ndarray:
         raise ValueError(f"eval.labels: {error}") from None
 
 
-def _same_units(train_sampler, eval_sampler, units: np.ndarray) -> np.ndarray:
-    """The evaluation sampler's indices of the training sampler's `units`.
+def _holdout_reader(store, options: EvalOptions) -> Callable[[list[str]], dict]:
+    """`read(target names) -> {entity: (times, values)}` for `eval.holdout`: the sampler
+    asks for the columns it forecasts (or the spec's `value_cols`)."""
+    from metadist.eval.holdout import read_holdout
 
-    Evaluation options can change which entities a sampler keeps (a task needs fewer
-    rows with one query window), so units are matched by their first store row.
-    """
-    train_start = getattr(train_sampler, "unit_start", None)
-    eval_start = getattr(eval_sampler, "unit_start", None)
-    if train_start is None or eval_start is None:
-        return units
-    wanted = np.asarray(train_start)[units]
-    order = np.argsort(eval_start)
-    found = np.searchsorted(np.asarray(eval_start)[order], wanted)
-    found = np.minimum(found, len(order) - 1)
-    matched = order[found]
-    if not np.array_equal(np.asarray(eval_start)[matched], wanted):
-        raise ValueError("the evaluation sampler does not keep every held-out unit")
-    return matched.astype(np.int64)
-
-
-def _holdout_batches(store, sampler, units: np.ndarray, options: EvalOptions):
-    from metadist.eval.holdout import holdout_batches, read_holdout
-
-    if store is None or not hasattr(sampler, "lookback"):
+    if store is None:
         raise ValueError("eval.holdout needs a forecast sampler on a series store")
     spec = dict(options.holdout)
     known = {"path", "entity_col", "time_col", "value_cols"}
@@ -1055,42 +1029,14 @@ def _holdout_batches(store, sampler, units: np.ndarray, options: EvalOptions):
             f"eval.holdout needs path (and optionally entity_col, time_col, value_cols); "
             f"got {sorted(spec)}"
         )
-    target_names = [store.column_names[c] for c in sampler.target_columns]
-    holdout = read_holdout(
-        spec["path"],
-        store,
-        entity_col=spec.get("entity_col", "entity_id"),
-        time_col=spec.get("time_col", store.metadata.get("time_col", "time")),
-        value_cols=spec.get("value_cols", target_names),
-    )
-    if options.split == "all":
-        # Every entity with a holdout that the sampler draws from (e.g. one label), also
-        # those too short for a training task.
-        entities = np.asarray(sorted(holdout), dtype=np.int64)
-        drawn = getattr(sampler, "entities", None)
-        if drawn is not None:
-            entities = entities[np.isin(entities, drawn)]
-        if options.labels is not None:
-            entities = entities[_has_labels(store, options.labels)[entities]]
-    else:
-        entities = np.unique(np.asarray(sampler.unit_entity)[units])
-        entities = entities[np.isin(entities, list(holdout))]
-    if options.max_tasks is not None:
-        entities = entities[: options.max_tasks]
-    batches = holdout_batches(
-        store,
-        holdout,
-        entities=entities,
-        lookback=sampler.lookback,
-        horizon=sampler.horizon,
-        num_support=sampler.num_support,
-        stride=sampler.stride,
-        input_columns=sampler.input_columns,
-        target_columns=sampler.target_columns,
-        batch_size=options.batch_size,
-    )
-    description = (
-        f"{len(entities)} entities, query = holdout {spec['path']} "
-        f"(adapt on up to {sampler.num_support} windows of the training part)"
-    )
-    return batches, description, len(entities)
+
+    def read(target_names: list[str]) -> dict:
+        return read_holdout(
+            spec["path"],
+            store,
+            entity_col=spec.get("entity_col", "entity_id"),
+            time_col=spec.get("time_col", store.metadata.get("time_col", "time")),
+            value_cols=spec.get("value_cols", target_names),
+        )
+
+    return read

@@ -10,6 +10,8 @@ worker or rank it lands in.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -19,16 +21,61 @@ from metadist.batch import MetaBatch
 _REGISTRY: dict[str, type[TaskSampler]] = {}
 
 
+@dataclass
+class EvaluationTasks:
+    """The episodes a sampler is scored on: what `TaskSampler.for_evaluation` returns.
+
+    Attributes:
+        num_tasks: how many tasks `batches` yields in all.
+        description: one line for the report, e.g. "120 test units, sampler forecast".
+        batches: `batches(batch_size, seed)` yields the tasks as `MetaBatch`es of at most
+            `batch_size` tasks; the same arguments give the same tasks.
+        target_columns: store column of each forecast target, when the tasks forecast
+            store columns (they are then scored in the store's original units); `None`
+            scores them as sampled.
+        labelled_examples: for classification samplers, `labelled_examples(num, seed)`
+            returns `(x [num, *input_shape], class [num])` examples of the sampler's
+            *training* units with their global class index, for baselines that pretrain
+            an ordinary classifier; `None` where that does not apply.
+        num_classes: number of global classes `labelled_examples` uses.
+    """
+
+    num_tasks: int
+    description: str
+    batches: Callable[[int, int], Iterator[MetaBatch]]
+    target_columns: list[int] | None = None
+    labelled_examples: Callable[[int, int], tuple[Any, Any]] | None = None
+    num_classes: int = 0
+
+
 class TaskSampler(ABC):
     """Base class of every task sampler.
 
     Subclasses set `needs_store` and implement `num_units` and `sample`. Constructor
     options are keyword arguments validated in `__init__` (raise `ValueError` naming the
     option).
+
+    Splits and evaluation. A task drawn from unit u must only read data of u, or of the
+    units of u's split: meta-train, meta-val and meta-test never share an example. A
+    sampler whose tasks read only their own unit keeps `draws_across_units = False` and
+    needs nothing more. A sampler whose tasks read *several* units (an N-way task takes
+    examples of N classes from many entities) sets `draws_across_units = True` and
+    implements `confined_to(units)`, a copy that draws only from `units`; the loader and
+    the evaluator confine it to the split they use, and refuse a sampler that declares
+    `draws_across_units` without `confined_to`. `for_evaluation` is the evaluation
+    protocol: which episodes of a split are scored (override it to score differently
+    than training draws, as the forecast sampler does).
     """
 
     name: ClassVar[str] = ""
     needs_store: ClassVar[bool] = True
+    draws_across_units: ClassVar[bool] = False
+    # Options that shape training tasks only (the evaluation protocol fixes them), so the
+    # members of an evaluation ensemble may differ in them.
+    training_only_options: ClassVar[tuple[str, ...]] = ()
+    # Whether an ensemble member may look back over fewer rows than the evaluated run
+    # (it then reads the most recent `lookback` rows of each input window).
+    ensemble_may_shorten_lookback: ClassVar[bool] = False
 
     @property
     @abstractmethod
@@ -38,6 +85,11 @@ class TaskSampler(ABC):
     def unit_strata(self) -> np.ndarray:
         """`[num_units]` int64 stratum code of each unit (all 0 by default)."""
         return np.zeros(self.num_units, dtype=np.int64)
+
+    def unit_entities(self) -> np.ndarray | None:
+        """`[num_units]` int64 store entity of each unit, or `None` for samplers whose
+        units are not store entities (e.g. sinusoid task numbers)."""
+        return None
 
     @abstractmethod
     def sample(self, units: np.ndarray, seeds: np.ndarray) -> MetaBatch:
@@ -50,6 +102,159 @@ class TaskSampler(ABC):
         Returns:
             A `MetaBatch` of B tasks, float32 contiguous inputs and targets.
         """
+
+    def confined_to(self, units: np.ndarray) -> TaskSampler:
+        """A sampler whose tasks, drawn from any of `units`, read data of `units` only.
+
+        The default serves samplers whose tasks read their own unit only (it returns
+        `self`). Samplers with `draws_across_units = True` must override it.
+
+        Raises:
+            ValueError: the sampler draws across units and cannot be confined, or `units`
+                cannot fill its tasks (e.g. fewer classes than N ways).
+        """
+        if self.draws_across_units:
+            raise ValueError(
+                f"task sampler {self.name!r} draws each task from several units "
+                "(draws_across_units = True) but does not implement confined_to(units), so "
+                "its tasks cannot be kept inside one split; it cannot be trained or evaluated "
+                "on a split"
+            )
+        return self
+
+    def for_evaluation(
+        self,
+        units: np.ndarray,
+        *,
+        split: str = "test",
+        tasks_per_unit: int = 1,
+        max_tasks: int | None = None,
+        seed: int = 0,
+        entity_mask: np.ndarray | None = None,
+        train_units: np.ndarray | None = None,
+        holdout: Any = None,
+        **options: Any,
+    ) -> EvaluationTasks:
+        """The evaluation protocol: the episodes scored on the split holding `units`.
+
+        The default draws `tasks_per_unit` tasks from each of `units` (task seeds from
+        the evaluation seed and the task's position) with this sampler confined to
+        `units`, so every example of every episode comes from the evaluated split.
+
+        Args:
+            units: `[n]` unit indices of the evaluated split.
+            split: its name, for messages and the description.
+            tasks_per_unit: tasks drawn from each unit (> 1 only where tasks are random).
+            max_tasks: score a random subset of this many tasks (seeded by `seed`);
+                `None` scores them all.
+            seed: the evaluation seed (task draws and the `max_tasks` subset).
+            entity_mask: `[num_entities]` bool; only units of these store entities are
+                scored (`eval.labels`). Needs `unit_entities()`.
+            train_units: the meta-train units (for `labelled_examples`), if any.
+            holdout: a separate holdout (`{entity: (times, values)}`), for samplers that
+                support one; others refuse it.
+            **options: evaluation-only sampler options (`eval.sampler_options`); the
+                default takes none.
+
+        Raises:
+            ValueError: options or a holdout this sampler does not take, or a split its
+                tasks cannot be drawn from.
+        """
+        if options:
+            raise ValueError(
+                f"eval.sampler_options: task sampler {self.name!r} takes no evaluation "
+                f"options, got {sorted(options)}"
+            )
+        if holdout is not None:
+            raise ValueError(
+                f"eval.holdout needs a forecasting sampler on a series store; {self.name!r} "
+                "has no holdout protocol"
+            )
+        units = self.units_of_entities(units, entity_mask)
+        sampler = self.confined_to(units)
+        return repeated_unit_tasks(
+            sampler,
+            units,
+            split=split,
+            tasks_per_unit=tasks_per_unit,
+            max_tasks=max_tasks,
+            seed=seed,
+        )
+
+    def units_of_entities(self, units: np.ndarray, entity_mask: np.ndarray | None) -> np.ndarray:
+        """The `units` whose store entity is in `entity_mask` (all of them without one).
+
+        Raises:
+            ValueError: a mask for a sampler whose units are not store entities.
+        """
+        units = np.asarray(units, dtype=np.int64)
+        if entity_mask is None:
+            return units
+        entities = self.unit_entities()
+        if entities is None:
+            raise ValueError(
+                f"eval.labels needs a sampler whose tasks come from store entities; "
+                f"{self.name!r} has none"
+            )
+        return units[np.asarray(entity_mask, dtype=bool)[entities[units]]]
+
+
+def repeated_unit_tasks(
+    sampler: TaskSampler,
+    units: np.ndarray,
+    *,
+    split: str,
+    tasks_per_unit: int = 1,
+    target_columns: list[int] | None = None,
+    note: str = "",
+    labelled_examples: Callable[[int, int], tuple[Any, Any]] | None = None,
+    num_classes: int = 0,
+    max_tasks: int | None = None,
+    seed: int = 0,
+) -> EvaluationTasks:
+    """`EvaluationTasks` drawing `tasks_per_unit` tasks from each of `units` with `sampler`.
+
+    Task j of the plan is unit `units[j // tasks_per_unit]` with seed
+    `derive_task_seeds(seed, 0, j)`: a function of the seed and its position only. With
+    `max_tasks`, a seeded random subset of the plan's positions is scored.
+    """
+    if isinstance(tasks_per_unit, bool) or int(tasks_per_unit) < 1:
+        raise ValueError(f"eval.tasks_per_unit must be an integer >= 1, got {tasks_per_unit!r}")
+    tasks_per_unit = int(tasks_per_unit)
+    plan = np.repeat(np.asarray(units, dtype=np.int64), tasks_per_unit)
+    positions = random_subset(np.arange(len(plan), dtype=np.int64), max_tasks, seed)
+
+    def batches(batch_size: int, seed: int = seed) -> Iterator[MetaBatch]:
+        for first in range(0, len(positions), batch_size):
+            chosen = positions[first : first + batch_size]
+            yield sampler.sample(plan[chosen], derive_task_seeds(seed, 0, chosen))
+
+    per_unit = f", {tasks_per_unit} tasks each" if tasks_per_unit > 1 else ""
+    subset = (
+        f", a random {len(positions)} of its {len(plan)} tasks"
+        if len(positions) < len(plan)
+        else ""
+    )
+    return EvaluationTasks(
+        num_tasks=len(positions),
+        description=(f"{len(units)} {split} units{per_unit}{subset}, sampler {sampler.name}{note}"),
+        batches=batches,
+        target_columns=target_columns,
+        labelled_examples=labelled_examples,
+        num_classes=num_classes,
+    )
+
+
+_TAG_SUBSET = 0x535542534554
+
+
+def random_subset(items: np.ndarray, max_items: int | None, seed: int) -> np.ndarray:
+    """A seeded random subset of `max_items` of `items`, in their original order (all of
+    them when `max_items` is `None` or not smaller)."""
+    if max_items is None or max_items >= len(items):
+        return items
+    rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([int(seed), _TAG_SUBSET])))
+    return items[np.sort(rng.choice(len(items), size=int(max_items), replace=False))]
 
 
 def register_task_sampler(name: str):

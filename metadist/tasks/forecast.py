@@ -21,33 +21,22 @@ tasks then come from the recent past of every series, as N-BEATS' history limit 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
 from metadist.batch import MetaBatch, TaskSet
-from metadist.tasks._windows import WindowGatherer
-from metadist.tasks.base import TaskSampler, register_task_sampler
-
-
-def _positive(sampler: str, **values: int) -> None:
-    for field, value in values.items():
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise ValueError(f"{sampler} sampler: {field} must be an integer >= 1, got {value!r}")
-
-
-def _resolve_columns(store: Any, names: Sequence[str] | str, field: str) -> list[int]:
-    if isinstance(names, str):
-        names = [names]
-    names = list(names)
-    if not names:
-        raise ValueError(f"{field} is empty; name at least one of {store.column_names}")
-    try:
-        return store.column_index(names)
-    except ValueError as error:
-        raise ValueError(f"{field}: {error}") from None
+from metadist.tasks.base import (
+    EvaluationTasks,
+    TaskSampler,
+    random_subset,
+    register_task_sampler,
+    repeated_unit_tasks,
+)
+from metadist.tasks.options import check_positive, resolve_columns
+from metadist.tasks.windows import WindowGatherer
 
 
 @register_task_sampler("forecast")
@@ -100,6 +89,8 @@ class ForecastSampler(TaskSampler):
     """
 
     needs_store = True
+    training_only_options = ("split", "num_query", "recent_splits", "labels")
+    ensemble_may_shorten_lookback = True
 
     def __init__(
         self,
@@ -119,7 +110,22 @@ class ForecastSampler(TaskSampler):
         labels: Sequence[str] | None = None,
         recent_splits: int | None = None,
     ) -> None:
-        _positive(
+        self.options = {
+            "lookback": lookback,
+            "horizon": horizon,
+            "num_support": num_support,
+            "num_query": num_query,
+            "stride": stride,
+            "input_columns": input_columns,
+            "target_columns": target_columns,
+            "split": split,
+            "unit": unit,
+            "chunk_length": chunk_length,
+            "pad_inputs": pad_inputs,
+            "labels": labels,
+            "recent_splits": recent_splits,
+        }
+        check_positive(
             "forecast",
             lookback=lookback,
             horizon=horizon,
@@ -147,10 +153,10 @@ class ForecastSampler(TaskSampler):
             )
         self.pad_inputs = int(pad_inputs)
         if recent_splits is not None:
-            _positive("forecast", recent_splits=recent_splits)
+            check_positive("forecast", recent_splits=recent_splits)
             recent_splits = int(recent_splits)
         self.recent_splits = recent_splits
-        self.input_columns = _resolve_columns(
+        self.input_columns = resolve_columns(
             store,
             store.column_names if input_columns is None else input_columns,
             "input_columns",
@@ -162,14 +168,14 @@ class ForecastSampler(TaskSampler):
                     f"store {store.path} has no target columns; set target_columns to some of "
                     f"{store.column_names}"
                 )
-        self.target_columns = _resolve_columns(store, target_columns, "target_columns")
+        self.target_columns = resolve_columns(store, target_columns, "target_columns")
         need = self.rows_per_task
         lengths = np.asarray(store.lengths, dtype=np.int64)
         starts = np.asarray(store.starts, dtype=np.int64)
         if unit == "chunk":
             if chunk_length is None:
                 raise ValueError("forecast sampler: unit='chunk' needs chunk_length")
-            _positive("forecast", chunk_length=chunk_length)
+            check_positive("forecast", chunk_length=chunk_length)
             if chunk_length < need:
                 raise ValueError(
                     f"forecast sampler: chunk_length={chunk_length} cannot hold one task, which "
@@ -251,6 +257,124 @@ class ForecastSampler(TaskSampler):
 
     def unit_strata(self) -> np.ndarray:
         return self._unit_strata
+
+    def unit_entities(self) -> np.ndarray:
+        return self.unit_entity
+
+    def for_evaluation(
+        self,
+        units: np.ndarray,
+        *,
+        split: str = "test",
+        tasks_per_unit: int = 1,
+        max_tasks: int | None = None,
+        seed: int = 0,
+        entity_mask: np.ndarray | None = None,
+        train_units: np.ndarray | None = None,
+        holdout: Any = None,
+        **options: Any,
+    ) -> EvaluationTasks:
+        """The forecasting protocol: adapt on each unit's history, forecast its last H rows.
+
+        Each evaluated unit gives one task with `split="end"` and one query window (its
+        targets are the unit's last H rows, its support the K windows before them);
+        `options` replace sampler options for evaluation. With a `holdout`
+        reader (`holdout(target column names) -> {entity: (times, values)}`), the query
+        targets are the holdout values instead
+        and the support the most recent windows of the whole stored series
+        (`metadist.tasks.holdout`); with `split="all"` every drawn entity that has a
+        holdout is scored, also those too short for a training task.
+
+        Raises:
+            ValueError: `tasks_per_unit` > 1 (these tasks are not random), options the
+                sampler rejects, or units the evaluation sampler does not keep.
+        """
+        if tasks_per_unit != 1:
+            raise ValueError(
+                "eval.tasks_per_unit must be 1 for the forecast sampler: its evaluation task "
+                f"of a unit (split=end) is always the same, got {tasks_per_unit}"
+            )
+        units = self.units_of_entities(units, entity_mask)
+        if holdout is not None:
+            targets = [self.store.column_names[c] for c in self.target_columns]
+            return self._holdout_tasks(
+                units, split, holdout(targets), entity_mask, max_tasks, seed, options
+            )
+        evaluated = type(self)(
+            self.store, **{**self.options, "split": "end", "num_query": 1, **options}
+        )
+        return repeated_unit_tasks(
+            evaluated,
+            evaluated.same_units(self, units),
+            split=split,
+            target_columns=evaluated.target_columns,
+            note=" (split=end: adapt on the history, forecast the last H)",
+            max_tasks=max_tasks,
+            seed=seed,
+        )
+
+    def same_units(self, other: ForecastSampler, units: np.ndarray) -> np.ndarray:
+        """This sampler's indices of `other`'s `units`, matched by their first store row.
+
+        Options can change which entities a sampler keeps (a task needs fewer rows with
+        one query window).
+
+        Raises:
+            ValueError: a unit of `other` this sampler does not keep.
+        """
+        wanted = np.asarray(other.unit_start)[units]
+        order = np.argsort(self.unit_start, kind="stable")
+        found = np.minimum(np.searchsorted(self.unit_start[order], wanted), len(order) - 1)
+        matched = order[found]
+        if not np.array_equal(self.unit_start[matched], wanted):
+            raise ValueError("the evaluation sampler does not keep every held-out unit")
+        return matched.astype(np.int64)
+
+    def _holdout_tasks(
+        self, units, split, holdout, entity_mask, max_tasks, seed, options
+    ) -> EvaluationTasks:
+        from metadist.tasks.holdout import holdout_batches
+
+        if options:
+            raise ValueError(
+                "eval.sampler_options cannot be combined with eval.holdout (the holdout "
+                f"tasks use the run's own windows), got {sorted(options)}"
+            )
+        if split == "all":
+            # Every entity with a holdout that the sampler draws from (e.g. one label),
+            # also those too short for a training task.
+            entities = np.asarray(sorted(holdout), dtype=np.int64)
+            entities = entities[np.isin(entities, self.entities)]
+            if entity_mask is not None:
+                entities = entities[np.asarray(entity_mask, dtype=bool)[entities]]
+        else:
+            entities = np.unique(self.unit_entity[units])
+            entities = entities[np.isin(entities, list(holdout))]
+        entities = random_subset(entities, max_tasks, seed)
+
+        def batches(batch_size: int, seed: int = 0) -> Iterator[MetaBatch]:
+            return holdout_batches(
+                self.store,
+                holdout,
+                entities=entities,
+                lookback=self.lookback,
+                horizon=self.horizon,
+                num_support=self.num_support,
+                stride=self.stride,
+                input_columns=self.input_columns,
+                target_columns=self.target_columns,
+                batch_size=batch_size,
+            )
+
+        return EvaluationTasks(
+            num_tasks=len(entities),
+            description=(
+                f"{len(entities)} entities, query = the holdout (adapt on up to "
+                f"{self.num_support} windows of the training part)"
+            ),
+            batches=batches,
+            target_columns=list(self.target_columns),
+        )
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()

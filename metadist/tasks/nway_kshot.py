@@ -3,7 +3,16 @@
 The classes are entity labels (or strata). A task drawn from unit (entity) u takes u's
 class and N-1 other classes, then K support and Q query examples per class, each example
 a window of `lookback` rows (or the whole series) of a *different* entity of that class, so
-no entity is in both the support and the query set. Class indices are remapped to 0..N-1
+no entity is in both the support and the query set.
+
+Whole series (`lookback=None`) of different lengths are resampled to one length
+(`resample_to` rows, default the longest series) by linear interpolation over each
+series' own time axis, so every example has the same shape and no padding or mask is
+needed; multivariate series keep all their columns (`[L, F]` examples).
+
+A task reads many entities, so the sampler declares `draws_across_units` and confines
+itself to a split (`confined_to`): classes and examples then come from that split's
+entities only — with class-disjoint splits (`data.split_by=label`), from its classes only. Class indices are remapped to 0..N-1
 in a random order per task — what torchmeta's `ClassSplitter` and learn2learn's
 `NWays`/`KShots` transforms did.
 """
@@ -18,9 +27,15 @@ import numpy as np
 import torch
 
 from metadist.batch import MetaBatch, TaskSet
-from metadist.tasks._windows import WindowGatherer
-from metadist.tasks.base import TaskSampler, register_task_sampler, task_uniform
-from metadist.tasks.forecast import _positive, _resolve_columns
+from metadist.tasks.base import (
+    EvaluationTasks,
+    TaskSampler,
+    register_task_sampler,
+    repeated_unit_tasks,
+    task_uniform,
+)
+from metadist.tasks.options import check_positive, resolve_columns
+from metadist.tasks.windows import WindowGatherer
 
 
 @register_task_sampler("nway_kshot")
@@ -33,9 +48,11 @@ class NWayKShotSampler(TaskSampler):
         num_shots: K support examples per class.
         num_query: Q query examples per class.
         class_by: "label" or "stratum": which entity attribute is the class.
-        lookback: L, rows per example window; None takes whole series (every entity must
-            then have the same length).
+        lookback: L, rows per example window; None takes whole series.
         input_columns: store columns of the examples (default: all columns).
+        resample_to: with `lookback=None`, the rows every whole series is resampled to
+            (linear interpolation); default: the longest series' length when lengths
+            differ, none when they are equal.
 
     A class can appear in a task only if the sampler's pool (all usable entities, or the
     split's entities after `restrict_to`) holds at least K + Q entities of it.
@@ -45,11 +62,12 @@ class NWayKShotSampler(TaskSampler):
     `query.y [B, N*Q]`; `entity_index`/`stratum` are the anchor entity's; `split_time` is -1.
 
     Raises:
-        ValueError: N, K, Q or lookback < 1; a bad class_by; whole series of unequal
-            lengths; or fewer than N classes with K + Q entities in the pool.
+        ValueError: N, K, Q, lookback or resample_to < 1; a bad class_by; resample_to
+            with a lookback; or fewer than N classes with K + Q entities in the pool.
     """
 
     needs_store = True
+    draws_across_units = True
 
     def __init__(
         self,
@@ -61,36 +79,55 @@ class NWayKShotSampler(TaskSampler):
         class_by: str = "label",
         lookback: int | None = 32,
         input_columns: Sequence[str] | None = None,
+        resample_to: int | None = None,
     ) -> None:
-        _positive("nway_kshot", num_ways=num_ways, num_shots=num_shots, num_query=num_query)
+        check_positive("nway_kshot", num_ways=num_ways, num_shots=num_shots, num_query=num_query)
         if class_by not in ("label", "stratum"):
             raise ValueError(
                 f"nway_kshot sampler: class_by must be 'label' or 'stratum', got {class_by!r}"
             )
         lengths = np.asarray(store.lengths, dtype=np.int64)
-        if lookback is None:
-            if len(np.unique(lengths)) != 1:
+        self.whole_series = lookback is None
+        self.resample = False
+        if resample_to is not None:
+            if lookback is not None:
                 raise ValueError(
-                    "nway_kshot sampler: lookback=None takes whole series, but entity lengths "
-                    f"range from {int(lengths.min())} to {int(lengths.max())}; set lookback"
+                    "nway_kshot sampler: resample_to applies to whole series; set lookback: null "
+                    f"to use it (got lookback={lookback})"
                 )
-            lookback = int(lengths[0])
-        _positive("nway_kshot", lookback=lookback)
+            check_positive("nway_kshot", resample_to=resample_to)
+        if lookback is None:
+            if resample_to is not None or len(np.unique(lengths)) != 1:
+                self.resample = True
+                lookback = int(resample_to if resample_to is not None else lengths.max())
+            else:
+                lookback = int(lengths[0])
+        check_positive("nway_kshot", lookback=lookback)
+        self.options = {
+            "num_ways": num_ways,
+            "num_shots": num_shots,
+            "num_query": num_query,
+            "class_by": class_by,
+            "lookback": None if self.whole_series else lookback,
+            "input_columns": input_columns,
+            "resample_to": resample_to,
+        }
         self.store = store
         self.num_ways, self.num_shots = int(num_ways), int(num_shots)
         self.num_query, self.lookback, self.class_by = int(num_query), int(lookback), class_by
-        self.input_columns = _resolve_columns(
+        self.input_columns = resolve_columns(
             store,
             store.column_names if input_columns is None else input_columns,
             "input_columns",
         )
-        self.unit_entity = np.flatnonzero(lengths >= self.lookback)
+        usable = lengths >= (1 if self.resample else self.lookback)
+        self.unit_entity = np.flatnonzero(usable)
         if len(self.unit_entity) == 0:
             raise ValueError(
                 f"nway_kshot sampler: lookback={self.lookback} is longer than every entity "
                 f"(the longest has {int(lengths.max())} rows)"
             )
-        self.excluded_entities = np.flatnonzero(lengths < self.lookback)
+        self.excluded_entities = np.flatnonzero(~usable)
         codes = store.label_codes if class_by == "label" else store.stratum_codes
         self.class_names = np.asarray(
             store.label_names if class_by == "label" else store.stratum_names
@@ -109,8 +146,15 @@ class NWayKShotSampler(TaskSampler):
     def unit_strata(self) -> np.ndarray:
         return self._unit_strata
 
-    def restrict_to(self, units: np.ndarray) -> NWayKShotSampler:
-        """A copy whose tasks draw their examples from `units` only (e.g. one split).
+    def unit_entities(self) -> np.ndarray:
+        return self.unit_entity
+
+    def unit_classes(self) -> np.ndarray:
+        """`[num_units]` int64 class code (label or stratum code) of each unit."""
+        return self.unit_class
+
+    def confined_to(self, units: np.ndarray) -> NWayKShotSampler:
+        """A copy whose tasks draw classes and examples from `units` only (e.g. one split).
 
         Raises:
             ValueError: fewer than N classes with K + Q entities among `units`.
@@ -118,6 +162,70 @@ class NWayKShotSampler(TaskSampler):
         restricted = copy.copy(self)
         restricted._set_pool(np.asarray(units, dtype=np.int64))
         return restricted
+
+    restrict_to = confined_to  # the name before samplers shared one protocol
+
+    def for_evaluation(
+        self,
+        units: np.ndarray,
+        *,
+        split: str = "test",
+        tasks_per_unit: int = 1,
+        max_tasks: int | None = None,
+        seed: int = 0,
+        entity_mask: np.ndarray | None = None,
+        train_units: np.ndarray | None = None,
+        holdout: Any = None,
+        **options: Any,
+    ) -> EvaluationTasks:
+        """N-way episodes whose every class and example comes from `units`.
+
+        Each unit anchors `tasks_per_unit` episodes (its class and N-1 others of the
+        split). `options` replace sampler options for evaluation (e.g. `num_query`);
+        `train_units` give the labelled examples of the pretrained-embedding baseline.
+
+        Raises:
+            ValueError: a holdout, or a split with fewer than N classes of K + Q entities.
+        """
+        if holdout is not None:
+            raise ValueError("eval.holdout is for forecasting; nway_kshot has no holdout protocol")
+        sampler = self
+        if options:
+            sampler = type(self)(self.store, **{**self.options, **options})
+        units = self.units_of_entities(units, entity_mask)
+        try:
+            confined = sampler.confined_to(units)
+        except ValueError as error:
+            raise ValueError(f"the {split} split: {error}") from None
+        examples, num_classes = None, 0
+        if train_units is not None and len(train_units):
+            examples, num_classes = self._labelled_examples(np.asarray(train_units, np.int64))
+        return repeated_unit_tasks(
+            confined,
+            units,
+            split=split,
+            tasks_per_unit=tasks_per_unit,
+            max_tasks=max_tasks,
+            seed=seed,
+            note=f" ({len(confined._class_codes)} {self.class_by} classes)",
+            labelled_examples=examples,
+            num_classes=num_classes,
+        )
+
+    def _labelled_examples(self, units: np.ndarray):
+        """(`examples(num, seed) -> (x [num, L, F], class [num])`, number of classes) over
+        `units`, classes numbered 0..C-1 in code order."""
+        codes = np.unique(self.unit_class[units])
+        class_index = np.searchsorted(codes, self.unit_class[units])
+
+        def examples(num: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+            seeds = np.arange(num, dtype=np.uint64) + np.uint64(seed) * np.uint64(1 << 32)
+            picks = (task_uniform(seeds, 1, stream=5)[:, 0] * len(units)).astype(np.int64)
+            start = self._example_starts(units[picks][:, None], seeds, 6)[:, 0]
+            x = self._gather(start[:, None], units[picks][:, None])[:, 0]
+            return torch.from_numpy(x), torch.from_numpy(class_index[picks].astype(np.int64))
+
+        return examples, len(codes)
 
     def _set_pool(self, units: np.ndarray) -> None:
         per_class = self.num_shots + self.num_query
@@ -164,29 +272,61 @@ class NWayKShotSampler(TaskSampler):
         way_order = np.argsort(task_uniform(seeds, n, stream=1), axis=1)
         ways = np.take_along_axis(chosen, way_order, axis=1)  # [B, N] class slots
         member = self._distinct_members(seeds, self._class_count[ways], m)  # [B, N, M]
-        unit_pick = self._pool_members[self._class_first[ways][..., None] + member]
-        span = self.unit_length[unit_pick] - self.lookback + 1
-        offset = (task_uniform(seeds, n * m, stream=4).reshape(num_tasks, n, m) * span).astype(
-            np.int64
-        )
-        start = self.unit_start[unit_pick] + np.minimum(offset, span - 1)
-        if self._gatherer is None:
-            self._gatherer = WindowGatherer(self.store.values, self.input_columns, self.lookback)
-        gather = self._gatherer.gather
+        unit_pick = self._pool_members[self._class_first[ways][..., None] + member]  # [B, N, M]
+        start = self._example_starts(unit_pick.reshape(num_tasks, n * m), seeds, 4)
+        start = start.reshape(num_tasks, n, m)
         labels = np.broadcast_to(np.arange(n)[None, :, None], (num_tasks, n, m))
+
+        def examples(part: slice, count: int) -> torch.Tensor:
+            rows = start[:, :, part].reshape(num_tasks, n * count)
+            picked = unit_pick[:, :, part].reshape(num_tasks, n * count)
+            return torch.from_numpy(self._gather(rows, picked))
+
         return MetaBatch(
             support=TaskSet(
-                torch.from_numpy(gather(start[:, :, :k].reshape(num_tasks, n * k))),
+                examples(slice(0, k), k),
                 torch.from_numpy(labels[:, :, :k].reshape(num_tasks, n * k).copy()),
             ),
             query=TaskSet(
-                torch.from_numpy(gather(start[:, :, k:].reshape(num_tasks, n * q))),
+                examples(slice(k, None), q),
                 torch.from_numpy(labels[:, :, k:].reshape(num_tasks, n * q).copy()),
             ),
             entity_index=torch.from_numpy(self.unit_entity[units]),
             stratum=torch.from_numpy(self._unit_strata[units]),
             split_time=torch.full((num_tasks,), -1, dtype=torch.int64),
         )
+
+    def _example_starts(self, units: np.ndarray, seeds: np.ndarray, stream: int) -> np.ndarray:
+        """`[B, M]` first store row of the example drawn from each of `units [B, M]`: a
+        uniform window start (the series' first row for whole series)."""
+        if self.whole_series:
+            return self.unit_start[units]
+        span = self.unit_length[units] - self.lookback + 1
+        u = task_uniform(seeds, units.shape[1], stream=stream)
+        return self.unit_start[units] + np.minimum((u * span).astype(np.int64), span - 1)
+
+    def _gather(self, starts: np.ndarray, units: np.ndarray) -> np.ndarray:
+        """`[*S, L, F]` float32 examples starting at store rows `starts [*S]` of `units`."""
+        if not self.resample:
+            if self._gatherer is None:
+                self._gatherer = WindowGatherer(
+                    self.store.values, self.input_columns, self.lookback
+                )
+            return self._gatherer.gather(starts)
+        # Whole series resampled to L rows: row j sits at position j·(n-1)/(L-1) of a
+        # series of n rows, linearly interpolated between its two neighbours.
+        lengths = self.unit_length[units][..., None].astype(np.float64)  # [*S, 1]
+        steps = np.arange(self.lookback, dtype=np.float64) / max(self.lookback - 1, 1)
+        position = steps * (lengths - 1)  # [*S, L]
+        low = np.floor(position).astype(np.int64)
+        high = np.minimum(low + 1, lengths.astype(np.int64) - 1)
+        weight = (position - low)[..., None].astype(np.float32)
+        values = np.asarray(self.store.values)
+        columns = np.asarray(self.input_columns, dtype=np.int64)
+        first = starts[..., None]
+        below = values[(first + low)[..., None], columns]
+        above = values[(first + high)[..., None], columns]
+        return np.ascontiguousarray(below * (1 - weight) + above * weight, dtype=np.float32)
 
     @staticmethod
     def _distinct_members(seeds: np.ndarray, counts: np.ndarray, m: int) -> np.ndarray:

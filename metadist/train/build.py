@@ -60,7 +60,7 @@ def build_parts(config: TrainConfig, env: DistEnv) -> RunParts:
             sampler yields tasks the model cannot take.
         FileNotFoundError: `data.store` is missing.
     """
-    from metadist.data import BatchMetaDataLoader, StratifiedTaskPartitioner
+    from metadist.data import BatchMetaDataLoader
     from metadist.learners import build_learner, registered_learners
     from metadist.models import build_model, registered_models
     from metadist.tasks import build_task_sampler, derive_task_seeds, registered_task_samplers
@@ -75,13 +75,7 @@ def build_parts(config: TrainConfig, env: DistEnv) -> RunParts:
         "sampler", _unknown_hint("sampler", config.sampler.name, registered_task_samplers())
     ):
         sampler = build_task_sampler(config.sampler.name, store, **config.sampler.options)
-    with _naming("data.fractions / data.pinned_test_units"):
-        partitioner = StratifiedTaskPartitioner(
-            sampler.unit_strata(),
-            seed=seed,
-            fractions=tuple(config.data.fractions),
-            pinned_test_units=config.data.pinned_test_units,
-        )
+    partitioner = config.data.partitioner(sampler, store, seed)
     on_gpu = env.device.type == "cuda"
     loader_options: dict[str, Any] = {
         "batch_size": config.trainer.meta_batch_size // env.world_size,

@@ -35,7 +35,14 @@ class DataConfig:
             (sinusoid).
         fractions: meta-train / meta-val / meta-test shares of the units, each in [0, 1],
             summing to 1.
-        pinned_test_units: unit indices always placed in meta-test.
+        pinned_test_units: unit indices always placed in meta-test (with a class split,
+            their whole classes).
+        split_by: the meta-split protocol (`metadist.data.splits`): `unit` (null, the
+            default) or `entity` deal units or whole entities to the splits, stratified by
+            `stratify_by`; `label` or `stratum` deal whole classes, so meta-train, meta-val
+            and meta-test hold disjoint classes (the standard few-shot protocol).
+        stratify_by: what unit and entity splits are stratified by: `stratum` (null, the
+            default), `label` or `none`.
         num_workers: `DataLoader` worker processes per rank.
         pin_memory: page-locked host batches; `None` turns it on when training on a GPU.
         prefetch_factor: batches each worker prepares ahead; `None` keeps torch's default.
@@ -45,10 +52,27 @@ class DataConfig:
     store: str | None = None
     fractions: tuple[float, float, float] = (0.8, 0.1, 0.1)
     pinned_test_units: list[int] | None = None
+    split_by: str | None = None
+    stratify_by: str | None = None
     num_workers: int = 0
     pin_memory: bool | None = None
     prefetch_factor: int | None = None
     persistent_workers: bool = False
+
+    def partitioner(self, sampler: Any, store: Any, seed: int) -> Any:
+        """The run's `StratifiedTaskPartitioner` of `sampler`'s units (see
+        `metadist.data.splits.build_partitioner`)."""
+        from metadist.data.splits import build_partitioner
+
+        return build_partitioner(
+            sampler,
+            store,
+            seed=seed,
+            fractions=tuple(self.fractions),
+            split_by=self.split_by or "unit",
+            stratify_by=self.stratify_by or "stratum",
+            pinned_test_units=self.pinned_test_units,
+        )
 
     def validate(self) -> None:
         if len(self.fractions) != 3:
@@ -61,6 +85,22 @@ class DataConfig:
             )
         if self.fractions[0] <= 0:
             raise ValueError("data.fractions: the meta-train share must be > 0")
+        from metadist.data.splits import SPLIT_BY, STRATIFY_BY
+
+        if self.split_by is not None and self.split_by not in SPLIT_BY:
+            raise ValueError(
+                f"data.split_by must be one of {', '.join(SPLIT_BY)} or null, got {self.split_by!r}"
+            )
+        if self.stratify_by is not None and self.stratify_by not in STRATIFY_BY:
+            raise ValueError(
+                f"data.stratify_by must be one of {', '.join(STRATIFY_BY)} or null, got "
+                f"{self.stratify_by!r}"
+            )
+        if self.split_by in ("label", "stratum") and self.stratify_by not in (None, "none"):
+            raise ValueError(
+                f"data.stratify_by={self.stratify_by} does not apply to data.split_by="
+                f"{self.split_by}: whole classes are split, not stratified; leave it null"
+            )
         _check_min("data.num_workers", self.num_workers, 0)
         if self.prefetch_factor is not None:
             _check_min("data.prefetch_factor", self.prefetch_factor, 1)

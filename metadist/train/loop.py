@@ -49,6 +49,8 @@ _RUN_IDENTITY = (
     ("data", "store"),
     ("data", "fractions"),
     ("data", "pinned_test_units"),
+    ("data", "split_by"),
+    ("data", "stratify_by"),
     ("trainer", "seed"),
 )
 

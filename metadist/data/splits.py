@@ -1,0 +1,125 @@
+"""The meta-split of a run: which units are meta-train, meta-val and meta-test.
+
+Two protocols (`data.split_by`):
+
+- **by unit or entity** (`unit`, the default, or `entity`): units (or whole entities, when
+  a sampler has several units per entity) are dealt to the splits, stratified by
+  `data.stratify_by` (`stratum`, `label` or `none`). Every class may appear in every
+  split: the model is scored on *new series* of classes it has seen. This is the
+  protocol for forecasting across entities.
+- **by class** (`label` or `stratum`): whole classes go to one split each, so meta-train,
+  meta-val and meta-test hold *disjoint classes*, as the standard few-shot benchmark
+  protocol (Omniglot, miniImageNet) requires: the model is scored on classes it has never
+  seen. Fractions are over classes; every split with a positive share gets at least one.
+
+Training, evaluation and sweeps all build the split here, so they agree by construction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from metadist.data.partition import StratifiedTaskPartitioner
+
+SPLIT_BY = ("unit", "entity", "label", "stratum")
+STRATIFY_BY = ("stratum", "label", "none")
+
+
+def build_partitioner(
+    sampler: Any,
+    store: Any = None,
+    *,
+    seed: int,
+    fractions: Sequence[float] = (0.8, 0.1, 0.1),
+    split_by: str = "unit",
+    stratify_by: str = "stratum",
+    pinned_test_units: Sequence[int] | np.ndarray | None = None,
+) -> StratifiedTaskPartitioner:
+    """The `StratifiedTaskPartitioner` of `sampler`'s units under a split protocol.
+
+    Args:
+        sampler: the run's `TaskSampler`.
+        store: the store it reads (needed for `label`/`stratum` splits and
+            `stratify_by=label`).
+        seed: the split's seed.
+        fractions: (train, val, test) shares of units, entities or classes.
+        split_by: `unit`, `entity`, `label` or `stratum` (see the module docstring).
+        stratify_by: what unit and entity splits are stratified by.
+        pinned_test_units: units always in meta-test (with a class split, their whole
+            classes are).
+
+    Raises:
+        ValueError: a bad protocol name, a protocol the sampler or store cannot serve, or
+            too few units/classes for the fractions (named by the `data.*` field).
+    """
+    if split_by not in SPLIT_BY:
+        raise ValueError(f"data.split_by must be one of {', '.join(SPLIT_BY)}, got {split_by!r}")
+    if stratify_by not in STRATIFY_BY:
+        raise ValueError(
+            f"data.stratify_by must be one of {', '.join(STRATIFY_BY)}, got {stratify_by!r}"
+        )
+    strata = sampler.unit_strata()
+    entities = sampler.unit_entities()
+    if entities is None and (split_by != "unit" or stratify_by == "label"):
+        what = f"data.split_by={split_by}" if split_by != "unit" else "data.stratify_by=label"
+        raise ValueError(
+            f"{what} needs a sampler whose units are store entities; {sampler.name!r} has "
+            "none (use data.split_by=unit)"
+        )
+    groups = split_strata = None
+    if split_by in ("label", "stratum"):
+        groups = _entity_codes(store, split_by, f"data.split_by={split_by}")[entities]
+        split_strata = np.zeros(len(strata), dtype=np.int64)
+        counted = "classes"
+    else:
+        if split_by == "entity":
+            groups = entities
+        if stratify_by == "label":
+            split_strata = _entity_codes(store, "label", "data.stratify_by=label")[entities]
+        elif stratify_by == "none":
+            split_strata = np.zeros(len(strata), dtype=np.int64)
+        counted = "entities" if split_by == "entity" else "units"
+    try:
+        return StratifiedTaskPartitioner(
+            strata,
+            seed=seed,
+            fractions=tuple(fractions),
+            pinned_test_units=pinned_test_units,
+            unit_groups=groups,
+            split_strata=split_strata,
+        )
+    except ValueError as error:
+        if groups is not None and split_by in ("label", "stratum"):
+            num_classes = len(np.unique(groups))
+            raise ValueError(
+                f"data.split_by={split_by}: {num_classes} {split_by} classes cannot be split by "
+                f"data.fractions={list(fractions)} ({error}); every split with a positive "
+                "share needs at least one class"
+            ) from None
+        raise ValueError(f"data.fractions / data.pinned_test_units ({counted}): {error}") from None
+
+
+def split_classes(partitioner: StratifiedTaskPartitioner, unit_classes: np.ndarray) -> dict:
+    """`{split: sorted class codes}` of the units of each split."""
+    return {
+        split: np.unique(np.asarray(unit_classes)[partitioner.units(split)]).tolist()
+        for split in ("train", "val", "test")
+    }
+
+
+def _entity_codes(store: Any, attribute: str, field: str) -> np.ndarray:
+    """`[E]` label or stratum code of every store entity; `ValueError` when the store has
+    no such column."""
+    if store is None:
+        raise ValueError(f"{field} needs a series store")
+    names = store.label_names if attribute == "label" else store.stratum_names
+    if len(names) <= 1 and (len(names) == 0 or str(names[0]) == ""):
+        option = "--label-col" if attribute == "label" else "--stratum-col"
+        raise ValueError(
+            f"{field}: store {store.path} has no {attribute} column (ingest it with {option})"
+        )
+    codes = store.label_codes if attribute == "label" else store.stratum_codes
+    return np.asarray(codes, dtype=np.int64)

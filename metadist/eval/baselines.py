@@ -12,11 +12,22 @@
   support set only (no meta-learning), with Adam. All tasks of a batch are trained at
   once: the parameters are stacked along a task dimension and the losses summed, so
   each task's parameters get exactly its own gradient, and Adam's update is elementwise.
+
+Few-shot classification, on the same episodes:
+
+- `nearest_centroid_scores`: nearest class centroid of the z-normalised raw examples;
+- `one_nn_scores`: 1-nearest-neighbour, Euclidean distance of the z-normalised examples;
+- from scratch: the same backbone with one output per way, trained on each support set
+  (`fit_from_scratch` with cross-entropy);
+- `pretrain_embedding` + `embedding_centroid_scores`: the backbone trained as an ordinary
+  classifier of the meta-train classes, then nearest class centroid of its features on
+  the new classes (Chen et al. 2019, Tian et al. 2020).
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -252,3 +263,120 @@ def _batched_forward(model: nn.Module, buffers: dict[str, Tensor]):
         return torch.stack(outputs)
 
     return forward
+
+
+# Few-shot classification baselines. Each returns scores `[B, Q, N]` (higher is more
+# likely) for the query examples of B N-way tasks, so they are scored like a model's logits.
+
+
+def z_normalise(x: Tensor, eps: float = 1e-8) -> Tensor:
+    """Each example `[..., L, F]` scaled to zero mean and unit variance per feature over
+    its L steps (a constant feature becomes all zeros)."""
+    x = x.to(torch.float64)
+    mean = x.mean(dim=-2, keepdim=True)
+    std = x.std(dim=-2, unbiased=False, keepdim=True)
+    return (x - mean) / torch.where(std > eps, std, torch.ones_like(std))
+
+
+def _flat(x: Tensor) -> Tensor:
+    """`[B, M, ...]` → `[B, M, D]`."""
+    return x.reshape(x.shape[0], x.shape[1], -1)
+
+
+def centroid_scores(
+    support_features: Tensor, support_y: Tensor, query_features: Tensor, num_ways: int
+) -> Tensor:
+    """Negative squared Euclidean distance of each query feature vector to each class's
+    mean support feature vector: `[B, Q, N]`.
+
+    Args:
+        support_features: `[B, S, D]`; support_y: `[B, S]` int64 in `[0, N)`;
+        query_features: `[B, Q, D]`.
+    """
+    one_hot = torch.nn.functional.one_hot(support_y.long(), num_ways).to(support_features.dtype)
+    counts = one_hot.sum(1).clamp_min(1).unsqueeze(-1)  # [B, N, 1]
+    centroids = one_hot.transpose(1, 2) @ support_features / counts  # [B, N, D]
+    return -torch.cdist(query_features, centroids).pow(2)
+
+
+def nearest_centroid_scores(
+    support_x: Tensor, support_y: Tensor, query_x: Tensor, num_ways: int
+) -> Tensor:
+    """Nearest class centroid of the z-normalised raw examples (no learning): `[B, Q, N]`."""
+    return centroid_scores(
+        _flat(z_normalise(support_x)), support_y, _flat(z_normalise(query_x)), num_ways
+    )
+
+
+def one_nn_scores(support_x: Tensor, support_y: Tensor, query_x: Tensor, num_ways: int) -> Tensor:
+    """1-nearest-neighbour (Euclidean distance of the z-normalised raw examples): `[B, Q, N]`
+    with 1 for the class of each query's nearest support example and 0 elsewhere (ties go
+    to the first support example)."""
+    distances = torch.cdist(_flat(z_normalise(query_x)), _flat(z_normalise(support_x)))
+    nearest = distances.argmin(-1)  # [B, Q]
+    labels = torch.gather(support_y.long(), 1, nearest)
+    return torch.nn.functional.one_hot(labels, num_ways).to(torch.float64)
+
+
+def pretrain_embedding(
+    backbone: nn.Module,
+    examples: Callable[[int, int], tuple[Tensor, Tensor]],
+    *,
+    num_classes: int,
+    embedding_size: int,
+    steps: int,
+    lr: float,
+    batch_size: int,
+    seed: int = 0,
+) -> nn.Module:
+    """Trains `backbone` as an ordinary classifier of the meta-train classes (the
+    "pretrained embedding" baseline of Chen et al. 2019 and Tian et al. 2020).
+
+    A linear head `embedding_size → num_classes` is put on the backbone and both are
+    trained with cross-entropy and Adam for `steps` batches of `batch_size` labelled
+    examples (`examples(num, seed) -> (x [num, ...], class [num])`); the head is then
+    dropped and the backbone, whose outputs are the features, returned in eval mode.
+
+    Raises:
+        ValueError: steps < 1, fewer than 2 classes, or a backbone whose output is not
+            `[..., embedding_size]`.
+    """
+    if steps < 1:
+        raise ValueError(f"pretrained-embedding baseline: steps must be >= 1, got {steps}")
+    if num_classes < 2:
+        raise ValueError(
+            f"pretrained-embedding baseline: the meta-train split has {num_classes} class; "
+            "it needs 2 or more"
+        )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        head = nn.Linear(embedding_size, num_classes, dtype=torch.float32)
+    parameters = list(backbone.parameters()) + list(head.parameters())
+    optimizer = torch.optim.Adam(parameters, lr=lr)
+    backbone.train()
+    for step in range(steps):
+        x, y = examples(batch_size, seed * 1_000_003 + step)
+        features = backbone(x)
+        if features.shape[-1] != embedding_size or features.dim() != 2:
+            raise ValueError(
+                f"pretrained-embedding baseline: the backbone must map [N, ...] to "
+                f"[N, {embedding_size}], got {tuple(features.shape)}"
+            )
+        loss = torch.nn.functional.cross_entropy(head(features), y)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+    return backbone.eval()
+
+
+def embedding_centroid_scores(
+    backbone: nn.Module, support_x: Tensor, support_y: Tensor, query_x: Tensor, num_ways: int
+) -> Tensor:
+    """Nearest class centroid in the features of a (pretrained) backbone: `[B, Q, N]`."""
+    with torch.no_grad():
+        return centroid_scores(
+            backbone(support_x).to(torch.float64),
+            support_y,
+            backbone(query_x).to(torch.float64),
+            num_ways,
+        )

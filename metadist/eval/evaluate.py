@@ -35,6 +35,14 @@ FORECAST_METHODS = {
     "seasonal_naive": "seasonal naive",
     "theta": "Theta method",
 }
+CLASSIFICATION_METHODS = {
+    "adapted": "meta-trained + adapted",
+    "unadapted": "meta-trained, no adaptation",
+    "scratch": "same backbone from scratch on support",
+    "nearest_centroid": "nearest centroid (z-normalised raw)",
+    "one_nn": "1-NN, Euclidean (z-normalised raw)",
+    "pretrained": "pretrained embedding + nearest centroid",
+}
 FORECAST_METRICS = ("smape", "mase", "mae", "mse")
 REGRESSION_METRICS = ("mse", "mae")
 CLASSIFICATION_METRICS = ("accuracy",)
@@ -59,6 +67,11 @@ class EvalOptions:
             `eval_inner_steps`.
         scratch_steps: Adam steps of the from-scratch baseline on each support set.
         scratch_lr: its learning rate.
+        pretrain_steps: Adam steps of the pretrained-embedding classification baseline
+            (the backbone trained as an ordinary classifier of the meta-train classes);
+            0 leaves that baseline out.
+        pretrain_lr: its learning rate.
+        pretrain_batch_size: labelled meta-train examples per step.
         seasonal_period: m for MASE and the seasonal-naive forecast: one integer, or a
             mapping from stratum name to m (every evaluated stratum must be present).
         batch_size: tasks adapted at once.
@@ -104,6 +117,9 @@ class EvalOptions:
     inner_steps: int | None = None
     scratch_steps: int = 100
     scratch_lr: float = 1e-2
+    pretrain_steps: int = 500
+    pretrain_lr: float = 1e-3
+    pretrain_batch_size: int = 64
     seasonal_period: int | dict[str, int] = 1
     batch_size: int = 128
     max_tasks: int | None = None
@@ -131,6 +147,14 @@ class EvalOptions:
             raise ValueError(f"eval.scratch_steps must be >= 0, got {self.scratch_steps}")
         if not self.scratch_lr > 0:
             raise ValueError(f"eval.scratch_lr must be > 0, got {self.scratch_lr}")
+        if self.pretrain_steps < 0:
+            raise ValueError(f"eval.pretrain_steps must be >= 0, got {self.pretrain_steps}")
+        if not self.pretrain_lr > 0:
+            raise ValueError(f"eval.pretrain_lr must be > 0, got {self.pretrain_lr}")
+        if self.pretrain_batch_size < 1:
+            raise ValueError(
+                f"eval.pretrain_batch_size must be >= 1, got {self.pretrain_batch_size}"
+            )
         periods = (
             self.seasonal_period.values()
             if isinstance(self.seasonal_period, dict)
@@ -341,6 +365,7 @@ def evaluate_tasks(
     fresh_model: Callable[[], nn.Module] | None = None,
     progress: bool | None = False,
     num_tasks: int | None = None,
+    pretrained: nn.Module | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Scores every method on every task of `batches`.
 
@@ -360,6 +385,10 @@ def evaluate_tasks(
         progress: show tasks done (`TaskProgress`: `None` also shows it, as a bar on a
             terminal, else a line every 15 s; `False` shows nothing).
         num_tasks: tasks expected, for the progress display.
+        pretrained: classification only: a backbone pretrained as an ordinary classifier
+            of the meta-train classes (`baselines.pretrain_embedding`), scored as the
+            "pretrained" baseline; `None` leaves it out. Classification always scores the
+            nearest-centroid and 1-NN baselines on the raw examples.
 
     Returns:
         (result, examples): the result dict that `report.write_report` writes, and up to
@@ -375,6 +404,10 @@ def evaluate_tasks(
     if with_store and target_columns is None:
         raise ValueError("evaluate_tasks: a store needs target_columns (the store columns of T)")
     methods = [m for m in MODEL_METHODS if m != "scratch" or fresh_model is not None]
+    if not getattr(learner, "has_inner_loop", True):
+        methods.remove("unadapted")  # nothing to compare adaptation with
+    if classification:
+        methods += ["nearest_centroid", "one_nn"] + (["pretrained"] if pretrained else [])
     combinations = [list(c) for c in options.combinations or []]
     if combinations and not with_store:
         raise ValueError(
@@ -414,7 +447,9 @@ def evaluate_tasks(
                 break
             if options.max_tasks is not None:
                 batch = batch.select(slice(0, options.max_tasks - scores.num_tasks))
-            predictions = _model_predictions(learner, batch, options)
+            predictions = _model_predictions(learner, batch, options, "unadapted" in methods)
+            if classification:
+                predictions.update(_classification_baselines(batch, pretrained))
             if fresh_model is not None:
                 if scratch_template is None:
                     with torch.random.fork_rng(devices=[]):
@@ -460,14 +495,35 @@ def evaluate_tasks(
     return result, (examples + spare)[: options.num_examples]
 
 
-def _model_predictions(learner, batch: MetaBatch, options: EvalOptions) -> dict[str, torch.Tensor]:
+def _model_predictions(
+    learner, batch: MetaBatch, options: EvalOptions, unadapted: bool = True
+) -> dict[str, torch.Tensor]:
     with torch.no_grad():
         adapted = learner.adapt(batch.support, steps=options.inner_steps)
-        before = learner.adapt(batch.support, steps=0)
-        return {
-            "adapted": _forecast(lambda x: learner.predict(adapted, x), batch),
-            "unadapted": _forecast(lambda x: learner.predict(before, x), batch),
-        }
+        out = {"adapted": _forecast(lambda x: learner.predict(adapted, x), batch)}
+        if unadapted:
+            before = learner.adapt(batch.support, steps=0)
+            out["unadapted"] = _forecast(lambda x: learner.predict(before, x), batch)
+        return out
+
+
+def _classification_baselines(
+    batch: MetaBatch, pretrained: nn.Module | None
+) -> dict[str, torch.Tensor]:
+    """Scores `[B, Q, N]` of the non-meta-learned classifiers on the batch's episodes."""
+    support_x, support_y, query_x = batch.support.x, batch.support.y, batch.query.x
+    num_ways = int(support_y.max()) + 1
+    out = {
+        "nearest_centroid": baselines.nearest_centroid_scores(
+            support_x, support_y, query_x, num_ways
+        ),
+        "one_nn": baselines.one_nn_scores(support_x, support_y, query_x, num_ways),
+    }
+    if pretrained is not None:
+        out["pretrained"] = baselines.embedding_centroid_scores(
+            pretrained, support_x, support_y, query_x, num_ways
+        )
+    return out
 
 
 def _forecast(predict: Callable[[torch.Tensor], torch.Tensor], batch: MetaBatch) -> torch.Tensor:
@@ -636,9 +692,9 @@ def group_summaries(scores: TaskScores, groupings: dict[str, str]) -> dict[str, 
 
 
 def _result(scores: TaskScores, classification, with_store, options, learner) -> dict[str, Any]:
+    named = CLASSIFICATION_METHODS if classification else FORECAST_METHODS
     labels = {
-        m: FORECAST_METHODS[m] if m in FORECAST_METHODS else combination_label(m.split("+"))
-        for m in scores.methods
+        m: named[m] if m in named else combination_label(m.split("+")) for m in scores.methods
     }
     if classification:
         primary = "accuracy"
@@ -793,14 +849,34 @@ def evaluate_run(
             members.append(f"{member_dir} ({name})")
         learner = LearnerEnsemble(learners, reduce=options.ensemble_reduce, lookbacks=lookbacks)
 
-    def build_fresh() -> nn.Module:
+    classification = getattr(learner, "loss", "mse") == "cross_entropy"
+
+    def build_fresh(output_shape: tuple[int, ...] = parts["task_output_shape"]) -> nn.Module:
         return build_model(
-            config.model.name, parts["input_shape"], parts["output_shape"], **config.model.options
+            config.model.name, parts["input_shape"], output_shape, **config.model.options
         )
 
-    # An embedding network (model.output_shape set, e.g. for protonet) has no output to
-    # train on its own, so the from-scratch baseline does not apply.
-    fresh_model = build_fresh if config.model.output_shape is None else None
+    # From scratch, a classifier gets one output per way (an embedding network, e.g. of
+    # protonet, gets that head in place of its embedding); a forecasting embedding network
+    # has no output to train on its own, so the baseline does not apply.
+    fresh_model = build_fresh if classification or config.model.output_shape is None else None
+    pretrained = None
+    tasks = parts["tasks"]
+    if classification and options.pretrain_steps > 0 and tasks.labelled_examples is not None:
+        embedding_size = int(np.prod(config.model.output_shape or [64]))
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(options.seed)
+            backbone = build_fresh((embedding_size,))
+        pretrained = baselines.pretrain_embedding(
+            backbone,
+            tasks.labelled_examples,
+            num_classes=tasks.num_classes,
+            embedding_size=embedding_size,
+            steps=options.pretrain_steps,
+            lr=options.pretrain_lr,
+            batch_size=options.pretrain_batch_size,
+            seed=options.seed,
+        )
 
     with eval_threads():
         result, examples = evaluate_tasks(
@@ -812,6 +888,7 @@ def evaluate_run(
             fresh_model=fresh_model,
             progress=progress,
             num_tasks=parts["num_tasks"],
+            pretrained=pretrained,
         )
     step = int(state.get("step", pointer.get("step", 0)))
     result["title"] = f"{config.experiment}: evaluation on held-out tasks after {step} meta-steps"
@@ -959,7 +1036,8 @@ def _eval_parts(config, options: EvalOptions) -> dict[str, Any]:
     example = train_sampler.sample(
         np.zeros(1, dtype=np.int64), derive_task_seeds(seed, 0, np.zeros(1))
     )
-    input_shape, output_shape = example_shapes(example, train_sampler)
+    input_shape, task_output_shape = example_shapes(example, train_sampler)
+    output_shape = task_output_shape
     if config.model.output_shape is not None:  # e.g. the embedding of a prototypical network
         output_shape = tuple(config.model.output_shape)
     partitioner = config.data.partitioner(train_sampler, store, seed)
@@ -998,6 +1076,7 @@ def _eval_parts(config, options: EvalOptions) -> dict[str, Any]:
         "batches": tasks.batches(options.batch_size, options.seed),
         "input_shape": input_shape,
         "output_shape": output_shape,
+        "task_output_shape": task_output_shape,
         "target_columns": tasks.target_columns,
         "description": description,
         "num_tasks": tasks.num_tasks,

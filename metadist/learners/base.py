@@ -208,6 +208,9 @@ class Learner(nn.Module, ABC):
     """
 
     name: ClassVar[str] = ""
+    # False for learners with no inner loop (Prototypical Networks): their model without
+    # adaptation means nothing, so evaluation scores no "unadapted" row for them.
+    has_inner_loop: ClassVar[bool] = True
 
     def __init__(self, model: nn.Module, loss: str = "mse", vectorize: bool = True) -> None:
         super().__init__()

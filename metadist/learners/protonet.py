@@ -29,6 +29,8 @@ class ProtoNet(Learner):
             support example.
     """
 
+    has_inner_loop = False
+
     def __init__(
         self,
         model: nn.Module,

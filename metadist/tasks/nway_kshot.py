@@ -55,7 +55,8 @@ class NWayKShotSampler(TaskSampler):
             differ, none when they are equal.
 
     A class can appear in a task only if the sampler's pool (all usable entities, or the
-    split's entities after `restrict_to`) holds at least K + Q entities of it.
+    split's entities after `confined_to`) holds at least K + Q entities of it; a unit of a
+    class with fewer anchors a task of N other classes of the pool.
 
     Shapes: `support.x [B, N*K, L, F]` float32, `support.y [B, N*K]` int64 in 0..N-1
     (way-major: the K shots of class 0, then of class 1, ...); `query.x [B, N*Q, L, F]`,
@@ -259,15 +260,13 @@ class NWayKShotSampler(TaskSampler):
         m = k + q
         num_classes = len(self._class_codes)
         anchor_slot = self._class_slot[self.unit_class[units]]
-        if np.any(anchor_slot < 0):
-            bad = units[anchor_slot < 0][:5].tolist()
-            raise ValueError(
-                f"nway_kshot sampler: units {bad} belong to classes with fewer than {m} "
-                "entities in the sampler's pool"
-            )
         rows = np.arange(num_tasks)
         class_keys = task_uniform(seeds, num_classes, stream=0)
-        class_keys[rows, anchor_slot] = -1.0  # the anchor's class is always in the task
+        # The anchor's class is always in the task, unless the pool holds too few of its
+        # entities (a small class in an entity split): its task then takes N classes at
+        # random, so every unit still gives a task of the pool.
+        anchored = anchor_slot >= 0
+        class_keys[rows[anchored], anchor_slot[anchored]] = -1.0
         chosen = np.argsort(class_keys, axis=1)[:, :n]
         way_order = np.argsort(task_uniform(seeds, n, stream=1), axis=1)
         ways = np.take_along_axis(chosen, way_order, axis=1)  # [B, N] class slots

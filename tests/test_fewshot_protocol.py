@@ -381,3 +381,40 @@ def test_pretraining_learns_the_meta_train_classes():
         baselines.pretrain_embedding(
             backbone, examples, num_classes=1, embedding_size=8, steps=1, lr=0.1, batch_size=2
         )
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("learner", ["protonet", "maml"])
+def test_class_disjoint_run_is_scored_next_to_the_baselines(class_store, tmp_path, learner):
+    from metadist.eval import evaluate_run
+    from metadist.train.__main__ import main
+
+    run_dir = tmp_path / "run"
+    common = [
+        f"experiment=ucr_{learner}",
+        f"data.store={class_store.path}",
+        f"run_dir={run_dir}",
+        "sampler.options.num_ways=2",
+        "sampler.options.num_query=2",
+        "sampler.options.resample_to=16",
+        "trainer.meta_steps=4",
+        "trainer.meta_batch_size=2",
+        "logging.progress=false",
+        "logging.wandb.mode=disabled",
+        "--no-eval",
+    ]
+    assert main(common) == 0
+    result = evaluate_run(
+        run_dir,
+        overrides=["eval.scratch_steps=3", "eval.pretrain_steps=5", "eval.tasks_per_unit=2"],
+        write=False,
+    )
+    expected = {"adapted", "scratch", "nearest_centroid", "one_nn", "pretrained"}
+    if learner == "maml":
+        expected.add("unadapted")
+    assert set(result["overall"]) == expected
+    assert result["num_tasks"] == 2 * 20  # 5 test classes of 4 entities, 2 episodes each
+    assert "20 test units, 2 tasks each" in result["settings"]["tasks"]
+    assert "(5 label classes)" in result["settings"]["tasks"]
+    for method in expected:
+        assert 0.0 <= result["overall"][method]["accuracy"]["value"] <= 1.0

@@ -418,3 +418,34 @@ def test_class_disjoint_run_is_scored_next_to_the_baselines(class_store, tmp_pat
     assert "(5 label classes)" in result["settings"]["tasks"]
     for method in expected:
         assert 0.0 <= result["overall"][method]["accuracy"]["value"] <= 1.0
+
+
+def test_sweep_trials_resplit_classes_with_the_test_classes_pinned(class_store):
+    from metadist.launch.sweep import compute_split
+    from metadist.train.compose import load_config
+
+    def split_of(seed):
+        config = load_config(
+            [
+                "experiment=ucr_protonet",
+                f"data.store={class_store.path}",
+                "data.fractions=[0.6,0.2,0.2]",
+                "sampler.options.num_ways=2",
+                "sampler.options.num_query=1",
+                f"trainer.seed={seed}",
+            ],
+            world_size=1,
+        )
+        split = compute_split(config, test_seed=5)
+        codes = np.asarray(class_store.label_codes)
+        classes = {k: set(codes[split[k]].tolist()) for k in ("train", "val", "test")}
+        return split, classes
+
+    (first, a), (second, b) = split_of(0), split_of(1)
+    assert a["test"] == b["test"] and len(a["test"]) == 2
+    assert first["test"] == second["test"]
+    assert len(first["pins"]) == 2  # one unit pins each meta-test class
+    for classes in (a, b):
+        assert not (classes["train"] & classes["test"]) and not (classes["val"] & classes["test"])
+        assert not classes["train"] & classes["val"]
+    assert (a["train"], a["val"]) != (b["train"], b["val"])

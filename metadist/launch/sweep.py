@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import fcntl
 import json
 import math
@@ -357,8 +358,8 @@ def plan_trial(
         )
     split = compute_split(config, settings.test_seed)
     overrides = list(base)
-    if split["test"]:
-        pins = "data.pinned_test_units=[" + ",".join(map(str, split["test"])) + "]"
+    if split["pins"]:
+        pins = "data.pinned_test_units=[" + ",".join(map(str, split["pins"])) + "]"
         if len(pins) > _MAX_OVERRIDE_CHARS:
             raise ValueError(
                 f"the pinned meta-test split has {len(split['test'])} units, too many for a "
@@ -378,9 +379,16 @@ def compute_split(config: Any, test_seed: int) -> dict[str, list[int]]:
 
     The test units are the meta-test split that `test_seed` gives (or the config's own
     `data.pinned_test_units`); train and val are split from the rest by the trial's seed,
-    exactly as the training's partitioner does.
+    exactly as the training's partitioner does (`DataConfig.partitioner`). With a class
+    split (`data.split_by=label|stratum`) the meta-test *classes* are pinned, and each
+    trial deals the other classes to train and val by its own seed.
+
+    Returns:
+        `{"train", "val", "test": unit indices, "pins": the units to pin}`: with a class
+        split one unit per meta-test class pins its whole class.
     """
-    from metadist.data import StratifiedTaskPartitioner
+    import numpy as np
+
     from metadist.tasks import build_task_sampler
 
     store = None
@@ -389,16 +397,22 @@ def compute_split(config: Any, test_seed: int) -> dict[str, list[int]]:
 
         store = SeriesStore.open(config.data.store)
     sampler = build_task_sampler(config.sampler.name, store, **config.sampler.options)
-    strata = sampler.unit_strata()
     fractions = tuple(config.data.fractions)
     pins = config.data.pinned_test_units
     if pins is None and fractions[2] > 0:
-        reference = StratifiedTaskPartitioner(strata, seed=test_seed, fractions=fractions)
+        reference = config.data.partitioner(sampler, store, test_seed)
         pins = reference.units("test").tolist()
-    trial = StratifiedTaskPartitioner(
-        strata, seed=config.trainer.seed, fractions=fractions, pinned_test_units=pins
-    )
-    return {split: trial.units(split).tolist() for split in ("train", "val", "test")}
+        if config.data.split_by in ("label", "stratum"):
+            codes = store.label_codes if config.data.split_by == "label" else store.stratum_codes
+            classes = np.asarray(codes)[sampler.unit_entities()[pins]]
+            _, first = np.unique(classes, return_index=True)
+            pins = [pins[i] for i in sorted(first)]
+    trial_config = copy.deepcopy(config.data)
+    trial_config.pinned_test_units = pins
+    trial = trial_config.partitioner(sampler, store, config.trainer.seed)
+    split = {name: trial.units(name).tolist() for name in ("train", "val", "test")}
+    split["pins"] = list(pins or [])
+    return split
 
 
 def _world_size(settings: SweepSettings) -> int:

@@ -883,7 +883,9 @@ def evaluate_run(
             learner,
             parts["batches"],
             options=options,
-            store=parts["store"],
+            # forecasts are scored in original units when the sampler names their store
+            # columns; other tasks are scored as sampled
+            store=parts["store"] if parts["target_columns"] is not None else None,
             target_columns=parts["target_columns"],
             fresh_model=fresh_model,
             progress=progress,

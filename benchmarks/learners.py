@@ -110,7 +110,7 @@ def forecast_batches(num_batches: int, seed: int, work_dir: Path):
     panel = write_synthetic_panel(
         work_dir / "panel", num_entities=400, length_range=(200, 400), seed=seed, num_files=2
     )
-    ingest(panel.out_dir, work_dir / "store", **SYNTHETIC_INGEST_ARGS, nan="ffill", progress=False)
+    ingest(panel.out_dir, work_dir / "store", **SYNTHETIC_INGEST_ARGS, progress=False)
     store = SeriesStore.open(work_dir / "store")
     sampler = build_task_sampler(
         "forecast", store, lookback=32, horizon=8, num_support=8, num_query=4

@@ -142,8 +142,6 @@ def prepare_store(out: Path, args: argparse.Namespace) -> Path:
     store = ingest(
         panel,
         store_path,
-        scaling="per-entity",
-        nan="ffill",
         progress=False,
         **SYNTHETIC_INGEST_ARGS,
     )

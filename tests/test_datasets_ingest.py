@@ -30,7 +30,9 @@ def test_synthetic_panel_ingests_cleanly(tmp_path, time_kind):
     panel = write_synthetic_panel(
         tmp_path / "panel", **PANEL_ARGS, time_kind=time_kind, nan_fraction=0
     )
-    store = ingest(panel.out_dir, tmp_path / "store", **SYNTHETIC_INGEST_ARGS, scaling="none")
+    store = ingest(
+        panel.out_dir, tmp_path / "store", **{**SYNTHETIC_INGEST_ARGS, "scaling": "none"}
+    )
     assert isinstance(store, SeriesStore)
     assert store.num_entities == panel.num_entities and store.num_rows == panel.num_rows
     assert store.column_names == [*SYNTHETIC_FEATURES, SYNTHETIC_TARGET]
@@ -58,9 +60,9 @@ def test_synthetic_panel_ingests_cleanly(tmp_path, time_kind):
 def test_synthetic_nans_need_a_nan_policy(tmp_path):
     panel = write_synthetic_panel(tmp_path / "panel", **PANEL_ARGS, nan_fraction=0.02)
     with pytest.raises(ValueError, match="load|ambient|aux"):
-        ingest(panel.out_dir, tmp_path / "strict", **SYNTHETIC_INGEST_ARGS, nan="error")
+        ingest(panel.out_dir, tmp_path / "strict", **{**SYNTHETIC_INGEST_ARGS, "nan": "error"})
     assert not (tmp_path / "strict").exists()
-    store = ingest(panel.out_dir, tmp_path / "filled", **SYNTHETIC_INGEST_ARGS, nan="ffill")
+    store = ingest(panel.out_dir, tmp_path / "filled", **{**SYNTHETIC_INGEST_ARGS, "nan": "ffill"})
     assert store.num_rows == panel.num_rows
     assert np.isfinite(np.asarray(store.values)).all()
 

@@ -32,7 +32,6 @@ def panel_and_store(tmp_path_factory):
     store = ingest(
         root / "panel",
         root / "store",
-        scaling="per-entity",
         progress=False,
         **SYNTHETIC_INGEST_ARGS,
     )

@@ -47,7 +47,7 @@ def toy_store(tmp_path_factory) -> Path:
     panel = write_synthetic_panel(
         root / "panel", num_entities=60, length_range=(90, 140), seed=3, num_files=2
     )
-    ingest(panel.out_dir, root / "store", **SYNTHETIC_INGEST_ARGS, nan="ffill", progress=False)
+    ingest(panel.out_dir, root / "store", **SYNTHETIC_INGEST_ARGS, progress=False)
     return root / "store"
 
 

@@ -239,7 +239,12 @@ def test_forecast_ensemble_members_may_differ_in_training_only_sampler_options(t
     panel = write_synthetic_panel(
         tmp_path / "panel", num_entities=60, length_range=(90, 120), seed=3, num_files=1
     )
-    ingest(panel.out_dir, tmp_path / "store", **SYNTHETIC_INGEST_ARGS, nan="ffill", progress=False)
+    ingest(
+        panel.out_dir,
+        tmp_path / "store",
+        **{**SYNTHETIC_INGEST_ARGS, "nan": "ffill"},
+        progress=False,
+    )
     common = [
         "experiment=synthetic_maml",
         f"data.store={tmp_path / 'store'}",

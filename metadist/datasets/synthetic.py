@@ -65,6 +65,11 @@ SYNTHETIC_INGEST_ARGS = {
     "targets": (SYNTHETIC_TARGET,),
     "stratum_col": SYNTHETIC_STRATUM,
     "label_col": SYNTHETIC_LABEL,
+    # Sensors differ in level and scale by orders of magnitude: each entity is scaled by
+    # its own statistics (without it, synthetic_maml trains a model worse than naive).
+    "scaling": "per-entity",
+    # The panel has NaN cells (sensor dropouts): carry the last value forward.
+    "nan": "ffill",
 }
 # Timestamps are hourly steps from this instant.
 TIMESTAMP_ORIGIN = np.datetime64("2020-01-01T00:00:00", "ns")
@@ -182,7 +187,8 @@ class PanelSummary:
                 f"  ingest    metadist ingest {self.out_dir} OUT "
                 f"--entity-col {SYNTHETIC_ENTITY} --time-col {SYNTHETIC_TIME} "
                 f"--features {','.join(SYNTHETIC_FEATURES)} --targets {SYNTHETIC_TARGET} "
-                f"--stratum-col {SYNTHETIC_STRATUM} --label-col {SYNTHETIC_LABEL}",
+                f"--stratum-col {SYNTHETIC_STRATUM} --label-col {SYNTHETIC_LABEL} "
+                "--scaling per-entity --nan ffill",
             ]
         )
 

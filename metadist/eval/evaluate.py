@@ -13,6 +13,7 @@ command line.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
@@ -246,6 +247,20 @@ class EvalOptions:
         unknown = sorted(set(values) - set(names))
         if unknown:
             raise ValueError(f"eval.{unknown[0]}: unknown field; eval has: {', '.join(names)}")
+        from metadist.train.config import check_finite_numbers
+
+        values = dict(values)
+        for f in fields(cls):
+            kind = type(f.default)
+            value = values.get(f.name)
+            if kind in (int, float) and isinstance(value, str):
+                # an override such as eval.scratch_lr=nan or eval.batch_size=abc
+                try:
+                    values[f.name] = kind(value)
+                except ValueError:
+                    what = "an integer" if kind is int else "a number"
+                    raise ValueError(f"eval.{f.name} must be {what}, got {value!r}") from None
+        check_finite_numbers({"eval": values})
         options = cls(**values)
         options.validate()
         return options
@@ -281,6 +296,23 @@ def _check_combination(combination: Any) -> None:
         )
 
 
+_DIVERGED = "diverged"
+# A prediction diverged when it is not finite, or larger in magnitude than this many times
+# the largest value the method was given for the task (its history or support targets):
+# an exploding inner loop, not a forecast.
+DIVERGENCE_FACTOR = 1e6
+
+
+def diverged(prediction: np.ndarray, reference: np.ndarray | float) -> bool:
+    """Whether one task's `prediction` is non-finite or exploding relative to
+    `reference` (the values the method saw: history or support targets)."""
+    prediction = np.asarray(prediction, dtype=np.float64)
+    if not np.isfinite(prediction).all():
+        return True
+    scale = float(np.nanmax(np.abs(reference))) if np.size(reference) else 0.0
+    return bool(np.abs(prediction).max(initial=0.0) > DIVERGENCE_FACTOR * max(scale, 1e-12))
+
+
 class TaskScores:
     """Per-task point sums of each metric, for each method, and the tasks' groups
     (`table` / `from_table`: one row per task, as `tasks.parquet` holds them)."""
@@ -289,13 +321,24 @@ class TaskScores:
         self.methods = list(methods)
         self.metric_names = list(metric_names)
         self.sums = {m: {k: [] for k in self.metric_names} for m in self.methods}
+        self.diverged: dict[str, list[bool]] = {m: [] for m in self.methods}
         self.counts: list[int] = []
         self.groups: dict[str, list[str]] = {}
 
-    def add(self, sums: dict[str, dict[str, float]], count: int, groups: dict[str, str]):
+    def add(
+        self,
+        sums: dict[str, dict[str, float]],
+        count: int,
+        groups: dict[str, str],
+        diverged: dict[str, bool] | None = None,
+    ):
+        """Adds one task: each method's metric sums over its `count` points, its groups,
+        and which methods diverged on it (their sums are then not used)."""
         for method in self.methods:
+            failed = bool((diverged or {}).get(method, False))
+            self.diverged[method].append(failed)
             for name in self.metric_names:
-                self.sums[method][name].append(sums[method][name])
+                self.sums[method][name].append(float("nan") if failed else sums[method][name])
         self.counts.append(count)
         for grouping, value in groups.items():
             self.groups.setdefault(grouping, []).append(value)
@@ -314,6 +357,7 @@ class TaskScores:
         for method in self.methods:
             for metric in self.metric_names:
                 columns[f"{method}:{metric}"] = list(self.sums[method][metric])
+            columns[f"{method}:{_DIVERGED}"] = list(self.diverged[method])
         return columns
 
     @classmethod
@@ -323,10 +367,16 @@ class TaskScores:
             key.split(":", 1) for key in columns if ":" in key and not key.startswith("group:")
         ]
         methods = list(dict.fromkeys(method for method, _ in pairs))
-        scores = cls(methods, dict.fromkeys(metric for _, metric in pairs))
+        scores = cls(methods, dict.fromkeys(metric for _, metric in pairs if metric != _DIVERGED))
         for method, metric in pairs:
-            scores.sums[method][metric] = [float(v) for v in columns[f"{method}:{metric}"]]
+            if metric == _DIVERGED:
+                scores.diverged[method] = [bool(v) for v in columns[f"{method}:{metric}"]]
+            else:
+                scores.sums[method][metric] = [float(v) for v in columns[f"{method}:{metric}"]]
         scores.counts = [int(v) for v in columns["num_points"]]
+        for method in methods:  # tables written before divergence was recorded
+            if len(scores.diverged[method]) != len(scores.counts):
+                scores.diverged[method] = [False] * len(scores.counts)
         scores.groups = {
             key[len("group:") :]: [str(v) for v in values]
             for key, values in columns.items()
@@ -340,7 +390,19 @@ class TaskScores:
         out: dict[str, dict[str, dict[str, float]]] = {}
         for method in self.methods:
             out[method] = {}
+            num_diverged = int(np.asarray(self.diverged[method], dtype=bool)[keep].sum())
             for name in self.metric_names:
+                if num_diverged:
+                    # Not averaged over the other tasks: that number would not be
+                    # comparable with the other methods' (nor finite with them in it).
+                    out[method][name] = {
+                        "value": float("nan"),
+                        "task_mean": float("nan"),
+                        "ci95": float("nan"),
+                        "num_tasks": int(keep.sum()),
+                        "num_diverged": num_diverged,
+                    }
+                    continue
                 sums = np.asarray(self.sums[method][name], dtype=np.float64)[keep]
                 per_task = sums / counts[keep]
                 finite = per_task[~np.isnan(per_task)]
@@ -351,8 +413,14 @@ class TaskScores:
                     "task_mean": float(finite.mean()) if finite.size else float("nan"),
                     "ci95": half,
                     "num_tasks": int(finite.size),
+                    "num_diverged": 0,
                 }
         return out
+
+    def num_diverged(self) -> dict[str, int]:
+        """`{method: tasks on which it diverged}`, for the methods that did."""
+        counts = {m: int(sum(flags)) for m, flags in self.diverged.items()}
+        return {m: n for m, n in counts.items() if n}
 
 
 def evaluate_tasks(
@@ -491,6 +559,13 @@ def evaluate_tasks(
     if scores.num_tasks == 0:
         raise ValueError("evaluate_tasks: no task to evaluate (the held-out split is empty)")
     result = _result(scores, classification, with_store, options, learner)
+    result["diverged"] = scores.num_diverged()
+    for method, count in result["diverged"].items():
+        print(
+            f"warning: {result['methods'][method]} diverged on {count} of {scores.num_tasks} "
+            "tasks (non-finite or exploding predictions); reported as diverged, not averaged",
+            file=sys.stderr,
+        )
     result["settings"]["seconds"] = round(time.perf_counter() - started, 2)
     return result, (examples + spare)[: options.num_examples]
 
@@ -598,6 +673,7 @@ def _score_forecasts(
         except ValueError:  # history no longer than one season: MASE undefined
             scale = np.full(len(cols), np.nan)
         sums = {}
+        failed = {m: diverged(forecasts[m], history) for m in scores.methods}
         for method in scores.methods:
             forecast = forecasts[method]
             abs_err = metrics.absolute_errors(truth[b], forecast)
@@ -610,7 +686,7 @@ def _score_forecasts(
                 "mse": float(metrics.squared_errors(truth[b], forecast).sum()),
             }
         groups = {"stratum": stratum, "label": label, "entity": str(store.entity_ids[entity])}
-        scores.add(sums, truth[b].size, groups)
+        scores.add(sums, truth[b].size, groups, failed)
         # Draw first the tasks that show a stratum or label not drawn yet, then any.
         values = {("stratum", stratum), ("label", label)}
         drawn = spare if values <= seen else examples
@@ -637,7 +713,9 @@ def _score_forecasts(
 
 def _score_regression(scores, batch, predictions):
     truth = batch.query.y.cpu().numpy().astype(np.float64)
+    support = batch.support.y.cpu().numpy().astype(np.float64)
     for b in range(truth.shape[0]):
+        failed = {m: diverged(predictions[m][b], support[b]) for m in scores.methods}
         sums = {
             method: {
                 "mse": float(metrics.squared_errors(truth[b], predictions[method][b]).sum()),
@@ -645,7 +723,7 @@ def _score_regression(scores, batch, predictions):
             }
             for method in scores.methods
         }
-        scores.add(sums, truth[b].size, {})
+        scores.add(sums, truth[b].size, {}, failed)
 
 
 def _score_classification(scores, batch, predictions, store):
@@ -655,7 +733,8 @@ def _score_classification(scores, batch, predictions, store):
             method: {"accuracy": float((predictions[method][b].argmax(-1) == target[b]).sum())}
             for method in scores.methods
         }
-        scores.add(sums, target[b].size, {})
+        failed = {m: not np.isfinite(predictions[m][b]).all() for m in scores.methods}
+        scores.add(sums, target[b].size, {}, failed)
 
 
 def overall_summary(scores: TaskScores, classification: bool) -> dict[str, Any]:
@@ -686,6 +765,11 @@ def group_summaries(scores: TaskScores, groupings: dict[str, str]) -> dict[str, 
             table[value] = {
                 "num_tasks": int(keep.sum()),
                 "scores": {m: {k: v["value"] for k, v in s.items()} for m, s in summary.items()},
+                "diverged": {
+                    m: next(iter(s.values()))["num_diverged"]
+                    for m, s in summary.items()
+                    if next(iter(s.values()))["num_diverged"]
+                },
             }
         out[name] = table
     return out
@@ -835,7 +919,7 @@ def evaluate_run(
     if options is None:
         options = load_eval_options(config.experiment, overrides, config_dir)
     options.validate()
-    parts = _eval_parts(config, options)
+    parts = _eval_parts(config, options, state.get("store_identity"), run_dir)
     learner = _trained_learner(config, state, parts)
     members = [f"{run_dir} ({checkpoint_path.name})"]
     if options.ensemble:
@@ -993,6 +1077,12 @@ def _ensemble_member(
                 f"eval.ensemble: {run_dir} was trained with {setting}={a!r}, the evaluated "
                 f"run with {b!r}; members must see the same tasks"
             )
+    if parts["store"] is not None:
+        from metadist.store.identity import check_store_identity
+
+        check_store_identity(
+            state.get("store_identity"), parts["store"], f"eval.ensemble member {run_dir}"
+        )
     input_shape = None if lookback is None else (lookback, *parts["input_shape"][1:])
     return _trained_learner(member, state, parts, input_shape), checkpoint_path.name, lookback
 
@@ -1018,21 +1108,22 @@ def _no_checkpoint_error(run_dir: Path) -> FileNotFoundError:
     )
 
 
-def _eval_parts(config, options: EvalOptions) -> dict[str, Any]:
+def _eval_parts(
+    config, options: EvalOptions, recorded_identity: dict | None = None, run_dir: Any = ""
+) -> dict[str, Any]:
     """Store, held-out task batches and model shapes of a run, for evaluation.
 
     The split is rebuilt exactly as training built it (`DataConfig.partitioner`), and the
     sampler's own evaluation protocol (`TaskSampler.for_evaluation`) says which episodes
     of the split are scored: every example of every episode comes from the split.
     """
+    from metadist.store.identity import check_store_identity
     from metadist.tasks import build_task_sampler, derive_task_seeds
-    from metadist.train.build import example_shapes
+    from metadist.train.build import example_shapes, open_store
 
-    store = None
-    if config.data.store is not None:
-        from metadist.store import SeriesStore
-
-        store = SeriesStore.open(config.data.store)
+    store, _ = open_store(config)
+    if store is not None:
+        check_store_identity(recorded_identity, store, f"run_dir {run_dir}")
     train_sampler = build_task_sampler(config.sampler.name, store, **config.sampler.options)
     seed = config.trainer.seed
     example = train_sampler.sample(

@@ -118,12 +118,18 @@ def group_table(result: dict[str, Any], grouping: str, groups: dict[str, Any]) -
     for name in names:
         if name == "all":
             count = result["num_tasks"]
-            cells = [_number(result["overall"][m][metric]["value"]) for m in methods]
+            cells = [_group_cell(result["overall"][m][metric]) for m in methods]
             refs = [_number(ref.get("all")) for ref in references.values()]
             name_cell = "**all**"
         else:
             count = groups[name]["num_tasks"]
-            cells = [_number(groups[name]["scores"][m][metric]) for m in methods]
+            failed = groups[name].get("diverged", {})
+            cells = [
+                f"diverged ({failed[m]})"
+                if failed.get(m)
+                else _number(groups[name]["scores"][m][metric])
+                for m in methods
+            ]
             refs = [_number(ref[grouping].get(name)) for ref in references.values()]
             name_cell = name
         rows.append(f"| {name_cell} | {count} | " + " | ".join(cells + refs) + " |")
@@ -199,11 +205,19 @@ def plot_forecasts(examples: list[dict], path: str | os.PathLike, title: str | N
 
 
 def _format_score(score: dict[str, Any]) -> str:
+    if score.get("num_diverged"):
+        return f"diverged ({score['num_diverged']}/{score['num_tasks']} tasks)"
     value = _number(score["value"])
     half = score.get("ci95")
     if half is None or not np.isfinite(half):
         return value
     return f"{value} ± {_number(half)}"
+
+
+def _group_cell(score: dict[str, Any]) -> str:
+    if score.get("num_diverged"):
+        return f"diverged ({score['num_diverged']})"
+    return _number(score["value"])
 
 
 def _number(value: Any) -> str:

@@ -1,8 +1,10 @@
 """`metadist verify PATH`: a full check of a store, beyond what `SeriesStore.open` does.
 
-Recomputes the checksums of `values.bin` and `times.bin` (streamed), and checks that the
-index tiles the rows, that times increase strictly within every entity, and that every
-value is finite.
+Covers every file of a store: recomputes the checksums of `values.bin` and `times.bin`
+(streamed); reads `metadata.json` and `index.arrow` (opening the store) and checks that
+the index tiles the rows; reads `entity_stats.npz` whole (required with per-entity
+scaling) and checks its arrays' shapes and values; checks that times increase strictly
+within every entity and that every value is finite.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from metadist.store.format import TIMES_FILE, VALUES_FILE, file_checksum
+from metadist.store.format import ENTITY_STATS_FILE, TIMES_FILE, VALUES_FILE, file_checksum
 from metadist.store.reader import SeriesStore
 
 _CHUNK_ROWS = 1 << 20
@@ -41,6 +43,7 @@ def verify(path: str | Path) -> SeriesStore:
                 f"store {store.path}: {name} is corrupt (checksum {actual[:16]}... differs "
                 f"from the recorded {expected[name][:16]}...); re-create it with metadist ingest"
             )
+    _check_entity_stats(store)
     if len(meta["column_names"]) != len(
         dict.fromkeys([*meta["feature_names"], *meta["target_names"]])
     ):
@@ -70,6 +73,36 @@ def verify(path: str | Path) -> SeriesStore:
             )
         first = last
     return store
+
+
+def _check_entity_stats(store: SeriesStore) -> None:
+    """`entity_stats.npz`: present when per-entity scaling needs it, readable whole, four
+    `[E, C]` arrays with positive counts and finite moments."""
+    path = store.path / ENTITY_STATS_FILE
+    if not path.is_file():
+        if store.metadata.get("scaling", {}).get("kind") == "per-entity":
+            raise ValueError(
+                f"store {store.path}: {ENTITY_STATS_FILE} is missing, and its per-entity scaling "
+                "needs it; re-create the store with metadist ingest"
+            )
+        return
+    shape = (store.num_entities, store.num_columns)
+    try:
+        with np.load(path) as archive:
+            stats = {key: np.asarray(archive[key]) for key in ("count", "mean", "m2", "std")}
+    except Exception as error:  # noqa: BLE001 - a truncated zip fails in many ways
+        raise ValueError(
+            f"store {store.path}: {ENTITY_STATS_FILE} is unreadable ({type(error).__name__}: "
+            f"{error}); re-create the store with metadist ingest"
+        ) from None
+    for key, array in stats.items():
+        if array.shape != shape:
+            raise ValueError(
+                f"store {store.path}: {ENTITY_STATS_FILE} holds {key} of shape {array.shape}, "
+                f"expected {shape}"
+            )
+        if not np.isfinite(array).all():
+            raise ValueError(f"store {store.path}: {ENTITY_STATS_FILE} has non-finite {key}")
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -37,6 +37,8 @@ class RunParts:
         optimizer: the meta-optimizer over the learner's parameters.
         input_shape: one example's input shape, e.g. `(1,)` or `(L, F)`.
         output_shape: one prediction's shape, e.g. `(1,)` or `(H, T)`.
+        store: the open series store, or `None`.
+        store_identity: its identity (`metadist.store.identity`), recorded in checkpoints.
     """
 
     sampler: Any
@@ -47,6 +49,8 @@ class RunParts:
     optimizer: torch.optim.Optimizer
     input_shape: tuple[int, ...]
     output_shape: tuple[int, ...]
+    store: Any = None
+    store_identity: dict[str, Any] | None = None
 
 
 def build_parts(config: TrainConfig, env: DistEnv) -> RunParts:
@@ -66,11 +70,7 @@ def build_parts(config: TrainConfig, env: DistEnv) -> RunParts:
     from metadist.tasks import build_task_sampler, derive_task_seeds, registered_task_samplers
 
     seed = config.trainer.seed
-    store = None
-    if config.data.store is not None:
-        from metadist.store import SeriesStore
-
-        store = SeriesStore.open(config.data.store)
+    store, identity = open_store(config)
     with _naming(
         "sampler", _unknown_hint("sampler", config.sampler.name, registered_task_samplers())
     ):
@@ -135,7 +135,28 @@ def build_parts(config: TrainConfig, env: DistEnv) -> RunParts:
         optimizer=optimizer,
         input_shape=input_shape,
         output_shape=output_shape,
+        store=store,
+        store_identity=identity,
     )
+
+
+def open_store(config: TrainConfig) -> tuple[Any, dict[str, Any] | None]:
+    """`(store, identity)` of `data.store` (`(None, None)` without one), its checksums
+    recomputed first unless `data.verify_store=false`.
+
+    Raises:
+        FileNotFoundError: no store there.
+        ValueError: a damaged store (naming the file).
+    """
+    if config.data.store is None:
+        return None, None
+    from metadist.store import SeriesStore
+    from metadist.store.identity import check_store_integrity, store_identity
+
+    store = SeriesStore.open(config.data.store)
+    if config.data.verify_store:
+        check_store_integrity(store)
+    return store, store_identity(store)
 
 
 _IMPORTS_HINT = (

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import math
 import os
 import sys
 import types
@@ -43,6 +44,8 @@ class DataConfig:
             and meta-test hold disjoint classes (the standard few-shot protocol).
         stratify_by: what unit and entity splits are stratified by: `stratum` (null, the
             default), `label` or `none`.
+        verify_store: recompute the store's checksums before training or evaluating on it
+            (`metadist.store.identity.check_store_integrity`), so damaged bytes stop the run.
         num_workers: `DataLoader` worker processes per rank.
         pin_memory: page-locked host batches; `None` turns it on when training on a GPU.
         prefetch_factor: batches each worker prepares ahead; `None` keeps torch's default.
@@ -54,6 +57,7 @@ class DataConfig:
     pinned_test_units: list[int] | None = None
     split_by: str | None = None
     stratify_by: str | None = None
+    verify_store: bool = True
     num_workers: int = 0
     pin_memory: bool | None = None
     prefetch_factor: int | None = None
@@ -347,12 +351,27 @@ def build_config(values: dict[str, Any], *, world_size: int | None = None) -> Tr
             combination, naming the field.
         FileNotFoundError: `data.store` names no directory.
     """
+    check_finite_numbers(values)
     config = _from_dict(TrainConfig, values, "")
     if world_size is None:
         world_size = int(os.environ.get("WORLD_SIZE", "1"))
     config.validate(world_size)
     import_modules(config.imports)
     return config
+
+
+def check_finite_numbers(values: Any, path: str = "") -> None:
+    """Raises `ValueError` naming the first number in `values` (nested mappings and lists,
+    component options included) that is NaN or infinite (`inner_lr=nan`,
+    `optimizer.lr=1e400`, which YAML reads as inf)."""
+    if isinstance(values, dict):
+        for key, value in values.items():
+            check_finite_numbers(value, f"{path}.{key}" if path else str(key))
+    elif isinstance(values, (list, tuple)):
+        for i, value in enumerate(values):
+            check_finite_numbers(value, f"{path}[{i}]")
+    elif isinstance(values, float) and not math.isfinite(values):
+        raise ValueError(f"{path} must be a finite number, got {values!r}")
 
 
 def without_nulls(value: Any) -> Any:

@@ -144,6 +144,7 @@ def _run(config: TrainConfig, env: DistEnv, parts: RunParts, on_eval) -> TrainRe
         )
     else:
         logger = NullLogger()
+    logger.message(_header(config, env, parts))
     if checkpoint is not None:
         logger.message(f"resumed from {checkpoint} at step {step}")
     model: nn.Module = parts.learner
@@ -159,6 +160,25 @@ def _run(config: TrainConfig, env: DistEnv, parts: RunParts, on_eval) -> TrainRe
             return _loop(context, step, checkpoint)
     finally:
         logger.close()
+
+
+def _header(config: TrainConfig, env: DistEnv, parts: RunParts) -> str:
+    """One line saying what the run trains on: store (entities, scaling, checksum checked),
+    sampler, learner, model, steps, ranks and device."""
+    data = "no store"
+    if parts.store is not None:
+        identity = parts.store_identity or {}
+        checked = "checksums verified" if config.data.verify_store else "checksums not verified"
+        data = (
+            f"store {config.data.store} ({identity.get('num_entities')} entities, "
+            f"scaling {identity.get('scaling')}, {checked})"
+        )
+    return (
+        f"{config.experiment or 'run'}: {data}; sampler {config.sampler.name} "
+        f"({parts.sampler.num_units} units, split by {config.data.split_by or 'unit'}); "
+        f"{config.learner.name} on {config.model.name}; {config.trainer.meta_steps} meta-steps "
+        f"on {env.world_size} rank(s), {env.device.type}"
+    )
 
 
 def _loop(ctx: _Context, step: int, checkpoint: Path | None) -> TrainResult:
@@ -317,6 +337,7 @@ def _save(ctx: _Context, step: int) -> Path:
         "world_size": env.world_size,
         "run_id": ctx.run_id,
         "config": config.to_dict(),
+        "store_identity": parts.store_identity,
     }
     return save_checkpoint(
         config.resolved_run_dir, step, state, keep=config.trainer.keep_checkpoints
@@ -335,6 +356,10 @@ def _resume(config: TrainConfig, env: DistEnv, parts: RunParts) -> tuple[int, st
     path, pointer = found
     state = load_checkpoint(path, pointer)
     _check_same_run(state.get("config", {}), config.to_dict(), run_dir)
+    if parts.store is not None:
+        from metadist.store.identity import check_store_identity
+
+        check_store_identity(state.get("store_identity"), parts.store, f"the run in {run_dir}")
     parts.learner.load_state_dict(state["learner"])
     parts.optimizer.load_state_dict(state["optimizer"])
     parts.train_loader.load_state_dict(state["loader"])

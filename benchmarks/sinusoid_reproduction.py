@@ -155,8 +155,8 @@ def report(out: Path) -> None:
     records = {p.stem: json.loads(p.read_text()) for p in sorted(out.glob("*.json"))}
     order = [m for m in MODELS if m in records]
     lines = [
-        "| model | meta-steps | s/step | K | 0 steps mean / median | 1 step mean / median (div.) "
-        "| 10 steps mean / median (div.) |",
+        "| model | meta-steps | s/step | K | 0 steps mean / median | 1 step mean / median "
+        "| 10 steps mean / median |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for name in order:
@@ -164,14 +164,19 @@ def report(out: Path) -> None:
         for shots in SHOTS:
             r = rec["results"][str(shots)]
 
-            def cell(steps, r=r, with_div=True):
+            def cell(steps, r=r, tasks=rec["eval_tasks"]):
                 c = r[str(steps)]
-                text = f"{_fmt(c['mean'])} / {_fmt(c['median'])}"
-                return text + f" ({c['num_diverged']})" if with_div else text
+                if c["num_diverged"]:
+                    # A mean over diverged tasks is not a result: say how many diverged.
+                    return (
+                        f"diverged on {c['num_diverged']:,} of {tasks:,} (median "
+                        f"{_fmt(c['median'])})"
+                    )
+                return f"{_fmt(c['mean'])} / {_fmt(c['median'])}"
 
             lines.append(
                 f"| {name} | {rec['steps_run']:,} | {rec['seconds_per_step'] * 1e3:.1f} ms "
-                f"| {shots} | {cell(0, with_div=False)} | {cell(1)} | {cell(10)} |"
+                f"| {shots} | {cell(0)} | {cell(1)} | {cell(10)} |"
             )
     print("\n".join(lines))
     _plot(records, order, out / "sinusoid_reproduction.png")
@@ -179,7 +184,7 @@ def report(out: Path) -> None:
 
 def _fmt(value) -> str:
     if value is None or not math.isfinite(value):
-        return "inf"
+        return "not finite"
     return f"{value:.3f}" if value < 100 else f"{value:.3g}"
 
 

@@ -76,6 +76,9 @@ class TaskSampler(ABC):
     # Whether an ensemble member may look back over fewer rows than the evaluated run
     # (it then reads the most recent `lookback` rows of each input window).
     ensemble_may_shorten_lookback: ClassVar[bool] = False
+    # The constructor's keyword options, where the sampler records them (the built-in ones
+    # do): `with_options` then rebuilds it with some replaced (`eval.sampler_options`).
+    options: dict[str, Any] | None = None
 
     @property
     @abstractmethod
@@ -160,18 +163,13 @@ class TaskSampler(ABC):
             ValueError: options or a holdout this sampler does not take, or a split its
                 tasks cannot be drawn from.
         """
-        if options:
-            raise ValueError(
-                f"eval.sampler_options: task sampler {self.name!r} takes no evaluation "
-                f"options, got {sorted(options)}"
-            )
         if holdout is not None:
             raise ValueError(
                 f"eval.holdout needs a forecasting sampler on a series store; {self.name!r} "
                 "has no holdout protocol"
             )
         units = self.units_of_entities(units, entity_mask)
-        sampler = self.confined_to(units)
+        sampler = self.with_options(**options).confined_to(units)
         return repeated_unit_tasks(
             sampler,
             units,
@@ -180,6 +178,31 @@ class TaskSampler(ABC):
             max_tasks=max_tasks,
             seed=seed,
         )
+
+    def with_options(self, **options: Any) -> TaskSampler:
+        """This sampler rebuilt with `options` replaced (itself when there are none).
+
+        Raises:
+            ValueError: options for a sampler that does not record its own (`options`),
+                or options its constructor rejects.
+        """
+        if not options:
+            return self
+        if self.options is None:
+            raise ValueError(
+                f"eval.sampler_options: task sampler {self.name!r} does not record its options "
+                f"(self.options), so it cannot be rebuilt with {sorted(options)}"
+            )
+        unknown = sorted(set(options) - set(self.options))
+        if unknown:
+            raise ValueError(
+                f"eval.sampler_options: task sampler {self.name!r} has no option {unknown[0]!r}; "
+                f"its options: {', '.join(sorted(self.options))}"
+            )
+        merged = {**self.options, **options}
+        if self.needs_store:
+            return type(self)(self.store, **merged)
+        return type(self)(**merged)
 
     def units_of_entities(self, units: np.ndarray, entity_mask: np.ndarray | None) -> np.ndarray:
         """The `units` whose store entity is in `entity_mask` (all of them without one).

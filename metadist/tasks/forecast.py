@@ -300,9 +300,7 @@ class ForecastSampler(TaskSampler):
             return self._holdout_tasks(
                 units, split, holdout(targets), entity_mask, max_tasks, seed, options
             )
-        evaluated = type(self)(
-            self.store, **{**self.options, "split": "end", "num_query": 1, **options}
-        )
+        evaluated = self.with_options(**{"split": "end", "num_query": 1, **options})
         return repeated_unit_tasks(
             evaluated,
             evaluated.same_units(self, units),

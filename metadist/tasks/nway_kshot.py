@@ -190,9 +190,7 @@ class NWayKShotSampler(TaskSampler):
         """
         if holdout is not None:
             raise ValueError("eval.holdout is for forecasting; nway_kshot has no holdout protocol")
-        sampler = self
-        if options:
-            sampler = type(self)(self.store, **{**self.options, **options})
+        sampler = self.with_options(**options)
         units = self.units_of_entities(units, entity_mask)
         try:
             confined = sampler.confined_to(units)

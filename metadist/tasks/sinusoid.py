@@ -42,6 +42,15 @@ class SinusoidSampler(TaskSampler):
         ):
             if int(value) < 1:
                 raise ValueError(f"sinusoid sampler: {field} must be >= 1, got {value}")
+        self.options = {
+            "num_support": num_support,
+            "num_query": num_query,
+            "num_tasks": num_tasks,
+            "query_grid": query_grid,
+            "amplitude_range": amplitude_range,
+            "phase_range": phase_range,
+            "x_range": x_range,
+        }
         self.num_support = int(num_support)
         self.num_query = int(num_query)
         self.num_tasks = int(num_tasks)

@@ -1043,16 +1043,17 @@ def _same_units(train_sampler, eval_sampler, units: np.ndarray) -> np.ndarray:
 
 
 def _holdout_batches(store, sampler, units: np.ndarray, options: EvalOptions):
-    from metadist.eval.holdout import holdout_batches, read_holdout
+    from metadist.eval.holdout import covered_entities, holdout_batches, read_holdout
 
     if store is None or not hasattr(sampler, "lookback"):
         raise ValueError("eval.holdout needs a forecast sampler on a series store")
     spec = dict(options.holdout)
-    known = {"path", "entity_col", "time_col", "value_cols"}
+    known = {"path", "entity_col", "time_col", "value_cols", "partial"}
     unknown = sorted(set(spec) - known)
     if unknown or "path" not in spec:
         raise ValueError(
-            f"eval.holdout needs path (and optionally entity_col, time_col, value_cols); "
+            "eval.holdout needs path (and optionally entity_col, time_col, value_cols, "
+            f"partial); "
             f"got {sorted(spec)}"
         )
     target_names = [store.column_names[c] for c in sampler.target_columns]
@@ -1064,17 +1065,17 @@ def _holdout_batches(store, sampler, units: np.ndarray, options: EvalOptions):
         value_cols=spec.get("value_cols", target_names),
     )
     if options.split == "all":
-        # Every entity with a holdout that the sampler draws from (e.g. one label), also
-        # those too short for a training task.
-        entities = np.asarray(sorted(holdout), dtype=np.int64)
+        # Every entity that the sampler draws from (e.g. one label), also those too short
+        # for a training task.
         drawn = getattr(sampler, "entities", None)
-        if drawn is not None:
-            entities = entities[np.isin(entities, drawn)]
+        entities = np.arange(store.num_entities) if drawn is None else np.unique(drawn)
         if options.labels is not None:
             entities = entities[_has_labels(store, options.labels)[entities]]
     else:
         entities = np.unique(np.asarray(sampler.unit_entity)[units])
-        entities = entities[np.isin(entities, list(holdout))]
+    entities, num_left_out = covered_entities(
+        spec["path"], store, holdout, entities, partial=bool(spec.get("partial", False))
+    )
     if options.max_tasks is not None:
         entities = entities[: options.max_tasks]
     batches = holdout_batches(
@@ -1089,8 +1090,9 @@ def _holdout_batches(store, sampler, units: np.ndarray, options: EvalOptions):
         target_columns=sampler.target_columns,
         batch_size=options.batch_size,
     )
+    left_out = f", {num_left_out} without a holdout left out" if num_left_out else ""
     description = (
-        f"{len(entities)} entities, query = holdout {spec['path']} "
+        f"{len(entities)} entities{left_out}, query = holdout {spec['path']} "
         f"(adapt on up to {sampler.num_support} windows of the training part)"
     )
     return batches, description, len(entities)

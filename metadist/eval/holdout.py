@@ -87,6 +87,31 @@ def read_holdout(
     return out
 
 
+def covered_entities(
+    path: str | Path, store: Any, holdout: dict, entities: np.ndarray, *, partial: bool
+) -> tuple[np.ndarray, int]:
+    """The entities of `entities` that have holdout rows, and how many were left out.
+
+    A holdout that lacks some evaluated entities would score only part of the split
+    without saying so: it is refused unless `partial` (`eval.holdout.partial=true`).
+
+    Raises:
+        ValueError: entities without holdout rows and not `partial`, naming how many and
+            one of them.
+    """
+    entities = np.asarray(entities, dtype=np.int64)
+    has = np.isin(entities, np.fromiter(holdout, np.int64, len(holdout)))
+    num_left_out = int((~has).sum())
+    if num_left_out and not partial:
+        example = store.entity_ids[int(entities[~has][0])]
+        raise ValueError(
+            f"holdout {path} has no rows for {num_left_out} of the {len(entities)} entities "
+            f"evaluated (e.g. {str(example)!r}); give every entity a holdout, or set "
+            "eval.holdout.partial=true to score only those it has"
+        )
+    return entities[has], num_left_out
+
+
 def holdout_batches(
     store: Any,
     holdout: dict[int, tuple[np.ndarray, np.ndarray]],

@@ -20,6 +20,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from metadist.diskspace import needs_space
 from metadist.train.config import LoggingConfig
 
 METRICS_FILE = "metrics.jsonl"
@@ -117,8 +118,9 @@ class RunLogger:
         """Writes one metrics record (`split` is `train` or `val`) to every sink."""
         record = {"step": int(step), "split": split, "time": round(time.time(), 3)}
         record.update({k: _number(v) for k, v in values.items()})
-        self._metrics.write(json.dumps(record) + "\n")
-        self._metrics.flush()
+        with needs_space(self.metrics_path, "the run's metrics"):
+            self._metrics.write(json.dumps(record) + "\n")
+            self._metrics.flush()
         if self._wandb is not None:
             self._wandb.log({f"{split}/{k}": v for k, v in values.items()}, step=int(step))
 

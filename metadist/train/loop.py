@@ -173,6 +173,7 @@ def _loop(ctx: _Context, step: int, checkpoint: Path | None) -> TrainResult:
             output.loss.backward()  # DDP all-reduces (averages) the meta-gradient here
             loss, metrics, non_finite, stopping = _agree(output, ctx)
             if non_finite:
+                _check_inputs_finite(batch, parts.sampler, step)
                 raise NonFiniteLossError(
                     f"the meta-loss is not finite at step {step + 1} (on at least one rank); "
                     "the step was not applied. Last good checkpoint: "
@@ -214,6 +215,33 @@ def _loop(ctx: _Context, step: int, checkpoint: Path | None) -> TrainResult:
                 break
     ctx.logger.message(f"finished {step} meta-steps; checkpoint {checkpoint}")
     return TrainResult(step, ctx.config.resolved_run_dir, checkpoint, None, parts.learner, loss)
+
+
+def _check_inputs_finite(batch, sampler: Any, step: int) -> None:
+    """Blames the data, not the learning rate, when a task's inputs hold NaN/inf.
+
+    Raises:
+        NonFiniteLossError: naming the entities whose windows are not finite.
+    """
+    tensors = (batch.support.x, batch.support.y, batch.query.x, batch.query.y)
+    bad = torch.zeros(batch.num_tasks, dtype=torch.bool, device=batch.support.x.device)
+    for tensor in tensors:
+        if tensor.is_floating_point():
+            bad |= ~torch.isfinite(tensor.reshape(batch.num_tasks, -1)).all(dim=1)
+    if not bad.any():
+        return
+    rows = sorted(set(batch.entity_index[bad.cpu()].tolist()))
+    store = getattr(sampler, "store", None)
+    if store is not None and rows and rows[0] >= 0:
+        names = ", ".join(repr(str(store.entity_ids[r])) for r in rows[:5])
+        more = f" and {len(rows) - 5} more" if len(rows) > 5 else ""
+        where = f"entity {names}{more} of store {store.path} (run metadist verify on it)"
+    else:
+        where = f"{int(bad.sum())} task(s) of the batch"
+    raise NonFiniteLossError(
+        f"the meta-loss is not finite at step {step + 1} because the input data is: "
+        f"NaN or inf values in the windows of {where}; the step was not applied"
+    )
 
 
 def _agree(output, ctx: _Context) -> tuple[float, dict[str, float], bool, bool]:

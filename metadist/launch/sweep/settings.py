@@ -177,9 +177,10 @@ def check_space(settings: SweepSettings) -> None:
             try:
                 trial_config(settings, settings.base_seed, params)
             except (ValueError, FileNotFoundError) as error:
+                detail = " ".join(line.strip() for line in str(error).splitlines())
                 raise ValueError(
                     f"search space: {spec.name}={_shown(value)} gives an invalid trial "
-                    f"config: {error}"
+                    f"config: {detail}"
                 ) from None
 
 

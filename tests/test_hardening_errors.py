@@ -84,7 +84,7 @@ def test_disk_full_during_ingest_names_the_store(tmp_path):
         num_bytes=4096,
         cwd=tmp_path,
     )
-    _one_line_error(done, "no space", "the store store", str(tmp_path))
+    _one_line_error(done, "no space to write the store at", str(out), "KB")
     assert not out.exists()
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".store")]
 

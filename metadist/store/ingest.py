@@ -123,7 +123,7 @@ def ingest(
 
     # values (float32 per column) and times (int64) of every row read: an upper bound
     num_bytes = sum(f.num_rows for f in files) * (4 * len(columns.value_columns) + 8)
-    with needs_space(out.parent, f"the store {out.name}", num_bytes):
+    with needs_space(out, "the store", num_bytes):
         temp = temp_sibling(out)
         try:
             with progress_bar(progress) as bar:

@@ -230,7 +230,7 @@ def _check_inputs_finite(batch, sampler: Any, step: int) -> None:
             bad |= ~torch.isfinite(tensor.reshape(batch.num_tasks, -1)).all(dim=1)
     if not bad.any():
         return
-    rows = sorted(set(batch.entity_index[bad.cpu()].tolist()))
+    rows = sorted(set(batch.entity_index.cpu()[bad.cpu()].tolist()))
     store = getattr(sampler, "store", None)
     if store is not None and rows and rows[0] >= 0:
         names = ", ".join(repr(str(store.entity_ids[r])) for r in rows[:5])

@@ -11,6 +11,8 @@ import argparse
 import importlib
 import sys
 
+from metadist.diskspace import OutOfSpaceError
+
 _COMMAND_MODULES = [
     "metadist.datasets.synthetic",  # metadist synth
     "metadist.store.ingest",  # metadist ingest
@@ -43,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return int(args.func(args) or 0)
-    except (ValueError, FileNotFoundError, FileExistsError) as error:
+    except (ValueError, FileNotFoundError, FileExistsError, OutOfSpaceError) as error:
         print(f"metadist {args.command}: error: {error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -47,12 +47,13 @@ def main(argv: list[str] | None = None) -> int:
     if not run_dir:
         print("python -m metadist.eval: error: give the run as run_dir=PATH", file=sys.stderr)
         return 2
+    from metadist.diskspace import OutOfSpaceError
     from metadist.eval import evaluate_run
     from metadist.eval.report import markdown_report
 
     try:
         result = evaluate_run(run_dir, overrides=overrides, config_dir=args.config_dir)
-    except (ValueError, FileNotFoundError) as error:
+    except (ValueError, FileNotFoundError, OutOfSpaceError) as error:
         print(f"python -m metadist.eval: error: {error}", file=sys.stderr)
         return 1
     print(markdown_report(result), end="")

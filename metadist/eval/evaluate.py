@@ -1186,29 +1186,28 @@ def _has_labels(store, labels: list[str]) -> np.ndarray:
         raise ValueError(f"eval.labels: {error}") from None
 
 
-def _holdout_reader(store, options: EvalOptions) -> Callable[[list[str]], dict]:
-    """`read(target names) -> {entity: (times, values)}` for `eval.holdout`: the sampler
-    asks for the columns it forecasts (or the spec's `value_cols`)."""
-    from metadist.eval.holdout import read_holdout
+def _holdout_reader(store, options: EvalOptions):
+    """The `HoldoutReader` of `eval.holdout`: the sampler reads the columns it forecasts
+    (or the spec's `value_cols`) and checks which of its entities the file covers."""
+    from metadist.eval.holdout import HoldoutReader
 
     if store is None:
         raise ValueError("eval.holdout needs a forecast sampler on a series store")
     spec = dict(options.holdout)
-    known = {"path", "entity_col", "time_col", "value_cols"}
+    known = {"path", "entity_col", "time_col", "value_cols", "partial"}
     unknown = sorted(set(spec) - known)
     if unknown or "path" not in spec:
         raise ValueError(
-            f"eval.holdout needs path (and optionally entity_col, time_col, value_cols); "
+            "eval.holdout needs path (and optionally entity_col, time_col, value_cols, "
+            f"partial); "
             f"got {sorted(spec)}"
         )
 
-    def read(target_names: list[str]) -> dict:
-        return read_holdout(
-            spec["path"],
-            store,
-            entity_col=spec.get("entity_col", "entity_id"),
-            time_col=spec.get("time_col", store.metadata.get("time_col", "time")),
-            value_cols=spec.get("value_cols", target_names),
-        )
-
-    return read
+    return HoldoutReader(
+        path=spec["path"],
+        store=store,
+        entity_col=spec.get("entity_col", "entity_id"),
+        time_col=spec.get("time_col", store.metadata.get("time_col", "time")),
+        value_cols=spec.get("value_cols"),
+        partial=bool(spec.get("partial", False)),
+    )

@@ -18,6 +18,7 @@ shape. Nothing from the holdout reaches the support set or the query inputs.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ import numpy as np
 
 from metadist.tasks.holdout import holdout_batches
 
-__all__ = ["holdout_batches", "read_holdout"]
+__all__ = ["HoldoutReader", "covered_entities", "holdout_batches", "read_holdout"]
 
 
 def read_holdout(
@@ -86,3 +87,57 @@ def read_holdout(
             )
         out[entity] = (times[block], values[block])
     return out
+
+
+def covered_entities(
+    path: str | Path, store: Any, holdout: dict, entities: np.ndarray, *, partial: bool
+) -> tuple[np.ndarray, int]:
+    """The entities of `entities` that have holdout rows, and how many were left out.
+
+    A holdout that lacks some evaluated entities would score only part of the split
+    without saying so: it is refused unless `partial` (`eval.holdout.partial=true`).
+
+    Raises:
+        ValueError: entities without holdout rows and not `partial`, naming how many and
+            one of them.
+    """
+    entities = np.asarray(entities, dtype=np.int64)
+    has = np.isin(entities, np.fromiter(holdout, np.int64, len(holdout)))
+    num_left_out = int((~has).sum())
+    if num_left_out and not partial:
+        example = store.entity_ids[int(entities[~has][0])]
+        raise ValueError(
+            f"holdout {path} has no rows for {num_left_out} of the {len(entities)} entities "
+            f"evaluated (e.g. {str(example)!r}); give every entity a holdout, or set "
+            "eval.holdout.partial=true to score only those it has"
+        )
+    return entities[has], num_left_out
+
+
+@dataclass(frozen=True)
+class HoldoutReader:
+    """What `eval.holdout` names, handed to a forecasting sampler's `for_evaluation`.
+
+    `read(target_names)` reads the file's values for the sampler's target columns (or
+    `value_cols` when given); `cover(holdout, entities)` keeps the entities it has rows
+    for, refusing a partial holdout unless `partial` (see `covered_entities`).
+    """
+
+    path: str
+    store: Any
+    entity_col: str
+    time_col: str
+    value_cols: Sequence[str] | None = None
+    partial: bool = False
+
+    def read(self, target_names: Sequence[str]) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        return read_holdout(
+            self.path,
+            self.store,
+            entity_col=self.entity_col,
+            time_col=self.time_col,
+            value_cols=list(self.value_cols or target_names),
+        )
+
+    def cover(self, holdout: dict, entities: np.ndarray) -> tuple[np.ndarray, int]:
+        return covered_entities(self.path, self.store, holdout, entities, partial=self.partial)

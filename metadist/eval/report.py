@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from metadist.diskspace import needs_space
+
 METRIC_LABELS = {
     "smape": "sMAPE",
     "mase": "MASE",
@@ -56,18 +58,19 @@ def write_report(
         "figure": path (only with examples)}.
     """
     out_dir = Path(directory) if directory is not None else Path(run_dir) / EVAL_DIR
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = {"json": out_dir / JSON_NAME, "markdown": out_dir / MARKDOWN_NAME}
-    per_task = result.get("per_task")
-    if per_task is not None:
-        paths["tasks"] = out_dir / TASKS_NAME
-        _atomic_write_table(paths["tasks"], per_task)
-    summary = {k: v for k, v in result.items() if k not in ("per_task", "paths")}
-    _atomic_write_text(paths["json"], json.dumps(_jsonable(summary), indent=2) + "\n")
-    _atomic_write_text(paths["markdown"], markdown_report(result))
-    if examples:
-        paths["figure"] = out_dir / FIGURE_NAME
-        plot_forecasts(examples, paths["figure"], title=result.get("title"))
+    with needs_space(out_dir, "the evaluation report"):
+        out_dir.mkdir(parents=True, exist_ok=True)
+        paths = {"json": out_dir / JSON_NAME, "markdown": out_dir / MARKDOWN_NAME}
+        per_task = result.get("per_task")
+        if per_task is not None:
+            paths["tasks"] = out_dir / TASKS_NAME
+            _atomic_write_table(paths["tasks"], per_task)
+        summary = {k: v for k, v in result.items() if k not in ("per_task", "paths")}
+        _atomic_write_text(paths["json"], json.dumps(_jsonable(summary), indent=2) + "\n")
+        _atomic_write_text(paths["markdown"], markdown_report(result))
+        if examples:
+            paths["figure"] = out_dir / FIGURE_NAME
+            plot_forecasts(examples, paths["figure"], title=result.get("title"))
     return paths
 
 
@@ -199,9 +202,12 @@ def plot_forecasts(examples: list[dict], path: str | os.PathLike, title: str | N
     fig.tight_layout(rect=(0, bottom / height, 1, 1 - top / height))
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    fig.savefig(tmp, dpi=110, format="png")
-    plt.close(fig)
-    os.replace(tmp, path)
+    try:
+        fig.savefig(tmp, dpi=110, format="png")
+        os.replace(tmp, path)
+    finally:
+        plt.close(fig)
+        tmp.unlink(missing_ok=True)
 
 
 def _format_score(score: dict[str, Any]) -> str:
@@ -264,8 +270,11 @@ def _atomic_write_table(path: Path, columns: dict[str, list]) -> None:
     import pyarrow.parquet as pq
 
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    pq.write_table(pa.table(columns), tmp)
-    os.replace(tmp, path)
+    try:
+        pq.write_table(pa.table(columns), tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def read_tasks(path: str | os.PathLike) -> dict[str, list]:
@@ -277,8 +286,11 @@ def read_tasks(path: str | os.PathLike) -> dict[str, list]:
 
 def _atomic_write_text(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)

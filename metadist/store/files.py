@@ -173,11 +173,12 @@ def remove_stale_temps(out: Path) -> None:
     prefix = f".{out.name}{TEMP_MARKER}"
     for candidate in out.parent.glob(f"{prefix}*"):
         pid_text = candidate.name[len(prefix) :].split("-")[0]
-        if pid_text.isdigit() and not _pid_alive(int(pid_text)):
+        if pid_text.isdigit() and not pid_alive(int(pid_text)):
             shutil.rmtree(candidate, ignore_errors=True)
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process `pid` exists on this machine."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

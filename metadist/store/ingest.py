@@ -22,8 +22,10 @@ import argparse
 import shutil
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
+from metadist.diskspace import needs_space
 from metadist.store import sources
 from metadist.store.files import keep_heap_memory, publish, remove_stale_temps, temp_sibling
 from metadist.store.format import SCALING_KINDS, is_store
@@ -100,10 +102,6 @@ def ingest(
     columns = sources.Columns(
         entity_col, time_col, tuple(features), tuple(targets), stratum_col, label_col
     )
-    used = [name for name, _ in columns.roles()]
-    repeated = sorted({n for n in used if used.count(n) > 1} - set(targets))
-    if repeated:
-        raise ValueError(f"columns {repeated} are given more than one role")
 
     out = Path(out)
     if out.exists() and not is_store(out):
@@ -113,33 +111,56 @@ def ingest(
     if not out.parent.is_dir():
         raise FileNotFoundError(f"the parent directory of {out} does not exist")
     remove_stale_temps(out)
-    files, schema = sources.check_sources(sources.resolve_paths(src), columns)
+    paths = sources.resolve_paths(src, exclude=out)
+    columns = _spaced_names(columns, sources.open_parquet(paths[0]).schema_arrow.names)
+    used = [name for name, _ in columns.roles()]
+    repeated = sorted({n for n in used if used.count(n) > 1} - set(columns.targets))
+    if repeated:
+        raise ValueError(f"columns {repeated} are given more than one role")
+    files, schema = sources.check_sources(paths, columns)
     if sum(f.num_rows for f in files) == 0:
         raise ValueError(f"empty input: {src} has no rows")
 
-    temp = temp_sibling(out)
-    try:
-        with progress_bar(progress) as bar:
-            job = IngestJob(files, schema, columns, scaling, nan, int(min_length), int(batch_size))
-            job.scan(bar)
-            job.plan()
-            job.write(temp, bar)
-            job.order_rows(temp, bar)
-            job.finish(temp, src)
-        publish(temp, out)
-    finally:
-        if temp.exists():
-            shutil.rmtree(temp, ignore_errors=True)
+    # values (float32 per column) and times (int64) of every row read: an upper bound
+    num_bytes = sum(f.num_rows for f in files) * (4 * len(columns.value_columns) + 8)
+    with needs_space(out, "the store", num_bytes):
+        temp = temp_sibling(out)
+        try:
+            with progress_bar(progress) as bar:
+                job = IngestJob(
+                    files, schema, columns, scaling, nan, int(min_length), int(batch_size)
+                )
+                job.scan(bar)
+                job.plan()
+                job.write(temp, bar)
+                job.order_rows(temp, bar)
+                job.finish(temp, src)
+            publish(temp, out)
+        finally:
+            if temp.exists():
+                shutil.rmtree(temp, ignore_errors=True)
     return SeriesStore.open(out)
 
 
 def _names(value: str | Sequence[str], option: str) -> list[str]:
     if isinstance(value, str):
-        value = [part.strip() for part in value.split(",") if part.strip()]
+        # Spaces are kept for now: `a, b` means columns a and b, but a column may itself
+        # begin with a space (`_spaced_names` decides once the schema is known).
+        value = [part for part in value.split(",") if part.strip()]
     names = list(value)
-    if len(set(names)) != len(names):
-        raise ValueError(f"--{option} lists a column twice: {names}")
+    if len({name.strip() for name in names}) != len(names):
+        raise ValueError(f"--{option} lists a column twice: {[n.strip() for n in names]}")
     return names
+
+
+def _spaced_names(columns: sources.Columns, schema_names: list[str]) -> sources.Columns:
+    """`columns` with each listed name as the input has it: exactly as typed when the
+    input has such a column (`' price'`), else without surrounding spaces."""
+
+    def match(names: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(name if name in schema_names else name.strip() for name in names)
+
+    return replace(columns, features=match(columns.features), targets=match(columns.targets))
 
 
 def summary(store: SeriesStore) -> str:

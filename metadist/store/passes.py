@@ -171,6 +171,7 @@ class IngestJob:
         self.stats = _Growing(len(self.value_names))
         self.num_rows_read = sum(f.num_rows for f in files)
         self.timings: dict[str, float] = {}
+        self._finite_somewhere = np.zeros(len(self.value_names), bool)
         # Entity codes of each batch's dictionary, as found by pass 1, in batch order:
         # pass 2 reads the same batches again and reuses them instead of hashing every
         # batch's entity ids a second time. None where pass 1 had to re-encode.
@@ -226,9 +227,11 @@ class IngestJob:
                 self._check_constant(file, offset, batch, role, name, local, mapping)
         time_column = batch.column(columns.time)
         self._reject_nulls(file, offset, time_column, columns.time)
-        times = sources.to_int64_time(time_column)
+        times = sources.to_int64_time(time_column, file.path, offset, columns.time)
         values = sources.float_columns(batch, self.value_names)
         masks = self._nonfinite(values)
+        for j in range(len(values)):  # whether each column has a finite value anywhere
+            self._finite_somewhere[j] |= j not in masks or bool(masks[j].any())
         if masks and self.nan == "error":
             col = min(masks, key=lambda j: (_first_false(masks[j]), j))
             row = _first_false(masks[col])
@@ -364,6 +367,16 @@ class IngestJob:
                     f"{kinds['nothing to fill from']} entities have a column without any "
                     "finite value"
                 )
+            empty = [
+                n for n, ok in zip(self.value_names, self._finite_somewhere, strict=True) if not ok
+            ]
+            if empty:
+                names = [str(f.path) for f in self.files]
+                shown = ", ".join(names[:3]) + (
+                    f" and {len(names) - 3} more" if len(names) > 3 else ""
+                )
+                what = f"column {empty[0]!r} has" if len(empty) == 1 else f"columns {empty} have"
+                parts.append(f"{what} no finite value in any row of {shown}")
             raise ValueError("no entity left to store: " + "; ".join(parts))
         kept_codes = np.flatnonzero(kept)
         sort_keys = np.asarray([keys[c] for c in kept_codes])

@@ -24,6 +24,9 @@ from metadist.store.format import (
 )
 from metadist.store.scaler import Scaler
 
+# Variable-width strings for entity ids (numpy >= 2); Python objects on older numpy.
+_ID_DTYPE = getattr(getattr(np, "dtypes", None), "StringDType", lambda: object)()
+
 
 def _codes_and_names(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
     """`[E]` int64 codes into sorted unique names, and the `[U]` str names."""
@@ -234,8 +237,13 @@ class SeriesStore:
 
     @cached_property
     def entity_ids(self) -> np.ndarray:
-        """`[E]` str entity ids."""
-        return np.asarray(self._m.index["entity_id"].to_pylist(), dtype=str)
+        """`[E]` entity ids as variable-width strings (indexing gives `str`).
+
+        Memory follows the total length of the ids, not E times the longest one (a
+        fixed-width unicode array spends 4 bytes per character of the longest id on
+        every entity): numpy's `StringDType` where available (numpy >= 2), else objects.
+        """
+        return np.asarray(self._m.index["entity_id"].to_pylist(), dtype=_ID_DTYPE)
 
     @cached_property
     def _strata(self) -> tuple[np.ndarray, np.ndarray]:

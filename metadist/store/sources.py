@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import hashlib
+import os
 import queue
 import threading
 from collections.abc import Iterator, Sequence
@@ -59,33 +60,74 @@ class SourceFile:
     mtime_ns: int
 
 
-def resolve_paths(src: str | Path) -> list[Path]:
+def resolve_paths(src: str | Path, exclude: Path | None = None) -> list[Path]:
     """Parquet files named by `src`: a file, a directory (searched recursively, skipping
     names starting with `.` or `_`), or a glob pattern.
 
+    Args:
+        src: the input.
+        exclude: a directory whose files are never input (the store being written, when
+            it lies inside `src`).
+
     Raises:
         FileNotFoundError: nothing matches.
+        ValueError: `src` or a directory below it cannot be read (permissions).
     """
     text = str(src)
     path = Path(text)
+    try:
+        path.stat()
+    except PermissionError:
+        raise ValueError(f"cannot read the input {text!r}: permission denied") from None
+    except OSError:
+        pass
+    skipped = exclude.resolve() if exclude is not None else None
     if path.is_file():
         return [path]
     if path.is_dir():
-        files = sorted(
-            p
-            for p in path.rglob("*")
-            if p.is_file()
-            and not any(part.startswith((".", "_")) for part in p.relative_to(path).parts)
-        )
+        files = sorted(_walk(path, skipped))
         if not files:
             raise ValueError(f"empty input: directory {path} holds no files")
         return files
     if _GLOB_CHARS & set(text):
-        files = sorted(Path(p) for p in glob.glob(text, recursive=True) if Path(p).is_file())
+        files = sorted(
+            Path(p)
+            for p in glob.glob(text, recursive=True)
+            if Path(p).is_file() and not _inside(Path(p), skipped)
+        )
         if not files:
             raise FileNotFoundError(f"no files match the pattern {text!r}")
         return files
     raise FileNotFoundError(f"input {text!r} does not exist")
+
+
+def _walk(root: Path, skipped: Path | None) -> Iterator[Path]:
+    """Files below `root`, skipping hidden (`.`) and private (`_`) names and `skipped`."""
+
+    def refuse(error: OSError) -> None:
+        raise ValueError(
+            f"cannot read directory {error.filename} of the input {root}: "
+            f"{error.strerror.lower() if error.strerror else error}"
+        )
+
+    for directory, subdirectories, names in os.walk(root, onerror=refuse):
+        here = Path(directory)
+        subdirectories[:] = sorted(
+            name
+            for name in subdirectories
+            if not name.startswith((".", "_")) and not _inside(here / name, skipped)
+        )
+        for name in names:
+            candidate = here / name
+            if not name.startswith((".", "_")) and candidate.is_file():
+                yield candidate
+
+
+def _inside(path: Path, directory: Path | None) -> bool:
+    if directory is None:
+        return False
+    resolved = path.resolve()
+    return resolved == directory or directory in resolved.parents
 
 
 def open_parquet(path: Path, read_dictionary: Sequence[str] = ()) -> pq.ParquetFile:
@@ -333,11 +375,32 @@ def time_kind(dtype: pa.DataType) -> str:
     return "int" if pa.types.is_integer(_value_type(dtype)) else "timestamp"
 
 
-def to_int64_time(column: pa.Array) -> np.ndarray:
-    """`[N]` int64 times: integers as given, timestamps and dates as epoch nanoseconds."""
+def to_int64_time(
+    column: pa.Array, path: Path | None = None, offset: int = 0, name: str = ""
+) -> np.ndarray:
+    """`[N]` int64 times: integers as given, timestamps and dates as epoch nanoseconds.
+
+    Args:
+        column: the time column of a batch.
+        path, offset, name: the file, the batch's first row in it and the column's name,
+            for the error message.
+
+    Raises:
+        ValueError: an unsigned time above the int64 range, naming file, row and column.
+    """
     if pa.types.is_dictionary(column.type):
         column = column.dictionary_decode()
     dtype = column.type
+    if pa.types.is_uint64(dtype):
+        values = to_numpy(column)
+        above = np.flatnonzero(values > np.iinfo(np.int64).max)
+        if above.size:
+            row = int(above[0])
+            where = f"{path}: row {offset + row}: " if path is not None else f"row {row}: "
+            raise ValueError(
+                f"{where}time column {name!r} holds {int(values[row])}, above the largest "
+                f"time a store can keep ({np.iinfo(np.int64).max}, the int64 range)"
+            )
     if pa.types.is_date(dtype):
         column = pc.cast(column, pa.timestamp("ns"))
     elif pa.types.is_timestamp(dtype) and dtype.unit != "ns":

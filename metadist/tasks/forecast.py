@@ -279,8 +279,9 @@ class ForecastSampler(TaskSampler):
         Each evaluated unit gives one task with `split="end"` and one query window (its
         targets are the unit's last H rows, its support the K windows before them);
         `options` replace sampler options for evaluation. With a `holdout`
-        reader (`holdout(target column names) -> {entity: (times, values)}`), the query
-        targets are the holdout values instead
+        reader (`metadist.eval.holdout.HoldoutReader`: `read(target names)` gives
+        `{entity: (times, values)}`, `cover(values, entities)` the entities it covers),
+        the query targets are the holdout values instead
         and the support the most recent windows of the whole stored series
         (`metadist.tasks.holdout`); with `split="all"` every drawn entity that has a
         holdout is scored, also those too short for a training task.
@@ -296,10 +297,7 @@ class ForecastSampler(TaskSampler):
             )
         units = self.units_of_entities(units, entity_mask)
         if holdout is not None:
-            targets = [self.store.column_names[c] for c in self.target_columns]
-            return self._holdout_tasks(
-                units, split, holdout(targets), entity_mask, max_tasks, seed, options
-            )
+            return self._holdout_tasks(units, split, holdout, entity_mask, max_tasks, seed, options)
         evaluated = self.with_options(**{"split": "end", "num_query": 1, **options})
         return repeated_unit_tasks(
             evaluated,
@@ -338,22 +336,22 @@ class ForecastSampler(TaskSampler):
                 "eval.sampler_options cannot be combined with eval.holdout (the holdout "
                 f"tasks use the run's own windows), got {sorted(options)}"
             )
+        values = holdout.read([self.store.column_names[c] for c in self.target_columns])
         if split == "all":
-            # Every entity with a holdout that the sampler draws from (e.g. one label),
-            # also those too short for a training task.
-            entities = np.asarray(sorted(holdout), dtype=np.int64)
-            entities = entities[np.isin(entities, self.entities)]
+            # Every entity the sampler draws from (e.g. one label), also those too short
+            # for a training task.
+            entities = np.unique(self.entities)
             if entity_mask is not None:
                 entities = entities[np.asarray(entity_mask, dtype=bool)[entities]]
         else:
             entities = np.unique(self.unit_entity[units])
-            entities = entities[np.isin(entities, list(holdout))]
+        entities, num_left_out = holdout.cover(values, entities)
         entities = random_subset(entities, max_tasks, seed)
 
         def batches(batch_size: int, seed: int = 0) -> Iterator[MetaBatch]:
             return holdout_batches(
                 self.store,
-                holdout,
+                values,
                 entities=entities,
                 lookback=self.lookback,
                 horizon=self.horizon,
@@ -367,8 +365,10 @@ class ForecastSampler(TaskSampler):
         return EvaluationTasks(
             num_tasks=len(entities),
             description=(
-                f"{len(entities)} entities, query = the holdout (adapt on up to "
-                f"{self.num_support} windows of the training part)"
+                f"{len(entities)} entities"
+                + (f", {num_left_out} without a holdout left out" if num_left_out else "")
+                + f", query = the holdout (adapt on up to {self.num_support} windows of the "
+                "training part)"
             ),
             batches=batches,
             target_columns=list(self.target_columns),

@@ -57,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_intermixed_args(argv)
+    from metadist.diskspace import OutOfSpaceError
     from metadist.eval.evaluate import split_eval_overrides
     from metadist.train.checkpoint import CheckpointError
     from metadist.train.compose import compose_dict, load_config
@@ -80,7 +81,13 @@ def main(argv: list[str] | None = None) -> int:
 
             load_eval_options(config.experiment, eval_overrides, args.config_dir)
         result = train(config)
-    except (ValueError, FileNotFoundError, CheckpointError, NonFiniteLossError) as error:
+    except (
+        ValueError,
+        FileNotFoundError,
+        CheckpointError,
+        NonFiniteLossError,
+        OutOfSpaceError,
+    ) as error:
         # Under torchrun every rank meets the same error; one copy is enough.
         if _local_rank() == 0:
             print(f"metadist-train: error: {error}", file=sys.stderr)
@@ -117,12 +124,13 @@ def _evaluate_at_end(run_dir, config_dir, overrides: list[str]) -> None:
 
     if int(os.environ.get("RANK", "0")) != 0:
         return
+    from metadist.diskspace import OutOfSpaceError
     from metadist.eval import evaluate_run
     from metadist.eval.report import markdown_report
 
     try:
         result = evaluate_run(run_dir, overrides=overrides, config_dir=config_dir)
-    except (ValueError, FileNotFoundError) as error:
+    except (ValueError, FileNotFoundError, OutOfSpaceError) as error:
         print(f"metadist-train: evaluation skipped: {error}", file=sys.stderr)
         return
     print(markdown_report(result), end="")

@@ -26,6 +26,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from metadist.diskspace import needs_space
+from metadist.store.files import pid_alive
+
 CHECKPOINT_FORMAT = "metadist-checkpoint"
 CHECKPOINT_VERSION = 1
 LATEST = "latest"
@@ -68,14 +71,17 @@ def save_checkpoint(
     torch.save(payload, buffer)
     data = buffer.getvalue()
     path = checkpoint_path(run_dir, step)
-    _atomic_write(path, data)
+    _check_pointer_is_a_file(directory / LATEST)
+    with needs_space(path, f"the checkpoint of step {int(step)}", len(data)):
+        _atomic_write(path, data)
     pointer = {
         "checkpoint": path.name,
         "step": int(step),
         "num_bytes": len(data),
         "sha256": hashlib.sha256(data).hexdigest(),
     }
-    _atomic_write(directory / LATEST, (json.dumps(pointer, indent=1) + "\n").encode())
+    with needs_space(directory / LATEST, f"the pointer to the checkpoint of step {int(step)}"):
+        _atomic_write(directory / LATEST, (json.dumps(pointer, indent=1) + "\n").encode())
     _prune(directory, keep=keep, current=path.name)
     return path
 
@@ -86,9 +92,11 @@ def latest_checkpoint(run_dir: str | os.PathLike) -> tuple[Path, dict] | None:
     Raises:
         CheckpointError: `latest` is unreadable or points at a missing file.
     """
+    remove_stale_temporaries(run_dir)
     pointer_path = checkpoint_dir(run_dir) / LATEST
     if not pointer_path.exists():
         return None
+    _check_pointer_is_a_file(pointer_path)
     try:
         pointer = json.loads(pointer_path.read_text())
         name = pointer["checkpoint"]
@@ -143,6 +151,34 @@ def load_checkpoint(path: str | os.PathLike, pointer: dict | None = None) -> dic
             f"reads up to {CHECKPOINT_VERSION}"
         )
     return payload
+
+
+def _check_pointer_is_a_file(pointer_path: Path) -> None:
+    if pointer_path.exists() and not pointer_path.is_file():
+        raise CheckpointError(
+            f"{pointer_path} is not a file: it must be the pointer to the latest checkpoint "
+            "(JSON); remove it or use another run_dir"
+        )
+
+
+def remove_stale_temporaries(run_dir: str | os.PathLike) -> list[Path]:
+    """Deletes the temporaries of checkpoint writes whose process is dead (killed mid-write).
+
+    A temporary is `.NAME.tmp-PID`; those of live processes (a write in progress) stay.
+
+    Returns:
+        The paths deleted.
+    """
+    directory = checkpoint_dir(run_dir)
+    if not directory.is_dir():
+        return []
+    removed = []
+    for candidate in directory.glob(".*.tmp-*"):
+        pid_text = candidate.name.rpartition(".tmp-")[2]
+        if pid_text.isdigit() and candidate.is_file() and not pid_alive(int(pid_text)):
+            candidate.unlink(missing_ok=True)
+            removed.append(candidate)
+    return removed
 
 
 def _atomic_write(path: Path, data: bytes) -> None:

@@ -10,6 +10,7 @@ Files in the run directory:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -19,6 +20,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from metadist.diskspace import needs_space
 from metadist.train.config import LoggingConfig
 
 METRICS_FILE = "metrics.jsonl"
@@ -64,9 +66,15 @@ class RunLogger:
         self._metrics = open(self.metrics_path, "a", encoding="utf-8")  # noqa: SIM115
         _write_config(self.run_dir / "config.yaml", run_config)
         self._wandb = None
-        if config.wandb.mode != "disabled":
+        mode = wandb_mode(config.wandb.mode)
+        if mode != "disabled":
             self._wandb = _start_wandb(
-                config, self.run_dir, experiment=experiment, run_id=run_id, run_config=run_config
+                config,
+                self.run_dir,
+                mode=mode,
+                experiment=experiment,
+                run_id=run_id,
+                run_config=run_config,
             )
         self._progress = None
         self._task = None
@@ -110,8 +118,9 @@ class RunLogger:
         """Writes one metrics record (`split` is `train` or `val`) to every sink."""
         record = {"step": int(step), "split": split, "time": round(time.time(), 3)}
         record.update({k: _number(v) for k, v in values.items()})
-        self._metrics.write(json.dumps(record) + "\n")
-        self._metrics.flush()
+        with needs_space(self.metrics_path, "the run's metrics"):
+            self._metrics.write(json.dumps(record) + "\n")
+            self._metrics.flush()
         if self._wandb is not None:
             self._wandb.log({f"{split}/{k}": v for k, v in values.items()}, step=int(step))
 
@@ -187,11 +196,54 @@ def _write_config(path: Path, run_config: dict[str, Any]) -> None:
     os.replace(temporary, path)
 
 
+# wandb modes from the most to the least restrictive; `dryrun` and `run` are old names.
+_WANDB_MODES = ("disabled", "offline", "online")
+_WANDB_ALIASES = {"dryrun": "offline", "run": "online"}
+
+
+def wandb_mode(configured: str, environ: dict[str, str] | None = None) -> str:
+    """The wandb mode a run uses: `logging.wandb.mode`, unless `WANDB_MODE` asks for less.
+
+    The environment can only restrict: `WANDB_MODE=disabled` turns wandb off and
+    `WANDB_MODE=offline` keeps an `online` config offline; `WANDB_MODE=online` does not
+    turn on the network for a config that keeps it off.
+
+    Raises:
+        ValueError: `WANDB_MODE` holds something else than a wandb mode.
+    """
+    environ = os.environ if environ is None else environ
+    wanted = environ.get("WANDB_MODE", "").strip().lower()
+    if not wanted:
+        return configured
+    wanted = _WANDB_ALIASES.get(wanted, wanted)
+    if wanted not in _WANDB_MODES:
+        raise ValueError(
+            f"environment variable WANDB_MODE={environ['WANDB_MODE']!r} is not a wandb mode "
+            f"({', '.join(_WANDB_MODES)})"
+        )
+    return min(configured, wanted, key=_WANDB_MODES.index)
+
+
 def _start_wandb(
-    config: LoggingConfig, run_dir: Path, *, experiment: str, run_id: str, run_config: dict
+    config: LoggingConfig,
+    run_dir: Path,
+    *,
+    mode: str,
+    experiment: str,
+    run_id: str,
+    run_config: dict,
 ):
     import wandb
 
+    if mode != "online":
+        # Before `init`, wandb builds its process-wide settings from the environment (online
+        # unless WANDB_MODE says otherwise) and its analytics would probe the server from a
+        # background thread: give it the run's mode first and turn the analytics off.
+        wandb.setup(wandb.Settings(mode=mode))
+        with contextlib.suppress(ImportError, AttributeError):
+            from wandb.analytics.opentelemetry import opentelemetry_proxy
+
+            opentelemetry_proxy.disable()
     return wandb.init(
         project=config.wandb.project,
         entity=config.wandb.entity,
@@ -199,6 +251,6 @@ def _start_wandb(
         id=run_id,
         resume="allow",
         dir=str(run_dir),
-        mode=config.wandb.mode,
+        mode=mode,
         config=run_config,
     )

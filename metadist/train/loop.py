@@ -195,6 +195,7 @@ def _loop(ctx: _Context, step: int, checkpoint: Path | None) -> TrainResult:
             output.loss.backward()  # DDP all-reduces (averages) the meta-gradient here
             loss, metrics, non_finite, stopping = _agree(output, ctx)
             if non_finite:
+                _check_inputs_finite(batch, parts.sampler, step, env)
                 raise NonFiniteLossError(
                     f"the meta-loss is not finite at step {step + 1} (on at least one rank); "
                     "the step was not applied. Last good checkpoint: "
@@ -236,6 +237,37 @@ def _loop(ctx: _Context, step: int, checkpoint: Path | None) -> TrainResult:
                 break
     ctx.logger.message(f"finished {step} meta-steps; checkpoint {checkpoint}")
     return TrainResult(step, ctx.config.resolved_run_dir, checkpoint, None, parts.learner, loss)
+
+
+def _check_inputs_finite(batch, sampler: Any, step: int, env: DistEnv) -> None:
+    """Blames the data, not the learning rate, when a task's inputs hold NaN/inf.
+
+    Collective: every rank calls it once the ranks agreed that the loss is not finite,
+    so the error names the entities of every rank's batch, whichever rank reports it.
+
+    Raises:
+        NonFiniteLossError: naming the entities whose windows are not finite.
+    """
+    tensors = (batch.support.x, batch.support.y, batch.query.x, batch.query.y)
+    bad = torch.zeros(batch.num_tasks, dtype=torch.bool, device=batch.support.x.device)
+    for tensor in tensors:
+        if tensor.is_floating_point():
+            bad |= ~torch.isfinite(tensor.reshape(batch.num_tasks, -1)).all(dim=1)
+    local = batch.entity_index.cpu()[bad.cpu()].tolist()
+    rows = sorted({row for rank_rows in all_gather_objects(local, env) for row in rank_rows})
+    if not rows:
+        return
+    store = getattr(sampler, "store", None)
+    if store is not None and rows[0] >= 0:
+        names = ", ".join(repr(str(store.entity_ids[r])) for r in rows[:5])
+        more = f" and {len(rows) - 5} more" if len(rows) > 5 else ""
+        where = f"entity {names}{more} of store {store.path} (run metadist verify on it)"
+    else:
+        where = "tasks of the batch"
+    raise NonFiniteLossError(
+        f"the meta-loss is not finite at step {step + 1} because the input data is: "
+        f"NaN or inf values in the windows of {where}; the step was not applied"
+    )
 
 
 def _agree(output, ctx: _Context) -> tuple[float, dict[str, float], bool, bool]:

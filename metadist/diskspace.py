@@ -1,0 +1,69 @@
+"""Running out of disk space (or of a file-size limit) as one line naming what needed it.
+
+`OSError: [Errno 28] No space left on device` says neither which file nor what the space
+was for; `needs_space` turns it into an `OutOfSpaceError` that says both. The writers
+it wraps are atomic already, so nothing half-written is left behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+from collections.abc import Iterator
+
+# ENOSPC: the device is full; EDQUOT: a quota; EFBIG: a file-size limit (RLIMIT_FSIZE,
+# or the file system's largest file).
+_NO_SPACE = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+
+
+class OutOfSpaceError(OSError):
+    """A write failed for lack of space; the message names the path and its purpose."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "out of space"
+
+
+def is_out_of_space(error: BaseException) -> bool:
+    """Whether `error` is a write failing for lack of space (device, quota or size limit)."""
+    if not isinstance(error, OSError):
+        return False
+    if error.errno in _NO_SPACE:
+        return True
+    # pyarrow raises OSError without errno; its message carries the system's text
+    text = str(error)
+    return error.errno is None and any(os.strerror(code) in text for code in _NO_SPACE)
+
+
+@contextlib.contextmanager
+def needs_space(path: str | os.PathLike, what: str, num_bytes: int | None = None) -> Iterator[None]:
+    """Turns a lack of space inside the block into an `OutOfSpaceError` naming `path`.
+
+    Args:
+        path: the file or directory being written.
+        what: what the space is for, e.g. "the checkpoint of step 500".
+        num_bytes: about how much the write needs, when known.
+
+    Raises:
+        OutOfSpaceError: the device is full, a quota is reached or a file-size limit hit.
+    """
+    try:
+        yield
+    except OSError as error:
+        if isinstance(error, OutOfSpaceError) or not is_out_of_space(error):
+            raise
+        size = f" (about {_human(num_bytes)})" if num_bytes else ""
+        reason = os.strerror(error.errno or errno.ENOSPC).lower()
+        raise OutOfSpaceError(
+            f"no space to write {what} at {path}{size}: {reason}; free some space there "
+            "or write elsewhere (nothing half-written was kept)"
+        ) from None
+
+
+def _human(num_bytes: int) -> str:
+    value = float(num_bytes)
+    for unit in ("bytes", "KB", "MB", "GB"):
+        if value < 1000 or unit == "GB":
+            return f"{value:,.0f} {unit}" if unit == "bytes" else f"{value:,.1f} {unit}"
+        value /= 1000
+    return f"{value:,.1f} TB"

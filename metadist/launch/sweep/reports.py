@@ -1,0 +1,104 @@
+"""`trials.md` (every trial) and `best.yaml` (the best configuration as overrides)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from metadist.launch.sweep.settings import (
+    BEST_FILE,
+    STUDY_FILE,
+    TABLE_FILE,
+    SweepSettings,
+    decode_params,
+)
+from metadist.launch.sweep.space import format_override
+
+
+def write_reports(study, settings: SweepSettings) -> None:
+    """Rewrites `trials.md` and `best.yaml` from the study."""
+    import yaml
+    from optuna.trial import TrialState
+
+    trials = study.get_trials(deepcopy=False)
+    names = [p.name for p in settings.space]
+    header = ["trial", "state", "seed", *names, settings.metric, "steps", "seconds"]
+    rows = []
+    for t in trials:
+        value = "" if t.value is None else f"{t.value:.6g}"
+        steps = max(t.intermediate_values) if t.intermediate_values else ""
+        seconds = ""
+        if t.datetime_start and t.datetime_complete:
+            seconds = f"{(t.datetime_complete - t.datetime_start).total_seconds():.1f}"
+        decoded = decode_params(settings, t.params)
+        params = [_cell(decoded.get(name, "")) for name in names]
+        rows.append(
+            [
+                str(t.number),
+                t.state.name.lower(),
+                str(t.user_attrs.get("seed", "")),
+                *params,
+                value,
+                str(steps),
+                seconds,
+            ]
+        )
+    lines = [
+        f"# Sweep: {' '.join(settings.overrides)}",
+        "",
+        f"{settings.direction} val `{settings.metric}`; {len(trials)} trials in `{STUDY_FILE}`.",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "|".join(" --- " for _ in header) + "|",
+        *("| " + " | ".join(row) + " |" for row in rows),
+        "",
+    ]
+    _write_text(settings.sweep_dir / TABLE_FILE, "\n".join(lines))
+    completed = [t for t in trials if t.state == TrialState.COMPLETE]
+    if not completed:
+        return
+    best = study.best_trial
+    best_params = decode_params(settings, best.params)
+    param_overrides = [format_override(k, v) for k, v in best_params.items()]
+    document = {
+        "experiment": next(
+            t.partition("=")[2] for t in settings.overrides if t.startswith("experiment=")
+        ),
+        "metric": settings.metric,
+        "direction": settings.direction,
+        "value": float(best.value),
+        "trial": best.number,
+        "seed": best.user_attrs.get("seed"),
+        "run_dir": best.user_attrs.get("run_dir"),
+        "params": {k: _plain(v) for k, v in best_params.items()},
+        "overrides": [
+            *settings.overrides,
+            *param_overrides,
+            f"trainer.seed={best.user_attrs.get('seed')}",
+        ],
+    }
+    _write_text(settings.sweep_dir / BEST_FILE, yaml.safe_dump(document, sort_keys=False))
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value).replace("|", "\\|")
+
+
+def _plain(value: Any) -> Any:
+    return value.item() if hasattr(value, "item") else value
+
+
+def _write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def format_params(params: dict[str, Any]) -> str:
+    """`name=value, ...` for the sweep's log lines."""
+    return ", ".join(
+        f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items()
+    )

@@ -1,0 +1,285 @@
+"""A sweep's settings and the plan of one trial (its overrides, seed, split and run dir)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from metadist.launch.sweep.space import SWEEP_OWNED_KEYS, ParamSpec, format_override
+
+STUDY_FILE = "study.db"
+STUDY_NAME = "metadist-sweep"
+BEST_FILE = "best.yaml"
+TABLE_FILE = "trials.md"
+SPLIT_FILE = "split.json"
+COMMAND_FILE = "command.json"
+LOG_FILE = "train.log"
+_MAX_OVERRIDE_CHARS = 100_000
+
+
+@dataclass
+class SweepSettings:
+    """Everything a sweep needs besides the study.
+
+    Attributes:
+        overrides: Hydra overrides every trial gets (`experiment=NAME`, ...).
+        space: the searched parameters.
+        sweep_dir: where the study, the trials and the reports live.
+        num_trials: trials to finish (completed or pruned) in the study.
+        metric: key of the `split: val` records of `metrics.jsonl` to optimise.
+        direction: `minimize` or `maximize`.
+        base_seed: trial k gets `trainer.seed = base_seed + k`.
+        test_seed: the seed whose meta-test split is pinned in every trial.
+        launcher: `local` or `slurm`.
+        nproc_per_node: training processes per trial (torchrun when > 1).
+        parallel: trials running at once.
+        pruner: `median` or `none`.
+        startup_trials: trials finished before the pruner prunes anything.
+        warmup_steps: steps of a trial before it can be pruned.
+        sampler_seed: seed of Optuna's TPE sampler (reproducible suggestions).
+        poll_seconds: how often a running trial's metrics are read.
+        max_failures: stop after this many failed trials in one invocation.
+        config_dir: experiments directory passed to the training.
+        slurm_settings: `KEY=VALUE` launch settings of the Slurm jobs (see
+            `metadist slurm submit`).
+        python: interpreter running the trials.
+    """
+
+    overrides: list[str]
+    space: list[ParamSpec]
+    sweep_dir: Path
+    num_trials: int
+    metric: str = "loss"
+    direction: str = "minimize"
+    base_seed: int = 0
+    test_seed: int = 0
+    launcher: str = "local"
+    nproc_per_node: int = 1
+    parallel: int = 1
+    pruner: str = "median"
+    startup_trials: int = 2
+    warmup_steps: int = 0
+    sampler_seed: int = 0
+    poll_seconds: float = 1.0
+    max_failures: int = 3
+    config_dir: str | None = None
+    slurm_settings: list[str] = field(default_factory=list)
+    python: str = field(default_factory=lambda: sys.executable)
+
+    def validate(self) -> None:
+        if self.num_trials < 1:
+            raise ValueError(f"--trials must be >= 1, got {self.num_trials}")
+        if self.direction not in ("minimize", "maximize"):
+            raise ValueError(f"--direction must be minimize or maximize, got {self.direction!r}")
+        if self.launcher not in ("local", "slurm"):
+            raise ValueError(f"--launcher must be local or slurm, got {self.launcher!r}")
+        if self.pruner not in ("median", "none"):
+            raise ValueError(f"--pruner must be median or none, got {self.pruner!r}")
+        for name in ("nproc_per_node", "parallel", "max_failures"):
+            if getattr(self, name) < 1:
+                flag = "--" + name.replace("_", "-")
+                raise ValueError(f"{flag} must be >= 1, got {getattr(self, name)}")
+        if self.base_seed < 0 or self.test_seed < 0:
+            raise ValueError("--seed and --test-seed must be >= 0")
+        if not any(t.partition("=")[0] == "experiment" for t in self.overrides):
+            raise ValueError("experiment=NAME is required")
+        from metadist.launch.slurm import LAUNCH_KEYS, parse_settings
+
+        # Training overrides among the launch settings would never reach the trials.
+        _, stray = parse_settings(self.slurm_settings)
+        if stray:
+            raise ValueError(
+                f"--slurm {stray[0]} is not a Slurm launch setting (one of "
+                + ", ".join(LAUNCH_KEYS)
+                + "); training overrides go after experiment=NAME"
+            )
+        searched = {p.name.lstrip("+") for p in self.space}
+        for token in self.overrides:
+            key, sep, _ = token.partition("=")
+            if not sep:
+                raise ValueError(f"expected a KEY=VALUE override, got {token!r}")
+            key = key.lstrip("+~")
+            if key in SWEEP_OWNED_KEYS:
+                raise ValueError(f"{key} is set by the sweep for every trial; remove {token!r}")
+            if key in searched:
+                raise ValueError(f"{key} is both searched (--space) and fixed ({token!r})")
+
+
+@dataclass
+class TrialPlan:
+    """How one trial runs: its overrides, seed, directory and length in meta-steps."""
+
+    number: int
+    seed: int
+    params: dict[str, Any]
+    run_dir: Path
+    overrides: list[str]
+    num_steps: int
+
+    def train_command(self, settings: SweepSettings) -> list[str]:
+        """The local command line of this trial's training."""
+        head = [settings.python]
+        if settings.nproc_per_node > 1:
+            head += [
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                f"--nproc_per_node={settings.nproc_per_node}",
+            ]
+        tail = ["--config-dir", settings.config_dir] if settings.config_dir else []
+        return [*head, "-m", "metadist.train", *self.overrides, *tail]
+
+
+def trial_config(settings: SweepSettings, seed: int, params: dict[str, Any]) -> tuple[list, Any]:
+    """`(overrides, config)` of a trial with `params` and `seed`, composed and validated.
+
+    Raises:
+        ValueError: the composed config is invalid, or it has no meta-val evaluation
+            (`trainer.eval_every` must be > 0 for a sweep).
+    """
+    from metadist.train.compose import load_config
+
+    param_overrides = [format_override(name, value) for name, value in params.items()]
+    overrides = [*settings.overrides, *param_overrides, f"trainer.seed={seed}"]
+    config = load_config(overrides, settings.config_dir, world_size=world_size(settings))
+    if config.trainer.eval_every <= 0:
+        raise ValueError(
+            "trainer.eval_every must be > 0 in a sweep: the trials are scored and pruned "
+            "on their meta-val metric (add e.g. trainer.eval_every=50)"
+        )
+    return overrides, config
+
+
+def check_space(settings: SweepSettings) -> None:
+    """Composes a trial config for every categorical choice and for both bounds of every
+    range (the other parameters at their first value), before the sweep creates anything.
+
+    A typo in the space file (a key the config lacks, a group option that does not exist,
+    a value the field refuses) is reported now, not as a failed trial in a study that
+    would then refuse the corrected command.
+
+    Raises:
+        ValueError: naming the parameter and value whose config is refused.
+    """
+    first = {spec.name: spec.values()[0] for spec in settings.space}
+    tried: set[str] = set()
+    for spec in settings.space:
+        for value in spec.values():
+            params = {**first, spec.name: value}
+            key = json.dumps(params, sort_keys=True, default=str)
+            if key in tried:
+                continue
+            tried.add(key)
+            try:
+                trial_config(settings, settings.base_seed, params)
+            except (ValueError, FileNotFoundError) as error:
+                detail = " ".join(line.strip() for line in str(error).splitlines())
+                raise ValueError(
+                    f"search space: {spec.name}={_shown(value)} gives an invalid trial "
+                    f"config: {detail}"
+                ) from None
+
+
+def _shown(value: Any) -> str:
+    return json.dumps(value) if isinstance(value, (list, tuple)) else str(value)
+
+
+def decode_params(settings: SweepSettings, stored: dict[str, Any]) -> dict[str, Any]:
+    """A trial's parameters as config values (Optuna keeps list choices as JSON text)."""
+    return {
+        spec.name: spec.decode(stored[spec.name]) for spec in settings.space if spec.name in stored
+    }
+
+
+def plan_trial(
+    settings: SweepSettings, number: int, seed: int, params: dict[str, Any], run_dir: Path
+) -> TrialPlan:
+    """The overrides of one trial, after checking that its configuration is valid.
+
+    Composes the trial's config (base overrides + params), pins the meta-test units of
+    `settings.test_seed`, and writes the trial's meta-train/val/test split to
+    `<run_dir>/split.json`.
+
+    Raises:
+        ValueError: the composed config is invalid, or it has no meta-val evaluation
+            (`trainer.eval_every` must be > 0 for a sweep).
+    """
+    base, config = trial_config(settings, seed, params)
+    split = compute_split(config, settings.test_seed)
+    overrides = list(base)
+    if split["pins"]:
+        pins = "data.pinned_test_units=[" + ",".join(map(str, split["pins"])) + "]"
+        if len(pins) > _MAX_OVERRIDE_CHARS:
+            raise ValueError(
+                f"the pinned meta-test split has {len(split['test'])} units, too many for a "
+                "command line; set data.pinned_test_units in the experiment config instead"
+            )
+        overrides.append(pins)
+    overrides += ["logging.progress=false", f"run_dir={run_dir}"]
+    run_dir.mkdir(parents=True, exist_ok=True)
+    _write_json(run_dir / SPLIT_FILE, {"seed": seed, "test_seed": settings.test_seed, **split})
+    plan = TrialPlan(number, seed, dict(params), run_dir, overrides, config.trainer.meta_steps)
+    _write_json(run_dir / COMMAND_FILE, {"argv": plan.train_command(settings)})
+    return plan
+
+
+def compute_split(config: Any, test_seed: int) -> dict[str, list[int]]:
+    """Unit indices of meta-train/val/test for `config.trainer.seed`, test pinned.
+
+    The test units are the meta-test split that `test_seed` gives (or the config's own
+    `data.pinned_test_units`); train and val are split from the rest by the trial's seed,
+    exactly as the training's partitioner does (`DataConfig.partitioner`). With a class
+    split (`data.split_by=label|stratum`) the meta-test *classes* are pinned, and each
+    trial deals the other classes to train and val by its own seed.
+
+    Returns:
+        `{"train", "val", "test": unit indices, "pins": the units to pin}`: with a class
+        split one unit per meta-test class pins its whole class.
+    """
+    import copy
+
+    import numpy as np
+
+    from metadist.tasks import build_task_sampler
+
+    store = None
+    if config.data.store is not None:
+        from metadist.store import SeriesStore
+
+        store = SeriesStore.open(config.data.store)
+    sampler = build_task_sampler(config.sampler.name, store, **config.sampler.options)
+    fractions = tuple(config.data.fractions)
+    pins = config.data.pinned_test_units
+    if pins is None and fractions[2] > 0:
+        reference = config.data.partitioner(sampler, store, test_seed)
+        pins = reference.units("test").tolist()
+        if config.data.split_by in ("label", "stratum"):
+            codes = store.label_codes if config.data.split_by == "label" else store.stratum_codes
+            classes = np.asarray(codes)[sampler.unit_entities()[pins]]
+            _, first = np.unique(classes, return_index=True)
+            pins = [pins[i] for i in sorted(first)]
+    trial_config = copy.deepcopy(config.data)
+    trial_config.pinned_test_units = pins
+    trial = trial_config.partitioner(sampler, store, config.trainer.seed)
+    split = {name: trial.units(name).tolist() for name in ("train", "val", "test")}
+    split["pins"] = list(pins or [])
+    return split
+
+
+def world_size(settings: SweepSettings) -> int:
+    if settings.launcher == "slurm":
+        from metadist.launch.slurm import job_from_settings
+
+        job, _ = job_from_settings(["experiment=x", *settings.slurm_settings], workdir="/")
+        return job.nodes * int(job.nproc_per_node)
+    return settings.nproc_per_node
+
+
+def _write_json(path: Path, value: Any) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(value, indent=1) + "\n")
+    os.replace(tmp, path)

@@ -1,0 +1,184 @@
+"""The sweep's Optuna study in `<sweep_dir>/study.db`: opening it safely, its settings,
+the lock that keeps one driver per sweep, and trials cut off by a stopped driver."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+from pathlib import Path
+from typing import Any
+
+from metadist.launch.sweep.runners import cancel_slurm_element, stop_leftover
+from metadist.launch.sweep.settings import STUDY_FILE, STUDY_NAME, SweepSettings, world_size
+
+_SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def open_study(settings: SweepSettings, *, create: bool = True):
+    """The sweep's Optuna study (created in `<sweep_dir>/study.db`, or loaded from it;
+    only loaded when not `create`).
+
+    The TPE sampler is seeded from `sampler_seed` and the number of trials the study
+    already has, so a continued sweep goes on with fresh suggestions instead of
+    replaying those of its first start.
+
+    Raises:
+        ValueError: `study.db` is empty, not SQLite, corrupt or holds no metadist sweep;
+            or there is no `study.db` but trial directories of an earlier sweep.
+    """
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    path = settings.sweep_dir.resolve() / STUDY_FILE
+    _check_study_file(path)
+    if settings.pruner == "median":
+        pruner = optuna.pruners.MedianPruner(
+            n_startup_trials=settings.startup_trials, n_warmup_steps=settings.warmup_steps
+        )
+    else:
+        pruner = optuna.pruners.NopPruner()
+    try:
+        if create:
+            study = optuna.create_study(
+                storage=f"sqlite:///{path}",
+                study_name=STUDY_NAME,
+                load_if_exists=True,
+                direction=settings.direction,
+                pruner=pruner,
+            )
+        else:
+            study = optuna.load_study(
+                storage=f"sqlite:///{path}", study_name=STUDY_NAME, pruner=pruner
+            )
+        num_trials = len(study.get_trials(deepcopy=False))
+    except Exception as error:  # SQLAlchemy and Optuna errors about this one file
+        detail = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise ValueError(
+            f"{path} cannot be read as a sweep study ({detail}); move it away to start a "
+            "new sweep, or use another --sweep-dir"
+        ) from None
+    study.sampler = optuna.samplers.TPESampler(seed=sampler_seed(settings, num_trials))
+    return study
+
+
+def sampler_seed(settings: SweepSettings, num_trials: int) -> int:
+    """The TPE seed of a driver that starts on a study of `num_trials` trials."""
+    if num_trials == 0:
+        return settings.sampler_seed
+    import numpy as np
+
+    sequence = np.random.SeedSequence([settings.sampler_seed, num_trials])
+    return int(sequence.generate_state(1)[0])
+
+
+def _check_study_file(path: Path) -> None:
+    if not path.exists():
+        trials = path.parent / "trials"
+        if trials.is_dir() and any(trials.iterdir()):
+            raise ValueError(
+                f"{path.parent} holds trial directories but no {STUDY_FILE}: its study was "
+                "removed; use another --sweep-dir (or remove trials/ to start over there)"
+            )
+        return
+    if not path.is_file():
+        raise ValueError(f"{path} is not a file; a sweep keeps its study there")
+    with open(path, "rb") as handle:
+        header = handle.read(len(_SQLITE_HEADER))
+    if not header:
+        raise ValueError(
+            f"{path} is empty (0 bytes), not a sweep study; move it away to start a new "
+            "sweep, or use another --sweep-dir"
+        )
+    if header != _SQLITE_HEADER:
+        raise ValueError(
+            f"{path} is not an SQLite database, so not a sweep study; move it away or use "
+            "another --sweep-dir"
+        )
+
+
+def enqueue_trial(settings: SweepSettings, params: dict[str, Any], seed: int | None = None) -> None:
+    """Queues a trial with fixed parameters (config values), run before any sampled one.
+
+    Useful to start a sweep from a known configuration. `seed` pins the trial's seed
+    (default: the one of its trial number).
+
+    Raises:
+        ValueError: a parameter that is not in the search space.
+    """
+    specs = {spec.name: spec for spec in settings.space}
+    unknown = sorted(set(params) - set(specs))
+    if unknown:
+        raise ValueError(f"parameters {unknown} are not in the search space ({sorted(specs)})")
+    stored = {
+        name: json.dumps(value) if specs[name]._encoded else value for name, value in params.items()
+    }
+    settings.sweep_dir.mkdir(parents=True, exist_ok=True)
+    study = open_study(settings)
+    check_meta(study, settings)
+    study.enqueue_trial(stored, user_attrs={"seed": seed} if seed is not None else None)
+
+
+@contextlib.contextmanager
+def sweep_lock(sweep_dir: Path):
+    """Holds `<sweep_dir>/.lock`: one driver per sweep directory."""
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    with open(sweep_dir / ".lock", "w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ValueError(f"another sweep is running in {sweep_dir}") from None
+        yield
+
+
+def sweep_meta(settings: SweepSettings) -> dict[str, Any]:
+    """What defines a sweep's trials, stored with the study (JSON)."""
+    meta = {
+        "overrides": settings.overrides,
+        "space": [p.__dict__ | {"choices": list(p.choices)} for p in settings.space],
+        "metric": settings.metric,
+        "direction": settings.direction,
+        "base_seed": settings.base_seed,
+        "test_seed": settings.test_seed,
+        "world_size": world_size(settings),
+        "config_dir": settings.config_dir,
+    }
+    return json.loads(json.dumps(meta))
+
+
+def check_meta(study, settings: SweepSettings) -> None:
+    """Refuses to continue a study with another experiment, space, metric or world size."""
+    meta = sweep_meta(settings)
+    stored = study.user_attrs.get("sweep")
+    if stored is None:
+        study.set_user_attr("sweep", meta)
+    elif stored != meta:
+        raise ValueError(
+            f"{settings.sweep_dir} holds a sweep with other settings "
+            f"({json.dumps(stored)}); use another --sweep-dir"
+        )
+
+
+def run_again_later(study, trial) -> None:
+    """Marks an interrupted trial failed and queues it again: same parameters, seed and
+    run directory, so that its training resumes from the attempt's last checkpoint."""
+    from optuna.trial import TrialState
+
+    study.tell(trial.number, state=TrialState.FAIL)
+    attrs = {key: trial.user_attrs.get(key) for key in ("seed", "run_dir")}
+    study.enqueue_trial(dict(trial.params), user_attrs=attrs)
+
+
+def recover_interrupted(study, log) -> None:
+    """Trials still RUNNING were cut off by a driver that died: their training is stopped
+    if it still runs (local process group, Slurm element), then they are queued again."""
+    from optuna.trial import TrialState
+
+    for frozen in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if stop_leftover(frozen.user_attrs.get("process")):
+            log(f"trial {frozen.number}: stopped the training left by the earlier driver")
+        element = frozen.user_attrs.get("slurm_job")
+        if element:
+            cancel_slurm_element(element)
+        run_again_later(study, frozen)
+        log(f"trial {frozen.number} was interrupted; it runs again from its last checkpoint")

@@ -11,6 +11,7 @@ import os
 import secrets
 import shutil
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -71,18 +72,24 @@ class MappedFile:
         self.array = np.frombuffer(self.mm, dtype=dtype).reshape(shape)
         self._pending = 0
         self._low, self._high = self.size, 0
+        self._lock = threading.Lock()
 
     def touched(self, first_row: int, end_row: int, num_rows: int) -> None:
         """Notes that `num_rows` rows within `[first_row, end_row)` were read or written."""
         low, high = first_row * self.row_bytes, end_row * self.row_bytes
         pages = (high - low) // PAGE_BYTES + 1
-        self._pending += min(num_rows * self.row_bytes + PAGE_BYTES, pages * PAGE_BYTES)
-        self._low, self._high = min(self._low, low), max(self._high, high)
-        if self._pending >= _RELEASE_BYTES:
-            self.release()
+        with self._lock:
+            self._pending += min(num_rows * self.row_bytes + PAGE_BYTES, pages * PAGE_BYTES)
+            self._low, self._high = min(self._low, low), max(self._high, high)
+            if self._pending >= _RELEASE_BYTES:
+                self._release()
 
     def release(self) -> None:
         """Drops the touched pages from this process's resident memory."""
+        with self._lock:
+            self._release()
+
+    def _release(self) -> None:
         if self._high > self._low and hasattr(self.mm, "madvise"):
             start = self._low - self._low % PAGE_BYTES
             self.mm.madvise(mmap.MADV_DONTNEED, start, self._high - start)
@@ -97,6 +104,58 @@ class MappedFile:
         with contextlib.suppress(BufferError):  # views still referenced: closed on GC
             self.mm.close()
         os.close(self.fd)
+
+
+class RawFile:
+    """Positional reads and writes of whole rows of a store file (pread/pwrite: no page
+    faults, safe from several threads at once)."""
+
+    def __init__(self, path: Path, row_bytes: int, num_rows: int | None = None) -> None:
+        """Opens `path`; with `num_rows`, creates it with room for that many rows."""
+        flags = os.O_RDWR if num_rows is None else os.O_RDWR | os.O_CREAT | os.O_EXCL
+        self.fd = os.open(path, flags, 0o644)
+        self.row_bytes = row_bytes
+        if num_rows is not None:
+            try:
+                _preallocate(self.fd, num_rows * row_bytes)
+            except BaseException:
+                os.close(self.fd)
+                raise
+
+    def read(self, first_row: int, end_row: int, dtype: np.dtype) -> np.ndarray:
+        out = np.empty((end_row - first_row) * self.row_bytes, np.uint8)
+        view, offset = memoryview(out), first_row * self.row_bytes
+        done = 0
+        while done < out.size:
+            got = os.preadv(self.fd, [view[done:]], offset + done)
+            if got <= 0:
+                raise OSError(f"short read from a store file at byte {offset + done}")
+            done += got
+        return out.view(dtype)
+
+    def start_writeback(self, first_row: int, end_row: int) -> None:
+        """Lets the kernel start writing these rows to disk now (see `start_writeback`)."""
+        offset = first_row * self.row_bytes
+        start_writeback(self.fd, offset, (end_row - first_row) * self.row_bytes)
+
+    def write(self, first_row: int, rows: np.ndarray) -> None:
+        view, offset = memoryview(np.ascontiguousarray(rows)).cast("B"), first_row * self.row_bytes
+        done = 0
+        while done < len(view):
+            done += os.pwritev(self.fd, [view[done:]], offset + done)
+
+    def close(self, sync: bool = False) -> None:
+        try:
+            if sync:
+                os.fsync(self.fd)
+        finally:
+            os.close(self.fd)
+
+    def __enter__(self) -> RawFile:
+        return self
+
+    def __exit__(self, exc_type: object, *exc_info: object) -> None:
+        self.close(sync=exc_type is None)
 
 
 def start_writeback(fd: int, offset: int, num_bytes: int) -> None:

@@ -26,7 +26,8 @@ PAGE_BYTES = mmap.PAGESIZE
 def keep_heap_memory() -> bool:
     """Tells glibc malloc to keep freed memory instead of returning it to the kernel at
     once. Ingest allocates and frees many batch-sized arrays; with the default dynamic
-    thresholds each of them costs fresh page faults, a third of the scan's CPU time. Used
+    thresholds each of them costs fresh page faults, a third of the scan's CPU time; Arrow
+    is switched to the same allocator (its default, mimalloc, also returns freed pages). Used
     by the `metadist ingest` command only (it changes the whole process). Returns whether
     it applied (glibc on Linux)."""
     if not sys.platform.startswith("linux"):
@@ -37,7 +38,12 @@ def keep_heap_memory() -> bool:
     except (OSError, AttributeError):
         return False
     m_trim_threshold, m_mmap_threshold = -1, -3
-    return bool(mallopt(m_mmap_threshold, 32 << 20)) and bool(mallopt(m_trim_threshold, 512 << 20))
+    kept = bool(mallopt(m_mmap_threshold, 32 << 20)) and bool(mallopt(m_trim_threshold, 512 << 20))
+    if kept:  # Arrow's own allocator hands freed pages back to the kernel: use malloc's
+        import pyarrow as pa
+
+        pa.set_memory_pool(pa.system_memory_pool())
+    return kept
 
 
 def temp_sibling(out: Path) -> Path:
@@ -108,7 +114,12 @@ class MappedFile:
 
 class RawFile:
     """Positional reads and writes of whole rows of a store file (pread/pwrite: no page
-    faults, safe from several threads at once)."""
+    faults, safe from several threads at once).
+
+    A new file is sized with `ftruncate`, not reserved with `fallocate`: on ext4, writes
+    into reserved (unwritten) extents cost about ten times more than writes into a sparse
+    file. A full disk then fails a `write` with ENOSPC (an error, never SIGBUS as with a
+    mapping), and the free space is checked up front."""
 
     def __init__(self, path: Path, row_bytes: int, num_rows: int | None = None) -> None:
         """Opens `path`; with `num_rows`, creates it with room for that many rows."""
@@ -117,7 +128,8 @@ class RawFile:
         self.row_bytes = row_bytes
         if num_rows is not None:
             try:
-                _preallocate(self.fd, num_rows * row_bytes)
+                _check_space(path, num_rows * row_bytes)
+                os.ftruncate(self.fd, num_rows * row_bytes)
             except BaseException:
                 os.close(self.fd)
                 raise
@@ -142,7 +154,14 @@ class RawFile:
         view, offset = memoryview(np.ascontiguousarray(rows)).cast("B"), first_row * self.row_bytes
         done = 0
         while done < len(view):
-            done += os.pwritev(self.fd, [view[done:]], offset + done)
+            try:
+                done += os.pwritev(self.fd, [view[done:]], offset + done)
+            except OSError as error:
+                if error.errno == errno.ENOSPC:
+                    raise OSError(
+                        errno.ENOSPC, "the disk is full: not enough space for the store"
+                    ) from error
+                raise
 
     def close(self, sync: bool = False) -> None:
         try:
@@ -178,6 +197,12 @@ def _load_sync_file_range():
 
 
 _sync_file_range = _load_sync_file_range()
+
+
+def _check_space(path: Path, size: int) -> None:
+    stat = os.statvfs(path.parent)
+    if stat.f_bavail * stat.f_frsize < size:
+        raise OSError(errno.ENOSPC, f"not enough disk space for {size} bytes")
 
 
 def _preallocate(fd: int, size: int) -> None:

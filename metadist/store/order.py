@@ -62,7 +62,11 @@ def _checksum_chunks(
             yield work(vf, tf, *chunk)
 
         for _, (values, times) in ordered_streams(
-            plan.chunks(_chunk_rows(settings)), produce, settings.workers, 1
+            plan.chunks(_chunk_rows(settings)),
+            produce,
+            settings.workers,
+            settings.memory_limit,
+            lambda chunk: chunk[0].nbytes + chunk[1].nbytes,
         ):
             values_sum.update(values)
             times_sum.update(times)
@@ -92,7 +96,7 @@ def finish_in_place(
             std = np.repeat(plan.entity_std[first:last], lengths, axis=0)
         changed = settings.scaling != "none"
         if changed:
-            values[:] = (values.astype(np.float64) - mean) / std
+            _scale(values, mean, std)
         if settings.nan == "ffill" and plan.has_gaps[first:last].any():
             starts = plan.starts[first:last] - row_a
             changed |= _fill_chunk(values, starts, lengths, plan.has_gaps[first:last])
@@ -104,6 +108,21 @@ def finish_in_place(
 
     checksums = _checksum_chunks(settings, plan, temp, bar, "finish", work)
     return checksums, time.perf_counter() - began
+
+
+def _scale(values: np.ndarray, mean: np.ndarray, std: np.ndarray) -> None:
+    """`values[:] = float32((float64(values) - mean) / std)` in place, in blocks small
+    enough for the float64 temporary to stay in cache; `mean`/`std` are `[C]` or rows
+    like `values`."""
+    block = 16384
+    buffer = np.empty((min(block, len(values)), values.shape[1]))
+    for a in range(0, len(values), block):
+        rows = values[a : a + block]
+        temp = buffer[: len(rows)]
+        per_row = mean.ndim == 2
+        np.subtract(rows, mean[a : a + block] if per_row else mean, out=temp)
+        np.divide(temp, std[a : a + block] if per_row else std, out=temp)
+        rows[...] = temp
 
 
 def order_rows(

@@ -7,7 +7,7 @@ come back **in item order**, whatever thread finished first, so the main thread 
 statistics and meets errors exactly as one worker would: the output and the error
 messages do not depend on the number of workers.
 
-Memory is bounded by `workers * depth` results in flight, never by the input.
+Memory is bounded by a budget for the results in flight, never by the input.
 """
 
 from __future__ import annotations
@@ -33,57 +33,64 @@ def default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-class _Stream:
-    """The results of one item, produced by a worker thread into a bounded queue."""
-
-    def __init__(self, depth: int) -> None:
-        self.results: queue.Queue = queue.Queue(maxsize=depth)
-
-
 def ordered_streams(
     items: Iterable[Item],
     produce: Callable[[Item], Iterator[Result]],
     workers: int,
-    depth: int = 2,
+    budget: int,
+    size_of: Callable[[Result], int] = lambda result: 1,
 ) -> Iterator[tuple[Item, Result]]:
     """Yields `(item, result)` for every result of `produce(item)`, items in the order
     given and each item's results in the order produced, while up to `workers` items are
-    produced at once in threads, each at most `depth` results ahead of the caller.
+    produced at once in threads.
+
+    Results waiting for the caller total at most `budget` (in units of `size_of`, e.g.
+    bytes), plus one: a thread waits while the budget is spent, except the thread of
+    the item the caller is taking results from, which never waits (so the stream cannot
+    deadlock).
 
     An exception raised by `produce` is re-raised in the caller when the caller reaches
     that item's results, so the first error in item order wins. Closing the generator
     (or an exception in the caller) stops the threads and waits for them.
     """
     stop = threading.Event()
-    pending: deque[tuple[Item, _Stream, threading.Thread]] = deque()
+    room = threading.Condition()
+    state = {"waiting": 0, "head": None}
+    pending: deque[tuple[Item, queue.SimpleQueue, threading.Thread]] = deque()
     source = iter(items)
 
-    def run(item: Item, stream: _Stream) -> None:
-        def put(entry: tuple[object, BaseException | None]) -> bool:
-            while not stop.is_set():
-                try:
-                    stream.results.put(entry, timeout=0.05)
-                    return True
-                except queue.Full:
-                    continue
-            return False
+    def run(item: Item, results: queue.SimpleQueue) -> None:
+        def put(result: object, error: BaseException | None, size: int) -> bool:
+            with room:
+                while (
+                    not stop.is_set()
+                    and state["head"] is not results
+                    and state["waiting"] > 0
+                    and state["waiting"] + size > budget
+                ):
+                    room.wait(0.05)
+                if stop.is_set():
+                    return False
+                state["waiting"] += size
+            results.put((result, error, size))
+            return True
 
         try:
             for result in produce(item):
-                if not put((result, None)):
+                if not put(result, None, size_of(result)):
                     return
-            put((_DONE, None))
+            put(_DONE, None, 0)
         except BaseException as error:  # handed to the caller, in item order
-            put((_DONE, error))
+            put(_DONE, error, 0)
 
     def start_next() -> bool:
         for item in source:
-            stream = _Stream(depth)
+            results: queue.SimpleQueue = queue.SimpleQueue()
             thread = threading.Thread(
-                target=run, args=(item, stream), name="metadist-ingest-worker", daemon=True
+                target=run, args=(item, results), name="metadist-ingest-worker", daemon=True
             )
+            pending.append((item, results, thread))
             thread.start()
-            pending.append((item, stream, thread))
             return True
         return False
 
@@ -92,9 +99,15 @@ def ordered_streams(
             if not start_next():
                 break
         while pending:
-            item, stream, thread = pending[0]
+            item, results, thread = pending[0]
+            with room:
+                state["head"] = results
+                room.notify_all()
             while True:
-                result, error = stream.results.get()
+                result, error, size = results.get()
+                with room:
+                    state["waiting"] -= size
+                    room.notify_all()
                 if result is _DONE:
                     break
                 yield item, result
@@ -105,9 +118,7 @@ def ordered_streams(
             start_next()
     finally:
         stop.set()
-        for _, stream, thread in pending:
-            while thread.is_alive():
-                try:
-                    stream.results.get_nowait()
-                except queue.Empty:
-                    thread.join(timeout=0.05)
+        with room:
+            room.notify_all()
+        for _, _, thread in pending:
+            thread.join()

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from metadist.store import sources
 from metadist.store.arrow import to_numpy
@@ -32,8 +33,9 @@ from metadist.store.progress import Bar
 from metadist.store.scaler import merge_moments
 from metadist.store.settings import MAX_TIME, NO_TIME, IngestSettings
 
-# A batch is copied raw only while its rows come in runs of one entity: at most one run
-# per this many rows (plus a few), else the input is not in store order.
+# A batch is "grouped by entity" when each of its entities is one run of rows and there
+# is at most one run per this many rows (plus a few); its sums are then taken over
+# slices, and only such batches are copied raw.
 _ROWS_PER_RUN = 64
 # Entity codes of pass 1's batches are kept for pass 2 up to this many bytes.
 _BATCH_MAP_BYTES = 64 << 20
@@ -59,8 +61,8 @@ class Registry:
         return list(self.codes)
 
     def add(self, dictionary: pa.Array) -> np.ndarray:
-        """`[U]` int64 code of each entry of `dictionary`, adding new keys; None if the
-        dictionary repeats an entry."""
+        """`[U]` int64 code of each entry of `dictionary`, adding new keys; a key
+        repeated in `dictionary` gets the same code each time."""
         last = self._last_dictionary
         if last is not None and len(last) == len(dictionary) and last.equals(dictionary):
             return self._last_map
@@ -72,8 +74,6 @@ class Registry:
                 if code is None:
                     found[position] = codes.setdefault(keys[position], len(codes))
         mapping = np.array(found, np.int64)
-        if len(np.unique(mapping)) != len(mapping):
-            return None
         self._last_dictionary, self._last_map = dictionary, mapping
         return mapping
 
@@ -127,7 +127,6 @@ class Category:
     error: str | None = None  # null, or not constant within the batch
     dictionary: pa.Array | None = None
     first: np.ndarray | None = None  # [U] position in `dictionary` per batch entity
-    rows: np.ndarray | None = None  # [N] position in `dictionary` per row
 
 
 @dataclass
@@ -138,8 +137,8 @@ class BatchScan:
     offset: int
     num_rows: int
     entity_error: str | None = None
-    local: np.ndarray | None = None  # [N] position of each row's entity in `dictionary`
-    dictionary: pa.Array | None = None  # [U] entity ids
+    dictionary: pa.Array | None = None  # [U] entity ids, each once
+    first_row: np.ndarray | None = None  # [U] first row of each entity in the batch
     categories: dict[str, Category] = field(default_factory=dict)
     late_error: str | None = None  # null time, or NaN under --nan error
     rows: np.ndarray | None = None  # [U] rows kept
@@ -150,7 +149,15 @@ class BatchScan:
     m2: np.ndarray | None = None
     runs: tuple[np.ndarray, ...] | None = None  # raw copy: (local, input row, length,
     # first time, last time) of each run of one entity; None if not copied
-    batch: pa.RecordBatch | None = None
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the arrays held (for the memory budget of the workers' results)."""
+        arrays = [self.first_row, self.rows, self.first, self.last, self.count, self.mean]
+        arrays += [self.m2, *(self.runs or ())]
+        for category in self.categories.values():
+            arrays.append(category.first)
+        return 1024 + sum(a.nbytes for a in arrays if a is not None)
 
 
 class ScanResult:
@@ -199,14 +206,20 @@ class _Scanner:
         self.result = result
         self.raw_files = raw  # (values RawFile, times RawFile) or None
         self.abandon = threading.Event()  # stop copying raw rows: not in store order
+        # the last entity dictionary each unit checked for repeated entries (a row
+        # group's batches share one)
+        self._last_dictionary: dict[sources.Unit, pa.Array] = {}
 
     # ---- in a worker ----------------------------------------------------------------------
     def unit_batches(self, unit: sources.Unit):
         settings = self.settings
-        for offset, batch in sources.iter_unit(
-            unit, settings.scan_columns, settings.batch_size, settings.dictionary_columns
-        ):
-            yield self.scan_batch(unit, offset, batch)
+        try:
+            for offset, batch in sources.iter_unit(
+                unit, settings.scan_columns, settings.batch_size, settings.dictionary_columns
+            ):
+                yield self.scan_batch(unit, offset, batch)
+        finally:
+            self._last_dictionary.pop(unit, None)
 
     def scan_batch(
         self, unit: sources.Unit | None, offset: int, batch: pa.RecordBatch
@@ -214,14 +227,22 @@ class _Scanner:
         settings = self.settings
         columns = settings.columns
         file = unit.file if unit is not None else None
-        found = BatchScan(file, offset, batch.num_rows, batch=batch)
+        found = BatchScan(file, offset, batch.num_rows)
         entity_column = batch.column(columns.entity)
         found.entity_error = null_error(file, offset, entity_column, columns.entity)
         if found.entity_error:
             return found
         local, dictionary = dictionary_of(entity_column)
-        found.local, found.dictionary = local, dictionary
+        if dictionary is not self._last_dictionary.get(unit):
+            if len(pc.unique(dictionary)) != len(dictionary):  # an entry repeated
+                local, dictionary = dictionary_of(entity_column.dictionary_decode())
+            else:
+                self._last_dictionary[unit] = dictionary
+        found.dictionary = dictionary
         num_local = len(dictionary)
+        if columns.stratum is not None or columns.label is not None:
+            found.first_row = np.full(num_local, -1, np.int64)
+            found.first_row[local[::-1]] = np.arange(local.size - 1, -1, -1)
         for role, name in (("stratum", columns.stratum), ("label", columns.label)):
             if name is not None:
                 found.categories[role] = self._category(
@@ -253,45 +274,14 @@ class _Scanner:
             local, times, values = local[keep], times[keep], [x[keep] for x in values]
             masks = {}
             self.abandon.set()  # rows dropped: the input rows are not the store rows
+        runs = _runs(local)
         if self.raw_files is not None and not self.abandon.is_set():
-            found.runs = self._copy_raw(unit, offset, local, times, batch)
-        rows = np.bincount(local, minlength=num_local)
-        found.rows = rows
-        first = np.full(num_local, MAX_TIME, np.int64)
-        last = np.full(num_local, NO_TIME, np.int64)
-        if found.runs is not None:  # runs of one entity: first and last rows of each run
-            run_local, run_row, run_length, run_first, run_last = found.runs
-            np.minimum.at(first, run_local, run_first)
-            np.maximum.at(last, run_local, run_last)
+            found.runs = self._copy_raw(unit, offset, local, times, batch, runs)
+        if runs is not None:
+            moments = _run_moments(local, times, values, masks, num_local, *runs)
         else:
-            np.minimum.at(first, local, times)
-            np.maximum.at(last, local, times)
-        found.first, found.last = first, last
-        # Moments of the batch per (entity, column) as [U, C] arrays.
-        num_columns = len(values)
-        count = np.empty((num_local, num_columns))
-        total = np.empty((num_local, num_columns))
-        for j, column in enumerate(values):
-            finite = masks.get(j)
-            if finite is None:
-                count[:, j] = rows
-                total[:, j] = np.bincount(local, weights=column, minlength=num_local)
-            else:
-                count[:, j] = np.bincount(local, weights=finite, minlength=num_local)
-                total[:, j] = np.bincount(
-                    local, weights=np.where(finite, column, 0.0), minlength=num_local
-                )
-        mean = np.divide(total, count, out=np.zeros_like(total), where=count > 0)
-        by_column = np.ascontiguousarray(mean.T)  # [C, U]: contiguous gathers per column
-        m2 = total  # reused: the totals are no longer needed
-        for j, column in enumerate(values):
-            deviation = column - by_column[j][local]
-            finite = masks.get(j)
-            if finite is not None:
-                deviation = np.where(finite, deviation, 0.0)
-            np.multiply(deviation, deviation, out=deviation)
-            m2[:, j] = np.bincount(local, weights=deviation, minlength=num_local)
-        found.count, found.mean, found.m2 = count, mean, m2
+            moments = _moments(local, times, values, masks, num_local)
+        found.rows, found.first, found.last, found.count, found.mean, found.m2 = moments
         return found
 
     def _category(
@@ -321,7 +311,7 @@ class _Scanner:
                 f"constant within entity {entity!r}: {names[value[row]]!r} here, "
                 f"{names[first[local[row]]]!r} on another row of this file"
             )
-        return Category(dictionary=dictionary, first=first, rows=value)
+        return Category(dictionary=dictionary, first=first)
 
     def _entity_key(self, batch: pa.RecordBatch, local: np.ndarray, row: int) -> Any:
         _, dictionary = dictionary_of(batch.column(self.settings.columns.entity))
@@ -334,26 +324,17 @@ class _Scanner:
         local: np.ndarray,
         times: np.ndarray,
         batch: pa.RecordBatch,
+        runs: tuple[np.ndarray, np.ndarray] | None,
     ) -> tuple[np.ndarray, ...] | None:
         """Writes the batch's raw rows at their input position if they come in runs of one
         entity with increasing times; returns the runs, or None (and stops all copying)."""
-        if local.size == 0:
+        if runs is None:
             self.abandon.set()
             return None
-        starts = np.flatnonzero(local[1:] != local[:-1]) + 1
-        if starts.size + 1 > 4 + local.size // _ROWS_PER_RUN:
-            self.abandon.set()
-            return None
+        starts, ends = runs
         steps = np.diff(times)
-        if starts.size:
-            steps[starts - 1] = 1  # a new run may start at any time
+        steps[starts[1:] - 1] = 1  # a new run may start at any time
         if (steps <= 0).any():
-            self.abandon.set()
-            return None
-        starts = np.concatenate([[0], starts])
-        ends = np.append(starts[1:], local.size)
-        run_local = local[starts]
-        if len(np.unique(run_local)) != run_local.size:
             self.abandon.set()
             return None
         raw = sources.raw_float32_rows(batch, self.settings.value_names)
@@ -364,7 +345,7 @@ class _Scanner:
         values_file, times_file = self.raw_files
         values_file.write(row, raw)
         times_file.write(row, times)
-        return run_local, row + starts, ends - starts, times[starts], times[ends - 1]
+        return local[starts], row + starts, ends - starts, times[starts], times[ends - 1]
 
     # ---- in the main thread ----------------------------------------------------------------
     def merge(self, unit: sources.Unit, number: int, found: BatchScan) -> None:
@@ -374,17 +355,6 @@ class _Scanner:
         if found.entity_error:
             raise ValueError(found.entity_error)
         mapping = result.entities.add(found.dictionary)
-        if mapping is None:  # a dictionary with repeated entries: scan the batch decoded
-            batch = found.batch
-            index = batch.schema.get_field_index(self.settings.columns.entity)
-            decoded = batch.column(index)
-            if pa.types.is_dictionary(decoded.type):
-                decoded = decoded.dictionary_decode()
-            batch = batch.set_column(index, batch.schema.field(index).name, decoded)
-            found = self.scan_batch(unit, found.offset, batch)
-            found.runs = None
-            self.abandon.set()
-            return self.merge(unit, number, found)
         result.reserve(len(result.entities))
         for role, category in found.categories.items():
             self._merge_category(found, role, category, mapping)
@@ -424,10 +394,6 @@ class _Scanner:
         result = self.result
         registry = result.category_names[role]
         value_map = registry.add(category.dictionary)
-        if value_map is None:
-            value_map = np.asarray(
-                [registry.codes[key] for key in _keys(category.dictionary, True)], np.int64
-            )
         first = np.where(category.first >= 0, value_map[np.maximum(category.first, 0)], -1)
         known = getattr(result, role)[mapping]
         conflict = np.flatnonzero((first >= 0) & (known >= 0) & (known != first))
@@ -435,16 +401,113 @@ class _Scanner:
             fresh = (first >= 0) & (known < 0)
             getattr(result, role)[mapping[fresh]] = first[fresh]
             return
-        local = found.local
-        row = int(np.flatnonzero(local == conflict[0])[0])
+        row = int(found.first_row[conflict[0]])
         names = registry.keys()
-        entity = result.entities.keys()[mapping[local[row]]]
+        entity = result.entities.keys()[mapping[conflict[0]]]
         name = getattr(self.settings.columns, role)
         raise ValueError(
             f"{found.file.path}: row {found.offset + row}: {role} column {name!r} is not "
-            f"constant within entity {entity!r}: {names[value_map[category.rows[row]]]!r} "
+            f"constant within entity {entity!r}: {names[first[conflict[0]]]!r} "
             f"here, {names[known[conflict[0]]]!r} on an earlier row"
         )
+
+
+def _runs(local: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """`([K] first row, [K] end row)` of the runs of one entity in a batch, if each entity
+    of the batch is one run and runs are long (input grouped by entity), else None."""
+    if local.size == 0:
+        return None
+    starts = np.flatnonzero(local[1:] != local[:-1]) + 1
+    if starts.size + 1 > 4 + local.size // _ROWS_PER_RUN:
+        return None
+    starts = np.concatenate([[0], starts])
+    if len(np.unique(local[starts])) != starts.size:
+        return None
+    return starts, np.append(starts[1:], local.size)
+
+
+def _moments(
+    local: np.ndarray,
+    times: np.ndarray,
+    values: list[np.ndarray],
+    masks: dict[int, np.ndarray],
+    num_local: int,
+) -> tuple[np.ndarray, ...]:
+    """`([U] rows, [U] first time, [U] last time, [U, C] count, mean, M2)` of a batch
+    whose rows come in any order."""
+    rows = np.bincount(local, minlength=num_local)
+    first = np.full(num_local, MAX_TIME, np.int64)
+    last = np.full(num_local, NO_TIME, np.int64)
+    np.minimum.at(first, local, times)
+    np.maximum.at(last, local, times)
+    num_columns = len(values)
+    count = np.empty((num_local, num_columns))
+    total = np.empty((num_local, num_columns))
+    for j, column in enumerate(values):
+        finite = masks.get(j)
+        if finite is None:
+            count[:, j] = rows
+            total[:, j] = np.bincount(local, weights=column, minlength=num_local)
+        else:
+            count[:, j] = np.bincount(local, weights=finite, minlength=num_local)
+            total[:, j] = np.bincount(
+                local, weights=np.where(finite, column, 0.0), minlength=num_local
+            )
+    mean = np.divide(total, count, out=np.zeros_like(total), where=count > 0)
+    by_column = np.ascontiguousarray(mean.T)  # [C, U]: contiguous gathers per column
+    m2 = total  # reused: the totals are no longer needed
+    for j, column in enumerate(values):
+        deviation = column - by_column[j][local]
+        finite = masks.get(j)
+        if finite is not None:
+            deviation = np.where(finite, deviation, 0.0)
+        np.multiply(deviation, deviation, out=deviation)
+        m2[:, j] = np.bincount(local, weights=deviation, minlength=num_local)
+    return rows, first, last, count, mean, m2
+
+
+def _run_moments(
+    local: np.ndarray,
+    times: np.ndarray,
+    values: list[np.ndarray],
+    masks: dict[int, np.ndarray],
+    num_local: int,
+    starts: np.ndarray,
+    ends: np.ndarray,
+) -> tuple[np.ndarray, ...]:
+    """`_moments` of a batch whose entities each come as one run of rows `[starts,
+    ends)`: sums over contiguous slices instead of scattered ones."""
+    entity = local[starts]
+    lengths = ends - starts
+    rows = np.zeros(num_local, np.int64)
+    rows[entity] = lengths
+    first = np.full(num_local, MAX_TIME, np.int64)
+    last = np.full(num_local, NO_TIME, np.int64)
+    first[entity] = np.minimum.reduceat(times, starts)
+    last[entity] = np.maximum.reduceat(times, starts)
+    num_columns = len(values)
+    count = np.zeros((num_local, num_columns))
+    mean = np.zeros((num_local, num_columns))
+    m2 = np.zeros((num_local, num_columns))
+    for j, column in enumerate(values):
+        finite = masks.get(j)
+        if finite is None:
+            run_count = lengths.astype(np.float64)
+            run_total = np.add.reduceat(column, starts, dtype=np.float64)
+        else:
+            run_count = np.add.reduceat(finite, starts, dtype=np.float64)
+            run_total = np.add.reduceat(np.where(finite, column, 0.0), starts, dtype=np.float64)
+        run_mean = np.divide(
+            run_total, run_count, out=np.zeros_like(run_total), where=run_count > 0
+        )
+        deviation = column - np.repeat(run_mean, lengths)
+        if finite is not None:
+            deviation = np.where(finite, deviation, 0.0)
+        np.multiply(deviation, deviation, out=deviation)
+        count[entity, j] = run_count
+        mean[entity, j] = run_mean
+        m2[entity, j] = np.add.reduceat(deviation, starts)
+    return rows, first, last, count, mean, m2
 
 
 def scan(settings: IngestSettings, bar: Bar, raw: tuple[RawFile, RawFile] | None) -> ScanResult:
@@ -464,7 +527,11 @@ def scan(settings: IngestSettings, bar: Bar, raw: tuple[RawFile, RawFile] | None
     task = bar.add("scan", settings.num_rows_read)
     numbers: dict[int, int] = {}
     for unit, found in ordered_streams(
-        settings.units, scanner.unit_batches, settings.workers, settings.depth
+        settings.units,
+        scanner.unit_batches,
+        settings.workers,
+        settings.memory_limit,
+        lambda found: found.nbytes,
     ):
         number = numbers.get(unit.number, 0)
         numbers[unit.number] = number + 1

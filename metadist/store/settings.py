@@ -17,9 +17,10 @@ MAX_TIME = np.iinfo(np.int64).max
 class IngestSettings:
     """The input, the options and the parallelism of one ingest.
 
-    `workers` threads decode row groups and do the passes' numpy work; each is at most
-    `depth` record batches ahead of the main thread, so memory is bounded by
-    `workers * depth * batch_size` rows in flight, whatever the input."""
+    `workers` threads decode row groups and do the passes' numpy work; the results they
+    hand to the main thread (per-batch statistics, finished chunks) wait there up to
+    `memory_limit` bytes in all, so memory is bounded by that, the workers' current
+    record batches and the per-entity statistics, whatever the input."""
 
     files: tuple[sources.SourceFile, ...]
     units: tuple[sources.Unit, ...]
@@ -33,7 +34,7 @@ class IngestSettings:
     min_length: int
     batch_size: int
     workers: int
-    depth: int = 2
+    memory_limit: int = 256 << 20
 
     @classmethod
     def of(

@@ -84,10 +84,14 @@ def resolve_paths(src: str | Path) -> list[Path]:
     raise FileNotFoundError(f"input {text!r} does not exist")
 
 
-def open_parquet(path: Path, read_dictionary: Sequence[str] = ()) -> pq.ParquetFile:
+def open_parquet(
+    path: Path, read_dictionary: Sequence[str] = (), memory_map: bool = False
+) -> pq.ParquetFile:
     """Opens one Parquet file, turning Arrow's errors into a message naming the file."""
     try:
-        return pq.ParquetFile(path, read_dictionary=list(read_dictionary) or None)
+        return pq.ParquetFile(
+            path, read_dictionary=list(read_dictionary) or None, memory_map=memory_map
+        )
     except (pa.ArrowException, OSError) as error:
         raise ValueError(f"{path} is not a readable Parquet file: {error}") from error
 
@@ -288,7 +292,7 @@ def iter_unit(
     Raises:
         ValueError: the file cannot be read (corrupt pages, truncated file).
     """
-    parquet = open_parquet(unit.file.path, dictionary_columns)
+    parquet = open_parquet(unit.file.path, dictionary_columns, memory_map=True)
     offset = unit.first_row
     try:
         for batch in parquet.iter_batches(

@@ -82,8 +82,8 @@ def _write_all(
     ):
         shared = _Shared(values, times, filled, np.zeros(len(plan.order), np.int64))
         writer = _Writer(settings, scan, plan, shared)
-        for _, num_rows in ordered_streams(
-            settings.units, writer.unit_batches, settings.workers, settings.depth
+        for _, num_rows in ordered_streams(  # row counts only: they take no memory
+            settings.units, writer.unit_batches, settings.workers, 1, lambda num_rows: 0
         ):
             bar.advance(task, num_rows)
         if shared.misfits:

@@ -233,7 +233,8 @@ class _Scanner:
         if found.entity_error:
             return found
         local, dictionary = dictionary_of(entity_column)
-        if dictionary is not self._last_dictionary.get(unit):
+        last = self._last_dictionary.get(unit)
+        if last is None or not (len(last) == len(dictionary) and last.equals(dictionary)):
             if len(pc.unique(dictionary)) != len(dictionary):  # an entry repeated
                 local, dictionary = dictionary_of(entity_column.dictionary_decode())
             else:

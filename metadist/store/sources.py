@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import hashlib
 from collections.abc import Iterator, Sequence
@@ -85,12 +86,19 @@ def resolve_paths(src: str | Path) -> list[Path]:
 
 
 def open_parquet(
-    path: Path, read_dictionary: Sequence[str] = (), memory_map: bool = False
+    path: Path,
+    read_dictionary: Sequence[str] = (),
+    memory_map: bool = False,
+    metadata: pq.FileMetaData | None = None,
 ) -> pq.ParquetFile:
-    """Opens one Parquet file, turning Arrow's errors into a message naming the file."""
+    """Opens one Parquet file (with its footer `metadata` if already parsed), turning
+    Arrow's errors into a message naming the file."""
     try:
         return pq.ParquetFile(
-            path, read_dictionary=list(read_dictionary) or None, memory_map=memory_map
+            path,
+            read_dictionary=list(read_dictionary) or None,
+            memory_map=memory_map,
+            metadata=metadata,
         )
     except (pa.ArrowException, OSError) as error:
         raise ValueError(f"{path} is not a readable Parquet file: {error}") from error
@@ -240,6 +248,8 @@ class Unit:
     first_row: int
     input_row: int
     num_rows: int
+    # the file's footer, parsed once and shared (read-only) by every worker
+    metadata: pq.FileMetaData | None = dataclasses.field(default=None, compare=False, repr=False)
 
 
 def units(files: list[SourceFile]) -> list[Unit]:
@@ -255,9 +265,11 @@ def units(files: list[SourceFile]) -> list[Unit]:
         ValueError: a file cannot be read.
     """
     per_file: list[list[tuple[int, int, int]]] = []
+    footers = []
     input_row = 0
     for file in files:
         metadata = open_parquet(file.path).metadata
+        footers.append(metadata)
         groups, first = [], 0
         for group in range(metadata.num_row_groups):
             size = metadata.row_group(group).num_rows
@@ -277,7 +289,7 @@ def units(files: list[SourceFile]) -> list[Unit]:
             if g < len(per_file[k])
         ]
     return [
-        Unit(number, files[k], group, first, at, size)
+        Unit(number, files[k], group, first, at, size, footers[k])
         for number, (k, (group, first, at, size)) in enumerate(order)
         if size > 0
     ]
@@ -292,7 +304,7 @@ def iter_unit(
     Raises:
         ValueError: the file cannot be read (corrupt pages, truncated file).
     """
-    parquet = open_parquet(unit.file.path, dictionary_columns, memory_map=True)
+    parquet = open_parquet(unit.file.path, dictionary_columns, True, unit.metadata)
     offset = unit.first_row
     try:
         for batch in parquet.iter_batches(

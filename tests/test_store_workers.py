@@ -86,9 +86,13 @@ def test_workers_give_identical_stores_on_shuffled_input(tmp_path, scaling, nan)
         a[::17] = np.nan
         panel = panel.set_column(panel.schema.get_field_index("a"), "a", pa.array(a))
     src = write_files(panel, tmp_path / "src", num_files=4, seed=1)
-    stores = [
-        _store_bytes(_ingest(src, tmp_path / f"w{w}", w, scaling=scaling, nan=nan).path)
-        for w in (1, 3, 8)
+    stores = [  # the last with a budget so small that the workers wait on each other
+        _store_bytes(
+            _ingest(
+                src, tmp_path / f"w{w}", w, scaling=scaling, nan=nan, memory_limit_mb=limit
+            ).path
+        )
+        for w, limit in ((1, 256), (3, 256), (8, 1))
     ]
     assert stores[0] == stores[1] == stores[2]
 

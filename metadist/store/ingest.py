@@ -76,6 +76,7 @@ def ingest(
     min_length: int = 1,
     batch_size: int = DEFAULT_BATCH_SIZE,
     workers: int | None = None,
+    memory_limit_mb: int = 256,
     progress: bool | None = None,
 ) -> SeriesStore:
     """Builds a series store at `out` from the Parquet input `src`.
@@ -101,6 +102,10 @@ def ingest(
             batches are decoded at once).
         workers: threads that decode and process row groups (None: one per core).
             The store is the same byte for byte for any number.
+        memory_limit_mb: results the workers have finished and the main thread has not
+            merged yet (per-batch statistics, finished chunks) are held up to this many
+            MB; with the workers' current batches and the per-entity statistics, this
+            bounds the ingest's memory whatever the size of the input.
         progress: show a progress bar on stderr; None shows it when stderr is a terminal.
 
     Returns:
@@ -130,6 +135,8 @@ def ingest(
     workers = default_workers() if workers is None else workers
     if int(workers) < 1:
         raise ValueError(f"--workers must be at least 1, not {workers}")
+    if int(memory_limit_mb) < 1:
+        raise ValueError(f"--memory-limit must be at least 1 (MB), not {memory_limit_mb}")
     columns = sources.Columns(
         entity_col, time_col, tuple(features), tuple(targets), stratum_col, label_col
     )
@@ -161,6 +168,7 @@ def ingest(
             min_length=int(min_length),
             batch_size=int(batch_size),
             workers=int(workers),
+            memory_limit=int(memory_limit_mb) << 20,
         )
         with progress_bar(progress) as bar:
             _build(settings, temp, src, bar)
@@ -256,6 +264,7 @@ def _run(args: argparse.Namespace) -> int:
         min_length=args.min_length,
         batch_size=args.batch_size,
         workers=args.workers,
+        memory_limit_mb=args.memory_limit,
         progress=progress,
     )
     elapsed = time.perf_counter() - began
@@ -293,6 +302,14 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="threads that decode and process the input (default: one per core); the "
         "store is the same for any number",
+    )
+    parser.add_argument(
+        "--memory-limit",
+        type=int,
+        default=256,
+        metavar="MB",
+        help="MB of finished work waiting between the workers and the main thread "
+        "(default 256); with --batch-size and --workers it bounds memory",
     )
     parser.add_argument("--no-progress", action="store_true", help="never show a progress bar")
     parser.set_defaults(func=_run)

@@ -33,6 +33,14 @@ def default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+class _Stream:
+    """The queued results of one item, and their total size."""
+
+    def __init__(self) -> None:
+        self.results: queue.SimpleQueue = queue.SimpleQueue()
+        self.queued = 0
+
+
 def ordered_streams(
     items: Iterable[Item],
     produce: Callable[[Item], Iterator[Result]],
@@ -45,9 +53,10 @@ def ordered_streams(
     produced at once in threads.
 
     Results waiting for the caller total at most `budget` (in units of `size_of`, e.g.
-    bytes), plus one: a thread waits while the budget is spent, except the thread of
-    the item the caller is taking results from, which never waits (so the stream cannot
-    deadlock).
+    bytes) plus one result: a thread whose result does not fit waits, until the caller
+    has taken results. The thread of the item the caller is taking results from only
+    waits while results of its own are queued, so the caller always has something to
+    take and the stream cannot deadlock.
 
     An exception raised by `produce` is re-raised in the caller when the caller reaches
     that item's results, so the first error in item order wins. Closing the generator
@@ -56,23 +65,22 @@ def ordered_streams(
     stop = threading.Event()
     room = threading.Condition()
     state = {"waiting": 0, "head": None}
-    pending: deque[tuple[Item, queue.SimpleQueue, threading.Thread]] = deque()
+    pending: deque[tuple[Item, _Stream, threading.Thread]] = deque()
     source = iter(items)
 
-    def run(item: Item, results: queue.SimpleQueue) -> None:
+    def run(item: Item, stream: _Stream) -> None:
         def put(result: object, error: BaseException | None, size: int) -> bool:
             with room:
-                while (
-                    not stop.is_set()
-                    and state["head"] is not results
-                    and state["waiting"] > 0
-                    and state["waiting"] + size > budget
-                ):
+                while not stop.is_set() and state["waiting"] + size > budget:
+                    mine = stream.queued if state["head"] is stream else state["waiting"]
+                    if mine == 0:
+                        break
                     room.wait(0.05)
                 if stop.is_set():
                     return False
                 state["waiting"] += size
-            results.put((result, error, size))
+                stream.queued += size
+            stream.results.put((result, error, size))
             return True
 
         try:
@@ -85,11 +93,11 @@ def ordered_streams(
 
     def start_next() -> bool:
         for item in source:
-            results: queue.SimpleQueue = queue.SimpleQueue()
+            stream = _Stream()
             thread = threading.Thread(
-                target=run, args=(item, results), name="metadist-ingest-worker", daemon=True
+                target=run, args=(item, stream), name="metadist-ingest-worker", daemon=True
             )
-            pending.append((item, results, thread))
+            pending.append((item, stream, thread))
             thread.start()
             return True
         return False
@@ -99,14 +107,15 @@ def ordered_streams(
             if not start_next():
                 break
         while pending:
-            item, results, thread = pending[0]
+            item, stream, thread = pending[0]
             with room:
-                state["head"] = results
+                state["head"] = stream
                 room.notify_all()
             while True:
-                result, error, size = results.get()
+                result, error, size = stream.results.get()
                 with room:
                     state["waiting"] -= size
+                    stream.queued -= size
                     room.notify_all()
                 if result is _DONE:
                     break

@@ -8,10 +8,10 @@ from contextlib import contextmanager
 from typing import Any
 
 _LABELS = {
-    "scan": "pass 1/3 scan",
-    "write": "pass 2/3 write",
-    "order": "pass 3/3 order",
-    "finish": "pass 2/2 scale in place",
+    "scan": "pass 1 scan",
+    "write": "pass 2 write",
+    "order": "pass 3 order",
+    "finish": "pass 2 scale in place",  # input already in store order: the last pass
 }
 
 

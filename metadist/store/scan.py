@@ -60,27 +60,41 @@ class Registry:
     def keys(self) -> list[Any]:
         return list(self.codes)
 
-    def add(self, dictionary: pa.Array) -> np.ndarray:
+    def add(self, dictionary: pa.Array, found: np.ndarray | None = None) -> np.ndarray:
         """`[U]` int64 code of each entry of `dictionary`, adding new keys; a key
-        repeated in `dictionary` gets the same code each time."""
+        repeated in `dictionary` gets the same code each time.
+
+        Args:
+            found: codes already looked up (by a worker, see `lookup`), -1 where the key
+                was not known then; only those are looked up again.
+        """
         last = self._last_dictionary
         if last is not None and len(last) == len(dictionary) and last.equals(dictionary):
             return self._last_map
-        keys = _keys(dictionary, self.as_str)
         codes = self.codes
-        found = list(map(codes.get, keys))
-        if None in found:
-            for position, code in enumerate(found):
-                if code is None:
-                    found[position] = codes.setdefault(keys[position], len(codes))
-        mapping = np.array(found, np.int64)
+        if found is not None:
+            mapping = found.copy()
+            missing = np.flatnonzero(mapping < 0)
+            if missing.size:
+                keys = _keys(dictionary.take(pa.array(missing)), self.as_str)
+                for position, key in zip(missing.tolist(), keys, strict=True):
+                    mapping[position] = codes.setdefault(key, len(codes))
+        else:
+            keys = _keys(dictionary, self.as_str)
+            listed = list(map(codes.get, keys))
+            if None in listed:
+                for position, code in enumerate(listed):
+                    if code is None:
+                        listed[position] = codes.setdefault(keys[position], len(codes))
+            mapping = np.array(listed, np.int64)
         self._last_dictionary, self._last_map = dictionary, mapping
         return mapping
 
 
 def lookup(codes: dict[Any, int], dictionary: pa.Array) -> np.ndarray:
-    """`[U]` int64 code of each entry of `dictionary`, -1 for keys never seen (a pure
-    read of `codes`, safe in worker threads)."""
+    """`[U]` int64 code of each entry of `dictionary`, -1 for keys not seen yet (a pure
+    read of `codes`, safe in worker threads while the main thread adds keys: a key
+    is there with its final code or not at all)."""
     keys = dictionary.to_pylist()
     return np.fromiter(map(codes.get, keys, repeat(-1)), np.int64, len(keys))
 
@@ -138,6 +152,7 @@ class BatchScan:
     num_rows: int
     entity_error: str | None = None
     dictionary: pa.Array | None = None  # [U] entity ids, each once
+    codes: np.ndarray | None = None  # [U] their codes where known when scanned, else -1
     first_row: np.ndarray | None = None  # [U] first row of each entity in the batch
     categories: dict[str, Category] = field(default_factory=dict)
     late_error: str | None = None  # null time, or NaN under --nan error
@@ -153,7 +168,8 @@ class BatchScan:
     @property
     def nbytes(self) -> int:
         """Bytes of the arrays held (for the memory budget of the workers' results)."""
-        arrays = [self.first_row, self.rows, self.first, self.last, self.count, self.mean]
+        arrays = [self.first_row, self.codes, self.rows, self.first, self.last, self.count]
+        arrays.append(self.mean)
         arrays += [self.m2, *(self.runs or ())]
         for category in self.categories.values():
             arrays.append(category.first)
@@ -240,6 +256,7 @@ class _Scanner:
             else:
                 self._last_dictionary[unit] = dictionary
         found.dictionary = dictionary
+        found.codes = lookup(self.result.entities.codes, dictionary)
         num_local = len(dictionary)
         if columns.stratum is not None or columns.label is not None:
             found.first_row = np.full(num_local, -1, np.int64)
@@ -355,7 +372,7 @@ class _Scanner:
         result = self.result
         if found.entity_error:
             raise ValueError(found.entity_error)
-        mapping = result.entities.add(found.dictionary)
+        mapping = result.entities.add(found.dictionary, found.codes)
         result.reserve(len(result.entities))
         for role, category in found.categories.items():
             self._merge_category(found, role, category, mapping)

@@ -174,8 +174,9 @@ def _ordered_panel(args: argparse.Namespace) -> Path:
                     "t": pa.array(np.tile(np.arange(args.rows_per_entity), len(chosen))),
                 }
                 for j in range(args.features):
-                    walk = rng.standard_normal(rows, dtype=np.float32).cumsum(dtype=np.float32)
-                    columns[f"x{j}"] = pa.array(walk.astype(dtype))
+                    draw = np.float64 if dtype == np.float64 else np.float32
+                    walk = rng.standard_normal(rows, dtype=draw).cumsum(dtype=draw)
+                    columns[f"x{j}"] = pa.array(walk.astype(dtype, copy=False))
                 writer.write_table(
                     pa.table(columns, schema=schema), row_group_size=args.row_group_rows
                 )

@@ -18,7 +18,6 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -26,105 +25,25 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from metadist.store import sources
-from metadist.store.arrow import to_numpy
+from metadist.store.batch_stats import (
+    Registry,
+    dictionary_of,
+    first_false,
+    keys_of,
+    lookup,
+    moments,
+    nonfinite,
+    run_moments,
+    runs_of,
+)
 from metadist.store.files import RawFile
 from metadist.store.parallel import ordered_streams
 from metadist.store.progress import Bar
 from metadist.store.scaler import merge_moments
 from metadist.store.settings import MAX_TIME, NO_TIME, IngestSettings
 
-# A batch is "grouped by entity" when each of its entities is one run of rows and there
-# is at most one run per this many rows (plus a few); its sums are then taken over
-# slices, and only such batches are copied raw.
-_ROWS_PER_RUN = 64
 # Entity codes of pass 1's batches are kept for pass 2 up to this many bytes.
 _BATCH_MAP_BYTES = 64 << 20
-
-
-class Registry:
-    """Maps keys (entity ids, stratum names) to dense codes in order of first sight.
-
-    Parquet hands string columns over as dictionary arrays; the mapping of a batch's
-    dictionary is cached, since consecutive batches of a row group share it.
-    """
-
-    def __init__(self, as_str: bool = False) -> None:
-        self.codes: dict[Any, int] = {}
-        self.as_str = as_str
-        self._last_dictionary: pa.Array | None = None
-        self._last_map: np.ndarray | None = None
-
-    def __len__(self) -> int:
-        return len(self.codes)
-
-    def keys(self) -> list[Any]:
-        return list(self.codes)
-
-    def add(self, dictionary: pa.Array, found: np.ndarray | None = None) -> np.ndarray:
-        """`[U]` int64 code of each entry of `dictionary`, adding new keys; a key
-        repeated in `dictionary` gets the same code each time.
-
-        Args:
-            found: codes already looked up (by a worker, see `lookup`), -1 where the key
-                was not known then; only those are looked up again.
-        """
-        last = self._last_dictionary
-        if last is not None and len(last) == len(dictionary) and last.equals(dictionary):
-            return self._last_map
-        codes = self.codes
-        if found is not None:
-            mapping = found.copy()
-            missing = np.flatnonzero(mapping < 0)
-            if missing.size:
-                keys = _keys(dictionary.take(pa.array(missing)), self.as_str)
-                for position, key in zip(missing.tolist(), keys, strict=True):
-                    mapping[position] = codes.setdefault(key, len(codes))
-        else:
-            keys = _keys(dictionary, self.as_str)
-            listed = list(map(codes.get, keys))
-            if None in listed:
-                for position, code in enumerate(listed):
-                    if code is None:
-                        listed[position] = codes.setdefault(keys[position], len(codes))
-            mapping = np.array(listed, np.int64)
-        self._last_dictionary, self._last_map = dictionary, mapping
-        return mapping
-
-
-def lookup(codes: dict[Any, int], dictionary: pa.Array) -> np.ndarray:
-    """`[U]` int64 code of each entry of `dictionary`, -1 for keys not seen yet (a pure
-    read of `codes`, safe in worker threads while the main thread adds keys: a key
-    is there with its final code or not at all)."""
-    keys = dictionary.to_pylist()
-    return np.fromiter(map(codes.get, keys, repeat(-1)), np.int64, len(keys))
-
-
-def _keys(dictionary: pa.Array, as_str: bool) -> list[Any]:
-    keys = dictionary.to_pylist()
-    return [str(key) for key in keys] if as_str else keys
-
-
-def dictionary_of(column: pa.Array) -> tuple[np.ndarray, pa.Array]:
-    """`([N] int64 positions in the dictionary, [U] dictionary)` of a column."""
-    if not pa.types.is_dictionary(column.type):
-        column = column.dictionary_encode()
-    return to_numpy(column.indices).astype(np.int64), column.dictionary
-
-
-def first_false(mask: np.ndarray) -> int:
-    return int(np.argmin(mask))
-
-
-def nonfinite(values: list[np.ndarray]) -> dict[int, np.ndarray]:
-    """`{column: [N] finite mask}` for the columns holding NaN/inf (a sum is the cheap
-    first test; only a non-finite sum pays for the exact mask)."""
-    masks = {}
-    for j, column in enumerate(values):
-        if not np.isfinite(column.sum()):
-            finite = np.isfinite(column)
-            if not finite.all():
-                masks[j] = finite
-    return masks
 
 
 def null_error(file: sources.SourceFile, offset: int, column: pa.Array, name: str) -> str | None:
@@ -279,7 +198,7 @@ class _Scanner:
             col = min(masks, key=lambda j: (first_false(masks[j]), j))
             row = first_false(masks[col])
             name = settings.value_names[col]
-            entity = _keys(dictionary[local[row] : local[row] + 1], False)[0]
+            entity = keys_of(dictionary[local[row] : local[row] + 1], False)[0]
             shown = "null" if not batch.column(name)[row].is_valid else values[col][row]
             found.late_error = (
                 f"{file.path}: row {offset + row}: column {name!r} of entity {entity!r} is "
@@ -292,14 +211,14 @@ class _Scanner:
             local, times, values = local[keep], times[keep], [x[keep] for x in values]
             masks = {}
             self.abandon.set()  # rows dropped: the input rows are not the store rows
-        runs = _runs(local)
+        runs = runs_of(local)
         if self.raw_files is not None and not self.abandon.is_set():
             found.runs = self._copy_raw(unit, offset, local, times, batch, runs)
         if runs is not None:
-            moments = _run_moments(local, times, values, masks, num_local, *runs)
+            summary = run_moments(local, times, values, masks, num_local, *runs)
         else:
-            moments = _moments(local, times, values, masks, num_local)
-        found.rows, found.first, found.last, found.count, found.mean, found.m2 = moments
+            summary = moments(local, times, values, masks, num_local)
+        found.rows, found.first, found.last, found.count, found.mean, found.m2 = summary
         return found
 
     def _category(
@@ -322,7 +241,7 @@ class _Scanner:
         bad = np.flatnonzero(first[local] != value)
         if bad.size:
             row = int(bad[0])
-            names = _keys(dictionary, True)
+            names = keys_of(dictionary, True)
             entity = self._entity_key(batch, local, row)
             return Category(
                 error=f"{file.path}: row {offset + row}: {role} column {name!r} is not "
@@ -333,7 +252,7 @@ class _Scanner:
 
     def _entity_key(self, batch: pa.RecordBatch, local: np.ndarray, row: int) -> Any:
         _, dictionary = dictionary_of(batch.column(self.settings.columns.entity))
-        return _keys(dictionary[local[row] : local[row] + 1], False)[0]
+        return keys_of(dictionary[local[row] : local[row] + 1], False)[0]
 
     def _copy_raw(
         self,
@@ -428,104 +347,6 @@ class _Scanner:
             f"constant within entity {entity!r}: {names[first[conflict[0]]]!r} "
             f"here, {names[known[conflict[0]]]!r} on an earlier row"
         )
-
-
-def _runs(local: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-    """`([K] first row, [K] end row)` of the runs of one entity in a batch, if each entity
-    of the batch is one run and runs are long (input grouped by entity), else None."""
-    if local.size == 0:
-        return None
-    starts = np.flatnonzero(local[1:] != local[:-1]) + 1
-    if starts.size + 1 > 4 + local.size // _ROWS_PER_RUN:
-        return None
-    starts = np.concatenate([[0], starts])
-    if len(np.unique(local[starts])) != starts.size:
-        return None
-    return starts, np.append(starts[1:], local.size)
-
-
-def _moments(
-    local: np.ndarray,
-    times: np.ndarray,
-    values: list[np.ndarray],
-    masks: dict[int, np.ndarray],
-    num_local: int,
-) -> tuple[np.ndarray, ...]:
-    """`([U] rows, [U] first time, [U] last time, [U, C] count, mean, M2)` of a batch
-    whose rows come in any order."""
-    rows = np.bincount(local, minlength=num_local)
-    first = np.full(num_local, MAX_TIME, np.int64)
-    last = np.full(num_local, NO_TIME, np.int64)
-    np.minimum.at(first, local, times)
-    np.maximum.at(last, local, times)
-    num_columns = len(values)
-    count = np.empty((num_local, num_columns))
-    total = np.empty((num_local, num_columns))
-    for j, column in enumerate(values):
-        finite = masks.get(j)
-        if finite is None:
-            count[:, j] = rows
-            total[:, j] = np.bincount(local, weights=column, minlength=num_local)
-        else:
-            count[:, j] = np.bincount(local, weights=finite, minlength=num_local)
-            total[:, j] = np.bincount(
-                local, weights=np.where(finite, column, 0.0), minlength=num_local
-            )
-    mean = np.divide(total, count, out=np.zeros_like(total), where=count > 0)
-    by_column = np.ascontiguousarray(mean.T)  # [C, U]: contiguous gathers per column
-    m2 = total  # reused: the totals are no longer needed
-    for j, column in enumerate(values):
-        deviation = column - by_column[j][local]
-        finite = masks.get(j)
-        if finite is not None:
-            deviation = np.where(finite, deviation, 0.0)
-        np.multiply(deviation, deviation, out=deviation)
-        m2[:, j] = np.bincount(local, weights=deviation, minlength=num_local)
-    return rows, first, last, count, mean, m2
-
-
-def _run_moments(
-    local: np.ndarray,
-    times: np.ndarray,
-    values: list[np.ndarray],
-    masks: dict[int, np.ndarray],
-    num_local: int,
-    starts: np.ndarray,
-    ends: np.ndarray,
-) -> tuple[np.ndarray, ...]:
-    """`_moments` of a batch whose entities each come as one run of rows `[starts,
-    ends)`: sums over contiguous slices instead of scattered ones."""
-    entity = local[starts]
-    lengths = ends - starts
-    rows = np.zeros(num_local, np.int64)
-    rows[entity] = lengths
-    first = np.full(num_local, MAX_TIME, np.int64)
-    last = np.full(num_local, NO_TIME, np.int64)
-    first[entity] = np.minimum.reduceat(times, starts)
-    last[entity] = np.maximum.reduceat(times, starts)
-    num_columns = len(values)
-    count = np.zeros((num_local, num_columns))
-    mean = np.zeros((num_local, num_columns))
-    m2 = np.zeros((num_local, num_columns))
-    for j, column in enumerate(values):
-        finite = masks.get(j)
-        if finite is None:
-            run_count = lengths.astype(np.float64)
-            run_total = np.add.reduceat(column, starts, dtype=np.float64)
-        else:
-            run_count = np.add.reduceat(finite, starts, dtype=np.float64)
-            run_total = np.add.reduceat(np.where(finite, column, 0.0), starts, dtype=np.float64)
-        run_mean = np.divide(
-            run_total, run_count, out=np.zeros_like(run_total), where=run_count > 0
-        )
-        deviation = column - np.repeat(run_mean, lengths)
-        if finite is not None:
-            deviation = np.where(finite, deviation, 0.0)
-        np.multiply(deviation, deviation, out=deviation)
-        count[entity, j] = run_count
-        mean[entity, j] = run_mean
-        m2[entity, j] = np.add.reduceat(deviation, starts)
-    return rows, first, last, count, mean, m2
 
 
 def scan(settings: IngestSettings, bar: Bar, raw: tuple[RawFile, RawFile] | None) -> ScanResult:

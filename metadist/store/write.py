@@ -19,12 +19,13 @@ import numpy as np
 import pyarrow as pa
 
 from metadist.store import sources
+from metadist.store.batch_stats import dictionary_of, lookup, nonfinite
 from metadist.store.files import MappedFile
 from metadist.store.format import TIMES_DTYPE, TIMES_FILE, VALUES_DTYPE, VALUES_FILE
 from metadist.store.parallel import ordered_streams
 from metadist.store.plan import IngestPlan
 from metadist.store.progress import Bar
-from metadist.store.scan import ScanResult, dictionary_of, lookup, nonfinite
+from metadist.store.scan import ScanResult
 from metadist.store.settings import IngestSettings
 
 FILLED_FILE = ".filled"  # one byte per store row, in the temporary directory only

@@ -140,7 +140,9 @@ def _panel(args: argparse.Namespace) -> Path:
 
 def _ordered_panel(args: argparse.Namespace) -> Path:
     """Writes the ordered panel file by file, a few entities at a time (bounded memory):
-    entity ids `e000000`, ..., times 0, 1, ..., random-walk values."""
+    entity ids `e000000`, ..., times 0, 1, ..., random-walk values. Each file is written
+    under a temporary name and renamed when complete, and drawn from its own seed, so an
+    interrupted generation resumes with the files it has not finished."""
     name = (
         f"ordered-{args.entities}x{args.rows_per_entity}x{args.features}-{args.dtype}-"
         f"{args.files}f-seed{args.seed}"
@@ -152,10 +154,8 @@ def _ordered_panel(args: argparse.Namespace) -> Path:
     if panel.exists():
         shutil.rmtree(panel)
     partial = panel.with_name(panel.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
+    partial.mkdir(parents=True, exist_ok=True)
     began = time.perf_counter()
-    rng = np.random.default_rng(args.seed)
     dtype = np.dtype(args.dtype)
     per_file = np.array_split(np.arange(args.entities), args.files)
     step = max(1, (1 << 21) // args.rows_per_entity)  # about 2 M rows per write
@@ -164,7 +164,12 @@ def _ordered_panel(args: argparse.Namespace) -> Path:
         + [(f"x{j}", pa.from_numpy_dtype(dtype)) for j in range(args.features)]
     )
     for k, entities in enumerate(per_file):
-        with pq.ParquetWriter(partial / f"part-{k:04d}.parquet", schema) as writer:
+        path = partial / f"part-{k:04d}.parquet"
+        if path.exists():
+            continue
+        rng = np.random.default_rng([args.seed, k])
+        writing = partial / f".{path.name}.writing"
+        with pq.ParquetWriter(writing, schema) as writer:
             for first in range(0, len(entities), step):
                 chosen = entities[first : first + step]
                 rows = len(chosen) * args.rows_per_entity
@@ -180,6 +185,7 @@ def _ordered_panel(args: argparse.Namespace) -> Path:
                 writer.write_table(
                     pa.table(columns, schema=schema), row_group_size=args.row_group_rows
                 )
+        writing.rename(path)
     partial.rename(panel)
     print(f"generated {panel} in {time.perf_counter() - began:.0f} s")
     return panel

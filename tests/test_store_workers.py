@@ -3,6 +3,7 @@ error as with one, and the in-place path for input that is already in store orde
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from store_panel import make_panel, write_files
 
 from metadist.store import ingest
 from metadist.store.format import METADATA_FILE, STORE_FILES
+from metadist.store.settings import IngestSettings
 
 FEATURES = ["a", "b", "y"]
 
@@ -173,3 +175,21 @@ def test_workers_must_be_positive(tmp_path):
     src = _ordered_panel(tmp_path / "src")
     with pytest.raises(ValueError, match="--workers must be at least 1, not 0"):
         _ingest(src, tmp_path / "out", 0)
+
+
+def test_in_place_store_equals_three_pass_store(tmp_path, monkeypatch):
+    """The same ordered input with the raw copy turned off takes passes 2 and 3: the
+    store bytes are the same."""
+    src = _ordered_panel(tmp_path / "src", nans=True)
+    options = dict(scaling="per-entity", nan="ffill")
+    in_place = _ingest(src, tmp_path / "in-place", 2, **options)
+    make = IngestSettings.of.__func__
+
+    def without_raw_copy(cls, *args, **kwargs):
+        return dataclasses.replace(make(cls, *args, **kwargs), float32_values=False)
+
+    monkeypatch.setattr(IngestSettings, "of", classmethod(without_raw_copy))
+    three_pass = _ingest(src, tmp_path / "three-pass", 2, **options)
+    assert "finish_s" in in_place.metadata["timings_s"]
+    assert "order_s" in three_pass.metadata["timings_s"]
+    assert _store_bytes(in_place.path) == _store_bytes(three_pass.path)

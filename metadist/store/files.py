@@ -19,7 +19,7 @@ import numpy as np
 from metadist.store.format import fsync_path, is_store
 
 TEMP_MARKER = ".ingest-"
-_RELEASE_BYTES = 128 << 20  # unmap written pages after this much, to keep RSS flat
+_RELEASE_BYTES = 64 << 20  # unmap written pages after this much, to keep RSS flat
 PAGE_BYTES = mmap.PAGESIZE
 
 

@@ -18,6 +18,7 @@ from metadist.store.arrow import to_numpy
 
 _GLOB_CHARS = set("*?[")
 _MAX_INTERLEAVED_FILES = 256
+_READ_BUFFER_BYTES = 1 << 20  # per column being decoded, per worker
 
 
 @dataclass(frozen=True)
@@ -88,17 +89,20 @@ def resolve_paths(src: str | Path) -> list[Path]:
 def open_parquet(
     path: Path,
     read_dictionary: Sequence[str] = (),
-    memory_map: bool = False,
     metadata: pq.FileMetaData | None = None,
+    buffer_size: int = 0,
 ) -> pq.ParquetFile:
     """Opens one Parquet file (with its footer `metadata` if already parsed), turning
-    Arrow's errors into a message naming the file."""
+    Arrow's errors into a message naming the file. With `buffer_size`, column chunks
+    are read in pieces of that many bytes instead of whole (and a row group's chunks
+    are not all read ahead), so memory does not follow the row-group size."""
     try:
         return pq.ParquetFile(
             path,
             read_dictionary=list(read_dictionary) or None,
-            memory_map=memory_map,
             metadata=metadata,
+            pre_buffer=buffer_size == 0,
+            buffer_size=buffer_size,
         )
     except (pa.ArrowException, OSError) as error:
         raise ValueError(f"{path} is not a readable Parquet file: {error}") from error
@@ -304,7 +308,7 @@ def iter_unit(
     Raises:
         ValueError: the file cannot be read (corrupt pages, truncated file).
     """
-    parquet = open_parquet(unit.file.path, dictionary_columns, True, unit.metadata)
+    parquet = open_parquet(unit.file.path, dictionary_columns, unit.metadata, _READ_BUFFER_BYTES)
     offset = unit.first_row
     try:
         for batch in parquet.iter_batches(

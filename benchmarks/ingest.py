@@ -1,12 +1,21 @@
 """Ingest throughput and memory against a plain pyarrow read of the same Parquet files.
 
-Generates a synthetic sensor panel of about `--size-mb` MB (or reuses one), then, in one
-run and alternating, times in child processes:
+Two shapes of input (`--shape`):
+
+- `sensor`: the synthetic sensor panel of about `--size-mb` MB (float64 values, many
+  short series, rows shuffled over the files);
+- `float32-ordered`: `--entities` x `--rows-per-entity` rows of `--features` float32
+  features in `--files` files, rows in store order (entities in id order, each one's
+  rows together and in time order); by default 1,600 x 6,000 x 8 in 8 files.
+
+The panel is generated (or reused), then, in one run and alternating, these are timed
+in child processes:
 
 - **plain read**: `pyarrow.parquet.ParquetFile.iter_batches` over every file, reading the
   columns that ingest uses, in record batches of the same size (no other work);
-- **ingest**: `metadist ingest` of the panel into a fresh store (both passes, scaling,
-  ordering, checksums, fsync and rename).
+- **ingest**: `metadist ingest` of the panel into a fresh store (all passes, scaling,
+  ordering, checksums, fsync and rename), once per `--workers` value (default: 1 and
+  all cores).
 
 Each child's wall time, CPU time (user + system of all its threads) and peak RSS
 (`VmHWM`, read by the child itself) are recorded, with the 1-minute load average before
@@ -15,8 +24,9 @@ throughput (target >= 0.40: two reads are the floor, so 0.5 is the ceiling), the
 ratio in CPU time (less sensitive to other work on a shared machine) and ingest peak RSS
 (target < 1 GB on a 4 GB panel).
 
-Example:
+Examples:
     python benchmarks/ingest.py --size-mb 4000 --repeats 3 --work-dir /tmp/metadist-bench
+    python benchmarks/ingest.py --shape float32-ordered --repeats 5
 """
 
 from __future__ import annotations
@@ -32,6 +42,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from metadist.datasets.synthetic import (
     SYNTHETIC_ENTITY,
@@ -102,6 +116,8 @@ def _run_child(argv: list[str]) -> tuple[float, float, str]:
 
 
 def _panel(args: argparse.Namespace) -> Path:
+    if args.shape == "float32-ordered":
+        return _ordered_panel(args)
     panel = args.work_dir / f"panel-{args.size_mb}mb-{args.files}f-seed{args.seed}"
     if panel.exists() and not args.regenerate:
         print(f"reusing {panel}")
@@ -122,90 +138,183 @@ def _panel(args: argparse.Namespace) -> Path:
     return panel
 
 
+def _ordered_panel(args: argparse.Namespace) -> Path:
+    """Writes the ordered panel file by file, a few entities at a time (bounded memory):
+    entity ids `e000000`, ..., times 0, 1, ..., random-walk values. Each file is written
+    under a temporary name and renamed when complete, and drawn from its own seed, so an
+    interrupted generation resumes with the files it has not finished."""
+    name = (
+        f"ordered-{args.entities}x{args.rows_per_entity}x{args.features}-{args.dtype}-"
+        f"{args.files}f-seed{args.seed}"
+    )
+    panel = args.work_dir / name
+    if panel.exists() and not args.regenerate:
+        print(f"reusing {panel}")
+        return panel
+    if panel.exists():
+        shutil.rmtree(panel)
+    partial = panel.with_name(panel.name + ".partial")
+    partial.mkdir(parents=True, exist_ok=True)
+    began = time.perf_counter()
+    dtype = np.dtype(args.dtype)
+    per_file = np.array_split(np.arange(args.entities), args.files)
+    step = max(1, (1 << 21) // args.rows_per_entity)  # about 2 M rows per write
+    schema = pa.schema(
+        [("entity", pa.string()), ("t", pa.int64())]
+        + [(f"x{j}", pa.from_numpy_dtype(dtype)) for j in range(args.features)]
+    )
+    for k, entities in enumerate(per_file):
+        path = partial / f"part-{k:04d}.parquet"
+        if path.exists():
+            continue
+        rng = np.random.default_rng([args.seed, k])
+        writing = partial / f".{path.name}.writing"
+        with pq.ParquetWriter(writing, schema) as writer:
+            for first in range(0, len(entities), step):
+                chosen = entities[first : first + step]
+                rows = len(chosen) * args.rows_per_entity
+                ids = np.repeat(np.array([f"e{e:06d}" for e in chosen]), args.rows_per_entity)
+                columns = {
+                    "entity": pa.array(ids),
+                    "t": pa.array(np.tile(np.arange(args.rows_per_entity), len(chosen))),
+                }
+                for j in range(args.features):
+                    draw = np.float64 if dtype == np.float64 else np.float32
+                    walk = rng.standard_normal(rows, dtype=draw).cumsum(dtype=draw)
+                    columns[f"x{j}"] = pa.array(walk.astype(dtype, copy=False))
+                writer.write_table(
+                    pa.table(columns, schema=schema), row_group_size=args.row_group_rows
+                )
+        writing.rename(path)
+    partial.rename(panel)
+    print(f"generated {panel} in {time.perf_counter() - began:.0f} s")
+    return panel
+
+
+def _ingest_argv(args: argparse.Namespace, panel: Path, store: Path, workers: int) -> list[str]:
+    argv = [sys.executable, "-c", INGEST, "ingest", str(panel), str(store)]
+    if args.shape == "sensor":
+        argv += [
+            "--entity-col", SYNTHETIC_ENTITY, "--time-col", SYNTHETIC_TIME,
+            "--features", ",".join(SYNTHETIC_FEATURES), "--targets", SYNTHETIC_TARGET,
+            "--stratum-col", SYNTHETIC_STRATUM, "--label-col", SYNTHETIC_LABEL, "--nan", "ffill",
+        ]  # fmt: skip
+    else:
+        features = ",".join(f"x{j}" for j in range(args.features))
+        argv += ["--entity-col", "entity", "--time-col", "t", "--features", features]
+    return argv + ["--batch-size", str(args.batch_size), "--workers", str(workers), "--no-progress"]
+
+
+def _columns(args: argparse.Namespace) -> list[str]:
+    if args.shape == "sensor":
+        return COLUMNS
+    return ["entity", "t", *(f"x{j}" for j in range(args.features))]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size-mb", type=int, default=1000, help="Parquet size to generate")
-    parser.add_argument("--files", type=int, default=16, help="Parquet files in the panel")
+    parser.add_argument("--shape", choices=["sensor", "float32-ordered"], default="sensor")
+    parser.add_argument("--size-mb", type=int, default=1000, help="sensor: Parquet size")
+    parser.add_argument("--files", type=int, default=None, help="files (16 sensor, 8 ordered)")
     parser.add_argument("--length-range", type=int, nargs=2, default=[200, 900])
+    parser.add_argument("--entities", type=int, default=1600, help="float32-ordered")
+    parser.add_argument("--rows-per-entity", type=int, default=6000, help="float32-ordered")
+    parser.add_argument("--features", type=int, default=8, help="float32-ordered")
+    parser.add_argument("--dtype", default="float32", help="float32-ordered: value type")
+    parser.add_argument("--row-group-rows", type=int, default=1 << 20, help="float32-ordered")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeats", type=int, default=3, help="runs of each, alternating")
     parser.add_argument("--batch-size", type=int, default=65_536)
     parser.add_argument(
+        "--workers",
+        default=f"1,{os.cpu_count()}",
+        help="comma-separated worker counts to time (default: 1 and all cores)",
+    )
+    parser.add_argument(
         "--work-dir", type=Path, default=Path("/tmp/metadist-bench"), help="panel and store"
     )
     parser.add_argument("--regenerate", action="store_true", help="do not reuse a panel")
+    parser.add_argument("--keep-store", action="store_true", help="keep the last store")
     parser.add_argument("--json", type=Path, default=None, help="also write results here")
     args = parser.parse_args(argv)
-    if args.size_mb <= 0 or args.repeats <= 0:
-        parser.error("--size-mb and --repeats must be positive")
+    if args.files is None:
+        args.files = 16 if args.shape == "sensor" else 8
+    worker_counts = sorted({int(w) for w in args.workers.split(",")})
+    if args.size_mb <= 0 or args.repeats <= 0 or min(worker_counts) < 1:
+        parser.error("--size-mb, --repeats and --workers must be positive")
     args.work_dir.mkdir(parents=True, exist_ok=True)
     panel = _panel(args)
     files = sorted(str(p) for p in panel.glob("*.parquet"))
     size_mb = sum(os.path.getsize(f) for f in files) / 1e6
     store = args.work_dir / "store"
-    ingest_argv = [
-        sys.executable, "-c", INGEST, "ingest", str(panel), str(store),
-        "--entity-col", SYNTHETIC_ENTITY, "--time-col", SYNTHETIC_TIME,
-        "--features", ",".join(SYNTHETIC_FEATURES), "--targets", SYNTHETIC_TARGET,
-        "--stratum-col", SYNTHETIC_STRATUM, "--label-col", SYNTHETIC_LABEL,
-        "--nan", "ffill", "--batch-size", str(args.batch_size), "--no-progress",
-    ]  # fmt: skip
-    plain_argv = [sys.executable, "-c", PLAIN_READ, ",".join(COLUMNS), str(args.batch_size)]
+    plain_argv = [sys.executable, "-c", PLAIN_READ, ",".join(_columns(args)), str(args.batch_size)]
     plain_argv += files
-    plain, ingest, timings, plain_cpu, ingest_cpu, loads = [], [], [], [], [], []
+    plain: list[tuple[float, float, float]] = []
+    runs: dict[int, list[tuple[float, float, float, dict]]] = {w: [] for w in worker_counts}
+    loads = []
     for repeat in range(args.repeats):
         loads.append(round(os.getloadavg()[0], 2))
         wall, cpu, out = _run_child(plain_argv)
         rows_text, rss_text = out.split()
-        plain.append((wall, float(rss_text)))
-        plain_cpu.append(cpu)
+        plain.append((wall, cpu, float(rss_text)))
         num_rows = int(rows_text)
-        shutil.rmtree(store, ignore_errors=True)
-        wall, cpu, out = _run_child(ingest_argv)
-        rss = float(out.rsplit("peak_rss_mb", 1)[1])
-        ingest.append((wall, rss))
-        ingest_cpu.append(cpu)
-        meta = json.loads((store / "metadata.json").read_text())
-        timings.append(meta["timings_s"])
-        print(
-            f"run {repeat + 1} (load {loads[-1]}): plain {plain[-1][0]:.1f} s, "
-            f"{plain_cpu[-1]:.1f} CPU-s ({plain[-1][1]:.0f} MB RSS), ingest {wall:.1f} s, "
-            f"{cpu:.1f} CPU-s ({rss:.0f} MB RSS), passes {meta['timings_s']}",
-            flush=True,
-        )
-    plain_s = statistics.median(w for w, _ in plain)
-    ingest_s = statistics.median(w for w, _ in ingest)
+        line = f"run {repeat + 1} (load {loads[-1]}): plain {wall:.2f} s {cpu:.2f} CPU-s"
+        for workers in worker_counts:
+            shutil.rmtree(store, ignore_errors=True)
+            wall, cpu, out = _run_child(_ingest_argv(args, panel, store, workers))
+            rss = float(out.rsplit("peak_rss_mb", 1)[1])
+            meta = json.loads((store / "metadata.json").read_text())
+            runs[workers].append((wall, cpu, rss, meta["timings_s"]))
+            line += f" | {workers} workers {wall:.2f} s {cpu:.2f} CPU-s {rss:.0f} MB"
+            line += f" {meta['timings_s']}"
+        print(line, flush=True)
+    plain_s = statistics.median(w for w, _, _ in plain)
+    plain_cpu = statistics.median(c for _, c, _ in plain)
     result = {
+        "shape": args.shape,
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}",
         "parquet_mb": round(size_mb, 1),
         "num_files": len(files),
         "num_rows": num_rows,
         "store_values_mb": round((store / "values.bin").stat().st_size / 1e6, 1),
         "repeats": args.repeats,
-        "plain_read_s": [round(w, 2) for w, _ in plain],
-        "ingest_s": [round(w, 2) for w, _ in ingest],
+        "plain_read_s": [round(w, 2) for w, _, _ in plain],
+        "plain_read_cpu_s": [round(c, 2) for _, c, _ in plain],
         "plain_read_mb_s": round(size_mb / plain_s, 1),
-        "ingest_mb_s": round(size_mb / ingest_s, 1),
-        "ratio": round(plain_s / ingest_s, 3),
-        "ingest_peak_rss_mb": round(max(r for _, r in ingest), 0),
-        "plain_peak_rss_mb": round(max(r for _, r in plain), 0),
-        "ingest_pass_s": timings,
-        "plain_read_cpu_s": [round(c, 2) for c in plain_cpu],
-        "ingest_cpu_s": [round(c, 2) for c in ingest_cpu],
-        # CPU time does not depend on how busy the machine is as much as wall time does
-        "cpu_ratio": round(statistics.median(plain_cpu) / statistics.median(ingest_cpu), 3),
+        "plain_peak_rss_mb": round(max(r for _, _, r in plain), 0),
         "load_average_1min": loads,
+        "ingest": {},
     }
+    table = [
+        "| shape | Parquet | workers | plain read | ingest | ratio | CPU ratio | peak RSS |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for workers, timed in runs.items():
+        ingest_s = statistics.median(w for w, _, _, _ in timed)
+        ingest_cpu = statistics.median(c for _, c, _, _ in timed)
+        entry = {
+            "ingest_s": [round(w, 2) for w, _, _, _ in timed],
+            "ingest_cpu_s": [round(c, 2) for _, c, _, _ in timed],
+            "ingest_mb_s": round(size_mb / ingest_s, 1),
+            # ingest throughput as a share of the plain read's (target >= 0.40)
+            "ratio": round(plain_s / ingest_s, 3),
+            # CPU time depends less on how busy the machine is than wall time does
+            "cpu_ratio": round(plain_cpu / ingest_cpu, 3),
+            "peak_rss_mb": round(max(r for _, _, r, _ in timed), 0),
+            "pass_s": [t for _, _, _, t in timed],
+        }
+        result["ingest"][str(workers)] = entry
+        table.append(
+            f"| {args.shape} | {size_mb:,.0f} MB, {len(files)} files, {num_rows:,} rows "
+            f"| {workers} | {plain_s:.2f} s | {ingest_s:.2f} s | **{entry['ratio']:.2f}** "
+            f"| {entry['cpu_ratio']:.2f} | {entry['peak_rss_mb']:.0f} MB |"
+        )
     print(json.dumps(result, indent=2))
-    print(
-        f"\n| Parquet | rows | plain read | ingest | ratio | ingest peak RSS |\n"
-        f"| --- | --- | --- | --- | --- | --- |\n"
-        f"| {size_mb:,.0f} MB, {len(files)} files | {num_rows:,} | {plain_s:.1f} s "
-        f"({result['plain_read_mb_s']} MB/s) | {ingest_s:.1f} s ({result['ingest_mb_s']} MB/s) "
-        f"| {result['ratio']:.2f} | {result['ingest_peak_rss_mb']:.0f} MB |"
-    )
+    print("\n" + "\n".join(table))
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
+    if not args.keep_store:
+        shutil.rmtree(store, ignore_errors=True)
     return 0
 
 

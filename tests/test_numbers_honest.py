@@ -230,3 +230,48 @@ def test_the_documented_synthetic_path_gives_a_scored_model(tmp_path):
     result = json.loads((tmp_path / "runs/synthetic_maml/eval/metrics.json").read_text())
     assert np.isfinite(result["overall"]["adapted"]["mase"]["value"])
     assert "scaling per-entity" in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize(
+    ("value", "scaling", "why"),
+    [(1e39, "none", "would be inf"), (1e200, "global", "overflows the global scaling")],
+)
+def test_values_a_store_cannot_hold_are_refused_by_name(tmp_path, value, scaling, why):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    values = np.arange(20, dtype=np.float64)
+    values[13] = value
+    pq.write_table(
+        pa.table({"id": ["a"] * 10 + ["b"] * 10, "t": np.arange(20) % 10, "v": values}),
+        tmp_path / "in.parquet",
+    )
+    with pytest.raises(ValueError) as caught:
+        ingest(
+            tmp_path / "in.parquet",
+            tmp_path / "store",
+            entity_col="id",
+            time_col="t",
+            features=["v"],
+            scaling=scaling,
+            progress=False,
+        )
+    message = str(caught.value)
+    assert "in.parquet: row 13: column 'v' of entity 'b'" in message and why in message, message
+    assert "\n" not in message and not (tmp_path / "store").exists()
+    # the largest float32 value itself is stored
+    values[13] = 3e38
+    pq.write_table(
+        pa.table({"id": ["a"] * 10 + ["b"] * 10, "t": np.arange(20) % 10, "v": values}),
+        tmp_path / "ok.parquet",
+    )
+    store = ingest(
+        tmp_path / "ok.parquet",
+        tmp_path / "ok",
+        entity_col="id",
+        time_col="t",
+        features=["v"],
+        scaling="none",
+        progress=False,
+    )
+    assert np.isfinite(np.asarray(store.values)).all()

@@ -1,5 +1,5 @@
 """Atomicity of `ingest`: a process killed with SIGKILL at any point leaves no store at
-OUT, and an earlier store at OUT exactly as it was."""
+OUT, an earlier store at OUT exactly as it was, and no worker behind."""
 
 from __future__ import annotations
 
@@ -24,7 +24,8 @@ CHILD = """
 import sys
 from metadist.store import ingest
 ingest(sys.argv[1], sys.argv[2], entity_col="entity", time_col="t", features=["a", "b"],
-       targets=["y"], stratum_col="kind", scaling="per-entity", batch_size=64, progress=False)
+       targets=["y"], stratum_col="kind", scaling="per-entity", batch_size=64, workers=3,
+       progress=False)
 """
 
 
@@ -48,10 +49,27 @@ def _kill_during(source: Path, out: Path, phase: str) -> None:
             time.sleep(0.002)
         else:
             pytest.fail(f"ingest never reached the {phase} phase")
+        descendants = _descendants(child.pid)
         os.kill(child.pid, signal.SIGKILL)
     finally:
         child.wait(timeout=30)
     assert child.returncode == -signal.SIGKILL
+    time.sleep(0.2)
+    assert [pid for pid in descendants if Path(f"/proc/{pid}").exists()] == []
+
+
+def _descendants(pid: int) -> list[int]:
+    """Processes started by `pid` and their own, from /proc (Linux)."""
+    found, todo = [], [pid]
+    while todo:
+        for task in Path(f"/proc/{todo.pop()}/task").glob("*"):
+            try:
+                children = (task / "children").read_text().split()
+            except OSError:
+                continue
+            found += [int(c) for c in children]
+            todo += [int(c) for c in children]
+    return found
 
 
 @pytest.mark.integration

@@ -11,6 +11,7 @@ import os
 import secrets
 import shutil
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -18,14 +19,15 @@ import numpy as np
 from metadist.store.format import fsync_path, is_store
 
 TEMP_MARKER = ".ingest-"
-_RELEASE_BYTES = 128 << 20  # unmap written pages after this much, to keep RSS flat
+_RELEASE_BYTES = 64 << 20  # unmap written pages after this much, to keep RSS flat
 PAGE_BYTES = mmap.PAGESIZE
 
 
 def keep_heap_memory() -> bool:
     """Tells glibc malloc to keep freed memory instead of returning it to the kernel at
     once. Ingest allocates and frees many batch-sized arrays; with the default dynamic
-    thresholds each of them costs fresh page faults, a third of the scan's CPU time. Used
+    thresholds each of them costs fresh page faults, a third of the scan's CPU time; Arrow
+    is switched to the same allocator (its default, mimalloc, also returns freed pages). Used
     by the `metadist ingest` command only (it changes the whole process). Returns whether
     it applied (glibc on Linux)."""
     if not sys.platform.startswith("linux"):
@@ -36,7 +38,12 @@ def keep_heap_memory() -> bool:
     except (OSError, AttributeError):
         return False
     m_trim_threshold, m_mmap_threshold = -1, -3
-    return bool(mallopt(m_mmap_threshold, 32 << 20)) and bool(mallopt(m_trim_threshold, 512 << 20))
+    kept = bool(mallopt(m_mmap_threshold, 32 << 20)) and bool(mallopt(m_trim_threshold, 512 << 20))
+    if kept:  # Arrow's own allocator hands freed pages back to the kernel: use malloc's
+        import pyarrow as pa
+
+        pa.set_memory_pool(pa.system_memory_pool())
+    return kept
 
 
 def temp_sibling(out: Path) -> Path:
@@ -71,18 +78,24 @@ class MappedFile:
         self.array = np.frombuffer(self.mm, dtype=dtype).reshape(shape)
         self._pending = 0
         self._low, self._high = self.size, 0
+        self._lock = threading.Lock()
 
     def touched(self, first_row: int, end_row: int, num_rows: int) -> None:
         """Notes that `num_rows` rows within `[first_row, end_row)` were read or written."""
         low, high = first_row * self.row_bytes, end_row * self.row_bytes
         pages = (high - low) // PAGE_BYTES + 1
-        self._pending += min(num_rows * self.row_bytes + PAGE_BYTES, pages * PAGE_BYTES)
-        self._low, self._high = min(self._low, low), max(self._high, high)
-        if self._pending >= _RELEASE_BYTES:
-            self.release()
+        with self._lock:
+            self._pending += min(num_rows * self.row_bytes + PAGE_BYTES, pages * PAGE_BYTES)
+            self._low, self._high = min(self._low, low), max(self._high, high)
+            if self._pending >= _RELEASE_BYTES:
+                self._release()
 
     def release(self) -> None:
         """Drops the touched pages from this process's resident memory."""
+        with self._lock:
+            self._release()
+
+    def _release(self) -> None:
         if self._high > self._low and hasattr(self.mm, "madvise"):
             start = self._low - self._low % PAGE_BYTES
             self.mm.madvise(mmap.MADV_DONTNEED, start, self._high - start)
@@ -97,6 +110,71 @@ class MappedFile:
         with contextlib.suppress(BufferError):  # views still referenced: closed on GC
             self.mm.close()
         os.close(self.fd)
+
+
+class RawFile:
+    """Positional reads and writes of whole rows of a store file (pread/pwrite: no page
+    faults, safe from several threads at once).
+
+    A new file is sized with `ftruncate`, not reserved with `fallocate`: on ext4, writes
+    into reserved (unwritten) extents cost about ten times more than writes into a sparse
+    file. A full disk then fails a `write` with ENOSPC (an error, never SIGBUS as with a
+    mapping), and the free space is checked up front."""
+
+    def __init__(self, path: Path, row_bytes: int, num_rows: int | None = None) -> None:
+        """Opens `path`; with `num_rows`, creates it with room for that many rows."""
+        flags = os.O_RDWR if num_rows is None else os.O_RDWR | os.O_CREAT | os.O_EXCL
+        self.fd = os.open(path, flags, 0o644)
+        self.row_bytes = row_bytes
+        if num_rows is not None:
+            try:
+                _check_space(path, num_rows * row_bytes)
+                os.ftruncate(self.fd, num_rows * row_bytes)
+            except BaseException:
+                os.close(self.fd)
+                raise
+
+    def read(self, first_row: int, end_row: int, dtype: np.dtype) -> np.ndarray:
+        out = np.empty((end_row - first_row) * self.row_bytes, np.uint8)
+        view, offset = memoryview(out), first_row * self.row_bytes
+        done = 0
+        while done < out.size:
+            got = os.preadv(self.fd, [view[done:]], offset + done)
+            if got <= 0:
+                raise OSError(f"short read from a store file at byte {offset + done}")
+            done += got
+        return out.view(dtype)
+
+    def start_writeback(self, first_row: int, end_row: int) -> None:
+        """Lets the kernel start writing these rows to disk now (see `start_writeback`)."""
+        offset = first_row * self.row_bytes
+        start_writeback(self.fd, offset, (end_row - first_row) * self.row_bytes)
+
+    def write(self, first_row: int, rows: np.ndarray) -> None:
+        view, offset = memoryview(np.ascontiguousarray(rows)).cast("B"), first_row * self.row_bytes
+        done = 0
+        while done < len(view):
+            try:
+                done += os.pwritev(self.fd, [view[done:]], offset + done)
+            except OSError as error:
+                if error.errno == errno.ENOSPC:
+                    raise OSError(
+                        errno.ENOSPC, "the disk is full: not enough space for the store"
+                    ) from error
+                raise
+
+    def close(self, sync: bool = False) -> None:
+        try:
+            if sync:
+                os.fsync(self.fd)
+        finally:
+            os.close(self.fd)
+
+    def __enter__(self) -> RawFile:
+        return self
+
+    def __exit__(self, exc_type: object, *exc_info: object) -> None:
+        self.close(sync=exc_type is None)
 
 
 def start_writeback(fd: int, offset: int, num_bytes: int) -> None:
@@ -119,6 +197,12 @@ def _load_sync_file_range():
 
 
 _sync_file_range = _load_sync_file_range()
+
+
+def _check_space(path: Path, size: int) -> None:
+    stat = os.statvfs(path.parent)
+    if stat.f_bavail * stat.f_frsize < size:
+        raise OSError(errno.ENOSPC, f"not enough disk space for {size} bytes")
 
 
 def _preallocate(fd: int, size: int) -> None:

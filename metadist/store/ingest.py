@@ -1,15 +1,22 @@
 """`metadist ingest`: Parquet (any number of files, rows in any order) → series store.
 
-Memory stays bounded by the record-batch size and the per-entity statistics, never by
-the size of the input:
+Memory stays bounded by the record-batch size, the number of workers and the
+per-entity statistics, never by the size of the input:
 
-1. **Scan.** Check schemas, count rows per entity, check that stratum and label are
-   constant within each entity, and gather count/mean/M2 per column, per entity and
-   (by merging) globally.
-2. **Write.** Scale each batch and write every row straight into its entity's region of
-   the preallocated `values.bin` / `times.bin` (memory-mapped, in arrival order).
-3. **Order.** Walk the file in chunks of whole entities: sort each entity's rows by time,
-   reject duplicate times, forward-fill if asked, and checksum the final bytes.
+1. **Scan** (`scan.py`). Check schemas, count rows per entity, check that stratum and
+   label are constant within each entity, and gather count/mean/M2 per column, per
+   entity and (by merging) globally. Float32 values are also copied raw to their input
+   position in `values.bin`. What it learned is frozen into an `IngestPlan` (`plan.py`).
+2. **Write** (`write.py`). Scale each batch and write every row straight into its
+   entity's region of the preallocated `values.bin` / `times.bin`.
+3. **Order** (`order.py`). Walk the file in chunks of whole entities: sort each entity's
+   rows by time, reject duplicate times, forward-fill if asked, and checksum the final
+   bytes.
+
+When the input is already in store order (entities sorted by id, each entity's rows
+together and in time order) and its values are float32, passes 2 and 3 are one pass
+that scales pass 1's copy in place (`order.finish_in_place`). Every pass runs on
+`workers` threads; results and error messages do not depend on their number.
 
 Everything is written into a temporary sibling of OUT, fsynced, and renamed into place
 (an existing store at OUT is swapped atomically), so OUT holds either a whole store or
@@ -27,11 +34,30 @@ from pathlib import Path
 
 from metadist.diskspace import needs_space
 from metadist.store import sources
-from metadist.store.files import keep_heap_memory, publish, remove_stale_temps, temp_sibling
-from metadist.store.format import SCALING_KINDS, is_store
-from metadist.store.passes import IngestJob
+from metadist.store.files import (
+    RawFile,
+    keep_heap_memory,
+    publish,
+    remove_stale_temps,
+    temp_sibling,
+)
+from metadist.store.finish import write_index_and_metadata
+from metadist.store.format import (
+    SCALING_KINDS,
+    TIMES_DTYPE,
+    TIMES_FILE,
+    VALUES_DTYPE,
+    VALUES_FILE,
+    is_store,
+)
+from metadist.store.order import finish_in_place, order_rows
+from metadist.store.parallel import default_workers
+from metadist.store.plan import make_plan
 from metadist.store.progress import progress_bar
 from metadist.store.reader import SeriesStore
+from metadist.store.scan import scan
+from metadist.store.settings import IngestSettings
+from metadist.store.write import write
 
 NAN_POLICIES = ("error", "ffill", "drop")
 DEFAULT_BATCH_SIZE = 65_536
@@ -51,6 +77,8 @@ def ingest(
     nan: str = "error",
     min_length: int = 1,
     batch_size: int = DEFAULT_BATCH_SIZE,
+    workers: int | None = None,
+    memory_limit_mb: int = 256,
     progress: bool | None = None,
 ) -> SeriesStore:
     """Builds a series store at `out` from the Parquet input `src`.
@@ -72,7 +100,14 @@ def ingest(
             last finite value forward within the entity (values before the first finite
             one take that first value), `"drop"` removes the row.
         min_length: entities with fewer rows are dropped (reported in the metadata).
-        batch_size: rows per Parquet record batch; bounds memory.
+        batch_size: rows per Parquet record batch; bounds memory (about `workers * 2`
+            batches are decoded at once).
+        workers: threads that decode and process row groups (None: one per core).
+            The store is the same byte for byte for any number.
+        memory_limit_mb: results the workers have finished and the main thread has not
+            merged yet (per-batch statistics, finished chunks) are held up to this many
+            MB; with the workers' current batches and the per-entity statistics, this
+            bounds the ingest's memory whatever the size of the input.
         progress: show a progress bar on stderr; None shows it when stderr is a terminal.
 
     Returns:
@@ -99,6 +134,11 @@ def ingest(
         raise ValueError(f"--min-length must be at least 1, not {min_length}")
     if int(batch_size) < 1:
         raise ValueError(f"batch_size must be at least 1, not {batch_size}")
+    workers = default_workers() if workers is None else workers
+    if int(workers) < 1:
+        raise ValueError(f"--workers must be at least 1, not {workers}")
+    if int(memory_limit_mb) < 1:
+        raise ValueError(f"--memory-limit must be at least 1 (MB), not {memory_limit_mb}")
     columns = sources.Columns(
         entity_col, time_col, tuple(features), tuple(targets), stratum_col, label_col
     )
@@ -126,20 +166,51 @@ def ingest(
     with needs_space(out, "the store", num_bytes):
         temp = temp_sibling(out)
         try:
+            settings = IngestSettings.of(
+                files,
+                schema,
+                columns,
+                scaling=scaling,
+                nan=nan,
+                min_length=int(min_length),
+                batch_size=int(batch_size),
+                workers=int(workers),
+                memory_limit=int(memory_limit_mb) << 20,
+            )
             with progress_bar(progress) as bar:
-                job = IngestJob(
-                    files, schema, columns, scaling, nan, int(min_length), int(batch_size)
-                )
-                job.scan(bar)
-                job.plan()
-                job.write(temp, bar)
-                job.order_rows(temp, bar)
-                job.finish(temp, src)
+                _build(settings, temp, src, bar)
             publish(temp, out)
         finally:
             if temp.exists():
                 shutil.rmtree(temp, ignore_errors=True)
     return SeriesStore.open(out)
+
+
+def _build(settings: IngestSettings, temp, src: str | Path, bar) -> None:
+    """Runs the passes into the temporary directory `temp`."""
+    raw = None
+    if settings.float32_values:
+        num_columns = len(settings.value_names)
+        row_bytes = num_columns * VALUES_DTYPE.itemsize
+        raw = (
+            RawFile(temp / VALUES_FILE, row_bytes, settings.num_rows_read),
+            RawFile(temp / TIMES_FILE, TIMES_DTYPE.itemsize, settings.num_rows_read),
+        )
+    try:
+        found = scan(settings, bar, raw)
+    finally:
+        for file in raw or ():
+            file.close()
+    timings = {"scan_s": found.seconds}
+    plan = make_plan(settings, found)
+    if plan.in_place:
+        checksums, timings["finish_s"] = finish_in_place(settings, plan, temp, bar)
+    else:
+        for name in (VALUES_FILE, TIMES_FILE):
+            (temp / name).unlink(missing_ok=True)
+        plan, timings["write_s"] = write(settings, found, plan, temp, bar)
+        checksums, timings["order_s"] = order_rows(settings, plan, temp, bar)
+    write_index_and_metadata(settings, plan, temp, src, checksums, timings)
 
 
 def _names(value: str | Sequence[str], option: str) -> list[str]:
@@ -211,6 +282,8 @@ def _run(args: argparse.Namespace) -> int:
         nan=args.nan,
         min_length=args.min_length,
         batch_size=args.batch_size,
+        workers=args.workers,
+        memory_limit_mb=args.memory_limit,
         progress=progress,
     )
     elapsed = time.perf_counter() - began
@@ -241,6 +314,21 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--min-length", type=int, default=1, help="drop shorter entities")
     parser.add_argument(
         "--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help="rows per record batch"
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="threads that decode and process the input (default: one per core); the "
+        "store is the same for any number",
+    )
+    parser.add_argument(
+        "--memory-limit",
+        type=int,
+        default=256,
+        metavar="MB",
+        help="MB of finished work waiting between the workers and the main thread "
+        "(default 256); with --batch-size and --workers it bounds memory",
     )
     parser.add_argument("--no-progress", action="store_true", help="never show a progress bar")
     parser.set_defaults(func=_run)

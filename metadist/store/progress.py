@@ -7,14 +7,19 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-_LABELS = {"scan": "pass 1/3 scan", "write": "pass 2/3 write", "order": "pass 3/3 order"}
+_LABELS = {
+    "scan": "pass 1 scan",
+    "write": "pass 2 write",
+    "order": "pass 3 order",
+    "finish": "pass 2 scale in place",  # input already in store order: the last pass
+}
 
 
 class Bar:
     """Counts rows per pass; this base class shows nothing."""
 
     def add(self, name: str, total: int) -> Any:
-        """Starts pass `name` ("scan", "write" or "order") of `total` rows."""
+        """Starts pass `name` ("scan", "write", "order" or "finish") of `total` rows."""
         return None
 
     def advance(self, task: Any, num_rows: int) -> None:

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import hashlib
 import os
-import queue
-import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -20,8 +18,8 @@ import pyarrow.parquet as pq
 from metadist.store.arrow import to_numpy
 
 _GLOB_CHARS = set("*?[")
-T = TypeVar("T")
 _MAX_INTERLEAVED_FILES = 256
+_READ_BUFFER_BYTES = 1 << 20  # per column being decoded, per worker
 
 
 @dataclass(frozen=True)
@@ -130,10 +128,24 @@ def _inside(path: Path, directory: Path | None) -> bool:
     return resolved == directory or directory in resolved.parents
 
 
-def open_parquet(path: Path, read_dictionary: Sequence[str] = ()) -> pq.ParquetFile:
-    """Opens one Parquet file, turning Arrow's errors into a message naming the file."""
+def open_parquet(
+    path: Path,
+    read_dictionary: Sequence[str] = (),
+    metadata: pq.FileMetaData | None = None,
+    buffer_size: int = 0,
+) -> pq.ParquetFile:
+    """Opens one Parquet file (with its footer `metadata` if already parsed), turning
+    Arrow's errors into a message naming the file. With `buffer_size`, column chunks
+    are read in pieces of that many bytes instead of whole (and a row group's chunks
+    are not all read ahead), so memory does not follow the row-group size."""
     try:
-        return pq.ParquetFile(path, read_dictionary=list(read_dictionary) or None)
+        return pq.ParquetFile(
+            path,
+            read_dictionary=list(read_dictionary) or None,
+            metadata=metadata,
+            pre_buffer=buffer_size == 0,
+            buffer_size=buffer_size,
+        )
     except (pa.ArrowException, OSError) as error:
         raise ValueError(f"{path} is not a readable Parquet file: {error}") from error
 
@@ -269,43 +281,85 @@ def iter_batches(
         raise ValueError(f"{file.path} is corrupt near row {offset}: {error}") from error
 
 
-def iter_all_batches(
-    files: list[SourceFile], columns: list[str], batch_size: int, dictionary_columns: Sequence[str]
-) -> Iterator[tuple[SourceFile, int, pa.RecordBatch]]:
-    """Yields `(file, first_row_in_file, batch)` over all files: row group 0 of every
-    file, then row group 1 of every file, and so on.
+@dataclass(frozen=True)
+class Unit:
+    """One row group of one input file: the item that a worker decodes.
+
+    `first_row` is the row group's first row within its file and `input_row` within the
+    whole input (the files concatenated in order)."""
+
+    number: int
+    file: SourceFile
+    row_group: int
+    first_row: int
+    input_row: int
+    num_rows: int
+    # the file's footer, parsed once and shared (read-only) by every worker
+    metadata: pq.FileMetaData | None = dataclasses.field(default=None, compare=False, repr=False)
+
+
+def units(files: list[SourceFile]) -> list[Unit]:
+    """The row groups of all files in reading order: row group 0 of every file, then row
+    group 1 of every file, and so on.
 
     Writers that deal rows over several files (Spark, Dask, the synthetic panel) put
     related rows into the same row group index of each file; reading them together keeps
-    the store region that a stretch of batches writes to small.
+    the store region that a stretch of batches writes to small. With more than
+    `_MAX_INTERLEAVED_FILES` files, files are read one after another instead.
 
     Raises:
-        ValueError: a file cannot be read (corrupt pages, truncated file).
+        ValueError: a file cannot be read.
     """
-    if len(files) > _MAX_INTERLEAVED_FILES:  # bounded number of open files
-        for file in files:
-            for offset, batch in iter_batches(file, columns, batch_size, dictionary_columns):
-                yield file, offset, batch
-        return
-    readers = []
+    per_file: list[list[tuple[int, int, int]]] = []
+    footers = []
+    input_row = 0
     for file in files:
-        parquet = open_parquet(file.path, dictionary_columns)
-        sizes = [parquet.metadata.row_group(i).num_rows for i in range(parquet.num_row_groups)]
-        readers.append((file, parquet, np.concatenate([[0], np.cumsum(sizes)]).astype(int)))
-    num_groups = max(len(starts) - 1 for _, _, starts in readers)
-    for group in range(num_groups):
-        for file, parquet, starts in readers:
-            if group >= len(starts) - 1:
-                continue
-            offset = int(starts[group])
-            try:
-                for batch in parquet.iter_batches(
-                    batch_size=batch_size, row_groups=[group], columns=columns
-                ):
-                    yield file, offset, batch
-                    offset += batch.num_rows
-            except (pa.ArrowException, OSError) as error:
-                raise ValueError(f"{file.path} is corrupt near row {offset}: {error}") from error
+        metadata = open_parquet(file.path).metadata
+        footers.append(metadata)
+        groups, first = [], 0
+        for group in range(metadata.num_row_groups):
+            size = metadata.row_group(group).num_rows
+            groups.append((group, first, size))
+            first += size
+        per_file.append([(g, f, input_row + f, n) for g, f, n in groups])
+        input_row += first
+    order: list[tuple[int, tuple[int, int, int, int]]] = []
+    if len(files) > _MAX_INTERLEAVED_FILES:
+        order = [(k, group) for k, groups in enumerate(per_file) for group in groups]
+    else:
+        most = max((len(groups) for groups in per_file), default=0)
+        order = [
+            (k, per_file[k][g])
+            for g in range(most)
+            for k in range(len(files))
+            if g < len(per_file[k])
+        ]
+    return [
+        Unit(number, files[k], group, first, at, size, footers[k])
+        for number, (k, (group, first, at, size)) in enumerate(order)
+        if size > 0
+    ]
+
+
+def iter_unit(
+    unit: Unit, columns: list[str], batch_size: int, dictionary_columns: Sequence[str]
+) -> Iterator[tuple[int, pa.RecordBatch]]:
+    """Yields `(first_row_in_file, batch)` of one row group, in bounded record batches,
+    decoded in the calling thread.
+
+    Raises:
+        ValueError: the file cannot be read (corrupt pages, truncated file).
+    """
+    parquet = open_parquet(unit.file.path, dictionary_columns, unit.metadata, _READ_BUFFER_BYTES)
+    offset = unit.first_row
+    try:
+        for batch in parquet.iter_batches(
+            batch_size=batch_size, row_groups=[unit.row_group], columns=columns, use_threads=False
+        ):
+            yield offset, batch
+            offset += batch.num_rows
+    except (pa.ArrowException, OSError) as error:
+        raise ValueError(f"{unit.file.path} is corrupt near row {offset}: {error}") from error
 
 
 def first_null(array: pa.Array) -> int | None:
@@ -315,59 +369,37 @@ def first_null(array: pa.Array) -> int | None:
     return int(np.flatnonzero(to_numpy(pc.is_null(array)))[0])
 
 
-def float_columns(batch: pa.RecordBatch, names: Sequence[str]) -> list[np.ndarray]:
+def float_columns(
+    batch: pa.RecordBatch, names: Sequence[str], keep_float32: bool = False
+) -> list[np.ndarray]:
     """The numeric columns `names` as `[N]` float64 arrays (zero-copy where possible;
-    nulls become NaN)."""
+    nulls become NaN). With `keep_float32`, float32 columns stay float32 (every float32
+    is a float64 exactly, so sums that accumulate in float64 do not change)."""
     out = []
     for name in names:
         column = batch.column(name)
         if pa.types.is_dictionary(column.type):
             column = column.dictionary_decode()
+        if keep_float32 and pa.types.is_float32(column.type) and column.null_count:
+            column = pc.fill_null(column, float("nan"))
         values = to_numpy(column)
-        out.append(values if values.dtype == np.float64 else values.astype(np.float64))
+        keep = values.dtype == np.float64 or (keep_float32 and values.dtype == np.float32)
+        out.append(values if keep else values.astype(np.float64))
     return out
 
 
-def prefetch(iterator: Iterator[T], depth: int = 2) -> Iterator[T]:
-    """Runs `iterator` in a background thread, `depth` items ahead, so that Parquet
-    decoding (which releases the GIL) overlaps the caller's numpy work. Exceptions of
-    the iterator are re-raised in the caller."""
-    items: queue.Queue = queue.Queue(maxsize=depth)
-    stop = threading.Event()
-    done = object()
-
-    def produce() -> None:
-        try:
-            for item in iterator:
-                while not stop.is_set():
-                    try:
-                        items.put((item, None), timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if stop.is_set():
-                    return
-            items.put((done, None))
-        except BaseException as error:  # handed to the consumer
-            items.put((done, error))
-
-    thread = threading.Thread(target=produce, name="metadist-parquet-reader", daemon=True)
-    thread.start()
-    try:
-        while True:
-            item, error = items.get()
-            if item is done:
-                if error is not None:
-                    raise error
-                return
-            yield item
-    finally:
-        stop.set()
-        while thread.is_alive():
-            try:
-                items.get_nowait()
-            except queue.Empty:
-                thread.join(timeout=0.05)
+def raw_float32_rows(batch: pa.RecordBatch, names: Sequence[str]) -> np.ndarray | None:
+    """`[N, C]` float32 rows of the columns `names` if they are all float32 (nulls as
+    NaN), else None."""
+    out = np.empty((batch.num_rows, len(names)), np.float32)
+    for j, name in enumerate(names):
+        column = batch.column(name)
+        if not pa.types.is_float32(column.type):
+            return None
+        if column.null_count:
+            column = pc.fill_null(column, float("nan"))
+        out[:, j] = to_numpy(column)
+    return out
 
 
 def time_kind(dtype: pa.DataType) -> str:

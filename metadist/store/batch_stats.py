@@ -1,0 +1,206 @@
+"""Per-batch work of the ingest scan: entity codes, and per-entity moments of a batch.
+
+Everything here works on one record batch and is safe in worker threads, except
+`Registry.add`, which only the main thread calls (in input order, so that codes are
+given in order of first sight whatever the number of workers).
+"""
+
+from __future__ import annotations
+
+from itertools import repeat
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from metadist.store.arrow import to_numpy
+from metadist.store.settings import MAX_TIME, NO_TIME
+
+# A batch is "grouped by entity" when each of its entities is one run of rows and there
+# is at most one run per this many rows (plus a few); its sums are then taken over
+# slices, and only such batches are copied raw.
+ROWS_PER_RUN = 64
+
+
+class Registry:
+    """Maps keys (entity ids, stratum names) to dense codes in order of first sight.
+
+    Parquet hands string columns over as dictionary arrays; the mapping of a batch's
+    dictionary is cached, since consecutive batches of a row group share it.
+    """
+
+    def __init__(self, as_str: bool = False) -> None:
+        self.codes: dict[Any, int] = {}
+        self.as_str = as_str
+        self._last_dictionary: pa.Array | None = None
+        self._last_map: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    def keys(self) -> list[Any]:
+        return list(self.codes)
+
+    def add(self, dictionary: pa.Array, found: np.ndarray | None = None) -> np.ndarray:
+        """`[U]` int64 code of each entry of `dictionary`, adding new keys; a key
+        repeated in `dictionary` gets the same code each time.
+
+        Args:
+            found: codes already looked up (by a worker, see `lookup`), -1 where the key
+                was not known then; only those are looked up again.
+        """
+        last = self._last_dictionary
+        if last is not None and len(last) == len(dictionary) and last.equals(dictionary):
+            return self._last_map
+        codes = self.codes
+        if found is not None:
+            mapping = found.copy()
+            missing = np.flatnonzero(mapping < 0)
+            if missing.size:
+                keys = keys_of(dictionary.take(pa.array(missing)), self.as_str)
+                for position, key in zip(missing.tolist(), keys, strict=True):
+                    mapping[position] = codes.setdefault(key, len(codes))
+        else:
+            keys = keys_of(dictionary, self.as_str)
+            listed = list(map(codes.get, keys))
+            if None in listed:
+                for position, code in enumerate(listed):
+                    if code is None:
+                        listed[position] = codes.setdefault(keys[position], len(codes))
+            mapping = np.array(listed, np.int64)
+        self._last_dictionary, self._last_map = dictionary, mapping
+        return mapping
+
+
+def lookup(codes: dict[Any, int], dictionary: pa.Array) -> np.ndarray:
+    """`[U]` int64 code of each entry of `dictionary`, -1 for keys not seen yet (a pure
+    read of `codes`, safe in worker threads while the main thread adds keys: a key
+    is there with its final code or not at all)."""
+    keys = dictionary.to_pylist()
+    return np.fromiter(map(codes.get, keys, repeat(-1)), np.int64, len(keys))
+
+
+def keys_of(dictionary: pa.Array, as_str: bool) -> list[Any]:
+    keys = dictionary.to_pylist()
+    return [str(key) for key in keys] if as_str else keys
+
+
+def dictionary_of(column: pa.Array) -> tuple[np.ndarray, pa.Array]:
+    """`([N] int64 positions in the dictionary, [U] dictionary)` of a column."""
+    if not pa.types.is_dictionary(column.type):
+        column = column.dictionary_encode()
+    return to_numpy(column.indices).astype(np.int64), column.dictionary
+
+
+def first_false(mask: np.ndarray) -> int:
+    return int(np.argmin(mask))
+
+
+def nonfinite(values: list[np.ndarray]) -> dict[int, np.ndarray]:
+    """`{column: [N] finite mask}` for the columns holding NaN/inf (a sum is the cheap
+    first test; only a non-finite sum pays for the exact mask)."""
+    masks = {}
+    for j, column in enumerate(values):
+        if not np.isfinite(column.sum()):
+            finite = np.isfinite(column)
+            if not finite.all():
+                masks[j] = finite
+    return masks
+
+
+def runs_of(local: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """`([K] first row, [K] end row)` of the runs of one entity in a batch, if each entity
+    of the batch is one run and runs are long (input grouped by entity), else None."""
+    if local.size == 0:
+        return None
+    starts = np.flatnonzero(local[1:] != local[:-1]) + 1
+    if starts.size + 1 > 4 + local.size // ROWS_PER_RUN:
+        return None
+    starts = np.concatenate([[0], starts])
+    if len(np.unique(local[starts])) != starts.size:
+        return None
+    return starts, np.append(starts[1:], local.size)
+
+
+def moments(
+    local: np.ndarray,
+    times: np.ndarray,
+    values: list[np.ndarray],
+    masks: dict[int, np.ndarray],
+    num_local: int,
+) -> tuple[np.ndarray, ...]:
+    """`([U] rows, [U] first time, [U] last time, [U, C] count, mean, M2)` of a batch
+    whose rows come in any order."""
+    rows = np.bincount(local, minlength=num_local)
+    first = np.full(num_local, MAX_TIME, np.int64)
+    last = np.full(num_local, NO_TIME, np.int64)
+    np.minimum.at(first, local, times)
+    np.maximum.at(last, local, times)
+    num_columns = len(values)
+    count = np.empty((num_local, num_columns))
+    total = np.empty((num_local, num_columns))
+    for j, column in enumerate(values):
+        finite = masks.get(j)
+        if finite is None:
+            count[:, j] = rows
+            total[:, j] = np.bincount(local, weights=column, minlength=num_local)
+        else:
+            count[:, j] = np.bincount(local, weights=finite, minlength=num_local)
+            total[:, j] = np.bincount(
+                local, weights=np.where(finite, column, 0.0), minlength=num_local
+            )
+    mean = np.divide(total, count, out=np.zeros_like(total), where=count > 0)
+    by_column = np.ascontiguousarray(mean.T)  # [C, U]: contiguous gathers per column
+    m2 = total  # reused: the totals are no longer needed
+    for j, column in enumerate(values):
+        deviation = column - by_column[j][local]
+        finite = masks.get(j)
+        if finite is not None:
+            deviation = np.where(finite, deviation, 0.0)
+        np.multiply(deviation, deviation, out=deviation)
+        m2[:, j] = np.bincount(local, weights=deviation, minlength=num_local)
+    return rows, first, last, count, mean, m2
+
+
+def run_moments(
+    local: np.ndarray,
+    times: np.ndarray,
+    values: list[np.ndarray],
+    masks: dict[int, np.ndarray],
+    num_local: int,
+    starts: np.ndarray,
+    ends: np.ndarray,
+) -> tuple[np.ndarray, ...]:
+    """`moments` of a batch whose entities each come as one run of rows `[starts,
+    ends)`: sums over contiguous slices instead of scattered ones."""
+    entity = local[starts]
+    lengths = ends - starts
+    rows = np.zeros(num_local, np.int64)
+    rows[entity] = lengths
+    first = np.full(num_local, MAX_TIME, np.int64)
+    last = np.full(num_local, NO_TIME, np.int64)
+    first[entity] = np.minimum.reduceat(times, starts)
+    last[entity] = np.maximum.reduceat(times, starts)
+    num_columns = len(values)
+    count = np.zeros((num_local, num_columns))
+    mean = np.zeros((num_local, num_columns))
+    m2 = np.zeros((num_local, num_columns))
+    for j, column in enumerate(values):
+        finite = masks.get(j)
+        if finite is None:
+            run_count = lengths.astype(np.float64)
+            run_total = np.add.reduceat(column, starts, dtype=np.float64)
+        else:
+            run_count = np.add.reduceat(finite, starts, dtype=np.float64)
+            run_total = np.add.reduceat(np.where(finite, column, 0.0), starts, dtype=np.float64)
+        run_mean = np.divide(
+            run_total, run_count, out=np.zeros_like(run_total), where=run_count > 0
+        )
+        deviation = column - np.repeat(run_mean, lengths)
+        if finite is not None:
+            deviation = np.where(finite, deviation, 0.0)
+        np.multiply(deviation, deviation, out=deviation)
+        count[entity, j] = run_count
+        mean[entity, j] = run_mean
+        m2[entity, j] = np.add.reduceat(deviation, starts)
+    return rows, first, last, count, mean, m2

@@ -1,0 +1,321 @@
+"""The last pass of `metadist ingest`: make every chunk of the store final and checksum it.
+
+`order_rows` (after pass 2) checks placed entities, sorts the others, fills and
+checksums. `finish_in_place` (when pass 1's raw copy is already in store order) scales
+and fills the copied rows where they lie. Both walk the store in chunks of whole
+entities with pread/pwrite (sequential, no page faults, memory bounded by the chunk
+size); workers handle chunks in parallel and the main thread checksums them in file
+order.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from metadist.store import sources
+from metadist.store.arrow import to_numpy
+from metadist.store.files import MappedFile, RawFile
+from metadist.store.format import (
+    TIMES_DTYPE,
+    TIMES_FILE,
+    VALUES_DTYPE,
+    VALUES_FILE,
+    Checksum,
+)
+from metadist.store.parallel import ordered_streams
+from metadist.store.plan import IngestPlan
+from metadist.store.progress import Bar
+from metadist.store.settings import IngestSettings
+from metadist.store.write import FILLED_FILE
+
+
+def _chunk_rows(settings: IngestSettings) -> int:
+    return max(settings.batch_size * 4, 1 << 18)
+
+
+def _checksum_chunks(
+    settings: IngestSettings,
+    plan: IngestPlan,
+    temp: Path,
+    bar: Bar,
+    name: str,
+    work,
+) -> dict[str, str]:
+    """Runs `work(values_file, times_file, first, last)` on every chunk of entities in
+    workers; each returns the chunk's final `(values, times)` and the main thread
+    checksums them in order. Both files are fsynced at the end."""
+    num_columns = len(settings.value_names)
+    values_sum, times_sum = Checksum(), Checksum()
+    task = bar.add(name, plan.num_rows)
+    with (
+        RawFile(temp / VALUES_FILE, num_columns * VALUES_DTYPE.itemsize) as vf,
+        RawFile(temp / TIMES_FILE, TIMES_DTYPE.itemsize) as tf,
+    ):
+
+        def produce(chunk: tuple[int, int]):
+            yield work(vf, tf, *chunk)
+
+        for _, (values, times) in ordered_streams(
+            plan.chunks(_chunk_rows(settings)),
+            produce,
+            settings.workers,
+            settings.memory_limit,
+            lambda chunk: chunk[0].nbytes + chunk[1].nbytes,
+        ):
+            values_sum.update(values)
+            times_sum.update(times)
+            bar.advance(task, times.size)
+    return {VALUES_FILE: values_sum.hexdigest(), TIMES_FILE: times_sum.hexdigest()}
+
+
+def finish_in_place(
+    settings: IngestSettings, plan: IngestPlan, temp: Path, bar: Bar
+) -> tuple[dict[str, str], float]:
+    """Scales (and fills) pass 1's raw copy where it lies; returns the checksums and the
+    seconds taken."""
+    began = time.perf_counter()
+    sources.check_unchanged(list(settings.files))
+    num_columns = len(settings.value_names)
+
+    def work(vf: RawFile, tf: RawFile, first: int, last: int):
+        row_a = int(plan.starts[first])
+        row_b = int(plan.starts[last - 1] + plan.lengths[last - 1])
+        values = vf.read(row_a, row_b, VALUES_DTYPE).reshape(-1, num_columns)
+        times = tf.read(row_a, row_b, TIMES_DTYPE)
+        lengths = plan.lengths[first:last]
+        if settings.scaling == "global":
+            mean, std = plan.global_mean, plan.global_std
+        else:
+            mean = np.repeat(plan.entity_mean[first:last], lengths, axis=0)
+            std = np.repeat(plan.entity_std[first:last], lengths, axis=0)
+        changed = settings.scaling != "none"
+        if changed:
+            _scale(values, mean, std)
+        if settings.nan == "ffill" and plan.has_gaps[first:last].any():
+            starts = plan.starts[first:last] - row_a
+            changed |= _fill_chunk(values, starts, lengths, plan.has_gaps[first:last])
+        if changed:
+            vf.write(row_a, values)
+        vf.start_writeback(row_a, row_b)
+        tf.start_writeback(row_a, row_b)
+        return values, times
+
+    checksums = _checksum_chunks(settings, plan, temp, bar, "finish", work)
+    return checksums, time.perf_counter() - began
+
+
+def _scale(values: np.ndarray, mean: np.ndarray, std: np.ndarray) -> None:
+    """`values[:] = float32((float64(values) - mean) / std)` in place, in blocks small
+    enough for the float64 temporary to stay in cache; `mean`/`std` are `[C]` or rows
+    like `values`."""
+    block = 16384
+    buffer = np.empty((min(block, len(values)), values.shape[1]))
+    for a in range(0, len(values), block):
+        rows = values[a : a + block]
+        temp = buffer[: len(rows)]
+        per_row = mean.ndim == 2
+        np.subtract(rows, mean[a : a + block] if per_row else mean, out=temp)
+        np.divide(temp, std[a : a + block] if per_row else std, out=temp)
+        rows[...] = temp
+
+
+def order_rows(
+    settings: IngestSettings, plan: IngestPlan, temp: Path, bar: Bar
+) -> tuple[dict[str, str], float]:
+    """Pass 3 after pass 2: checks placed entities, sorts the others, fills, checksums;
+    returns the checksums and the seconds taken.
+
+    Raises:
+        ValueError: a duplicate (entity, time), naming the two source rows.
+    """
+    began = time.perf_counter()
+    sources.check_unchanged(list(settings.files))
+    num_columns = len(settings.value_names)
+    filled_path = temp / FILLED_FILE
+    with MappedFile(filled_path, np.dtype(bool), (plan.num_rows,), existing=True) as filled:
+
+        def work(vf: RawFile, tf: RawFile, first: int, last: int):
+            row_a = int(plan.starts[first])
+            row_b = int(plan.starts[last - 1] + plan.lengths[last - 1])
+            lengths = plan.lengths[first:last]
+            starts = plan.starts[first:last] - row_a
+            regular = plan.regular[first:last]
+            if regular.all():
+                times = np.empty(row_b - row_a, TIMES_DTYPE)
+            else:
+                times = tf.read(row_a, row_b, TIMES_DTYPE)
+            values = vf.read(row_a, row_b, VALUES_DTYPE).reshape(-1, num_columns)
+            changed = False
+            if regular.any():
+                chunk_filled = np.array(filled.array[row_a:row_b])
+                filled.touched(row_a, row_b, row_b - row_a)
+                _place_times(settings, plan, first, times, chunk_filled, starts, lengths, regular)
+            if not regular.all():
+                changed = _sort_irregular(settings, plan, first, times, values, lengths, regular)
+            if settings.nan == "ffill" and plan.has_gaps[first:last].any():
+                changed |= _fill_chunk(values, starts, lengths, plan.has_gaps[first:last])
+            if changed:
+                vf.write(row_a, values)
+            if changed or regular.any():
+                tf.write(row_a, times)
+            vf.start_writeback(row_a, row_b)
+            tf.start_writeback(row_a, row_b)
+            return values, times
+
+        checksums = _checksum_chunks(settings, plan, temp, bar, "order", work)
+    filled_path.unlink()
+    return checksums, time.perf_counter() - began
+
+
+def _fill_chunk(
+    values: np.ndarray, starts: np.ndarray, lengths: np.ndarray, gaps: np.ndarray
+) -> bool:
+    """Forward-fills the entities of a chunk that pass 1 found non-finite values in
+    (`gaps` `[E]`); the others are left unread. Few such entities: one at a time."""
+    chosen = np.flatnonzero(gaps)
+    if chosen.size > 64:
+        return fill_forward(values, starts, lengths)
+    changed = False
+    for e in chosen:
+        rows = values[starts[e] : starts[e] + lengths[e]]
+        changed |= fill_forward(rows, np.zeros(1, np.int64), lengths[e : e + 1])
+    return changed
+
+
+def _place_times(
+    settings: IngestSettings,
+    plan: IngestPlan,
+    first: int,
+    times: np.ndarray,
+    filled: np.ndarray,
+    starts: np.ndarray,
+    lengths: np.ndarray,
+    regular: np.ndarray,
+) -> None:
+    """Writes `first_time + k * step` into the slots of the chunk's placed entities,
+    after checking that pass 2 filled every one of them: a slot left empty means two
+    rows had the same time (the row count matched a progression, the rows did not)."""
+    last = first + len(lengths)
+    rows = None if regular.all() else np.repeat(regular, lengths)
+    empty = ~filled if rows is None else ~filled & rows
+    if empty.any():
+        row = int(np.argmax(empty))
+        _raise_duplicate(
+            settings, plan, first + int(np.searchsorted(starts, row, side="right")) - 1
+        )
+    within = np.arange(times.size) - np.repeat(starts, lengths)
+    expected = np.repeat(plan.first_time[first:last], lengths)
+    step = plan.step[first:last]
+    if (step == 1).all():
+        expected += within
+    else:
+        expected += within * np.repeat(step, lengths)
+    if rows is None:
+        times[:] = expected
+    else:
+        times[rows] = expected[rows]
+
+
+def _sort_irregular(
+    settings: IngestSettings,
+    plan: IngestPlan,
+    first: int,
+    times: np.ndarray,
+    values: np.ndarray,
+    lengths: np.ndarray,
+    regular: np.ndarray,
+) -> bool:
+    """Sorts the rows of the chunk's irregular entities by time, in place in `times`
+    and `values`; returns whether anything moved."""
+    rows = np.flatnonzero(np.repeat(~regular, lengths))
+    entity = np.repeat(np.arange(first, first + len(lengths))[~regular], lengths[~regular])
+    row_times = times[rows]
+    same = entity[1:] == entity[:-1]
+    moved = bool((same & (row_times[1:] < row_times[:-1])).any())
+    if moved:
+        by_time = rows[np.lexsort((row_times, entity))]
+        values[rows] = values[by_time]
+        times[rows] = times[by_time]
+        row_times = times[rows]
+    repeated = np.flatnonzero(same & (row_times[1:] == row_times[:-1]))
+    if repeated.size:
+        _raise_duplicate(settings, plan, int(entity[repeated[0]]))
+    return moved
+
+
+def _raise_duplicate(settings: IngestSettings, plan: IngestPlan, entity: int) -> None:
+    """Raises the error for a duplicate time of store entity `entity`, naming the
+    time and the two source rows (found by reading that entity's rows again)."""
+    key = plan.entity_keys[plan.order[entity]]
+    found = _source_rows(settings, key)
+    times = np.asarray([t for t, _, _ in found], np.int64)
+    unique, counts = np.unique(times, return_counts=True)
+    if not (counts > 1).any():
+        raise ValueError("the input files changed while they were being ingested")
+    when = unique[np.argmax(counts > 1)]
+    places = [(path, row) for t, path, row in found if t == when][:2]
+    where = " and ".join(f"{path} row {row}" for path, row in places)
+    raise ValueError(
+        f"duplicate (entity, time): entity {key!r} has more than one row at "
+        f"{settings.columns.time} = {_format_time(int(when), settings.time_kind)} ({where})"
+    )
+
+
+def _source_rows(settings: IngestSettings, key: Any) -> list[tuple[int, Path, int]]:
+    """(time, file, row) of every stored row of entity `key` in the input."""
+    columns = settings.columns
+    found: list[tuple[int, Path, int]] = []
+    for file in settings.files:
+        for offset, batch in sources.iter_batches(
+            file, [columns.entity, columns.time, *settings.value_names], settings.batch_size, ()
+        ):
+            entity = batch.column(columns.entity)
+            match = pc.equal(entity, pa.scalar(key, entity.type))
+            hit = to_numpy(match).astype(bool)
+            if settings.nan == "drop" and hit.any():
+                for column in sources.float_columns(batch, settings.value_names):
+                    hit &= np.isfinite(column)
+            times = sources.to_int64_time(batch.column(columns.time))
+            found += [(int(times[r]), file.path, offset + int(r)) for r in np.flatnonzero(hit)]
+    return found
+
+
+def fill_forward(values: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> bool:
+    """Forward-fills non-finite values in place, within each entity of a chunk; values
+    before an entity's first finite one take that first finite value. Works on the
+    runs of non-finite values only, so its cost follows the number of gaps.
+
+    Args:
+        values: `[N, C]` rows of whole entities, time-sorted.
+        starts, lengths: `[E]` entity row ranges within `values`; every entity has a
+            finite value in every column.
+
+    Returns:
+        Whether anything was filled.
+    """
+    finite = np.isfinite(values)
+    if finite.all():
+        return False
+    for j in np.flatnonzero(~finite.all(axis=0)):
+        rows = np.flatnonzero(~finite[:, j])
+        entity = np.searchsorted(starts, rows, side="right") - 1
+        new_run = np.ones(rows.size, bool)
+        new_run[1:] = (rows[1:] != rows[:-1] + 1) | (entity[1:] != entity[:-1])
+        run_first = rows[new_run]
+        run_last = rows[np.append(np.flatnonzero(new_run)[1:] - 1, rows.size - 1)]
+        run_entity = entity[new_run]
+        source = np.where(run_first > starts[run_entity], run_first - 1, run_last + 1)
+        values[rows, j] = values[np.repeat(source, run_last - run_first + 1), j]
+    return True
+
+
+def _format_time(value: int, kind: str) -> str:
+    if kind == "timestamp":
+        return str(np.datetime64(int(value), "ns"))
+    return str(value)

@@ -1,0 +1,133 @@
+"""Ordered parallel streams for the ingest passes.
+
+Each pass splits its input into items (row groups of the Parquet files, or chunks of
+whole entities of the store) and hands them to worker threads: Parquet decoding and the
+numpy work on whole arrays release the GIL, so the threads use the cores. The results
+come back **in item order**, whatever thread finished first, so the main thread merges
+statistics and meets errors exactly as one worker would: the output and the error
+messages do not depend on the number of workers.
+
+Memory is bounded by a budget for the results in flight, never by the input.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from typing import TypeVar
+
+Item = TypeVar("Item")
+Result = TypeVar("Result")
+
+_DONE = object()
+
+
+def default_workers() -> int:
+    """The cores this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+class _Stream:
+    """The queued results of one item, and their total size."""
+
+    def __init__(self) -> None:
+        self.results: queue.SimpleQueue = queue.SimpleQueue()
+        self.queued = 0
+
+
+def ordered_streams(
+    items: Iterable[Item],
+    produce: Callable[[Item], Iterator[Result]],
+    workers: int,
+    budget: int,
+    size_of: Callable[[Result], int] = lambda result: 1,
+) -> Iterator[tuple[Item, Result]]:
+    """Yields `(item, result)` for every result of `produce(item)`, items in the order
+    given and each item's results in the order produced, while up to `workers` items are
+    produced at once in threads.
+
+    Results waiting for the caller total at most `budget` (in units of `size_of`, e.g.
+    bytes) plus one result: a thread whose result does not fit waits, until the caller
+    has taken results. The thread of the item the caller is taking results from only
+    waits while results of its own are queued, so the caller always has something to
+    take and the stream cannot deadlock.
+
+    An exception raised by `produce` is re-raised in the caller when the caller reaches
+    that item's results, so the first error in item order wins. Closing the generator
+    (or an exception in the caller) stops the threads and waits for them.
+    """
+    stop = threading.Event()
+    room = threading.Condition()
+    state = {"waiting": 0, "head": None}
+    pending: deque[tuple[Item, _Stream, threading.Thread]] = deque()
+    source = iter(items)
+
+    def run(item: Item, stream: _Stream) -> None:
+        def put(result: object, error: BaseException | None, size: int) -> bool:
+            with room:
+                while not stop.is_set() and state["waiting"] + size > budget:
+                    mine = stream.queued if state["head"] is stream else state["waiting"]
+                    if mine == 0:
+                        break
+                    room.wait(0.05)
+                if stop.is_set():
+                    return False
+                state["waiting"] += size
+                stream.queued += size
+            stream.results.put((result, error, size))
+            return True
+
+        try:
+            for result in produce(item):
+                if not put(result, None, size_of(result)):
+                    return
+            put(_DONE, None, 0)
+        except BaseException as error:  # handed to the caller, in item order
+            put(_DONE, error, 0)
+
+    def start_next() -> bool:
+        for item in source:
+            stream = _Stream()
+            thread = threading.Thread(
+                target=run, args=(item, stream), name="metadist-ingest-worker", daemon=True
+            )
+            pending.append((item, stream, thread))
+            thread.start()
+            return True
+        return False
+
+    try:
+        for _ in range(max(1, workers)):
+            if not start_next():
+                break
+        while pending:
+            item, stream, thread = pending[0]
+            with room:
+                state["head"] = stream
+                room.notify_all()
+            while True:
+                result, error, size = stream.results.get()
+                with room:
+                    state["waiting"] -= size
+                    stream.queued -= size
+                    room.notify_all()
+                if result is _DONE:
+                    break
+                yield item, result
+            thread.join()
+            pending.popleft()
+            if error is not None:
+                raise error
+            start_next()
+    finally:
+        stop.set()
+        with room:
+            room.notify_all()
+        for _, _, thread in pending:
+            thread.join()

@@ -1,0 +1,195 @@
+"""`ingest` with several workers: the same store byte for byte as with one, the same
+error as with one, and the in-place path for input that is already in store order."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from store_panel import make_panel, write_files
+
+from metadist.store import ingest
+from metadist.store.format import METADATA_FILE, STORE_FILES
+from metadist.store.settings import IngestSettings
+
+FEATURES = ["a", "b", "y"]
+
+
+def _ordered_panel(directory: Path, num_files: int = 3, nans: bool = False) -> Path:
+    """Float32 panel in store order: entities in id order, each one's rows together and
+    in time order, split over `num_files` files with small row groups."""
+    rng = np.random.default_rng(3)
+    parts = []
+    for i in range(30):
+        length = int(rng.integers(40, 160))
+        step = int(rng.integers(1, 4))
+        parts.append(
+            {
+                "entity": np.full(length, f"ent{i:03d}"),
+                "t": 5 * i + step * np.arange(length, dtype=np.int64),
+                "kind": np.full(length, f"kind{i % 3}"),
+                **{
+                    name: (rng.normal(i, 1 + j, length) * 10**j).astype(np.float32)
+                    for j, name in enumerate(FEATURES)
+                },
+            }
+        )
+    columns = {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
+    if nans:
+        columns["b"][rng.choice(len(columns["b"]), 25, replace=False)] = np.nan
+    table = pa.table(columns)
+    directory.mkdir(parents=True, exist_ok=True)
+    bounds = np.linspace(0, table.num_rows, num_files + 1).astype(int)
+    for k in range(num_files):
+        part = table.slice(bounds[k], bounds[k + 1] - bounds[k])
+        pq.write_table(part, directory / f"part-{k}.parquet", row_group_size=301)
+    return directory
+
+
+def _ingest(src, out, workers, **options):
+    options.setdefault("batch_size", 64)
+    return ingest(
+        src,
+        out,
+        entity_col="entity",
+        time_col="t",
+        features=FEATURES[:2],
+        targets=FEATURES[2:],
+        stratum_col="kind",
+        workers=workers,
+        progress=False,
+        **options,
+    )
+
+
+def _store_bytes(path: Path) -> dict[str, bytes]:
+    """Every store file's bytes; metadata without its creation time and timings."""
+    found = {name: (path / name).read_bytes() for name in STORE_FILES if name != METADATA_FILE}
+    meta = json.loads((path / METADATA_FILE).read_text())
+    for key in ("created_at", "timings_s"):
+        meta.pop(key)
+    meta["source"].pop("path")
+    found[METADATA_FILE] = json.dumps(meta, sort_keys=True).encode()
+    return found
+
+
+@pytest.mark.parametrize(
+    "scaling, nan", [("global", "error"), ("per-entity", "ffill"), ("none", "drop")]
+)
+def test_workers_give_identical_stores_on_shuffled_input(tmp_path, scaling, nan):
+    panel = make_panel(seed=8, num_entities=60, times="mixed")
+    if nan != "error":
+        a = panel["a"].to_numpy().copy()
+        a[::17] = np.nan
+        panel = panel.set_column(panel.schema.get_field_index("a"), "a", pa.array(a))
+    src = write_files(panel, tmp_path / "src", num_files=4, seed=1)
+    stores = [  # the last with a budget so small that the workers wait on each other
+        _store_bytes(
+            _ingest(
+                src, tmp_path / f"w{w}", w, scaling=scaling, nan=nan, memory_limit_mb=limit
+            ).path
+        )
+        for w, limit in ((1, 256), (3, 256), (8, 1))
+    ]
+    assert stores[0] == stores[1] == stores[2]
+
+
+@pytest.mark.parametrize("scaling, nan", [("global", "error"), ("per-entity", "ffill")])
+def test_ordered_float32_input_is_scaled_in_place_and_exact(tmp_path, scaling, nan):
+    src = _ordered_panel(tmp_path / "src", nans=nan == "ffill")
+    one = _ingest(src, tmp_path / "w1", 1, scaling=scaling, nan=nan)
+    many = _ingest(src, tmp_path / "w4", 4, scaling=scaling, nan=nan)
+    assert _store_bytes(one.path) == _store_bytes(many.path)
+    assert set(one.metadata["timings_s"]) == {"scan_s", "finish_s"}  # no second read
+    table = pq.read_table(src)
+    entities = np.asarray(table["entity"].to_pylist())
+    original = np.stack([table[name].to_numpy().astype(np.float64) for name in FEATURES], 1)
+    assert list(one.entity_ids) == sorted(set(entities.tolist()))
+    np.testing.assert_array_equal(np.asarray(one.times), table["t"].to_numpy())
+    if scaling == "global":
+        mean = np.asarray(one.metadata["scaling"]["mean"])
+        std = np.asarray(one.metadata["scaling"]["std"])
+    else:
+        rows = np.repeat(np.arange(one.num_entities), one.lengths)
+        mean, std = one.entity_stats["mean"][rows], one.entity_stats["std"][rows]
+    expected = ((original - mean) / std).astype(np.float32)
+    if nan == "ffill":  # the fill copies the previous row's scaled value
+        for row in np.flatnonzero(np.isnan(expected[:, 1])):
+            expected[row, 1] = expected[row - 1, 1]
+        assert np.isfinite(expected).all()
+    np.testing.assert_array_equal(np.asarray(one.values), expected)
+
+
+def test_almost_ordered_input_takes_the_general_path(tmp_path):
+    """One row out of time order in the last file: the in-place copy is given up and
+    the store is the same as from shuffled input."""
+    src = _ordered_panel(tmp_path / "src")
+    last = sorted(src.glob("*.parquet"))[-1]
+    table = pq.read_table(last)
+    swapped = np.arange(table.num_rows)
+    swapped[[10, 11]] = swapped[[11, 10]]
+    pq.write_table(table.take(swapped), last, row_group_size=301)
+    store = _ingest(src, tmp_path / "out", 2)
+    assert "order_s" in store.metadata["timings_s"]
+    reference = pq.read_table(src)
+    order = np.lexsort((reference["t"].to_numpy(), reference["entity"].to_numpy()))
+    np.testing.assert_array_equal(np.asarray(store.times), reference["t"].to_numpy()[order])
+
+
+def _bad_inputs(tmp_path: Path) -> Path:
+    """Shuffled files with two faults in different files: a NaN early in the input and
+    a stratum that changes within an entity later."""
+    panel = make_panel(seed=4, num_entities=50)
+    src = write_files(panel, tmp_path / "src", num_files=4, seed=6)
+    files = sorted(src.glob("*.parquet"))
+    for path, share, column, value in ((files[1], 4, "a", np.nan), (files[3], 2, "kind", "odd")):
+        rows = pq.read_table(path).to_pylist()
+        rows[len(rows) // share][column] = value
+        schema = pq.read_schema(path)
+        pq.write_table(pa.Table.from_pylist(rows, schema=schema), path, row_group_size=97)
+    return src
+
+
+@pytest.mark.parametrize("nan", ["error", "drop"])
+def test_error_found_by_a_worker_is_the_one_worker_error(tmp_path, nan):
+    src = _bad_inputs(tmp_path)
+    messages = []
+    for workers in (1, 4):
+        out = tmp_path / f"out{workers}"
+        with pytest.raises(ValueError) as caught:
+            _ingest(src, out, workers, nan=nan)
+        messages.append(str(caught.value))
+        assert not out.exists()
+        assert not [p for p in tmp_path.iterdir() if p.name.startswith(f".out{workers}")]
+    assert messages[0] == messages[1]
+    expected = "part-1.parquet: row" if nan == "error" else "part-3.parquet: row"
+    assert expected in messages[0]
+
+
+def test_workers_must_be_positive(tmp_path):
+    src = _ordered_panel(tmp_path / "src")
+    with pytest.raises(ValueError, match="--workers must be at least 1, not 0"):
+        _ingest(src, tmp_path / "out", 0)
+
+
+def test_in_place_store_equals_three_pass_store(tmp_path, monkeypatch):
+    """The same ordered input with the raw copy turned off takes passes 2 and 3: the
+    store bytes are the same."""
+    src = _ordered_panel(tmp_path / "src", nans=True)
+    options = dict(scaling="per-entity", nan="ffill")
+    in_place = _ingest(src, tmp_path / "in-place", 2, **options)
+    make = IngestSettings.of.__func__
+
+    def without_raw_copy(cls, *args, **kwargs):
+        return dataclasses.replace(make(cls, *args, **kwargs), float32_values=False)
+
+    monkeypatch.setattr(IngestSettings, "of", classmethod(without_raw_copy))
+    three_pass = _ingest(src, tmp_path / "three-pass", 2, **options)
+    assert "finish_s" in in_place.metadata["timings_s"]
+    assert "order_s" in three_pass.metadata["timings_s"]
+    assert _store_bytes(in_place.path) == _store_bytes(three_pass.path)

@@ -181,17 +181,15 @@ def _nothing_left(
         parts.append(
             f"{kinds['nothing to fill from']} entities have a column without any finite value"
         )
-        # A column without a finite value in any entity: name it and the input files.
-        empty = [
-            n
-            for n, total in zip(settings.value_names, count.sum(axis=0), strict=True)
-            if total == 0
-        ]
-        if empty:
-            names = [str(f.path) for f in settings.files]
-            shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-            what = f"column {empty[0]!r} has" if len(empty) == 1 else f"columns {empty} have"
-            parts.append(f"{what} no finite value in any row of {shown}")
+    # A column without a finite value in any entity: name it and the input files.
+    empty = [
+        n for n, total in zip(settings.value_names, count.sum(axis=0), strict=True) if total == 0
+    ]
+    if empty:
+        names = [str(f.path) for f in settings.files]
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        what = f"column {empty[0]!r} has" if len(empty) == 1 else f"columns {empty} have"
+        parts.append(f"{what} no finite value in any row of {shown}")
     return "no entity left to store: " + "; ".join(parts)
 
 

@@ -410,6 +410,8 @@ def _too_large(values: list[np.ndarray], scaling: str) -> tuple[int, int, float,
         )
     first = None
     for j, column in enumerate(values):
+        if column.dtype.itemsize <= 4:  # float32 input holds nothing beyond either limit
+            continue
         over = np.abs(column) > limit  # NaN compares False, inf is the NaN policy's
         over &= np.isfinite(column)
         if over.any():

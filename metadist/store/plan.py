@@ -86,7 +86,7 @@ def make_plan(settings: IngestSettings, scan: ScanResult) -> IngestPlan:
     kept = np.ones(num_seen, bool)
     kept[list(reasons)] = False
     if not kept.any():
-        raise ValueError(_nothing_left(settings, reasons, rows, count))
+        raise ValueError(_nothing_left(settings, reasons, rows, scan.finite_any))
     kept_codes = np.flatnonzero(kept)
     sort_keys = np.asarray([keys[c] for c in kept_codes])
     order = kept_codes[np.argsort(sort_keys, kind="stable")]
@@ -166,7 +166,7 @@ def _drop_reasons(
 
 
 def _nothing_left(
-    settings: IngestSettings, reasons: dict, rows: np.ndarray, count: np.ndarray
+    settings: IngestSettings, reasons: dict, rows: np.ndarray, finite_any: np.ndarray
 ) -> str:
     kinds = Counter(kind for kind, _ in reasons.values())
     parts = []
@@ -182,9 +182,7 @@ def _nothing_left(
             f"{kinds['nothing to fill from']} entities have a column without any finite value"
         )
     # A column without a finite value in any entity: name it and the input files.
-    empty = [
-        n for n, total in zip(settings.value_names, count.sum(axis=0), strict=True) if total == 0
-    ]
+    empty = [n for n, ok in zip(settings.value_names, finite_any, strict=True) if not ok]
     if empty:
         names = [str(f.path) for f in settings.files]
         shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")

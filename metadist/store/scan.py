@@ -83,6 +83,8 @@ class BatchScan:
     m2: np.ndarray | None = None
     runs: tuple[np.ndarray, ...] | None = None  # raw copy: (local, input row, length,
     # first time, last time) of each run of one entity; None if not copied
+    finite_any: np.ndarray | None = None  # [C] whether each column has a finite value,
+    # before --nan drop removes rows (to name a column that has none at all)
 
     @property
     def nbytes(self) -> int:
@@ -108,6 +110,7 @@ class ScanResult:
         self.count = np.zeros((self.capacity, num_columns))
         self.mean = np.zeros((self.capacity, num_columns))
         self.m2 = np.zeros((self.capacity, num_columns))
+        self.finite_any = np.zeros(num_columns, bool)  # [C] some finite value seen
         for name, fill in self._FILL.items():
             setattr(self, name, np.full(self.capacity, fill, np.int64))
         # Entity codes of each batch's dictionary, by (unit, batch): pass 2 reads the same
@@ -206,6 +209,9 @@ class _Scanner:
                 "--nan drop)"
             )
             return found
+        found.finite_any = np.array(
+            [j not in masks or bool(masks[j].any()) for j in range(len(values))]
+        )
         too_large = _too_large(values, settings.scaling)
         if too_large is not None:
             col, row, limit, why = too_large
@@ -310,6 +316,7 @@ class _Scanner:
         if result.batch_map_bytes < _BATCH_MAP_BYTES:
             result.batch_maps[(unit.number, number)] = mapping.astype(np.int32)
             result.batch_map_bytes += 4 * mapping.size
+        result.finite_any |= found.finite_any
         result.rows[mapping] += found.rows
         result.first_time[mapping] = np.minimum(result.first_time[mapping], found.first)
         result.last_time[mapping] = np.maximum(result.last_time[mapping], found.last)

@@ -63,6 +63,18 @@ def _identity(batch: MetaBatch) -> MetaBatch:
     return batch
 
 
+def _larger_than_page_cache(store: Any) -> bool:
+    """Whether the store's files exceed the memory available now (Linux `MemAvailable`);
+    False where that is unknown."""
+    try:
+        with open("/proc/meminfo") as info:
+            fields = dict(line.split(":", 1) for line in info)
+        available = int(fields["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        return False
+    return int(store.values.nbytes) + int(store.times.nbytes) > available
+
+
 class BatchMetaDataLoader:
     """Yields `MetaBatch`es of `batch_size` tasks for one rank, one epoch per `iter()`.
 
@@ -99,9 +111,12 @@ class BatchMetaDataLoader:
         read_ahead: with a sampler that has `unit_rows()`, how many batches ahead of the
             one being computed the loader asks the kernel to read the store rows their
             tasks need (`posix_fadvise` WILLNEED), so disk reads overlap the work; 0 turns
-            it off. Default: 4 with the blocked order, 0 with the random order (whose
-            pages are usually in the page cache). With the blocked order, a block's rows
-            are also dropped from the page cache once every rank is past it.
+            it off. Default (None): 4 with the blocked order; with the random order, 4
+            when the store's files are larger than the memory the page cache can use
+            now (`MemAvailable`), else 0 (advice on cached pages only costs time). It
+            changes no batch, so this machine-dependent choice keeps the stream
+            machine-independent. With the blocked order, a block's rows are also dropped
+            from the page cache once every rank is past it.
 
     Yields:
         `MetaBatch` with B tasks (`batch["train"]` / `batch["test"]` give the support
@@ -161,9 +176,7 @@ class BatchMetaDataLoader:
             raise ValueError(f"seed must be a non-negative integer, got {seed}")
         if order not in ORDERS:
             raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
-        if read_ahead is None:
-            read_ahead = DEFAULT_READ_AHEAD if order == "blocked" else 0
-        if isinstance(read_ahead, bool) or int(read_ahead) < 0:
+        if read_ahead is not None and (isinstance(read_ahead, bool) or int(read_ahead) < 0):
             raise ValueError(f"read_ahead must be an integer >= 0, got {read_ahead!r}")
         self.sampler = sampler
         self.batch_size = int(batch_size)
@@ -187,6 +200,9 @@ class BatchMetaDataLoader:
                 )
             self.dealer = UnitDealer(units, sampler.unit_strata()[units], seed=self.seed)
         unit_rows = sampler.unit_rows()
+        if read_ahead is None:
+            larger = unit_rows is not None and _larger_than_page_cache(sampler.store)
+            read_ahead = DEFAULT_READ_AHEAD if order == "blocked" or larger else 0
         if unit_rows is None and (order == "blocked" or int(read_ahead) > 0):
             raise ValueError(
                 f"order={order!r} with read_ahead={read_ahead} needs a sampler that says where "

@@ -175,9 +175,14 @@ def child(args: argparse.Namespace) -> None:
 
     from metadist.data import BatchMetaDataLoader
     from metadist.store import SeriesStore
+    from metadist.store.files import keep_heap_memory
     from metadist.tasks import build_task_sampler
 
     setting = json.loads(args.child)
+    if setting.get("keep_heap", True):
+        # glibc keeps freed batch memory for the next batch instead of returning it and
+        # faulting it back in (MB-sized batches; as `metadist ingest` does)
+        keep_heap_memory()
     store = SeriesStore.open(args.store)
     options = {
         "lookback": args.lookback,

@@ -45,6 +45,9 @@ SETTINGS = {
     "random": {"order": "random", "read_ahead": 0},
     "random + read-ahead": {"order": "random", "read_ahead": 4},
     "blocked": {"order": "blocked"},
+    # the blocked order without dropping used blocks from the page cache (what release
+    # costs or brings; not a loader option, SeriesStore.release is made a no-op)
+    "blocked, no release": {"order": "blocked"},
 }
 
 
@@ -183,6 +186,8 @@ def child(args: argparse.Namespace) -> None:
         # glibc keeps freed batch memory for the next batch instead of returning it and
         # faulting it back in (MB-sized batches; as `metadist ingest` does)
         keep_heap_memory()
+    if setting["name"] == "blocked, no release":
+        SeriesStore.release = lambda self, first_row, end_row: None
     store = SeriesStore.open(args.store)
     options = {
         "lookback": args.lookback,
@@ -272,6 +277,12 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--chunk-length", type=int, default=512)
     parser.add_argument("--workloads", nargs="+", default=["entity", "chunk"])
+    parser.add_argument(
+        "--settings",
+        nargs="+",
+        default=["random", "random + read-ahead", "blocked"],
+        choices=list(SETTINGS),
+    )
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--sequential-gb", type=float, default=8.0)
@@ -319,7 +330,7 @@ def main() -> None:
         print(f"# sequential read of values.bin: {sequential:.0f} MB/s")
         rows = []
         for workload in args.workloads:
-            for name in SETTINGS:
+            for name in args.settings:
                 rows.append(measure(args, big, workload, name, cold=True))
                 print(f"# {rows[-1]}", flush=True)
             # in cache: the small store, read once first
@@ -343,6 +354,8 @@ def main() -> None:
             )
         for workload in args.workloads:
             by = {r["setting"]: r for r in rows if r["workload"] == workload}
+            if "random" not in by or "blocked" not in by:
+                continue
             in_cache = by["random, small store in cache"]["tasks_per_s"]
             target = min(0.5 * sequential * 1e6 / window_bytes, 0.5 * in_cache)
             print(

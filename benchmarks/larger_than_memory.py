@@ -45,9 +45,7 @@ SETTINGS = {
     "random": {"order": "random", "read_ahead": 0},
     "random + read-ahead": {"order": "random", "read_ahead": 4},
     "blocked": {"order": "blocked"},
-    # the blocked order without dropping used blocks from the page cache (what release
-    # costs or brings; not a loader option, SeriesStore.release is made a no-op)
-    "blocked, no release": {"order": "blocked"},
+    "blocked + release": {"order": "blocked", "release": True},
 }
 
 
@@ -186,8 +184,6 @@ def child(args: argparse.Namespace) -> None:
         # glibc keeps freed batch memory for the next batch instead of returning it and
         # faulting it back in (MB-sized batches; as `metadist ingest` does)
         keep_heap_memory()
-    if setting["name"] == "blocked, no release":
-        SeriesStore.release = lambda self, first_row, end_row: None
     store = SeriesStore.open(args.store)
     options = {
         "lookback": args.lookback,

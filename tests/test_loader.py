@@ -369,7 +369,9 @@ def test_read_ahead_covers_the_rows_gathered_and_released_blocks_are_not_read_ag
     kwargs = {"batch_size": 2, "seed": 3, **BLOCKED}
     reference = list(BatchMetaDataLoader(sampler, np.arange(36), **kwargs))
     events.clear()
-    batches = list(BatchMetaDataLoader(sampler, np.arange(36), read_ahead=2, **kwargs))
+    batches = list(
+        BatchMetaDataLoader(sampler, np.arange(36), read_ahead=2, release=True, **kwargs)
+    )
     advised, released, num_gathered = [], [], 0
     for kind, *what in events:
         if kind == "advised":
@@ -383,6 +385,9 @@ def test_read_ahead_covers_the_rows_gathered_and_released_blocks_are_not_read_ag
                 assert not any(f <= row < e for f, e in released), row
     assert num_gathered == 36 * (3 + 2) * 2 and len(released) >= 1
     _assert_same(batches, reference)  # advice changes nothing that is read
+    events.clear()
+    list(BatchMetaDataLoader(sampler, np.arange(36), **kwargs))
+    assert not [kind for kind, *_ in events if kind == "released"]  # release is opt-in
     assert encoded_store.will_need(np.array([0, 10]), np.array([10, 20])) == 2  # merged
 
 
@@ -390,6 +395,8 @@ def test_order_settings_are_checked_and_kept_in_the_state(encoded_store):
     sinusoid = build_task_sampler("sinusoid", num_tasks=20)
     with pytest.raises(ValueError, match="order='blocked'.*needs a sampler that says where"):
         BatchMetaDataLoader(sinusoid, np.arange(20), batch_size=2, order="blocked")
+    with pytest.raises(ValueError, match="release=True needs order='blocked'"):
+        BatchMetaDataLoader(sinusoid, np.arange(20), batch_size=2, release=True)
     with pytest.raises(ValueError, match="order must be one of"):
         BatchMetaDataLoader(sinusoid, np.arange(20), batch_size=2, order="sorted")
     with pytest.raises(ValueError, match="block_bytes must be a positive integer"):

@@ -115,8 +115,13 @@ class BatchMetaDataLoader:
             when the store's files are larger than the memory the page cache can use
             now (`MemAvailable`), else 0 (advice on cached pages only costs time). It
             changes no batch, so this machine-dependent choice keeps the stream
-            machine-independent. With the blocked order, a block's rows are also dropped
-            from the page cache once every rank is past it.
+            machine-independent.
+        release: with the blocked order, drop a block's rows from the page cache
+            (`madvise` + `posix_fadvise` DONTNEED) once every rank is past it, so the
+            cache keeps only what is about to be read. Off by default: measured on a store
+            1.5x the page cache, keeping used blocks (pages a later epoch reads again stay
+            cached; the kernel evicts the oldest) was faster (BENCHMARKS.md). For a store
+            many times the cache shared with other work.
 
     Yields:
         `MetaBatch` with B tasks (`batch["train"]` / `batch["test"]` give the support
@@ -158,6 +163,7 @@ class BatchMetaDataLoader:
         block_bytes: int = DEFAULT_BLOCK_BYTES,
         window_blocks: int = DEFAULT_WINDOW_BLOCKS,
         read_ahead: int | None = None,
+        release: bool = False,
     ) -> None:
         if isinstance(sampler, str):
             sampler = build_task_sampler(sampler, store, **(sampler_options or {}))
@@ -219,7 +225,10 @@ class BatchMetaDataLoader:
                 block_bytes=block_bytes,
                 window_blocks=window_blocks,
             )
-            self._block_rows = self.dealer.block_rows(*unit_rows)
+            if release:
+                self._block_rows = self.dealer.block_rows(*unit_rows)
+        elif release:
+            raise ValueError("release=True needs order='blocked' (blocks are what it drops)")
         self.read_ahead = int(read_ahead)
         num_units = self.dealer.num_units
         if self.world_size > num_units:

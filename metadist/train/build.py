@@ -101,6 +101,7 @@ def build_parts(config: TrainConfig, env: DistEnv) -> RunParts:
         "block_bytes": config.data.block_bytes,
         "window_blocks": config.data.window_blocks,
         "read_ahead": config.data.read_ahead,
+        "release": config.data.release,
     }
     if config.data.num_workers > 0:
         loader_options["persistent_workers"] = config.data.persistent_workers

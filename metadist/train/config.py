@@ -45,7 +45,9 @@ class DataConfig:
         block_bytes: with `order: blocked`, bytes of the store per block.
         window_blocks: with `order: blocked`, blocks whose tasks are mixed at a time.
         read_ahead: batches ahead whose store rows the kernel is asked to read; `None`
-            is 4 with `order: blocked` and 0 with `order: random`.
+            is 4 with `order: blocked`, and with `order: random` 4 when the store is
+            larger than the memory available, else 0.
+        release: with `order: blocked`, drop each block from the page cache after use.
     """
 
     store: str | None = None
@@ -59,6 +61,7 @@ class DataConfig:
     block_bytes: int = 32 << 20
     window_blocks: int = 16
     read_ahead: int | None = None
+    release: bool = False
 
     def validate(self) -> None:
         if len(self.fractions) != 3:
@@ -83,6 +86,8 @@ class DataConfig:
         _check_min("data.window_blocks", self.window_blocks, 1)
         if self.read_ahead is not None:
             _check_min("data.read_ahead", self.read_ahead, 0)
+        if self.release and self.order != "blocked":
+            raise ValueError("data.release needs data.order=blocked")
         if self.store is not None and not Path(self.store).is_dir():
             raise FileNotFoundError(
                 f"data.store: no series store at {self.store!r} "

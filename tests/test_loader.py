@@ -15,6 +15,10 @@ from metadist.tasks import (
 )
 
 FORECAST = {"lookback": 16, "horizon": 4, "num_support": 3, "num_query": 2}
+# The encoded store's rows are 20 bytes (3 float32 columns + an int64 time): entities of
+# 0.8-8 KB, so 8 KB blocks hold one to a few entities.
+BLOCKED = {"order": "blocked", "block_bytes": 8192, "window_blocks": 3}
+ORDERS = pytest.mark.parametrize("order", [{"order": "random"}, BLOCKED], ids=["random", "blocked"])
 
 
 # The user-defined sampler of the README, registered from outside metadist.
@@ -109,26 +113,38 @@ def test_epochs_lengths_and_torchmeta_keys():
     _assert_same(epoch0, again)
 
 
-def test_ranks_get_equal_disjoint_shares(encoded_store):
+@ORDERS
+def test_ranks_get_equal_disjoint_stratified_shares_of_their_split(encoded_store, order):
     sampler = build_task_sampler("forecast", encoded_store, **FORECAST)
     part = StratifiedTaskPartitioner(sampler.unit_strata(), seed=0, fractions=(0.9, 0.1, 0.0))
     loaders = [
-        BatchMetaDataLoader(sampler, part, batch_size=4, seed=1, rank=r, world_size=3)
+        BatchMetaDataLoader(sampler, part, batch_size=4, seed=1, rank=r, world_size=3, **order)
         for r in range(3)
     ]
     assert len({len(loader) for loader in loaders}) == 1 and len(loaders[0]) == 2
-    per_rank = [[e for e, _, _ in _tasks(list(loader))] for loader in loaders]
+    batches = [list(loader) for loader in loaders]
+    per_rank = [[e for e, _, _ in _tasks(rank_batches)] for rank_batches in batches]
     everyone = sum(per_rank, [])
     assert len(everyone) == 24 and len(set(everyone)) == 24
     assert set(everyone) <= set(sampler.unit_entity[part.units("train")].tolist())
+    strata = encoded_store.stratum_codes
+    dealt = np.bincount(strata[everyone], minlength=3)
+    for tasks in per_rank:
+        per_stratum = np.bincount(strata[tasks], minlength=3)
+        assert np.all(np.abs(per_stratum - dealt / 3) < 1), (per_stratum, dealt)
+    for batch in sum(batches, []):  # no leakage in time: target = time + 0.5
+        tau = batch.split_time.numpy()[:, None, None]
+        assert np.all(batch.support.y.numpy()[..., 0] - 0.5 < tau)
+        assert np.all(batch.query.y.numpy()[..., 0] - 0.5 >= tau)
 
 
 @pytest.mark.integration
 @pytest.mark.timeout(120)
-def test_same_batches_with_zero_and_two_workers(encoded_store):
+@ORDERS
+def test_same_batches_with_zero_and_two_workers(encoded_store, order):
     sampler = build_task_sampler("forecast", encoded_store, **FORECAST)
     part = StratifiedTaskPartitioner(sampler.unit_strata(), seed=2)
-    kwargs = {"batch_size": 3, "seed": 7, "rank": 1, "world_size": 2}
+    kwargs = {"batch_size": 3, "seed": 7, "rank": 1, "world_size": 2, **order}
     reference = BatchMetaDataLoader(sampler, part, **kwargs)
     forked = BatchMetaDataLoader(sampler, part, num_workers=2, **kwargs)
     for _ in range(2):  # two epochs
@@ -137,10 +153,11 @@ def test_same_batches_with_zero_and_two_workers(encoded_store):
 
 @pytest.mark.integration
 @pytest.mark.timeout(180)
-def test_spawned_persistent_workers_give_the_same_stream(encoded_store):
+@ORDERS
+def test_spawned_persistent_workers_give_the_same_stream(encoded_store, order):
     sampler = build_task_sampler("forecast", encoded_store, **FORECAST)
     part = StratifiedTaskPartitioner(sampler.unit_strata(), seed=2)
-    kwargs = {"batch_size": 4, "seed": 7}
+    kwargs = {"batch_size": 4, "seed": 7, **order}
     reference = BatchMetaDataLoader(sampler, part, **kwargs)
     spawned = BatchMetaDataLoader(
         sampler,
@@ -155,10 +172,11 @@ def test_spawned_persistent_workers_give_the_same_stream(encoded_store):
         _assert_same(list(reference), list(spawned))
 
 
-def test_resume_mid_epoch_gives_the_remaining_batches(encoded_store):
+@ORDERS
+def test_resume_mid_epoch_gives_the_remaining_batches(encoded_store, order):
     sampler = build_task_sampler("forecast", encoded_store, **FORECAST)
     part = StratifiedTaskPartitioner(sampler.unit_strata(), seed=4, fractions=(1.0, 0.0, 0.0))
-    make = lambda: BatchMetaDataLoader(sampler, part, batch_size=5, seed=8)  # noqa: E731
+    make = lambda: BatchMetaDataLoader(sampler, part, batch_size=5, seed=8, **order)  # noqa: E731
     full = make()
     list(full)  # epoch 0
     epoch1 = list(full)
@@ -175,13 +193,14 @@ def test_resume_mid_epoch_gives_the_remaining_batches(encoded_store):
     assert resumed.state_dict()["epoch"] == 2
 
 
-def test_resume_with_another_world_size_covers_the_rest_once(encoded_store):
+@ORDERS
+def test_resume_with_another_world_size_covers_the_rest_once(encoded_store, order):
     sampler = build_task_sampler("forecast", encoded_store, **FORECAST)
     part = StratifiedTaskPartitioner(sampler.unit_strata(), seed=4, fractions=(1.0, 0.0, 0.0))
-    reference = _tasks(list(BatchMetaDataLoader(sampler, part, batch_size=1, seed=8)))
+    reference = _tasks(list(BatchMetaDataLoader(sampler, part, batch_size=1, seed=8, **order)))
     assert len(reference) == 36
     two = [
-        BatchMetaDataLoader(sampler, part, batch_size=3, seed=8, rank=r, world_size=2)
+        BatchMetaDataLoader(sampler, part, batch_size=3, seed=8, rank=r, world_size=2, **order)
         for r in range(2)
     ]
     seen = []
@@ -193,7 +212,7 @@ def test_resume_with_another_world_size_covers_the_rest_once(encoded_store):
     assert state == two[1].state_dict() and state["tasks_consumed"] == 12
     assert sorted(seen) == sorted(reference[:12])
     three = [
-        BatchMetaDataLoader(sampler, part, batch_size=2, seed=8, rank=r, world_size=3)
+        BatchMetaDataLoader(sampler, part, batch_size=2, seed=8, rank=r, world_size=3, **order)
         for r in range(3)
     ]
     rest = []
@@ -272,3 +291,139 @@ def test_nway_kshot_examples_stay_in_the_loader_split(encoded_store):
                 used = side.x[..., 0, 0].numpy().astype(np.int64) // 10000
                 assert set(used.ravel().tolist()) <= allowed
             assert set(batch.entity_index.tolist()) <= allowed
+
+
+def _record_gathers(monkeypatch, events=None):
+    """Every window start row the forecast sampler gathers, one `[B, *]` array per call
+    (also appended to `events` as `("gathered", rows)` when given)."""
+    from metadist.tasks._windows import WindowGatherer
+
+    calls = []
+    gather = WindowGatherer.gather
+
+    def recording(self, rows, first_row=None):
+        calls.append(np.asarray(rows).reshape(len(rows), -1).copy())
+        if events is not None:
+            events.append(("gathered", calls[-1]))
+        return gather(self, rows, first_row)
+
+    monkeypatch.setattr(WindowGatherer, "gather", recording)
+    return calls
+
+
+@pytest.mark.parametrize("order", ["random", "blocked"])
+def test_blocked_order_reads_each_block_front_to_back_within_a_window(
+    encoded_store, monkeypatch, order
+):
+    sampler = build_task_sampler("forecast", encoded_store, **FORECAST)
+    kwargs = {"block_bytes": 4096, "window_blocks": 3} if order == "blocked" else {}
+    loader = BatchMetaDataLoader(
+        sampler, np.arange(sampler.num_units), batch_size=2, seed=3, order=order, **kwargs
+    )
+    calls = _record_gathers(monkeypatch)
+    list(loader)
+    # 4 gathers per batch (support/query inputs, then targets); the first starts with
+    # every task's first support window: the lowest row the task reads
+    task_rows = np.concatenate([call[:, 0] for call in calls[0::4]])
+    assert len(task_rows) == 36
+    pages = task_rows * 20 // 512  # 20-byte rows, counted in 512-byte pages
+    # blocks of 4096 bytes of the store (the test's own bucketing for both orders)
+    first_row = encoded_store.starts[sampler.unit_entity]
+    unit_bytes = encoded_store.lengths[sampler.unit_entity] * 20
+    block_starts = first_row[
+        np.flatnonzero(np.diff((np.cumsum(unit_bytes) - unit_bytes) // 4096, prepend=-1))
+    ]
+    block = np.searchsorted(block_starts, task_rows, side="right") - 1
+    forward = [bool(np.all(np.diff(pages[block == b]) >= 0)) for b in np.unique(block)]
+    first_touch = {b: int(np.flatnonzero(block == b)[0]) for b in np.unique(block)}
+    last_touch = {b: int(np.flatnonzero(block == b)[-1]) for b in np.unique(block)}
+    most_open = max(
+        sum(first_touch[b] <= t <= last_touch[b] for b in first_touch) for t in range(36)
+    )
+    if order == "blocked":
+        assert all(forward)  # every block's pages are touched in increasing order
+        assert most_open <= 3  # a stretch of tasks reads at most window_blocks blocks
+    else:
+        assert most_open > 3  # the random order reads blocks all over the file at once
+
+
+def test_read_ahead_covers_the_rows_gathered_and_released_blocks_are_not_read_again(
+    encoded_store, monkeypatch
+):
+    sampler = build_task_sampler("forecast", encoded_store, **FORECAST)
+    store_class = type(encoded_store)
+    events = []
+    will_need, release = store_class.will_need, store_class.release
+
+    def advise(self, first_rows, end_rows):
+        events.append(("advised", np.asarray(first_rows), np.asarray(end_rows)))
+        return will_need(self, first_rows, end_rows)
+
+    def drop(self, first_row, end_row):
+        events.append(("released", first_row, end_row))
+        release(self, first_row, end_row)
+
+    monkeypatch.setattr(store_class, "will_need", advise)
+    monkeypatch.setattr(store_class, "release", drop)
+    _record_gathers(monkeypatch, events)
+    kwargs = {"batch_size": 2, "seed": 3, **BLOCKED}
+    reference = list(BatchMetaDataLoader(sampler, np.arange(36), **kwargs))
+    events.clear()
+    batches = list(
+        BatchMetaDataLoader(sampler, np.arange(36), read_ahead=2, release=True, **kwargs)
+    )
+    advised, released, num_gathered = [], [], 0
+    for kind, *what in events:
+        if kind == "advised":
+            advised.append(what)
+        elif kind == "released":
+            released.append(what)
+        else:
+            for row in what[0].ravel().tolist():
+                num_gathered += 1
+                assert any(np.any((f <= row) & (row < e)) for f, e in advised), row
+                assert not any(f <= row < e for f, e in released), row
+    assert num_gathered == 36 * (3 + 2) * 2 and len(released) >= 1
+    _assert_same(batches, reference)  # advice changes nothing that is read
+    events.clear()
+    list(BatchMetaDataLoader(sampler, np.arange(36), **kwargs))
+    assert not [kind for kind, *_ in events if kind == "released"]  # release is opt-in
+    assert encoded_store.will_need(np.array([0, 10]), np.array([10, 20])) == 2  # merged
+
+
+def test_order_settings_are_checked_and_kept_in_the_state(encoded_store):
+    sinusoid = build_task_sampler("sinusoid", num_tasks=20)
+    with pytest.raises(ValueError, match="order='blocked'.*needs a sampler that says where"):
+        BatchMetaDataLoader(sinusoid, np.arange(20), batch_size=2, order="blocked")
+    with pytest.raises(ValueError, match="release=True needs order='blocked'"):
+        BatchMetaDataLoader(sinusoid, np.arange(20), batch_size=2, release=True)
+    with pytest.raises(ValueError, match="order must be one of"):
+        BatchMetaDataLoader(sinusoid, np.arange(20), batch_size=2, order="sorted")
+    with pytest.raises(ValueError, match="block_bytes must be a positive integer"):
+        BatchMetaDataLoader(
+            "forecast",
+            np.arange(4),
+            batch_size=1,
+            store=encoded_store,
+            order="blocked",
+            block_bytes=0,
+            sampler_options=FORECAST,
+        )
+    sampler = build_task_sampler("forecast", encoded_store, **FORECAST)
+    blocked = BatchMetaDataLoader(sampler, np.arange(36), batch_size=2, **BLOCKED)
+    random = BatchMetaDataLoader(sampler, np.arange(36), batch_size=2)
+    with pytest.raises(ValueError, match="saved with order random, this loader has blocked"):
+        blocked.load_state_dict(random.state_dict())
+
+
+def test_read_ahead_defaults_on_where_the_store_outgrows_the_page_cache(encoded_store, monkeypatch):
+    import metadist.data.loader as loader_module
+
+    sampler = build_task_sampler("forecast", encoded_store, **FORECAST)
+    make = lambda **kw: BatchMetaDataLoader(sampler, np.arange(36), batch_size=2, **kw)  # noqa: E731
+    assert not loader_module._larger_than_page_cache(encoded_store)  # a few KB
+    assert make().read_ahead == 0 and make(**BLOCKED).read_ahead == 4
+    monkeypatch.setattr(loader_module, "_larger_than_page_cache", lambda store: True)
+    assert make().read_ahead == 4 and make(read_ahead=0).read_ahead == 0
+    sinusoid = build_task_sampler("sinusoid", num_tasks=20)
+    assert BatchMetaDataLoader(sinusoid, np.arange(20), batch_size=2).read_ahead == 0

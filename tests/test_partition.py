@@ -159,3 +159,41 @@ def test_unit_groups_stay_in_one_split():
         StratifiedTaskPartitioner(STRATA, seed=0, unit_groups=np.zeros(len(STRATA)))
     with pytest.raises(ValueError, match="one entry per unit"):
         StratifiedTaskPartitioner(STRATA, seed=0, unit_groups=np.zeros(3))
+
+
+def test_blocked_order_is_a_seeded_permutation_of_shuffled_windows_in_file_order():
+    sizes = np.random.default_rng(0).integers(1, 30, 137)  # bytes of units 0..136
+    dealer = UnitDealer(np.arange(137), STRATA, seed=5).reordered(
+        "blocked", unit_bytes=sizes, block_bytes=100, window_blocks=3
+    )
+    assert dealer.num_blocks == -(-int(sizes.sum()) // 100) or dealer.num_blocks > 10
+    block = dealer.block_of  # units are 0..136, so block[u] is unit u's block
+    assert np.all(np.diff(block) >= 0)
+    for b in range(dealer.num_blocks):  # a block closes once it holds 100 bytes
+        assert sizes[block == b][:-1].sum() < 100
+    orders = [dealer.epoch_order(epoch) for epoch in range(3)]
+    for epoch, order in enumerate(orders):
+        np.testing.assert_array_equal(np.sort(order), np.arange(137))
+        np.testing.assert_array_equal(
+            order,
+            dealer.reordered(
+                "blocked", unit_bytes=sizes, block_bytes=100, window_blocks=3
+            ).epoch_order(epoch),
+        )
+        blocks_in_order = block[order]
+        # windows: runs of 3 blocks, each block entirely inside one run
+        seen = []
+        for b in blocks_in_order:
+            if b not in seen:
+                seen.append(b)
+        window_of = {b: i // 3 for i, b in enumerate(seen)}
+        assert np.all(np.diff([window_of[b] for b in blocks_in_order]) >= 0)
+        for b in seen:  # every block in file order
+            assert np.all(np.diff(order[blocks_in_order == b]) > 0)
+        assert seen != sorted(seen)  # blocks shuffled
+    assert not np.array_equal(orders[0], orders[1])
+    deal = dealer.deal(1, world_size=3)
+    dealt = np.bincount(STRATA[deal.units.ravel()], minlength=5)
+    for rank in range(3):
+        per_stratum = np.bincount(STRATA[deal.units[rank]], minlength=5)
+        assert np.all(np.abs(per_stratum - dealt / 3) < 1)

@@ -35,6 +35,8 @@ def sinusoid(*overrides: str, world_size: int = 1):
         ("data.fractions=[0.5,0.6,0.1]", "data.fractions"),
         ("data.num_workers=-1", "data.num_workers"),
         ("data.prefetch_factor=2", "data.prefetch_factor"),
+        ("data.order=sorted", "data.order"),
+        ("data.window_blocks=0", "data.window_blocks"),
         ("data.store=/no/such/store", "data.store"),
         ("logging.wandb.mode=sometimes", "logging.wandb.mode"),
         ("logging.log_every=0", "logging.log_every"),
@@ -81,6 +83,7 @@ def test_component_options_are_checked_before_training():
         ("model.options.activation=swish", "model"),
         ("+learner.options.inner_lrr=0.1", "learner"),
         ("trainer.meta_batch_size=90000", "trainer.meta_batch_size"),
+        ("data.order=blocked", "data.order=blocked.*does not say which store rows"),
     ]:
         with pytest.raises(ValueError, match=field):
             build_parts(sinusoid(override), env)

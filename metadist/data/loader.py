@@ -10,25 +10,40 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from metadist.batch import MetaBatch
-from metadist.data.partition import StratifiedTaskPartitioner, UnitDealer
+from metadist.data.partition import (
+    DEFAULT_BLOCK_BYTES,
+    DEFAULT_WINDOW_BLOCKS,
+    ORDERS,
+    StratifiedTaskPartitioner,
+    UnitDealer,
+)
 from metadist.tasks.base import TaskSampler, build_task_sampler, derive_task_seeds
 
 _STATE_VERSION = 1
+DEFAULT_READ_AHEAD = 4
+_NO_RELEASE = np.empty((0, 2), dtype=np.int64)
 
 
 class _TaskBatches(Dataset):
-    """Map-style dataset whose keys are whole task batches: `(units [B], seeds [B])`.
+    """Map-style dataset whose keys are whole task batches: `(units [B], seeds [B],
+    release [R, 2])`.
 
     The key carries everything a batch depends on, so a worker process (forked, spawned
-    or persistent across epochs) computes exactly what the main process would.
+    or persistent across epochs) computes exactly what the main process would. `release`
+    lists store row ranges that no task needs any more, dropped from the page cache by
+    the process that computes the batch (each process maps the store itself); it changes
+    nothing in the batch.
     """
 
     def __init__(self, sampler: TaskSampler) -> None:
         self.sampler = sampler
 
-    def __getitem__(self, key: tuple[np.ndarray, np.ndarray]) -> MetaBatch:
-        units, seeds = key
-        return self.sampler.sample(units, seeds)
+    def __getitem__(self, key: tuple[np.ndarray, np.ndarray, np.ndarray]) -> MetaBatch:
+        units, seeds, release = key
+        batch = self.sampler.sample(units, seeds)
+        for first_row, end_row in release.tolist():
+            self.sampler.store.release(first_row, end_row)
+        return batch
 
 
 class _PlanSampler(Sampler):
@@ -37,8 +52,8 @@ class _PlanSampler(Sampler):
     def __init__(self, loader: BatchMetaDataLoader) -> None:
         self.loader = loader
 
-    def __iter__(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        return iter(self.loader._plan())
+    def __iter__(self) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        return self.loader._advised(self.loader._plan())
 
     def __len__(self) -> int:
         return self.loader._num_batches_left()
@@ -46,6 +61,18 @@ class _PlanSampler(Sampler):
 
 def _identity(batch: MetaBatch) -> MetaBatch:
     return batch
+
+
+def _larger_than_page_cache(store: Any) -> bool:
+    """Whether the store's files exceed the memory available now (Linux `MemAvailable`);
+    False where that is unknown."""
+    try:
+        with open("/proc/meminfo") as info:
+            fields = dict(line.split(":", 1) for line in info)
+        available = int(fields["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        return False
+    return int(store.values.nbytes) + int(store.times.nbytes) > available
 
 
 class BatchMetaDataLoader:
@@ -74,6 +101,27 @@ class BatchMetaDataLoader:
             when CUDA is available.
         store: the store a sampler given by name reads.
         sampler_options: options of a sampler given by name.
+        order: "random" (default: the split's units shuffled, strata interleaved) or
+            "blocked" (for stores larger than the memory free for the page cache: blocks
+            of about `block_bytes` of the store, in file order, shuffled; the tasks of
+            `window_blocks` blocks at a time interleaved at random, each block read front
+            to back; see `metadist.data.partition`). Needs a sampler whose
+            `unit_rows()` says where its units lie in the store.
+        block_bytes, window_blocks: the blocked order's block size and window.
+        read_ahead: with a sampler that has `unit_rows()`, how many batches ahead of the
+            one being computed the loader asks the kernel to read the store rows their
+            tasks need (`posix_fadvise` WILLNEED), so disk reads overlap the work; 0 turns
+            it off. Default (None): 4 with the blocked order; with the random order, 4
+            when the store's files are larger than the memory the page cache can use
+            now (`MemAvailable`), else 0 (advice on cached pages only costs time). It
+            changes no batch, so this machine-dependent choice keeps the stream
+            machine-independent.
+        release: with the blocked order, drop a block's rows from the page cache
+            (`madvise` + `posix_fadvise` DONTNEED) once every rank is past it, so the
+            cache keeps only what is about to be read. Off by default: measured on a store
+            1.5x the page cache, keeping used blocks (pages a later epoch reads again stay
+            cached; the kernel evicts the oldest) was faster (BENCHMARKS.md). For a store
+            many times the cache shared with other work.
 
     Yields:
         `MetaBatch` with B tasks (`batch["train"]` / `batch["test"]` give the support
@@ -81,8 +129,9 @@ class BatchMetaDataLoader:
 
     Raises:
         ValueError: an unknown sampler name (listing the registered ones), batch_size < 1,
-            rank outside the world, world_size larger than the tasks, or batch_size larger
-            than the tasks a rank gets per epoch.
+            rank outside the world, world_size larger than the tasks, batch_size larger
+            than the tasks a rank gets per epoch, an unknown order, or a blocked order or
+            read-ahead with a sampler that does not say where its units lie.
 
     Example:
         >>> loader = BatchMetaDataLoader(sampler, partitioner, batch_size=16,
@@ -110,6 +159,11 @@ class BatchMetaDataLoader:
         multiprocessing_context: Any = None,
         store: Any = None,
         sampler_options: dict[str, Any] | None = None,
+        order: str = "random",
+        block_bytes: int = DEFAULT_BLOCK_BYTES,
+        window_blocks: int = DEFAULT_WINDOW_BLOCKS,
+        read_ahead: int | None = None,
+        release: bool = False,
     ) -> None:
         if isinstance(sampler, str):
             sampler = build_task_sampler(sampler, store, **(sampler_options or {}))
@@ -126,6 +180,10 @@ class BatchMetaDataLoader:
             raise ValueError(f"rank must be in 0..{int(world_size) - 1}, got {rank}")
         if isinstance(seed, bool) or int(seed) < 0:
             raise ValueError(f"seed must be a non-negative integer, got {seed}")
+        if order not in ORDERS:
+            raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
+        if read_ahead is not None and (isinstance(read_ahead, bool) or int(read_ahead) < 0):
+            raise ValueError(f"read_ahead must be an integer >= 0, got {read_ahead!r}")
         self.sampler = sampler
         self.batch_size = int(batch_size)
         self.world_size = int(world_size)
@@ -147,6 +205,31 @@ class BatchMetaDataLoader:
                     f"units {bad[:5].tolist()} are outside the sampler's 0..{sampler.num_units - 1}"
                 )
             self.dealer = UnitDealer(units, sampler.unit_strata()[units], seed=self.seed)
+        unit_rows = sampler.unit_rows()
+        if read_ahead is None:
+            larger = unit_rows is not None and _larger_than_page_cache(sampler.store)
+            read_ahead = DEFAULT_READ_AHEAD if order == "blocked" or larger else 0
+        if unit_rows is None and (order == "blocked" or int(read_ahead) > 0):
+            raise ValueError(
+                f"order={order!r} with read_ahead={read_ahead} needs a sampler that says where "
+                f"its units lie in the store (unit_rows()); sampler {sampler.name or sampler!r} "
+                "does not: use order='random' and read_ahead=0"
+            )
+        self._block_rows: np.ndarray | None = None
+        if order == "blocked":
+            assert unit_rows is not None
+            row_bytes = sampler.store.num_columns * 4 + 8  # float32 values + int64 time
+            self.dealer = self.dealer.reordered(
+                "blocked",
+                unit_bytes=unit_rows[1][self.dealer.units] * row_bytes,
+                block_bytes=block_bytes,
+                window_blocks=window_blocks,
+            )
+            if release:
+                self._block_rows = self.dealer.block_rows(*unit_rows)
+        elif release:
+            raise ValueError("release=True needs order='blocked' (blocks are what it drops)")
+        self.read_ahead = int(read_ahead)
         num_units = self.dealer.num_units
         if self.world_size > num_units:
             raise ValueError(
@@ -219,10 +302,53 @@ class BatchMetaDataLoader:
             self._deal_cache = (key, deal.units[self.rank], seeds)
         return self._deal_cache[1], self._deal_cache[2]
 
-    def _plan(self) -> list[tuple[np.ndarray, np.ndarray]]:
+    def _plan(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         units, seeds = self._rank_deal()
         b = self.batch_size
-        return [(units[i : i + b], seeds[i : i + b]) for i in range(0, len(units), b)]
+        num_batches = len(units) // b
+        releases = self._release_plan(num_batches)
+        return [
+            (units[j * b : (j + 1) * b], seeds[j * b : (j + 1) * b], releases[j])
+            for j in range(num_batches)
+        ]
+
+    def _release_plan(self, num_batches: int) -> list[np.ndarray]:
+        """`[R, 2]` store row ranges of the blocks to drop when computing each batch.
+
+        A block is dropped at the first batch that starts a whole step after every rank
+        took its last task (ranks may be a step apart), and again at the next batches
+        until every worker process has dropped it from its own mapping.
+        """
+        if self._block_rows is None or num_batches == 0:
+            return [_NO_RELEASE] * num_batches
+        order = self.dealer.epoch_order(self.epoch)
+        assert self.dealer.block_of is not None
+        block = self.dealer.block_of[np.searchsorted(self.dealer.units, order)]
+        last_position = np.zeros(self.dealer.num_blocks, dtype=np.int64)
+        np.maximum.at(last_position, block, np.arange(len(order)))
+        # batch j covers positions start + j*tps ...; drop at the first j with
+        # start + (j - 1) * tps > last_position
+        tps = self.tasks_per_step
+        at_batch = np.maximum((last_position - self.tasks_consumed) // tps + 2, 0)
+        releases = [_NO_RELEASE] * num_batches
+        copies = max(self._num_workers, 1)
+        for j in range(num_batches):
+            due = (at_batch <= j) & (at_batch > j - copies)
+            if due.any():
+                releases[j] = self._block_rows[due]
+        return releases
+
+    def _advised(
+        self, plan: list[tuple[np.ndarray, np.ndarray, np.ndarray]]
+    ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Yields the plan's keys, telling the kernel `read_ahead` batches in advance
+        which store rows their tasks read."""
+        ahead = self.read_ahead
+        for j, key in enumerate(plan):
+            if ahead:
+                for units, seeds, _ in plan[j + ahead if j else 0 : j + ahead + 1]:
+                    self.sampler.store.will_need(*self.sampler.task_rows(units, seeds))
+            yield key
 
     def _batches(self) -> Iterator[MetaBatch]:
         if self._num_workers > 0:
@@ -231,7 +357,7 @@ class BatchMetaDataLoader:
         # In-process: the same items DataLoader would fetch, without its per-batch
         # bookkeeping (tens of microseconds, a noticeable share of a fast batch).
         dataset = self._loader.dataset
-        for key in self._plan():
+        for key in self._advised(self._plan()):
             batch = dataset[key]
             yield batch.pin_memory() if self._pin_memory else batch
 
@@ -246,8 +372,8 @@ class BatchMetaDataLoader:
             self.epoch += 1
             self.tasks_consumed = 0
 
-    def state_dict(self) -> dict[str, int]:
-        """`{"epoch", "tasks_consumed", "seed", "num_tasks_per_epoch", "version"}`.
+    def state_dict(self) -> dict[str, Any]:
+        """`{"epoch", "tasks_consumed", "seed", "num_tasks_per_epoch", "order", "version"}`.
 
         `tasks_consumed` counts the tasks of the epoch that all ranks together have been
         given; it is the same on every rank.
@@ -258,7 +384,16 @@ class BatchMetaDataLoader:
             "tasks_consumed": self.tasks_consumed,
             "seed": self.seed,
             "num_tasks_per_epoch": self.dealer.num_units,
+            "order": self._order_text(),
         }
+
+    def _order_text(self) -> str:
+        if self.dealer.order == "random":
+            return "random"
+        return (
+            f"blocked(block_bytes={self.dealer.block_bytes}, "
+            f"window_blocks={self.dealer.window_blocks})"
+        )
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         """Continues from `state`, also one saved with another world size or batch size.
@@ -273,6 +408,12 @@ class BatchMetaDataLoader:
             raise ValueError(
                 f"loader state was saved with seed={state['seed']}, this loader has "
                 f"seed={self.seed}"
+            )
+        saved_order = str(state.get("order", "random"))
+        if saved_order != self._order_text():
+            raise ValueError(
+                f"loader state was saved with order {saved_order}, this loader has "
+                f"{self._order_text()}; resume with the same data.order settings"
             )
         num_units = self.dealer.num_units
         if "num_tasks_per_epoch" in state and int(state["num_tasks_per_epoch"]) != num_units:

@@ -14,6 +14,14 @@ each rank gets ⌊n_s / W⌋ or ⌈n_s / W⌉ of the n_s tasks of stratum s (an 
 colouring of the rounds × stratum-blocks bipartite multigraph, de Werra 1971). A tail of
 fewer than `world_size` tasks (or whatever does not fill a whole number of batches, see the
 loader) is not dealt in that epoch; the next epoch reshuffles everything.
+
+Orders. The `"random"` order shuffles a split's units, strata interleaved evenly. The
+`"blocked"` order is for stores larger than the memory the page cache can use: units, in
+file order, are cut into *blocks* of about `block_bytes` of the store; the blocks are
+shuffled, taken `window_blocks` at a time, and the tasks of a window are a random
+interleaving of its blocks in which every block keeps its file order. A stretch of
+batches then reads `window_blocks` regions of the file, each front to back, instead of
+pages all over it. Dealing is the same for both orders, so every promise above holds.
 """
 
 from __future__ import annotations
@@ -27,6 +35,10 @@ SPLITS = ("train", "val", "test")
 _SPLIT_TAGS = {"train": 0x7261696E, "val": 0x76616C, "test": 0x74657374}
 _TAG_PARTITION = 0x5041525449
 _TAG_ORDER = 0x4F52444552
+_TAG_BLOCKED = 0x424C4F434B
+ORDERS = ("random", "blocked")
+DEFAULT_BLOCK_BYTES = 32 << 20
+DEFAULT_WINDOW_BLOCKS = 16
 
 
 def _rng(seed: int, *tags: int) -> np.random.Generator:
@@ -65,9 +77,30 @@ class UnitDealer:
         strata: `[n]` int64 stratum code of each of `units`.
         seed: the order of epoch e is a function of (seed, e, tag) only.
         tag: separates the orders of different splits that share a seed.
+        order: "random" or "blocked" (see the module docstring).
+        unit_bytes: with `order="blocked"`, `[n]` store bytes of each of `units` (in the
+            order given); units with consecutive indices are neighbours in the file.
+        block_bytes: with `order="blocked"`, a block closes once its units reach this
+            many bytes (a unit larger than that is a block of its own).
+        window_blocks: with `order="blocked"`, how many blocks are interleaved at a time.
+
+    Raises:
+        ValueError: bad shapes, duplicate units, an unknown order, or blocked-order
+            settings that are missing or not positive.
     """
 
-    def __init__(self, units: np.ndarray, strata: np.ndarray, *, seed: int, tag: int = 0):
+    def __init__(
+        self,
+        units: np.ndarray,
+        strata: np.ndarray,
+        *,
+        seed: int,
+        tag: int = 0,
+        order: str = "random",
+        unit_bytes: np.ndarray | None = None,
+        block_bytes: int = DEFAULT_BLOCK_BYTES,
+        window_blocks: int = DEFAULT_WINDOW_BLOCKS,
+    ):
         units = np.asarray(units, dtype=np.int64)
         strata = np.asarray(strata, dtype=np.int64)
         if units.ndim != 1 or strata.shape != units.shape:
@@ -76,12 +109,57 @@ class UnitDealer:
             )
         if len(np.unique(units)) != len(units):
             raise ValueError("units contains duplicates; every unit may be dealt once per epoch")
-        order = np.argsort(units, kind="stable")
-        self.units = units[order]
-        self.strata = strata[order]
+        by_unit = np.argsort(units, kind="stable")
+        self.units = units[by_unit]
+        self.strata = strata[by_unit]
         self.seed = _check_seed(seed)
         self.tag = int(tag)
         self._order_cache: tuple[int, np.ndarray] | None = None
+        if order not in ORDERS:
+            raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
+        self.order = order
+        self.block_bytes = _check_positive(block_bytes, "block_bytes")
+        self.window_blocks = _check_positive(window_blocks, "window_blocks")
+        self.block_of: np.ndarray | None = None
+        if order == "blocked":
+            if unit_bytes is None:
+                raise ValueError("order='blocked' needs unit_bytes, the store bytes of each unit")
+            sizes = np.asarray(unit_bytes, dtype=np.int64)
+            if sizes.shape != units.shape or np.any(sizes < 0):
+                raise ValueError(
+                    f"unit_bytes must be {len(units)} non-negative sizes, got shape {sizes.shape}"
+                )
+            self.block_of = _cut_blocks(sizes[by_unit], self.block_bytes)
+
+    def reordered(
+        self,
+        order: str,
+        *,
+        unit_bytes: np.ndarray | None = None,
+        block_bytes: int = DEFAULT_BLOCK_BYTES,
+        window_blocks: int = DEFAULT_WINDOW_BLOCKS,
+    ) -> UnitDealer:
+        """The same units, strata, seed and tag dealt in another `order`.
+
+        `unit_bytes` is `[n]` aligned with `self.units` (sorted unit indices).
+        """
+        return UnitDealer(
+            self.units,
+            self.strata,
+            seed=self.seed,
+            tag=self.tag,
+            order=order,
+            unit_bytes=unit_bytes,
+            block_bytes=block_bytes,
+            window_blocks=window_blocks,
+        )
+
+    @property
+    def num_blocks(self) -> int:
+        """Blocks of the blocked order (1 for the random order)."""
+        if self.block_of is None:
+            return 1
+        return int(self.block_of[-1]) + 1 if len(self.block_of) else 0
 
     @property
     def num_units(self) -> int:
@@ -97,6 +175,10 @@ class UnitDealer:
         epoch = _check_seed(epoch, "epoch")
         if self._order_cache is not None and self._order_cache[0] == epoch:
             return self._order_cache[1]
+        if self.block_of is not None:
+            order = self._blocked_order(epoch)
+            self._order_cache = (epoch, order)
+            return order
         n = self.num_units
         rng = _rng(self.seed, _TAG_ORDER, self.tag, epoch)
         shuffled = rng.permutation(n)
@@ -115,6 +197,32 @@ class UnitDealer:
             order = self.units[shuffled[np.argsort(key, kind="stable")]]
         self._order_cache = (epoch, order)
         return order
+
+    def _blocked_order(self, epoch: int) -> np.ndarray:
+        """The blocked order of `epoch`: shuffled blocks, `window_blocks` at a time, each
+        window a uniformly random interleaving of its blocks in file order."""
+        assert self.block_of is not None
+        rng = _rng(self.seed, _TAG_BLOCKED, self.tag, epoch)
+        place = np.empty(self.num_blocks, dtype=np.int64)
+        place[rng.permutation(self.num_blocks)] = np.arange(self.num_blocks)
+        window = place[self.block_of] // self.window_blocks
+        # Each block's units take its random keys in increasing order (block_of is
+        # non-decreasing over the sorted units), so a block is read front to back while
+        # the merge by key mixes the blocks of a window uniformly.
+        keys = rng.random(self.num_units)
+        keys = keys[np.lexsort((keys, self.block_of))]
+        return self.units[np.lexsort((keys, window))]
+
+    def block_rows(self, unit_first_row: np.ndarray, unit_num_rows: np.ndarray) -> np.ndarray:
+        """`[num_blocks, 2]` first and end store row of every block, given every unit's
+        (of the sampler, indexed by unit) first row and number of rows."""
+        assert self.block_of is not None
+        first = unit_first_row[self.units]
+        end = first + unit_num_rows[self.units]
+        rows = np.empty((self.num_blocks, 2), dtype=np.int64)
+        rows[:, 0] = np.minimum.reduceat(first, _block_starts(self.block_of))
+        rows[:, 1] = np.maximum.reduceat(end, _block_starts(self.block_of))
+        return rows
 
     def deal(
         self, epoch: int, world_size: int, *, start: int = 0, num_rounds: int | None = None
@@ -160,6 +268,23 @@ class UnitDealer:
         by_rank[slot] = np.arange(len(positions))
         grid = by_rank.reshape(num_rounds, world_size).T
         return Deal(units=dealt_units[grid].copy(), positions=positions[grid].copy())
+
+
+def _check_positive(value: int, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def _cut_blocks(sizes: np.ndarray, block_bytes: int) -> np.ndarray:
+    """`[n]` block index of each unit: a unit belongs to the block of `block_bytes`
+    in which it starts, counting bytes in file order (blocks numbered 0, 1, ...)."""
+    starts = np.cumsum(sizes) - sizes
+    return np.unique(starts // block_bytes, return_inverse=True)[1].astype(np.int64)
+
+
+def _block_starts(block_of: np.ndarray) -> np.ndarray:
+    return np.flatnonzero(np.diff(block_of, prepend=-1))
 
 
 def _equitable_colouring(strata: np.ndarray, world_size: int) -> np.ndarray:

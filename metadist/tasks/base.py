@@ -94,6 +94,26 @@ class TaskSampler(ABC):
         units are not store entities (e.g. sinusoid task numbers)."""
         return None
 
+    def unit_rows(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """`(first_row, num_rows)`, each `[num_units]` int64: the store rows every task of
+        a unit reads lie in `[first_row, first_row + num_rows)`.
+
+        None (the default) when tasks are not confined to one store region per unit; the
+        loader's blocked order and read-ahead need it.
+        """
+        return None
+
+    def task_rows(self, units: np.ndarray, seeds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """`(first_row [B], end_row [B])`: the store rows task i reads, for read-ahead.
+
+        The default is the task's whole unit; samplers that read a small part of a unit
+        narrow it. Only called when `unit_rows()` is not None.
+        """
+        rows = self.unit_rows()
+        assert rows is not None
+        first = rows[0][units]
+        return first, first + rows[1][units]
+
     @abstractmethod
     def sample(self, units: np.ndarray, seeds: np.ndarray) -> MetaBatch:
         """Draws one task per unit.

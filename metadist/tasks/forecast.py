@@ -408,6 +408,18 @@ class ForecastSampler(TaskSampler):
         u = (np.asarray(seeds, dtype=np.uint64) >> np.uint64(11)).astype(np.float64) * 2.0**-53
         return low + np.minimum((u * (high - low + 1)).astype(np.int64), high - low)
 
+    def unit_rows(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.unit_start, self.unit_length
+
+    def task_rows(self, units: np.ndarray, seeds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """`(first_row [B], end_row [B])`: from the first support input row (padding
+        clipped to the unit) to the last query target row, plus one."""
+        units = np.asarray(units, dtype=np.int64)
+        base = self.unit_start[units] + self.split_rows(units, seeds)
+        k, q, s = self.num_support, self.num_query, self.stride
+        first = base - self.lookback - self.horizon - (k - 1) * s
+        return np.maximum(first, self.unit_start[units]), base + (q - 1) * s + self.horizon
+
     def sample(self, units: np.ndarray, seeds: np.ndarray) -> MetaBatch:
         units = np.asarray(units, dtype=np.int64)
         inputs, targets = self._windows()

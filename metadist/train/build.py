@@ -76,6 +76,13 @@ def build_parts(config: TrainConfig, env: DistEnv) -> RunParts:
     ):
         sampler = build_task_sampler(config.sampler.name, store, **config.sampler.options)
     partitioner = config.data.partitioner(sampler, store, seed)
+    wants_rows = config.data.order == "blocked" or (config.data.read_ahead or 0) > 0
+    if wants_rows and sampler.unit_rows() is None:
+        raise ValueError(
+            f"data.order={config.data.order} / data.read_ahead={config.data.read_ahead}: sampler "
+            f"{config.sampler.name!r} does not say which store rows its units read; use "
+            "data.order=random with data.read_ahead unset"
+        )
     on_gpu = env.device.type == "cuda"
     loader_options: dict[str, Any] = {
         "batch_size": config.trainer.meta_batch_size // env.world_size,
@@ -84,6 +91,11 @@ def build_parts(config: TrainConfig, env: DistEnv) -> RunParts:
         "world_size": env.world_size,
         "num_workers": config.data.num_workers,
         "pin_memory": on_gpu if config.data.pin_memory is None else config.data.pin_memory,
+        "order": config.data.order,
+        "block_bytes": config.data.block_bytes,
+        "window_blocks": config.data.window_blocks,
+        "read_ahead": config.data.read_ahead,
+        "release": config.data.release,
     }
     if config.data.num_workers > 0:
         loader_options["persistent_workers"] = config.data.persistent_workers

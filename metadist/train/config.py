@@ -50,6 +50,14 @@ class DataConfig:
         pin_memory: page-locked host batches; `None` turns it on when training on a GPU.
         prefetch_factor: batches each worker prepares ahead; `None` keeps torch's default.
         persistent_workers: keep workers alive between epochs.
+        order: epoch order of the tasks, "random" or "blocked" (for a store larger than
+            the memory free for the page cache: see `BatchMetaDataLoader`).
+        block_bytes: with `order: blocked`, bytes of the store per block.
+        window_blocks: with `order: blocked`, blocks whose tasks are mixed at a time.
+        read_ahead: batches ahead whose store rows the kernel is asked to read; `None`
+            is 4 with `order: blocked`, and with `order: random` 4 when the store is
+            larger than the memory available, else 0.
+        release: with `order: blocked`, drop each block from the page cache after use.
     """
 
     store: str | None = None
@@ -62,6 +70,11 @@ class DataConfig:
     pin_memory: bool | None = None
     prefetch_factor: int | None = None
     persistent_workers: bool = False
+    order: str = "random"
+    block_bytes: int = 32 << 20
+    window_blocks: int = 16
+    read_ahead: int | None = None
+    release: bool = False
 
     def partitioner(self, sampler: Any, store: Any, seed: int) -> Any:
         """The run's `StratifiedTaskPartitioner` of `sampler`'s units (see
@@ -112,6 +125,13 @@ class DataConfig:
                 raise ValueError("data.prefetch_factor needs data.num_workers > 0")
         if self.persistent_workers and self.num_workers == 0:
             raise ValueError("data.persistent_workers needs data.num_workers > 0")
+        _check_choice("data.order", self.order, ("random", "blocked"))
+        _check_min("data.block_bytes", self.block_bytes, 1)
+        _check_min("data.window_blocks", self.window_blocks, 1)
+        if self.read_ahead is not None:
+            _check_min("data.read_ahead", self.read_ahead, 0)
+        if self.release and self.order != "blocked":
+            raise ValueError("data.release needs data.order=blocked")
         if self.store is not None and not Path(self.store).is_dir():
             raise FileNotFoundError(
                 f"data.store: no series store at {self.store!r} "

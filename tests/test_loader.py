@@ -296,7 +296,7 @@ def test_nway_kshot_examples_stay_in_the_loader_split(encoded_store):
 def _record_gathers(monkeypatch, events=None):
     """Every window start row the forecast sampler gathers, one `[B, *]` array per call
     (also appended to `events` as `("gathered", rows)` when given)."""
-    from metadist.tasks._windows import WindowGatherer
+    from metadist.tasks.windows import WindowGatherer
 
     calls = []
     gather = WindowGatherer.gather

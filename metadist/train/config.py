@@ -22,6 +22,7 @@ from typing import Any
 
 _DEVICES = ("auto", "cpu", "cuda")
 _BACKENDS = ("auto", "gloo", "nccl")
+_PRECISIONS = ("fp32", "bf16")
 _OPTIMIZERS = ("adam", "adamw", "sgd")
 _SCHEDULES = ("constant", "cosine")
 _WANDB_MODES = ("online", "offline", "disabled")
@@ -217,6 +218,19 @@ class TrainerConfig:
             leaves torch's choice (all cores, or `OMP_NUM_THREADS` when set, as torchrun
             does). 1 is usually fastest for small meta-learning models on CPU, whose
             many tiny ops gain nothing from threads.
+        check_every: how often (in meta-steps) the host reads the step guard: whether a
+            meta-loss or meta-gradient was NaN/inf on any rank, and whether any rank was
+            signalled to stop. Between reads a non-finite step is still never applied (the
+            update is masked on the device and every later one too), and the run stops
+            with `NonFiniteLossError` naming that step at the next read. `None`: 1 on CPU
+            (where reading costs nothing), 16 on GPU (a read is a host sync). Metrics
+            records, evaluation and checkpoints always read first.
+        compile: run the meta-step's forward and backward through `torch.compile`
+            (`mode="reduce-overhead"` on GPU); where it cannot compile (e.g. second-order
+            MAML: no double backward through compiled graphs), one line says so and the
+            run continues eagerly.
+        precision: `fp32`, or `bf16` to run the meta-step's forward under bfloat16
+            autocast (parameters and optimizer state stay fp32).
     """
 
     meta_steps: int = 1000
@@ -230,6 +244,9 @@ class TrainerConfig:
     backend: str = "auto"
     find_unused_parameters: bool = False
     num_threads: int | None = None
+    check_every: int | None = None
+    compile: bool = False
+    precision: str = "fp32"
 
     def validate(self, world_size: int) -> None:
         _check_min("trainer.meta_steps", self.meta_steps, 1)
@@ -240,6 +257,11 @@ class TrainerConfig:
         _check_min("trainer.eval_batches", self.eval_batches, 1)
         if self.num_threads is not None:
             _check_min("trainer.num_threads", self.num_threads, 1)
+        if self.check_every is not None:
+            _check_min("trainer.check_every", self.check_every, 1)
+        if not isinstance(self.compile, bool):
+            raise ValueError(f"trainer.compile must be true or false, got {self.compile!r}")
+        _check_choice("trainer.precision", self.precision, _PRECISIONS)
         _check_choice("trainer.device", self.device, _DEVICES)
         _check_choice("trainer.backend", self.backend, _BACKENDS)
         if self.seed < 0:

@@ -220,11 +220,18 @@ def test_bf16_autocast_trains_close_to_fp32():
     [
         ("trainer.precision=fp16", "trainer.precision must be one of fp32, bf16"),
         ("trainer.check_every=0", "trainer.check_every must be >= 1"),
+        ("trainer.device=gpu", "trainer.device must be one of auto, cpu, cuda, cuda:N"),
+        ("trainer.compile=maybe", "trainer.compile"),
     ],
 )
 def test_bad_step_options_are_named(tmp_path, override, message):
     with pytest.raises(ValueError, match=message):
         tiny(tmp_path / "x", override)
+
+
+def test_nccl_cannot_share_one_gpu_between_ranks(tmp_path):
+    with pytest.raises(ValueError, match="NCCL cannot share"):
+        load_config([*TINY, "trainer.device=cuda:0", "trainer.backend=nccl"], world_size=2)
 
 
 @pytest.mark.slow

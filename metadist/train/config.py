@@ -13,6 +13,7 @@ import dataclasses
 import importlib
 import math
 import os
+import re
 import sys
 import types
 import typing
@@ -23,6 +24,7 @@ from typing import Any
 _DEVICES = ("auto", "cpu", "cuda")
 _BACKENDS = ("auto", "gloo", "nccl")
 _PRECISIONS = ("fp32", "bf16")
+_GPU_INDEX = re.compile(r"cuda:\d+")
 _OPTIMIZERS = ("adam", "adamw", "sgd")
 _SCHEDULES = ("constant", "cosine")
 _WANDB_MODES = ("online", "offline", "disabled")
@@ -211,7 +213,8 @@ class TrainerConfig:
         keep_checkpoints: how many recent checkpoints to keep in the run directory.
         eval_every: evaluate on meta-val every this many steps; 0 turns it off.
         eval_batches: meta-val batches per evaluation (the same tasks every time).
-        device: `auto` (a GPU per rank when there is one), `cpu` or `cuda`.
+        device: `auto` (a GPU per rank when there is one), `cpu`, `cuda`, or `cuda:N` (every
+            rank on GPU N, e.g. two gloo ranks sharing one GPU).
         backend: process-group backend: `auto` (NCCL on GPU, gloo on CPU), `gloo`, `nccl`.
         find_unused_parameters: passed to DistributedDataParallel.
         num_threads: CPU threads for torch's intra-op parallelism in each process; `None`
@@ -262,10 +265,16 @@ class TrainerConfig:
         if not isinstance(self.compile, bool):
             raise ValueError(f"trainer.compile must be true or false, got {self.compile!r}")
         _check_choice("trainer.precision", self.precision, _PRECISIONS)
-        _check_choice("trainer.device", self.device, _DEVICES)
+        if not _GPU_INDEX.fullmatch(str(self.device)):
+            _check_choice("trainer.device", self.device, (*_DEVICES, "cuda:N"))
         _check_choice("trainer.backend", self.backend, _BACKENDS)
         if self.seed < 0:
             raise ValueError(f"trainer.seed must be >= 0, got {self.seed}")
+        if self.backend == "nccl" and _GPU_INDEX.fullmatch(str(self.device)) and world_size > 1:
+            raise ValueError(
+                f"trainer.device={self.device} puts every rank on one GPU, which NCCL cannot "
+                "share between ranks; use trainer.backend=gloo or trainer.device=auto"
+            )
         if self.backend == "nccl" and self.device == "cpu":
             raise ValueError("trainer.backend=nccl needs GPUs: set trainer.device=cuda or auto")
         if self.meta_batch_size % world_size:

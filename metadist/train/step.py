@@ -214,8 +214,10 @@ class MetaStep:
             return self._run(batch)
 
     def _fall_back(self, error: Exception) -> None:
-        text = str(error).strip().splitlines()
-        reason = text[0][:160] if text else type(error).__name__
+        text = str(error).strip()
+        reason = text.splitlines()[0][:160] if text else type(error).__name__
+        if "double backward" in text or "create_graph" in text:
+            reason = "second-order gradients need a double backward, which compiled graphs lack"
         self._message(f"trainer.compile: cannot compile the meta-step ({reason}); running eagerly")
         self._run = self._forward_backward
         self.compiled = False

@@ -257,3 +257,12 @@ def test_compiled_first_order_meta_step_equals_eager_on_cpu():
     np.testing.assert_allclose(compiled_losses, eager_losses, rtol=1e-5)
     for a, b in zip(compiled_params, eager_params, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the machine without a GPU")
+def test_a_run_is_evaluated_on_the_cpu_where_no_gpu_is_visible():
+    from metadist.train.distributed import evaluation_device, read_env
+
+    assert evaluation_device("auto") == evaluation_device("cuda") == torch.device("cpu")
+    with pytest.raises(ValueError, match="trainer.device=cuda:0 but no GPU is visible"):
+        read_env("cuda:0")

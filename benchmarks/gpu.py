@@ -56,7 +56,9 @@ from metadist.train.step import MetaStep
 LR = 1e-3
 
 
-def workload_overrides(name: str, store: Path | None, large: int) -> list[str]:
+def workload_overrides(
+    name: str, store: Path | None, large: int, num_workers: int = 0
+) -> list[str]:
     kind, batch = name.rsplit("-", 1)
     batch_size = large if name == "sinusoid-4096" else int(batch)
     common = [
@@ -65,6 +67,8 @@ def workload_overrides(name: str, store: Path | None, large: int) -> list[str]:
         "logging.progress=false",
         "logging.wandb.mode=disabled",
         f"optimizer.lr={LR}",
+        f"data.num_workers={num_workers}",
+        f"data.persistent_workers={str(num_workers > 0).lower()}",
     ]
     if kind == "sinusoid":
         return ["experiment=sinusoid_maml", f"sampler.options.num_tasks={10 * batch_size}", *common]
@@ -240,7 +244,7 @@ def rates(runner: Runner, rounds: int, steps: int, utilisation: Utilisation | No
 
 
 def measure(name: str, args, store: Path | None, device: torch.device) -> dict:
-    overrides = workload_overrides(name, store, args.sinusoid_large)
+    overrides = workload_overrides(name, store, args.sinusoid_large, args.num_workers)
     common = {"check_every": args.check_every, "precision": args.precision}
     runners = {
         "batched": Runner(overrides, device, **common),
@@ -262,6 +266,7 @@ def measure(name: str, args, store: Path | None, device: torch.device) -> dict:
             measured[key] += rates(
                 runner, 1, args.steps, util["batched"] if key == "batched" else None
             )
+    runners["batched"].fed(args.warmup)  # starts the loader's workers (persistent)
     fed = []
     for _ in range(args.rounds):
         with util["fed"]:
@@ -354,6 +359,7 @@ def main() -> None:
     parser.add_argument("--loop-tasks", type=int, default=256)
     parser.add_argument("--sinusoid-large", type=int, default=4096, help="B of sinusoid-4096")
     parser.add_argument("--cpu-threads", type=int, default=1)
+    parser.add_argument("--num-workers", type=int, default=0, help="loader worker processes")
     parser.add_argument("--check-every", type=int, default=None)
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     parser.add_argument("--compile", action="store_true")

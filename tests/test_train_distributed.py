@@ -89,6 +89,11 @@ def _ddp_worker(rank: int, world_size: int, port: int, out_dir: str) -> None:
     run_dir = Path(out_dir) / "run"
     trained = train(load_config([*TWO_RANK_RUN, f"run_dir={run_dir}"]))
     results["trained"] = _params(trained.learner)
+    # The same run reading the step guard every 7 steps (masked updates in between, the
+    # GPU default's path) ends with the same parameters.
+    masked_dir = Path(out_dir) / "masked"
+    masked = train(load_config([*TWO_RANK_RUN, "trainer.check_every=7", f"run_dir={masked_dir}"]))
+    results["masked"] = _params(masked.learner)
     torch.save(results, Path(out_dir) / f"rank{rank}.pt")
     destroy_distributed()
 
@@ -147,6 +152,9 @@ def test_replicas_stay_identical_over_several_steps(two_rank_results):
     rank0, rank1 = (r["trained"] for r in two_rank_results["ranks"])
     for name in rank0:
         assert torch.equal(rank0[name], rank1[name]), name
+    for rank in two_rank_results["ranks"]:  # guard read every 7 steps: the same run
+        for name in rank0:
+            assert torch.equal(rank["masked"][name], rank0[name]), name
 
 
 def _final_params(run_dir: Path) -> dict[str, torch.Tensor]:

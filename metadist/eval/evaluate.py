@@ -573,6 +573,9 @@ def evaluate_tasks(
 def _model_predictions(
     learner, batch: MetaBatch, options: EvalOptions, unadapted: bool = True
 ) -> dict[str, torch.Tensor]:
+    parameter = next(learner.parameters(), None)  # on the run's device (trainer.device)
+    if parameter is not None:
+        batch = batch.to(parameter.device, non_blocking=True)
     with torch.no_grad():
         adapted = learner.adapt(batch.support, steps=options.inner_steps)
         out = {"adapted": _forecast(lambda x: learner.predict(adapted, x), batch)}
@@ -1031,7 +1034,9 @@ def _trained_learner(
     )
     learner = build_learner(config.learner.name, model, **config.learner.options)
     learner.load_state_dict(state["learner"])
-    return learner
+    from metadist.train.distributed import evaluation_device
+
+    return learner.to(evaluation_device(config.trainer.device))
 
 
 def _ensemble_member(

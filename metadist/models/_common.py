@@ -154,7 +154,8 @@ def normalise_window(
         return deviation / scale.unsqueeze(-2), level, scale
     # Level/scale per input feature: the target's for its channel, 0/1 for the others.
     onehot = torch.zeros(len(channels), num_features, dtype=x.dtype, device=x.device)
-    onehot[torch.arange(len(channels)), torch.tensor(channels)] = 1.0
+    rows = torch.arange(len(channels), device=x.device)
+    onehot[rows, torch.tensor(channels, device=x.device)] = 1.0
     feature_level = level @ onehot
     feature_scale = (scale - 1.0) @ onehot + 1.0
     return (x - feature_level.unsqueeze(-2)) / feature_scale.unsqueeze(-2), level, scale

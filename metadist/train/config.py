@@ -13,6 +13,7 @@ import dataclasses
 import importlib
 import math
 import os
+import re
 import sys
 import types
 import typing
@@ -22,6 +23,8 @@ from typing import Any
 
 _DEVICES = ("auto", "cpu", "cuda")
 _BACKENDS = ("auto", "gloo", "nccl")
+_PRECISIONS = ("fp32", "bf16")
+_GPU_INDEX = re.compile(r"cuda:\d+")
 _OPTIMIZERS = ("adam", "adamw", "sgd")
 _SCHEDULES = ("constant", "cosine")
 _WANDB_MODES = ("online", "offline", "disabled")
@@ -230,13 +233,27 @@ class TrainerConfig:
         keep_checkpoints: how many recent checkpoints to keep in the run directory.
         eval_every: evaluate on meta-val every this many steps; 0 turns it off.
         eval_batches: meta-val batches per evaluation (the same tasks every time).
-        device: `auto` (a GPU per rank when there is one), `cpu` or `cuda`.
+        device: `auto` (a GPU per rank when there is one), `cpu`, `cuda`, or `cuda:N` (every
+            rank on GPU N, e.g. two gloo ranks sharing one GPU).
         backend: process-group backend: `auto` (NCCL on GPU, gloo on CPU), `gloo`, `nccl`.
         find_unused_parameters: passed to DistributedDataParallel.
         num_threads: CPU threads for torch's intra-op parallelism in each process; `None`
             leaves torch's choice (all cores, or `OMP_NUM_THREADS` when set, as torchrun
             does). 1 is usually fastest for small meta-learning models on CPU, whose
             many tiny ops gain nothing from threads.
+        check_every: how often (in meta-steps) the host reads the step guard: whether a
+            meta-loss or meta-gradient was NaN/inf on any rank, and whether any rank was
+            signalled to stop. Between reads a non-finite step is still never applied (the
+            update is masked on the device and every later one too), and the run stops
+            with `NonFiniteLossError` naming that step at the next read. `None`: 1 on CPU
+            (where reading costs nothing), 16 on GPU (a read is a host sync). Metrics
+            records, evaluation and checkpoints always read first.
+        compile: run the meta-step's forward and backward through `torch.compile`
+            (`mode="reduce-overhead"` on GPU); where it cannot compile (e.g. second-order
+            MAML: no double backward through compiled graphs), one line says so and the
+            run continues eagerly.
+        precision: `fp32`, or `bf16` to run the meta-step's forward under bfloat16
+            autocast (parameters and optimizer state stay fp32).
     """
 
     meta_steps: int = 1000
@@ -250,6 +267,9 @@ class TrainerConfig:
     backend: str = "auto"
     find_unused_parameters: bool = False
     num_threads: int | None = None
+    check_every: int | None = None
+    compile: bool = False
+    precision: str = "fp32"
 
     def validate(self, world_size: int) -> None:
         _check_min("trainer.meta_steps", self.meta_steps, 1)
@@ -260,10 +280,21 @@ class TrainerConfig:
         _check_min("trainer.eval_batches", self.eval_batches, 1)
         if self.num_threads is not None:
             _check_min("trainer.num_threads", self.num_threads, 1)
-        _check_choice("trainer.device", self.device, _DEVICES)
+        if self.check_every is not None:
+            _check_min("trainer.check_every", self.check_every, 1)
+        if not isinstance(self.compile, bool):
+            raise ValueError(f"trainer.compile must be true or false, got {self.compile!r}")
+        _check_choice("trainer.precision", self.precision, _PRECISIONS)
+        if not _GPU_INDEX.fullmatch(str(self.device)):
+            _check_choice("trainer.device", self.device, (*_DEVICES, "cuda:N"))
         _check_choice("trainer.backend", self.backend, _BACKENDS)
         if self.seed < 0:
             raise ValueError(f"trainer.seed must be >= 0, got {self.seed}")
+        if self.backend == "nccl" and _GPU_INDEX.fullmatch(str(self.device)) and world_size > 1:
+            raise ValueError(
+                f"trainer.device={self.device} puts every rank on one GPU, which NCCL cannot "
+                "share between ranks; use trainer.backend=gloo or trainer.device=auto"
+            )
         if self.backend == "nccl" and self.device == "cpu":
             raise ValueError("trainer.backend=nccl needs GPUs: set trainer.device=cuda or auto")
         if self.meta_batch_size % world_size:

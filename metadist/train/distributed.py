@@ -48,7 +48,7 @@ def read_env(device: str = "auto", backend: str = "auto") -> DistEnv:
     """This process's rank, world size, device and backend, before any process group forms.
 
     Args:
-        device: `auto`, `cpu` or `cuda`.
+        device: `auto`, `cpu`, `cuda` (GPU `LOCAL_RANK`) or `cuda:N` (GPU N for every rank).
         backend: `auto`, `gloo` or `nccl`.
 
     Raises:
@@ -66,9 +66,15 @@ def read_env(device: str = "auto", backend: str = "auto") -> DistEnv:
     if world_size < 1 or not 0 <= rank < world_size:
         raise ValueError(f"bad torchrun environment: RANK={rank}, WORLD_SIZE={world_size}")
     cuda = torch.cuda.is_available()
-    if device == "cuda" and not cuda:
-        raise ValueError("trainer.device=cuda but no GPU is visible; use trainer.device=auto")
-    if device == "cuda" or (device == "auto" and cuda):
+    if device.startswith("cuda") and not cuda:
+        raise ValueError(f"trainer.device={device} but no GPU is visible; use trainer.device=auto")
+    if device.startswith("cuda:"):
+        torch_device = torch.device(device)
+        if torch_device.index >= torch.cuda.device_count():
+            raise ValueError(
+                f"trainer.device={device} but only {torch.cuda.device_count()} GPU(s) are visible"
+            )
+    elif device == "cuda" or (device == "auto" and cuda):
         if local_rank >= torch.cuda.device_count():
             raise ValueError(
                 f"LOCAL_RANK={local_rank} but only {torch.cuda.device_count()} GPU(s) are "
@@ -82,6 +88,11 @@ def read_env(device: str = "auto", backend: str = "auto") -> DistEnv:
         chosen = "nccl" if torch_device.type == "cuda" else "gloo"
     if chosen == "nccl" and torch_device.type != "cuda":
         raise ValueError("trainer.backend=nccl needs a GPU per rank; use gloo on CPU")
+    if chosen == "nccl" and device.startswith("cuda:") and world_size > 1:
+        raise ValueError(
+            f"trainer.device={device} puts every rank on one GPU, which NCCL cannot share "
+            "between ranks; use trainer.backend=gloo"
+        )
     return DistEnv(
         rank=rank,
         world_size=world_size,
@@ -89,6 +100,15 @@ def read_env(device: str = "auto", backend: str = "auto") -> DistEnv:
         device=torch_device,
         backend=chosen if world_size > 1 else None,
     )
+
+
+def evaluation_device(device: str = "auto") -> torch.device:
+    """Where a trained run is evaluated: the first GPU when `trainer.device` allows one
+    (`auto`, `cuda`) and one is visible, else the CPU (a run trained on a GPU is still
+    evaluated on a machine without one)."""
+    if device in ("auto", "cuda") and torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
 
 
 def init_distributed(env: DistEnv, timeout_s: float = 600.0) -> None:

@@ -38,6 +38,7 @@ from metadist.train.distributed import (
 )
 from metadist.train.logging import NullLogger, RunLogger, new_run_id
 from metadist.train.signals import StopRequest
+from metadist.train.step import MetaStep, resolved_check_every
 
 # Sections that define what a run computes: resuming with any of them changed would
 # silently continue a different experiment.
@@ -182,47 +183,64 @@ def _header(config: TrainConfig, env: DistEnv, parts: RunParts) -> str:
 
 
 def _loop(ctx: _Context, step: int, checkpoint: Path | None) -> TrainResult:
-    """Meta-steps from `step` to `trainer.meta_steps`, epoch after epoch of the loader."""
+    """Meta-steps from `step` to `trainer.meta_steps`, epoch after epoch of the loader.
+
+    The host reads the step guard (`metadist.train.step`) every `trainer.check_every`
+    steps and before every metrics record, evaluation and checkpoint.
+    """
     trainer, env, parts = ctx.config.trainer, ctx.env, ctx.parts
     val_start = parts.val_loader.state_dict() if parts.val_loader is not None else None
+    check_every = resolved_check_every(trainer.check_every, env.device)
+    meta_step = MetaStep(
+        ctx.model,
+        parts.learner,
+        parts.optimizer,
+        env,
+        check_every=check_every,
+        grad_clip=ctx.config.optimizer.grad_clip,
+        compile=trainer.compile,
+        precision=trainer.precision,
+        stop_requested=lambda: ctx.stop.requested,
+        message=ctx.logger.message,
+    )
     window = _Window(step)
     loss = float("nan")
     while step < trainer.meta_steps:
         for batch in parts.train_loader:
             batch = batch.to(env.device, non_blocking=True)
-            parts.optimizer.zero_grad(set_to_none=True)
-            output = ctx.model(batch)
-            output.loss.backward()  # DDP all-reduces (averages) the meta-gradient here
-            loss, metrics, non_finite, stopping = _agree(output, ctx)
-            if non_finite:
-                _check_inputs_finite(batch, parts.sampler, step, env)
+            done = step + 1
+            last = done == trainer.meta_steps
+            logs = done % ctx.config.logging.log_every == 0 or last
+            evals = parts.val_loader is not None and (done % trainer.eval_every == 0 or last)
+            saves = done % trainer.checkpoint_every == 0 or last
+            sync = done % check_every == 0 or logs or evals or saves
+            lr = scheduled_lr(ctx.config.optimizer, step, trainer.meta_steps)
+            reading = meta_step(batch, step, lr, sync=sync)
+            if reading is not None and reading.bad_step is not None:
+                if reading.bad_step == done:  # this batch: blame its data if it is at fault
+                    _check_inputs_finite(batch, parts.sampler, step, env)
                 raise NonFiniteLossError(
-                    f"the meta-loss is not finite at step {step + 1} (on at least one rank); "
-                    "the step was not applied. Last good checkpoint: "
+                    f"the meta-loss is not finite at step {reading.bad_step} (on at least one "
+                    "rank); the step was not applied. Last good checkpoint: "
                     f"{checkpoint or 'none yet'}. Lower optimizer.lr or "
                     "the learner's inner_lr, or set optimizer.grad_clip."
                 )
-            if ctx.config.optimizer.grad_clip is not None:
-                nn.utils.clip_grad_norm_(parts.learner.parameters(), ctx.config.optimizer.grad_clip)
-            lr = scheduled_lr(ctx.config.optimizer, step, trainer.meta_steps)
-            for group in parts.optimizer.param_groups:
-                group["lr"] = lr
-            parts.optimizer.step()
-            step += 1
-
-            window.add(loss, metrics)
+            step = done
+            if reading is None:
+                continue
+            loss, stopping = reading.loss, reading.stop
+            window.add(reading.sums, reading.num_steps)
             ctx.logger.progress(step, loss, window.tasks_per_s(step, trainer.meta_batch_size))
-            last = step == trainer.meta_steps
-            if step % ctx.config.logging.log_every == 0 or last:
+            if logs:
                 values = window.flush(step, trainer.meta_batch_size)
                 values["lr"] = parts.optimizer.param_groups[0]["lr"]
                 ctx.logger.log(step, "train", values)
-            if parts.val_loader is not None and (step % trainer.eval_every == 0 or last):
+            if evals:
                 values = evaluate(parts.learner, parts.val_loader, val_start, env, trainer)
                 ctx.logger.log(step, "val", values)
                 if ctx.on_eval is not None:
                     ctx.on_eval(step, values)
-            if step % trainer.checkpoint_every == 0 or last or stopping:
+            if saves or stopping:
                 checkpoint = _save(ctx, step)
             if stopping:
                 ctx.logger.message(
@@ -270,27 +288,6 @@ def _check_inputs_finite(batch, sampler: Any, step: int, env: DistEnv) -> None:
     )
 
 
-def _agree(output, ctx: _Context) -> tuple[float, dict[str, float], bool, bool]:
-    """`(loss, metrics, non_finite, stop)` agreed by all ranks, from one small all-reduce.
-
-    The loss and metrics are means over all ranks' tasks; `non_finite` is set if any
-    rank's meta-loss is NaN/inf, `stop` if any rank received a stop signal, so that every
-    rank takes the same decision after this step.
-    """
-    device = ctx.env.device
-    names = sorted(output.metrics)
-    loss = output.loss.detach().float()
-    local = torch.stack(
-        [loss]
-        + [torch.as_tensor(output.metrics[n], dtype=torch.float32, device=device) for n in names]
-        + [(~torch.isfinite(loss)).float(), torch.tensor(float(ctx.stop.requested), device=device)]
-    )
-    totals = all_reduce_sum(local, ctx.env).tolist()
-    world = ctx.env.world_size
-    metrics = {n: v / world for n, v in zip(names, totals[1:-2], strict=True)}
-    return totals[0] / world, metrics, totals[-2] > 0, totals[-1] > 0
-
-
 def evaluate(
     learner: nn.Module, loader: Any, start_state: dict, env: DistEnv, trainer
 ) -> dict[str, float]:
@@ -300,23 +297,22 @@ def evaluate(
     all ranks' tasks. Collective: every rank must call it at the same step.
     """
     loader.load_state_dict(start_state)
-    sums: dict[str, float] = {}
+    sums: dict[str, torch.Tensor] = {}
     num_batches = 0
     for batch in loader:
         output = learner(batch.to(env.device, non_blocking=True))
-        values = {
-            "loss": output.loss.detach(),
-            **{k: v.detach() for k, v in output.metrics.items()},
-        }
+        values = {"loss": output.loss, **output.metrics}
         for name, value in values.items():
-            sums[name] = sums.get(name, 0.0) + float(value)
+            value = value.detach().to(torch.float64)
+            sums[name] = sums[name] + value if name in sums else value
         num_batches += 1
         if num_batches == trainer.eval_batches:
             break
     names = sorted(sums)
-    totals = all_reduce_sum(
-        torch.tensor([sums[n] for n in names] + [num_batches], dtype=torch.float64), env
-    ).tolist()
+    # On the rank's device: NCCL reduces GPU tensors only. One transfer to the host.
+    local = torch.stack([sums[n].reshape(()) for n in names])
+    count = torch.tensor([float(num_batches)], dtype=torch.float64, device=local.device)
+    totals = all_reduce_sum(torch.cat([local, count]), env).tolist()
     return {n: v / totals[-1] for n, v in zip(names, totals[:-1], strict=True)}
 
 
@@ -333,10 +329,11 @@ class _Window:
         self.sums: dict[str, float] = {}
         self.count = 0
 
-    def add(self, loss: float, metrics: dict[str, float]) -> None:
-        for name, value in {"loss": loss, **metrics}.items():
+    def add(self, sums: dict[str, float], num_steps: int) -> None:
+        """Adds the sums of the loss and metrics over `num_steps` steps."""
+        for name, value in sums.items():
             self.sums[name] = self.sums.get(name, 0.0) + value
-        self.count += 1
+        self.count += num_steps
 
     def tasks_per_s(self, step: int, meta_batch_size: int) -> float:
         """Global tasks per second since the window opened."""

@@ -1,0 +1,281 @@
+"""One meta-step (forward, backward, update) with a step guard that needs no host sync.
+
+A meta-step whose meta-loss (on any rank) or meta-gradient is NaN/inf must never be
+applied. Reading that from the device costs a host sync, which on a GPU stalls the
+queue of kernels every step. `MetaStep` keeps the verdict on the device instead:
+
+- `ok` (a 0-dim bool tensor) is true while every step so far was finite, and stays
+  false from the first non-finite step on; `bad_step` records that step's number;
+- the update of a step is applied through a mask: parameters and optimizer state are
+  copied before `optimizer.step()` and put back where `ok` is false, so neither the
+  non-finite step nor any step after it changes anything;
+- the host reads `ok`, the sums of the loss and metrics, and the ranks' stop flags only
+  on the steps the loop asks it to (`sync=True`: every `check_every` steps and before
+  every metrics record, evaluation and checkpoint), in one transfer. A read that finds
+  a non-finite step returns it before this step's update, so the loop raises with the
+  parameters as they were before that step.
+
+Every rank takes the same decision without a collective of its own: DDP averages the
+meta-gradient, so a non-finite gradient on one rank is non-finite on all, and the
+per-step loss vector is summed over ranks (asynchronously on NCCL).
+
+With `sync` on every step (`check_every=1`, the CPU default) no mask is needed: the
+verdict is read before the update, exactly as a plain loop would.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from metadist.train.distributed import DistEnv, all_reduce_sum
+
+DEFAULT_GPU_CHECK_EVERY = 16
+
+
+def resolved_check_every(check_every: int | None, device: torch.device) -> int:
+    """`trainer.check_every`, with `None` resolved for `device` (1 on CPU, 16 on GPU)."""
+    if check_every is not None:
+        return check_every
+    return 1 if device.type == "cpu" else DEFAULT_GPU_CHECK_EVERY
+
+
+@dataclass
+class StepReading:
+    """What the host learned at a read.
+
+    Attributes:
+        loss: the last step's meta-loss (mean over all ranks' tasks).
+        sums: loss and metric name → sum over the steps since the previous read of each
+            step's mean over all ranks' tasks.
+        num_steps: how many steps `sums` covers.
+        bad_step: the first meta-step (1-based) whose loss or gradient was not finite,
+            or `None`.
+        stop: whether any rank was asked to stop.
+    """
+
+    loss: float
+    sums: dict[str, float]
+    num_steps: int
+    bad_step: int | None
+    stop: bool
+
+
+class MetaStep:
+    """Runs meta-steps on `model` (the learner, possibly DDP-wrapped) with the step guard.
+
+    Args:
+        model: what is called on a batch; returns a `MetaOutput`.
+        learner: the unwrapped learner (its parameters are updated).
+        optimizer: the meta-optimizer.
+        env: this rank's place in the run.
+        check_every: the loop's read interval (masking is set up when it exceeds 1).
+        grad_clip: max global norm of the meta-gradient, or `None`.
+        compile: run forward and backward through `torch.compile`.
+        precision: `fp32` or `bf16` (autocast of the forward).
+        stop_requested: whether this rank was asked to stop (read at each sync).
+        message: where the one line about a failed compilation goes.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        learner: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        env: DistEnv,
+        *,
+        check_every: int = 1,
+        grad_clip: float | None = None,
+        compile: bool = False,
+        precision: str = "fp32",
+        stop_requested: Callable[[], bool] = lambda: False,
+        message: Callable[[str], None] = print,
+    ) -> None:
+        self.model, self.learner, self.optimizer, self.env = model, learner, optimizer, env
+        self.grad_clip = grad_clip
+        self.precision = precision
+        self.masked = check_every > 1
+        self._message = message
+        self._stop_requested = stop_requested
+        self._params = [p for p in learner.parameters() if p.requires_grad]
+        device = env.device
+        self.ok = torch.ones((), dtype=torch.bool, device=device)
+        self.bad_step = torch.zeros((), dtype=torch.int64, device=device)
+        self._sums: Tensor | None = None
+        self._last: Tensor | None = None
+        self._count = 0
+        self._names: list[str] | None = None
+        if self.masked:
+            _state_on_device(optimizer)
+        self._run = self._forward_backward
+        self.compiled = False
+        if compile:
+            mode = "reduce-overhead" if device.type == "cuda" else None
+            try:
+                self._run = torch.compile(self._forward_backward, mode=mode)
+                self.compiled = True
+            except Exception as error:  # noqa: BLE001  (reported, then eager)
+                self._fall_back(error)
+
+    # ------------------------------------------------------------------ public
+    def __call__(self, batch: Any, step: int, lr: float, *, sync: bool) -> StepReading | None:
+        """Meta-step `step + 1` on `batch` at learning rate `lr`.
+
+        Returns:
+            With `sync`, the reading (whose `bad_step`, when set, means this step's update
+            was not applied: the caller must stop); else `None`.
+        """
+        self.optimizer.zero_grad(set_to_none=True)
+        loss, metrics = self._forward_backward_once(batch)
+        if self._names is None:
+            self._names = sorted(metrics)
+        local = [loss.detach().float()]
+        local += [metrics[n].detach().float().reshape(()) for n in self._names]
+        local.append((~torch.isfinite(local[0])).float())
+        if sync:
+            stop = bool(self._stop_requested())
+            local.append(torch.tensor(float(stop), device=self.env.device))
+        totals = all_reduce_sum(torch.stack(local), self.env)
+        num_values = 1 + len(self._names)
+        means = totals[:num_values] / self.env.world_size
+        finite = (totals[num_values] == 0) & _grads_finite(self._params)
+        self.bad_step = torch.where(self.ok & ~finite, step + 1, self.bad_step)
+        self.ok = self.ok & finite
+        self._last = means
+        means64 = means.double()
+        self._sums = means64 if self._sums is None else self._sums + means64
+        self._count += 1
+        reading = self._read(totals) if sync else None
+        if reading is not None and reading.bad_step is not None:
+            return reading
+        if self.grad_clip is not None:
+            nn.utils.clip_grad_norm_(self._params, self.grad_clip)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        if sync:  # read above: this step is finite
+            self.optimizer.step()
+        else:
+            self._masked_update()
+        return reading
+
+    # --------------------------------------------------------------- internals
+    def _read(self, totals: Tensor) -> StepReading:
+        """One transfer: loss, sums, verdict and stop flags."""
+        names = ["loss", *self._names]
+        packed = torch.cat(
+            [
+                self._last.double(),
+                self._sums,
+                self.ok.double().reshape(1),
+                self.bad_step.double().reshape(1),
+                totals[-1:].double(),
+            ]
+        ).tolist()
+        num = len(names)
+        sums = dict(zip(names, packed[num : 2 * num], strict=True))
+        ok, bad_step, stop = packed[2 * num :]
+        reading = StepReading(
+            loss=packed[0],
+            sums=sums,
+            num_steps=self._count,
+            bad_step=None if ok else int(bad_step),
+            stop=stop > 0,
+        )
+        self._sums, self._count = None, 0
+        return reading
+
+    def _forward_backward(self, batch: Any) -> tuple[Tensor, dict[str, Tensor]]:
+        autocast = (
+            torch.autocast(self.env.device.type, dtype=torch.bfloat16)
+            if self.precision == "bf16"
+            else contextlib.nullcontext()
+        )
+        with autocast, _quiet_learner(self.learner, self.masked):
+            output = self.model(batch)
+        output.loss.backward()  # DDP all-reduces (averages) the meta-gradient here
+        return output.loss.detach(), output.metrics
+
+    def _forward_backward_once(self, batch: Any) -> tuple[Tensor, dict[str, Tensor]]:
+        if not self.compiled:
+            return self._run(batch)
+        vmap_failed = getattr(self.learner, "_vmap_failed", None)
+        try:
+            return self._run(batch)
+        except Exception as error:  # noqa: BLE001  (reported, then the same step eagerly)
+            if vmap_failed is not None:
+                self.learner._vmap_failed = vmap_failed  # a failure under tracing is not eager's
+            self._fall_back(error)
+            self.optimizer.zero_grad(set_to_none=True)
+            return self._run(batch)
+
+    def _fall_back(self, error: Exception) -> None:
+        text = str(error).strip()
+        reason = text.splitlines()[0][:160] if text else type(error).__name__
+        if "double backward" in text or "create_graph" in text:
+            reason = "second-order gradients need a double backward, which compiled graphs lack"
+        self._message(f"trainer.compile: cannot compile the meta-step ({reason}); running eagerly")
+        self._run = self._forward_backward
+        self.compiled = False
+
+    @torch.no_grad()
+    def _masked_update(self) -> None:
+        """`optimizer.step()`, undone wherever `ok` is false (state it creates is zeroed)."""
+        before = [p for p in self._params]
+        fresh = []
+        for p in self._params:
+            state = self.optimizer.state.get(p)
+            if state:
+                before += [v for v in state.values() if isinstance(v, Tensor)]
+            else:
+                fresh.append(p)
+        saved = [t.clone() for t in before]
+        self.optimizer.step()
+        for tensor, old in zip(before, saved, strict=True):
+            tensor.copy_(torch.where(self.ok, tensor, old))
+        keep = self.ok
+        for p in fresh:
+            for value in self.optimizer.state.get(p, {}).values():
+                if isinstance(value, Tensor):
+                    value.masked_fill_(~keep, 0)
+
+
+def _grads_finite(params: list[Tensor]) -> Tensor:
+    """0-dim bool: every gradient entry is finite (no host sync)."""
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return torch.ones((), dtype=torch.bool, device=params[0].device)
+    norms = torch._foreach_norm(grads)
+    return torch.isfinite(torch.stack(norms).sum())
+
+
+def _state_on_device(optimizer: torch.optim.Optimizer) -> None:
+    """Keeps every optimizer state tensor on its parameter's device, so that the masked
+    update needs no host sync: Adam/AdamW count steps on the GPU (`capturable`)."""
+    for group in optimizer.param_groups:
+        on_gpu = any(p.device.type != "cpu" for p in group["params"])
+        if on_gpu and "capturable" in group:
+            group["capturable"] = True
+        for p in group["params"]:
+            for key, value in optimizer.state.get(p, {}).items():
+                if isinstance(value, Tensor) and value.device != p.device:
+                    optimizer.state[p][key] = value.to(p.device)
+
+
+@contextlib.contextmanager
+def _quiet_learner(learner: nn.Module, quiet: bool):
+    """Turns the learner's own finiteness check (a host sync per call) off while the
+    step guard covers it: a non-finite support or query loss makes the meta-loss
+    non-finite."""
+    if not quiet or not getattr(learner, "check_finite", False):
+        yield
+        return
+    learner.check_finite = False
+    try:
+        yield
+    finally:
+        learner.check_finite = True

@@ -28,7 +28,7 @@ def keep_heap_memory() -> bool:
     once. Ingest allocates and frees many batch-sized arrays; with the default dynamic
     thresholds each of them costs fresh page faults, a third of the scan's CPU time; Arrow
     is switched to the same allocator (its default, mimalloc, also returns freed pages). Used
-    by the `metadist ingest` and training commands (it changes the whole process). Returns whether
+    by the `metadist ingest` command only (it changes the whole process). Returns whether
     it applied (glibc on Linux)."""
     if not sys.platform.startswith("linux"):
         return False

@@ -57,11 +57,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_intermixed_args(argv)
-    from metadist.store.files import keep_heap_memory
-
-    # Each batch allocates and frees MB-sized arrays; with glibc's default thresholds they
-    # go back to the kernel and are faulted in again (the loader ran 4-9x slower in cache).
-    keep_heap_memory()
     from metadist.diskspace import OutOfSpaceError
     from metadist.eval.evaluate import split_eval_overrides
     from metadist.train.checkpoint import CheckpointError

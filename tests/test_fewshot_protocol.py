@@ -67,9 +67,7 @@ def _class_panel(path, num_classes=10, per_class=4, lengths=None, num_features=1
     return ["code", *feature]
 
 
-@pytest.fixture(scope="module")
-def class_store(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("class_store")
+def _class_store(directory, scaling):
     features = _class_panel(directory / "panel.parquet")
     return ingest(
         directory / "panel.parquet",
@@ -80,26 +78,21 @@ def class_store(tmp_path_factory):
         targets=["code"],
         stratum_col="grp",
         label_col="cls",
-        scaling="none",
+        scaling=scaling,
         progress=False,
     )
 
 
 @pytest.fixture(scope="module")
+def class_store(tmp_path_factory):
+    """Unscaled, so every value still encodes its entity and row."""
+    return _class_store(tmp_path_factory.mktemp("class_store"), "none")
+
+
+@pytest.fixture(scope="module")
 def scaled_class_store(tmp_path_factory):
     """The class panel with each entity z-normalised (as the UCR ingest does)."""
-    directory = tmp_path_factory.mktemp("scaled_class_store")
-    features = _class_panel(directory / "panel.parquet")
-    return ingest(
-        directory / "panel.parquet",
-        directory / "store",
-        entity_col="entity",
-        time_col="t",
-        features=features,
-        label_col="cls",
-        scaling="per-entity",
-        progress=False,
-    )
+    return _class_store(tmp_path_factory.mktemp("scaled_class_store"), "per-entity")
 
 
 def _sampler(name, store):

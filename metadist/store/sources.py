@@ -78,7 +78,7 @@ def resolve_paths(src: str | Path, exclude: Path | None = None) -> list[Path]:
     except PermissionError:
         raise ValueError(f"cannot read the input {text!r}: permission denied") from None
     except OSError:
-        pass
+        pass  # missing or a glob pattern: told apart below ("does not exist" or matches)
     skipped = exclude.resolve() if exclude is not None else None
     if path.is_file():
         return [path]

@@ -32,6 +32,7 @@ test-all: setup
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 format: setup
 	$(BIN)/ruff format .

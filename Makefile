@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: setup
-	$(BIN)/python -m metadist.demo --out $(RUN_DIR)
+	$(BIN)/metadist demo --out $(RUN_DIR)
 
 test: setup
 	$(BIN)/python -m pytest -m "not slow" -q

@@ -1,8 +1,11 @@
 """`metadist` command line: one subcommand per module, each registered by that module.
 
 A module listed in `_COMMAND_MODULES` defines `register_cli(subparsers)`, which adds its
-parser(s) with `set_defaults(func=callable(args) -> int)`. Optional dependencies are
-imported inside the command functions, so `metadist --help` works without extras.
+parser(s) with `set_defaults(func=callable(args) -> int)`. The workflow commands in
+`_WORKFLOWS` (`metadist train`, `eval`, `demo`) own their whole argument list (Hydra
+overrides, their own `--help`): everything after the command name goes to their `main`.
+Optional dependencies are imported inside the command functions, so `metadist --help`
+works without extras.
 """
 
 from __future__ import annotations
@@ -12,6 +15,13 @@ import importlib
 import sys
 
 from metadist.diskspace import OutOfSpaceError
+
+# name -> (module with `main(argv, prog=...)`, one-line help)
+_WORKFLOWS = {
+    "train": ("metadist.commands.train", "meta-train an experiment, then evaluate it"),
+    "eval": ("metadist.commands.evaluate", "evaluate a training run on its held-out tasks"),
+    "demo": ("metadist.demo", "the end-to-end demo: panel, store, training, evaluation"),
+}
 
 _COMMAND_MODULES = [
     "metadist.datasets.synthetic",  # metadist synth
@@ -24,8 +34,15 @@ _COMMAND_MODULES = [
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="metadist", description=__doc__.splitlines()[0])
+    from metadist import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="metadist", description="metadist: meta-learning across many related time series."
+    )
+    parser.add_argument("--version", action="version", version=f"metadist {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (_, help_text) in _WORKFLOWS.items():
+        subparsers.add_parser(name, help=help_text, add_help=False)
     for module_name in _COMMAND_MODULES:
         try:
             module = importlib.import_module(module_name)
@@ -38,6 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in _WORKFLOWS:
+        module = importlib.import_module(_WORKFLOWS[argv[0]][0])
+        return int(module.main(argv[1:], prog=f"metadist {argv[0]}") or 0)
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

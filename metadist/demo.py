@@ -1,6 +1,6 @@
 """The main job (`make run`): synthetic panel → store → distributed meta-training → evaluation.
 
-    python -m metadist.demo --out runs/demo
+    metadist demo --out runs/demo        (alias: python -m metadist.demo)
 
 1. writes the synthetic sensor panel (multi-file Parquet, rows shuffled);
 2. ingests it into a series store (per-entity scaling, NaNs carried forward);
@@ -44,9 +44,9 @@ DEMO_OVERRIDES = (
 )
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = "metadist demo") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m metadist.demo",
+        prog=prog,
         description=__doc__.splitlines()[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -77,19 +77,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: list[str] | None = None, prog: str = "metadist demo") -> int:
+    """Runs the demo; `prog` names it in messages (`python -m metadist.demo` keeps its own)."""
+    args = build_parser(prog).parse_args(argv)
     if not args.train_seconds > 0:
-        print("metadist.demo: error: --train-seconds must be > 0", file=sys.stderr)
+        print(f"{prog}: error: --train-seconds must be > 0", file=sys.stderr)
         return 2
     for name in ("entities", "meta_steps", "nproc"):
         if getattr(args, name) < 1:
-            print(f"metadist.demo: error: --{name.replace('_', '-')} must be >= 1", file=sys.stderr)
+            print(f"{prog}: error: --{name.replace('_', '-')} must be >= 1", file=sys.stderr)
             return 2
     started = time.perf_counter()
     out = args.out
     try:
-        from metadist.eval.evaluate import load_eval_options, split_eval_overrides
+        from metadist.eval.settings import load_eval_options, split_eval_overrides
 
         train_overrides, eval_overrides = split_eval_overrides(args.overrides)
         load_eval_options(EXPERIMENT, eval_overrides)  # bad eval.* settings: fail now
@@ -98,11 +99,11 @@ def main(argv: list[str] | None = None) -> int:
         run_dir = out / "run"
         code = meta_train(store_path, run_dir, args, train_overrides)
         if code != 0:
-            print(f"metadist.demo: meta-training failed (exit status {code})", file=sys.stderr)
+            print(f"{prog}: meta-training failed (exit status {code})", file=sys.stderr)
             return code
         result = evaluate(run_dir, eval_overrides)
     except (ValueError, FileNotFoundError, FileExistsError) as error:
-        print(f"metadist.demo: error: {error}", file=sys.stderr)
+        print(f"{prog}: error: {error}", file=sys.stderr)
         return 1
     report(result, run_dir, time.perf_counter() - started)
     return 0
@@ -210,7 +211,7 @@ def evaluate(run_dir: Path, overrides: list[str]) -> dict:
     """A fresh evaluation of the run's latest checkpoint with the demo's settings.
 
     Always re-scored (a few seconds at demo size): a report left by an earlier
-    `python -m metadist.eval` with other settings is replaced, never shown as this run's.
+    `metadist eval` with other settings is replaced, never shown as this run's.
     """
     from metadist.eval import evaluate_run
 
@@ -261,4 +262,4 @@ def _section(title: str) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(prog="python -m metadist.demo"))

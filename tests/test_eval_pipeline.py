@@ -11,8 +11,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from metadist.eval.evaluate import FORECAST_METHODS
 from metadist.eval.holdout import holdout_batches, read_holdout
+from metadist.eval.settings import FORECAST_METHODS
 from metadist.store import SeriesStore
 from metadist.store.ingest import ingest
 
@@ -196,7 +196,8 @@ def test_holdout_tasks_never_reach_the_holdout(tmp_path):
 
 
 def test_holdout_evaluation_keeps_to_the_samplers_labels(tmp_path):
-    from metadist.eval.evaluate import EvalOptions, _has_labels, _holdout_reader
+    from metadist.eval.run import _has_labels, _holdout_reader
+    from metadist.eval.settings import EvalOptions
     from metadist.tasks import build_task_sampler
 
     def holdout_tasks(store, sampler, units, options):

@@ -5,11 +5,8 @@ of training) adapts a run's meta-trained model on each held-out task's support s
 scores its query next to the baselines, in the store's original units.
 """
 
-from metadist.eval.evaluate import (
-    EvalOptions,
-    evaluate_run,
-    evaluate_tasks,
-    load_eval_options,
-)
+from metadist.eval.run import evaluate_run
+from metadist.eval.scoring import evaluate_tasks
+from metadist.eval.settings import EvalOptions, load_eval_options
 
 __all__ = ["EvalOptions", "evaluate_run", "evaluate_tasks", "load_eval_options"]

@@ -21,8 +21,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from metadist.eval.evaluate import TaskScores, group_summaries, overall_summary
 from metadist.eval.report import EVAL_DIR, JSON_NAME, TASKS_NAME, read_tasks
+from metadist.eval.scoring import TaskScores, group_summaries, overall_summary
 
 # Settings of each run shown in the combined table's settings line.
 _RUN_SETTINGS = ("experiment", "checkpoint", "learner", "model", "inner_steps", "tasks")

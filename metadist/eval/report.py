@@ -47,7 +47,7 @@ def write_report(
     """Writes the JSON, the markdown tables, the per-task rows and (given examples) the figure.
 
     Args:
-        result: the evaluation (see `metadist.eval.evaluate.evaluate_run`).
+        result: the evaluation (see `metadist.eval.run.evaluate_run`).
         run_dir: the run directory; files go to `<run_dir>/eval/`.
         directory: write the files here instead (a combined evaluation).
         examples: forecasts to draw, each a dict with `title`, `history` `[n]`, `truth`

@@ -1,0 +1,145 @@
+"""`metadist train experiment=NAME [key=value ...]`: meta-train, then evaluate the run.
+
+Aliases: `python -m metadist.train` and `metadist-train`.
+
+Alone it trains in one process; under `torchrun --nproc_per_node=N -m metadist.train ...`
+every rank runs this same entry point (`torchrun ... -m metadist.train`). Restarting the same command resumes the run from
+its directory's latest checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+USAGE_EPILOG = """\
+examples:
+  metadist train experiment=sinusoid_maml
+  metadist train experiment=sinusoid_maml learner=metasgd trainer.meta_steps=2000
+  metadist train experiment=sinusoid_maml trainer.num_threads=1
+  metadist train experiment=synthetic_maml imports=[my_samplers] \\
+      sampler.name=my_sampler 'sampler.options={lookback: 32, horizon: 8}'
+  torchrun --nproc_per_node=2 -m metadist.train experiment=synthetic_maml run_dir=runs/syn2
+  torchrun --nproc_per_node=2 -m metadist.train experiment=sinusoid_maml \\
+      trainer.meta_batch_size=24
+  metadist train experiment=m3_maml eval.scratch_steps=0
+
+eval.KEY=VALUE overrides go to the evaluation that ends the run (see metadist eval
+--help); everything else is a training override.
+
+imports=[module] imports a module of your own (from the working directory or
+PYTHONPATH) that registers a sampler, learner or model. The global meta-batch must be a
+multiple of the number of ranks. Ctrl-C writes a checkpoint and exits; the same command
+resumes.
+
+The configs are looked up in --config-dir, else $METADIST_EXPERIMENTS_DIR, else
+./experiments, else the experiments/ directory of the metadist source checkout.
+"""
+
+
+def build_parser(prog: str = "metadist train") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="Meta-train an experiment (Hydra overrides as key=value).",
+        epilog=USAGE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. experiment=NAME")
+    parser.add_argument("--config-dir", default=None, help="the experiments directory to use")
+    parser.add_argument(
+        "--print-config", action="store_true", help="print the composed config and exit"
+    )
+    parser.add_argument(
+        "--no-eval",
+        action="store_true",
+        help="skip the held-out evaluation (metadist eval) after training",
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None, prog: str = "metadist train") -> int:
+    """Runs the command; `prog` names it in messages (the aliases keep their own name)."""
+    args = build_parser(prog).parse_intermixed_args(argv)
+    from metadist.diskspace import OutOfSpaceError
+    from metadist.eval.settings import split_eval_overrides
+    from metadist.train.checkpoint import CheckpointError
+    from metadist.train.compose import compose_dict, load_config
+    from metadist.train.loop import NonFiniteLossError, train
+
+    try:
+        if args.print_config:
+            from omegaconf import OmegaConf
+
+            print(OmegaConf.to_yaml(compose_dict(args.overrides, args.config_dir)).rstrip())
+            return 0
+        train_overrides, eval_overrides = split_eval_overrides(args.overrides)
+        if eval_overrides and args.no_eval:
+            raise ValueError(
+                f"{eval_overrides[0]!r} sets the evaluation, which --no-eval turns off"
+            )
+        config = load_config(train_overrides, args.config_dir)
+        if eval_overrides:
+            # Bad evaluation settings fail now, not after hours of training.
+            from metadist.eval import load_eval_options
+
+            load_eval_options(config.experiment, eval_overrides, args.config_dir)
+        result = train(config)
+    except (
+        ValueError,
+        FileNotFoundError,
+        CheckpointError,
+        NonFiniteLossError,
+        OutOfSpaceError,
+    ) as error:
+        # Under torchrun every rank meets the same error; one copy is enough.
+        if _local_rank() == 0:
+            print(f"{prog}: error: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(
+            f"{prog}: interrupted before a checkpoint could be written; restarting "
+            "the command resumes from the run directory's latest checkpoint",
+            file=sys.stderr,
+        )
+        return 130
+    if result is not None and result.stopped_by == "SIGINT":
+        if _local_rank() == 0:
+            print(
+                f"{prog}: interrupted; checkpoint of step {result.step} written to "
+                f"{result.checkpoint}; run the same command again to resume",
+                file=sys.stderr,
+            )
+        return 130
+    if result is not None and result.stopped_by is None and not args.no_eval:
+        _evaluate_at_end(result.run_dir, args.config_dir, eval_overrides, prog)
+    return 0 if result is not None else 1
+
+
+def _local_rank() -> int:
+    import os
+
+    return int(os.environ.get("LOCAL_RANK", "0"))
+
+
+def _evaluate_at_end(run_dir, config_dir, overrides: list[str], prog: str) -> None:
+    """Rank 0 evaluates the finished run on its held-out tasks (metadist.eval)."""
+    import os
+
+    if int(os.environ.get("RANK", "0")) != 0:
+        return
+    from metadist.diskspace import OutOfSpaceError
+    from metadist.eval import evaluate_run
+    from metadist.eval.report import markdown_report
+
+    try:
+        result = evaluate_run(run_dir, overrides=overrides, config_dir=config_dir)
+    except (ValueError, FileNotFoundError, OutOfSpaceError) as error:
+        print(f"{prog}: evaluation skipped: {error}", file=sys.stderr)
+        return
+    print(markdown_report(result), end="")
+    for kind, path in result.get("paths", {}).items():
+        print(f"{kind}: {path}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

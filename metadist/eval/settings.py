@@ -1,0 +1,328 @@
+"""Evaluation settings: which split, which methods and metrics, how many tasks.
+
+`EvalOptions` is the typed `eval` section of an experiment (`experiments/eval/`), validated
+where it is built; `load_eval_options` composes it with `eval.KEY=VALUE` overrides.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+FORECAST_METHODS = {
+    "adapted": "meta-trained + adapted",
+    "unadapted": "meta-trained, no adaptation",
+    "scratch": "same network from scratch on support",
+    "naive": "naive (last value)",
+    "seasonal_naive": "seasonal naive",
+    "theta": "Theta method",
+}
+CLASSIFICATION_METHODS = {
+    "adapted": "meta-trained + adapted",
+    "unadapted": "meta-trained, no adaptation",
+    "scratch": "same backbone from scratch on support",
+    "nearest_centroid": "nearest centroid (z-normalised raw)",
+    "one_nn": "1-NN, Euclidean (z-normalised raw)",
+    "pretrained": "pretrained embedding + nearest centroid",
+}
+FORECAST_METRICS = ("smape", "mase", "mae", "mse")
+REGRESSION_METRICS = ("mse", "mae")
+CLASSIFICATION_METRICS = ("accuracy",)
+MODEL_METHODS = ("adapted", "unadapted", "scratch")
+# What a method is called inside a combination's label ("mean of adapted model and Theta").
+_SHORT_NAMES = {
+    "adapted": "adapted model",
+    "unadapted": "unadapted model",
+    "scratch": "from-scratch network",
+    "naive": "naive",
+    "seasonal_naive": "seasonal naive",
+    "theta": "Theta",
+}
+
+
+@dataclass
+class EvalOptions:
+    """How a run is evaluated (the `eval` section of an experiment config).
+
+    Attributes:
+        inner_steps: adaptation steps on each support set; `None` uses the learner's
+            `eval_inner_steps`.
+        scratch_steps: Adam steps of the from-scratch baseline on each support set.
+        scratch_lr: its learning rate.
+        pretrain_steps: Adam steps of the pretrained-embedding classification baseline
+            (the backbone trained as an ordinary classifier of the meta-train classes);
+            0 leaves that baseline out.
+        pretrain_lr: its learning rate.
+        pretrain_batch_size: labelled meta-train examples per step.
+        seasonal_period: m for MASE and the seasonal-naive forecast: one integer, or a
+            mapping from stratum name to m (every evaluated stratum must be present).
+        batch_size: tasks adapted at once.
+        max_tasks: evaluate a seeded random subset (`seed`) of this many held-out tasks
+            (`None`: all of them).
+        tasks_per_unit: episodes drawn from each evaluated unit, for samplers whose
+            episodes are random (N-way K-shot: each unit anchors this many episodes of
+            its split's classes); the forecast protocol takes 1.
+        num_examples: query forecasts drawn in the figure.
+        split: the units evaluated: `test` (meta-test, default), `val`, or `all` (every
+            unit; for a `holdout`, whose truth no training task can reach).
+        seasonal_period_from: what a `seasonal_period` mapping is keyed by: `stratum`
+            or `label`.
+        sampler_options: sampler options replaced for evaluation; the `forecast`
+            sampler always gets `split: end, num_query: 1` (adapt on the history,
+            forecast the last H steps).
+        holdout: score forecasts of a separate holdout file instead of the store's last
+            H steps (competition protocol): `{path, entity_col, time_col, value_col}`;
+            see `metadist.eval.holdout`.
+        primary_metric: the metric of the per-group tables (and of the demo's verdict):
+            `smape` (default), `mase`, `mae` or `mse`; classification always uses accuracy.
+        group_by: per-group tables of the primary metric: `stratum` and/or `label`.
+        group_names: what strata and labels are called in the tables, e.g.
+            `{stratum: category, label: frequency}`.
+        references: published figures shown next to the primary metric, e.g.
+            `{"Theta": {"all": 13.01, "stratum": {"yearly": 16.90}}}`.
+        seed: seed of the from-scratch initialisation.
+        ensemble: other run directories of the same data and sampler; their latest
+            checkpoints join the run's own as an ensemble (`LearnerEnsemble`): each
+            adapts on its own, and the adapted and unadapted forecasts are the
+            `ensemble_reduce` of the members' forecasts.
+        ensemble_reduce: "mean" or "median".
+        labels: evaluate only the entities with one of these store labels (e.g. the
+            frequencies a model of one horizon serves, when it was trained on every
+            series); `None`: every entity the sampler draws from.
+        combinations: forecast combinations scored as methods of their own, each a list
+            of two or more forecast methods (`adapted`, `unadapted`, `scratch`, `naive`,
+            `seasonal_naive`, `theta`) whose forecasts are averaged point by point in
+            original units, e.g. `[[adapted, theta]]`, named `adapted+theta`. Forecasting
+            on a store only; `None`: none.
+    """
+
+    inner_steps: int | None = None
+    scratch_steps: int = 100
+    scratch_lr: float = 1e-2
+    pretrain_steps: int = 500
+    pretrain_lr: float = 1e-3
+    pretrain_batch_size: int = 64
+    seasonal_period: int | dict[str, int] = 1
+    batch_size: int = 128
+    max_tasks: int | None = None
+    tasks_per_unit: int = 1
+    num_examples: int = 6
+    split: str = "test"
+    seasonal_period_from: str = "stratum"
+    sampler_options: dict[str, Any] = field(default_factory=dict)
+    holdout: dict[str, Any] | None = None
+    primary_metric: str = "smape"
+    group_by: list[str] = field(default_factory=lambda: ["stratum"])
+    group_names: dict[str, str] = field(default_factory=dict)
+    references: dict[str, Any] = field(default_factory=dict)
+    seed: int = 0
+    labels: list[str] | None = None
+    ensemble: list[str] | None = None
+    ensemble_reduce: str = "mean"
+    combinations: list[list[str]] | None = None
+
+    def validate(self) -> None:
+        """Raises `ValueError` naming the first bad field."""
+        if self.inner_steps is not None and self.inner_steps < 0:
+            raise ValueError(f"eval.inner_steps must be >= 0 or null, got {self.inner_steps}")
+        if self.scratch_steps < 0:
+            raise ValueError(f"eval.scratch_steps must be >= 0, got {self.scratch_steps}")
+        if not self.scratch_lr > 0:
+            raise ValueError(f"eval.scratch_lr must be > 0, got {self.scratch_lr}")
+        if self.pretrain_steps < 0:
+            raise ValueError(f"eval.pretrain_steps must be >= 0, got {self.pretrain_steps}")
+        if not self.pretrain_lr > 0:
+            raise ValueError(f"eval.pretrain_lr must be > 0, got {self.pretrain_lr}")
+        if self.pretrain_batch_size < 1:
+            raise ValueError(
+                f"eval.pretrain_batch_size must be >= 1, got {self.pretrain_batch_size}"
+            )
+        periods = (
+            self.seasonal_period.values()
+            if isinstance(self.seasonal_period, dict)
+            else [self.seasonal_period]
+        )
+        for m in periods:
+            if isinstance(m, bool) or not isinstance(m, int) or m < 1:
+                raise ValueError(f"eval.seasonal_period values must be integers >= 1, got {m!r}")
+        if self.batch_size < 1:
+            raise ValueError(f"eval.batch_size must be >= 1, got {self.batch_size}")
+        if self.max_tasks is not None and self.max_tasks < 1:
+            raise ValueError(f"eval.max_tasks must be >= 1 or null, got {self.max_tasks}")
+        if (
+            isinstance(self.tasks_per_unit, bool)
+            or not isinstance(self.tasks_per_unit, int)
+            or (self.tasks_per_unit < 1)
+        ):
+            raise ValueError(
+                f"eval.tasks_per_unit must be an integer >= 1, got {self.tasks_per_unit!r}"
+            )
+        if self.num_examples < 0:
+            raise ValueError(f"eval.num_examples must be >= 0, got {self.num_examples}")
+        if self.split not in ("test", "val", "all"):
+            raise ValueError(f"eval.split must be 'test', 'val' or 'all', got {self.split!r}")
+        if self.primary_metric not in FORECAST_METRICS:
+            raise ValueError(
+                f"eval.primary_metric must be one of {', '.join(FORECAST_METRICS)}, got "
+                f"{self.primary_metric!r}"
+            )
+        for grouping in self.group_by:
+            if grouping not in ("stratum", "label"):
+                raise ValueError(
+                    f"eval.group_by entries must be stratum or label, got {grouping!r}"
+                )
+        if self.labels is not None and (
+            isinstance(self.labels, str) or not self.labels or not all(self.labels)
+        ):
+            raise ValueError(
+                f"eval.labels must be a non-empty list of labels or null, got {self.labels!r}"
+            )
+        if self.ensemble is not None and (
+            isinstance(self.ensemble, str) or not all(isinstance(p, str) for p in self.ensemble)
+        ):
+            raise ValueError(
+                f"eval.ensemble must be a list of run directories or null, got {self.ensemble!r}"
+            )
+        if self.ensemble_reduce not in ("mean", "median"):
+            raise ValueError(
+                f"eval.ensemble_reduce must be 'mean' or 'median', got {self.ensemble_reduce!r}"
+            )
+        if self.combinations is not None and not isinstance(self.combinations, (list, tuple)):
+            raise ValueError(
+                "eval.combinations must be a list of method lists or null, e.g. "
+                f"[[adapted, theta]], got {self.combinations!r}"
+            )
+        for combination in self.combinations or []:
+            _check_combination(combination)
+        if self.combinations and len({frozenset(c) for c in self.combinations}) < len(
+            self.combinations
+        ):
+            raise ValueError(
+                "eval.combinations lists the same methods twice (in any order), got "
+                f"{self.combinations!r}"
+            )
+        if self.seasonal_period_from not in ("stratum", "label"):
+            raise ValueError(
+                "eval.seasonal_period_from must be 'stratum' or 'label', got "
+                f"{self.seasonal_period_from!r}"
+            )
+
+    def period_of(self, stratum: str, label: str = "") -> int:
+        """m for a task of `stratum` / `label`; `ValueError` if a mapping does not name it."""
+        if not isinstance(self.seasonal_period, dict):
+            return int(self.seasonal_period)
+        key = stratum if self.seasonal_period_from == "stratum" else label
+        try:
+            return int(self.seasonal_period[key])
+        except KeyError:
+            known = ", ".join(sorted(self.seasonal_period))
+            raise ValueError(
+                f"eval.seasonal_period has no entry for {self.seasonal_period_from} {key!r} "
+                f"(has: {known})"
+            ) from None
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> EvalOptions:
+        """Options from a plain mapping; `ValueError` naming an unknown or bad field."""
+        names = [f.name for f in fields(cls)]
+        unknown = sorted(set(values) - set(names))
+        if unknown:
+            raise ValueError(f"eval.{unknown[0]}: unknown field; eval has: {', '.join(names)}")
+        from metadist.train.config import check_finite_numbers
+
+        values = dict(values)
+        for f in fields(cls):
+            kind = type(f.default)
+            value = values.get(f.name)
+            if kind in (int, float) and isinstance(value, str):
+                # an override such as eval.scratch_lr=nan or eval.batch_size=abc
+                try:
+                    values[f.name] = kind(value)
+                except ValueError:
+                    what = "an integer" if kind is int else "a number"
+                    raise ValueError(f"eval.{f.name} must be {what}, got {value!r}") from None
+        check_finite_numbers({"eval": values})
+        options = cls(**values)
+        options.validate()
+        return options
+
+
+def combination_key(methods: Iterable[str]) -> str:
+    """The method name of a forecast combination: its members joined by `+`."""
+    return "+".join(methods)
+
+
+def combination_label(methods: Iterable[str]) -> str:
+    """A combination's row label, e.g. "mean of adapted model and Theta"."""
+    names = [_SHORT_NAMES[m] for m in methods]
+    return "mean of " + ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def _check_combination(combination: Any) -> None:
+    if not isinstance(combination, (list, tuple)):
+        raise ValueError(
+            f"eval.combinations entries must be lists of methods, got {combination!r} "
+            "(write [[adapted, theta]], not [adapted, theta])"
+        )
+    unknown = [m for m in combination if m not in FORECAST_METHODS]
+    if unknown:
+        raise ValueError(
+            f"eval.combinations: unknown method {unknown[0]!r} in {list(combination)}; "
+            f"methods: {', '.join(FORECAST_METHODS)}"
+        )
+    if len(set(combination)) < 2 or len(set(combination)) < len(combination):
+        raise ValueError(
+            "eval.combinations: a combination needs two or more different methods, got "
+            f"{list(combination)}"
+        )
+
+
+def split_eval_overrides(overrides: Iterable[str]) -> tuple[list[str], list[str]]:
+    """(training overrides, `eval.KEY=VALUE` overrides) of a command line."""
+    overrides = list(overrides)
+    return (
+        [o for o in overrides if not o.startswith("eval.")],
+        [o for o in overrides if o.startswith("eval.")],
+    )
+
+
+def load_eval_options(
+    experiment: str, overrides: Iterable[str] = (), config_dir: str | None = None
+) -> EvalOptions:
+    """The evaluation settings of `experiment`, with `eval.KEY=VALUE` overrides applied.
+
+    They are read from `experiments/eval/<experiment>.yaml` if it exists, else
+    `experiments/eval/default.yaml`, else the `EvalOptions` defaults.
+
+    Raises:
+        ValueError: an override not of the form `eval.KEY=VALUE`, or a bad field.
+    """
+    from omegaconf import OmegaConf
+
+    from metadist.train.compose import find_experiments_dir
+
+    values: dict[str, Any] = {}
+    try:
+        eval_dir = find_experiments_dir(config_dir) / "eval"
+    except FileNotFoundError:
+        eval_dir = None
+    if eval_dir is not None:
+        for name in (experiment, "default"):
+            path = eval_dir / f"{name}.yaml"
+            if path.is_file():
+                loaded = OmegaConf.to_container(OmegaConf.load(path), resolve=True) or {}
+                if not isinstance(loaded, dict):
+                    raise ValueError(f"{path} must hold a mapping of eval settings")
+                values = loaded
+                break
+    dotlist = []
+    for override in overrides:
+        key, sep, _ = override.partition("=")
+        if not sep or not key.startswith("eval."):
+            raise ValueError(f"evaluation override {override!r} must look like eval.KEY=VALUE")
+        dotlist.append(override[len("eval.") :])
+    if dotlist:
+        merged = OmegaConf.merge(OmegaConf.create(values), OmegaConf.from_dotlist(dotlist))
+        values = OmegaConf.to_container(merged, resolve=True)
+    return EvalOptions.from_dict(values)

@@ -106,7 +106,7 @@ def test_bad_shapes_and_unknown_names():
 def test_registry_accepts_user_models_and_rejects_clashes(monkeypatch):
     from metadist import models
 
-    monkeypatch.setattr(models, "_REGISTRY", dict(models._REGISTRY))  # leave no trace
+    monkeypatch.setattr(models.MODELS, "_classes", dict(models.MODELS._classes))  # leave no trace
 
     @register_model("test_linear")
     class Linear(nn.Module):

@@ -109,7 +109,7 @@ def test_padded_inputs_repeat_the_first_value_and_targets_stay_real(encoded_stor
     assert np.all(batch.support.y[..., 0].numpy() - 0.5 < tau)
     assert np.all(batch.query.y[..., 0].numpy() - 0.5 >= tau)
     for bad in (-1, 16, 2.0, True):
-        with pytest.raises(ValueError, match="pad_inputs must be an integer in"):
+        with pytest.raises(ValueError, match="pad_inputs must be an integer"):
             build_task_sampler("forecast", encoded_store, pad_inputs=bad, **OPTIONS)
 
 
@@ -133,7 +133,7 @@ def test_recent_splits_draw_tau_from_the_end_of_its_range(encoded_store):
     wide = build_task_sampler("forecast", encoded_store, recent_splits=10_000, **OPTIONS)
     assert np.array_equal(_all_tasks(wide)[1].support.x, _all_tasks(free)[1].support.x)
     for bad in (0, -2, 1.5, True):
-        with pytest.raises(ValueError, match="recent_splits must be an integer >= 1"):
+        with pytest.raises(ValueError, match="recent_splits must be an integer"):
             build_task_sampler("forecast", encoded_store, recent_splits=bad, **OPTIONS)
 
 

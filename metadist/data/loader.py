@@ -17,7 +17,8 @@ from metadist.data.partition import (
     StratifiedTaskPartitioner,
     UnitDealer,
 )
-from metadist.tasks.base import TaskSampler, build_task_sampler, derive_task_seeds
+from metadist.tasks.base import TaskSampler, derive_task_seeds
+from metadist.tasks.registry import build_task_sampler
 
 _STATE_VERSION = 1
 DEFAULT_READ_AHEAD = 4

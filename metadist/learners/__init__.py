@@ -13,21 +13,18 @@ Example:
 """
 
 from metadist.learners import anil, maml, metasgd, protonet, reptile  # noqa: F401  (registers them)
-from metadist.learners.base import (
-    LOSSES,
-    REGRESSION_LOSSES,
-    InnerLoopLearner,
-    Learner,
-    MetaOutput,
+from metadist.learners.base import InnerLoopLearner, Learner, MetaOutput
+from metadist.learners.losses import LOSSES, REGRESSION_LOSSES, task_loss, task_losses
+from metadist.learners.registry import (
+    LEARNERS,
     build_learner,
     get_learner,
     register_learner,
     registered_learners,
-    task_loss,
-    task_losses,
 )
 
 __all__ = [
+    "LEARNERS",
     "LOSSES",
     "REGRESSION_LOSSES",
     "InnerLoopLearner",

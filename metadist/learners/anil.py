@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from torch import nn
 
-from metadist.learners.base import register_learner
 from metadist.learners.maml import MAML
+from metadist.learners.registry import register_learner
 
 
 @register_learner("anil")
@@ -19,41 +22,19 @@ class ANIL(MAML):
         head: name of the sub-module to adapt (as in `model.get_submodule`). Default: the
             sub-module `head` if the model has one (every built-in model does), else the
             last child module that holds trainable parameters.
-        **options: `MAML` options (`inner_steps`, `inner_lr`, `eval_inner_steps`,
-            `first_order`, `learn_inner_lr`, `loss`, `vectorize`, `check_finite`,
-            `unadapted_metrics`).
+        **options: `MAML.Options`, plus `head`.
 
     Raises:
         ValueError: a `head` the model does not have or one without trainable parameters.
     """
 
-    def __init__(
-        self,
-        model: nn.Module,
-        head: str | None = None,
-        inner_steps: int = 1,
-        inner_lr: float = 0.01,
-        eval_inner_steps: int | None = None,
-        first_order: bool = False,
-        learn_inner_lr: bool = False,
-        loss: str = "mse",
-        vectorize: bool = True,
-        check_finite: bool = True,
-        unadapted_metrics: bool = True,
-    ) -> None:
-        head = _resolve_head(model, head)
-        super().__init__(
-            model,
-            inner_steps=inner_steps,
-            inner_lr=inner_lr,
-            eval_inner_steps=eval_inner_steps,
-            first_order=first_order,
-            learn_inner_lr=learn_inner_lr,
-            loss=loss,
-            vectorize=vectorize,
-            check_finite=check_finite,
-            unadapted_metrics=unadapted_metrics,
-        )
+    @dataclass(frozen=True)
+    class Options(MAML.Options):
+        head: str | None = None
+
+    def __init__(self, model: nn.Module, **options: Any) -> None:
+        head = _resolve_head(model, self.read_options(options).head)
+        super().__init__(model, **options)
         self.head = head
 
     def adapted_names(self, params=None) -> list[str]:

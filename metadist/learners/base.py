@@ -1,4 +1,4 @@
-"""The learner protocol, the learner registry and the shared functional inner loop.
+"""The learner protocol and the shared functional inner loop.
 
 A learner is an `nn.Module` that holds a plain model (`learner.model`) and turns a
 `MetaBatch` into a meta-loss (`forward`, what training calls once per meta-step, so DDP
@@ -11,38 +11,40 @@ at once (`vmap` of `functional_call`, or the model's own `batched_forward`), and
 inner step is one `torch.autograd.grad` of the sum of the per-task losses. Second-order
 meta-gradients come from ordinary autograd through the updates and the expansion: the
 inner gradients never touch `.grad`, so under DDP the only all-reduce is the outer
-backward. Models that cannot run batched fall back to the same code one task at a time.
+backward. Whether a model runs batched is decided once per learner, at its first call:
+a model `vmap` cannot batch (and only such a limitation) runs the same code one task at a
+time from then on, with one logged notice; after that decision any error raises.
+
+The registry lives in `metadist.learners.registry`, the losses in `.losses`.
 """
 
 from __future__ import annotations
 
-import inspect
-import itertools
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call, vmap
 from torch.utils._pytree import tree_map
 
 from metadist.batch import MetaBatch, TaskSet
+from metadist.learners.batching import (
+    _has_tied_tensors,
+    _num_tasks,
+    has_batched_forward,
+    is_vmap_limitation,
+)
+from metadist.learners.losses import LOSSES, _accuracy, task_loss, task_losses
+from metadist.options import from_mapping
 
 logger = logging.getLogger("metadist.learners")
 
-LOSSES = ("mse", "mae", "smape", "cross_entropy")
-# Element-wise regression losses (prediction and target of equal shape). "smape" is the
-# M3/M4 symmetric absolute percentage error as a fraction (2|y - p| / (|y| + |p|), 0 where
-# both are 0): scale-free, so series of any magnitude weigh alike; meant for raw
-# (unscaled) positive values, as forecasting competitions score them.
-REGRESSION_LOSSES = ("mse", "mae", "smape")
 Params = dict[str, Tensor]
 
-_REGISTRY: dict[str, type[Learner]] = {}
 _WARNED_FALLBACK: set[tuple[str, str, str]] = set()
 
 
@@ -60,169 +62,64 @@ class MetaOutput:
     metrics: dict[str, Tensor]
 
 
-def register_learner(name: str):
-    """Class decorator registering a `Learner` subclass under `name`.
-
-    Example:
-        >>> @register_learner("my_learner")
-        ... class MyLearner(InnerLoopLearner): ...
-    """
-
-    def decorator(cls: type[Learner]) -> type[Learner]:
-        if not (isinstance(cls, type) and issubclass(cls, Learner)):
-            raise TypeError(f"@register_learner({name!r}) needs a Learner subclass")
-        existing = _REGISTRY.get(name)
-        if existing is not None and existing.__qualname__ != cls.__qualname__:
-            raise ValueError(
-                f"learner {name!r} is already registered by "
-                f"{existing.__module__}.{existing.__qualname__}"
-            )
-        cls.name = name
-        _REGISTRY[name] = cls
-        return cls
-
-    return decorator
-
-
-def registered_learners() -> list[str]:
-    """Names of all registered learners, sorted."""
-    return sorted(_REGISTRY)
-
-
-def get_learner(name: str) -> type[Learner]:
-    """The learner class registered as `name`; `ValueError` listing the known names."""
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        known = ", ".join(registered_learners()) or "none"
-        raise ValueError(f"unknown learner {name!r}; registered: {known}") from None
-
-
-def build_learner(name: str, model: nn.Module, **options: Any) -> Learner:
-    """Builds the learner registered as `name` around `model`.
-
-    Raises:
-        ValueError: unknown learner, an option the learner does not have, or a bad value.
-    """
-    cls = get_learner(name)
-    accepted = [
-        p.name
-        for p in list(inspect.signature(cls.__init__).parameters.values())[2:]
-        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
-    ]
-    unknown = sorted(set(options) - set(accepted))
-    if unknown:
-        raise ValueError(
-            f"learner {name!r} has no option {unknown[0]!r}; its options: {', '.join(accepted)}"
-        )
-    return cls(model, **options)
-
-
-def _elementwise_loss(kind: str, prediction: Tensor, target: Tensor) -> Tensor:
-    """Per-element regression loss of `kind` ("mse", "mae" or "smape")."""
-    error = prediction - target
-    if kind == "mse":
-        return error.square()
-    if kind == "mae":
-        return error.abs()
-    total = prediction.abs() + target.abs()
-    # 0/0 (both zero) scores 0, and the denominator never reaches 0 in the backward pass.
-    return torch.where(total > 0, 2 * error.abs() / total.clamp_min(1e-12), 0.0)
-
-
-def task_loss(kind: str, prediction: Tensor, target: Tensor) -> Tensor:
-    """Scalar loss of one task (or of any batch, averaged over all elements).
-
-    Args:
-        kind: "mse", "mae", "smape" (prediction and target of equal shape; see
-            `REGRESSION_LOSSES`) or "cross_entropy" (prediction `[..., N]` logits, target
-            `[...]` int64 class indices).
-
-    Raises:
-        ValueError: shapes that do not fit the loss.
-    """
-    if kind in REGRESSION_LOSSES:
-        if prediction.shape != target.shape:
-            raise ValueError(
-                f"{kind} loss: model output {tuple(prediction.shape)} does not match targets "
-                f"{tuple(target.shape)}; check the model's output_shape"
-            )
-        if kind == "mse":
-            return F.mse_loss(prediction, target)
-        return _elementwise_loss(kind, prediction, target).mean()
-    if prediction.shape[:-1] != target.shape:
-        raise ValueError(
-            f"cross_entropy loss: model output {tuple(prediction.shape)} must be targets "
-            f"{tuple(target.shape)} plus a class dimension"
-        )
-    return F.cross_entropy(prediction.reshape(-1, prediction.shape[-1]), target.reshape(-1))
-
-
-def task_losses(kind: str, prediction: Tensor, target: Tensor) -> Tensor:
-    """Per-task losses `[B]` of a batch of tasks: `task_loss` of each task's slice.
-
-    Args:
-        kind: one of `LOSSES` (see `task_loss`).
-        prediction: `[B, ...]` model outputs; target: `[B, ...]` targets.
-
-    Raises:
-        ValueError: shapes that do not fit the loss (named per task, without B).
-    """
-    num_tasks = prediction.shape[0]
-    if kind in REGRESSION_LOSSES:
-        if prediction.shape != target.shape:
-            raise ValueError(
-                f"{kind} loss: model output {tuple(prediction.shape[1:])} does not match "
-                f"targets {tuple(target.shape[1:])}; check the model's output_shape"
-            )
-        return _elementwise_loss(kind, prediction, target).reshape(num_tasks, -1).mean(1)
-    if prediction.shape[:-1] != target.shape:
-        raise ValueError(
-            f"cross_entropy loss: model output {tuple(prediction.shape[1:])} must be targets "
-            f"{tuple(target.shape[1:])} plus a class dimension"
-        )
-    losses = F.cross_entropy(
-        prediction.reshape(-1, prediction.shape[-1]), target.reshape(-1), reduction="none"
-    )
-    return losses.reshape(num_tasks, -1).mean(1)
-
-
-def _accuracy(prediction: Tensor, target: Tensor, batched: bool = False) -> Tensor:
-    """Fraction of correct argmax predictions: per task `[B]` when batched, else scalar."""
-    correct = (prediction.argmax(dim=-1) == target).to(prediction.dtype)
-    return correct.reshape(correct.shape[0], -1).mean(1) if batched else correct.mean()
-
-
 class Learner(nn.Module, ABC):
     """Base of every learner.
 
     Args:
         model: any `nn.Module` mapping `[..., *input_shape]` → `[..., *output_shape]`.
-        loss: "mse", "mae" or "smape" (regression, forecasting; see `REGRESSION_LOSSES`)
-            or "cross_entropy" (classification).
-        vectorize: run the tasks of a batch together (batched inner loops); False
-            forces a per-task Python loop.
+        **options: the fields of the learner's `Options` dataclass (below; a subclass
+            declares only the options it adds, in an `Options` that extends its parent's).
+            They are read into `self.options`.
 
     Raises:
-        ValueError: a bad option, naming it.
+        ValueError: an unknown option (naming `learner.options.<key>` and the closest
+            valid one), a value of the wrong type, or a bad value.
     """
+
+    @dataclass(frozen=True)
+    class Options:
+        """Options every learner has.
+
+        Attributes:
+            loss: "mse", "mae" or "smape" (regression, forecasting; see
+                `REGRESSION_LOSSES`) or "cross_entropy" (classification).
+            vectorize: run the tasks of a batch together (batched inner loops); False
+                forces a per-task Python loop.
+        """
+
+        loss: str = "mse"
+        vectorize: bool = True
 
     name: ClassVar[str] = ""
     # False for learners with no inner loop (Prototypical Networks): their model without
     # adaptation means nothing, so evaluation scores no "unadapted" row for them.
     has_inner_loop: ClassVar[bool] = True
 
-    def __init__(self, model: nn.Module, loss: str = "mse", vectorize: bool = True) -> None:
+    def __init__(self, model: nn.Module, **options: Any) -> None:
         super().__init__()
         if not isinstance(model, nn.Module):
             raise ValueError(
                 f"learner {self.name!r}: model must be an nn.Module, got {type(model)}"
             )
+        self.options: Any = self.read_options(options)
+        loss = self.options.loss
         if loss not in LOSSES:
             raise ValueError(f"learner {self.name!r}: loss must be one of {LOSSES}, got {loss!r}")
         self.model = model
         self.loss = loss
-        self.vectorize = _flag(self.name, "vectorize", vectorize)
+        self.vectorize = self.options.vectorize
+
+    @classmethod
+    def read_options(cls, options: Mapping[str, Any]) -> Any:
+        """`options` as the class's `Options` (see `metadist.registry.options_schema`)."""
+        from metadist.registry import options_schema
+
+        return from_mapping(
+            options_schema(cls, positional=1),
+            options,
+            "learner.options",
+            what=f"option of learner {cls.name or cls.__name__!r}",
+        )
 
     @abstractmethod
     def forward(self, batch: MetaBatch) -> MetaOutput:
@@ -245,20 +142,7 @@ class InnerLoopLearner(Learner):
 
     Args:
         model: the model (see `Learner`).
-        inner_steps: gradient steps on the support set per task during training (≥ 0).
-        inner_lr: step size of the inner loop (the initial value where it is learned).
-        eval_inner_steps: steps `adapt` takes in eval mode (`learner.eval()`); defaults
-            to `inner_steps`. `adapt(support, steps=N)` overrides both.
-        first_order: drop the second-order terms (the inner gradients are treated as
-            constants in the meta-gradient).
-        loss: one of `LOSSES`.
-        vectorize: run the tasks batched (default). Models that cannot run batched
-            (recurrent layers, batch norm updating running statistics) fall back to a
-            per-task loop automatically, with one logged warning; False forces the loop.
-        check_finite: raise when a support or query loss is NaN/inf (costs one host sync
-            per call).
-        unadapted_metrics: also score the unadapted model on each query set for the
-            `query_loss_before` metric (one extra no-grad forward per task).
+        **options: the fields of `InnerLoopLearner.Options` (below).
 
     How the tasks run together: each adapted parameter is expanded to `[B, ...]`, the
     model runs on all tasks at once (its `batched_forward(params, x)` if it has one —
@@ -280,32 +164,54 @@ class InnerLoopLearner(Learner):
         ValueError: a bad option, naming it.
     """
 
-    def __init__(
-        self,
-        model: nn.Module,
-        inner_steps: int = 1,
-        inner_lr: float = 0.01,
-        eval_inner_steps: int | None = None,
-        first_order: bool = False,
-        loss: str = "mse",
-        vectorize: bool = True,
-        check_finite: bool = True,
-        unadapted_metrics: bool = True,
-    ) -> None:
-        super().__init__(model, loss=loss, vectorize=vectorize)
-        self.inner_steps = self._steps("inner_steps", inner_steps)
+    @dataclass(frozen=True)
+    class Options(Learner.Options):
+        """Options of every gradient-based learner (and `Learner`'s `loss`, `vectorize`).
+
+        Attributes:
+            inner_steps: gradient steps on the support set per task during training (≥ 0).
+            inner_lr: step size of the inner loop (the initial value where it is learned).
+            eval_inner_steps: steps `adapt` takes in eval mode (`learner.eval()`);
+                defaults to `inner_steps`. `adapt(support, steps=N)` overrides both.
+            first_order: drop the second-order terms (the inner gradients are treated as
+                constants in the meta-gradient).
+            check_finite: raise when a support or query loss is NaN/inf (costs one host
+                sync per call).
+            unadapted_metrics: also score the unadapted model on each query set for the
+                `query_loss_before` metric (one extra no-grad forward per task).
+
+        With `vectorize` (default) the tasks run batched. A model `vmap` cannot batch
+        (recurrent layers, batch norm updating running statistics) runs a per-task loop
+        instead, decided at the first call with one logged notice; False forces the loop.
+        """
+
+        inner_steps: int = 1
+        inner_lr: float = 0.01
+        eval_inner_steps: int | None = None
+        first_order: bool = False
+        check_finite: bool = True
+        unadapted_metrics: bool = True
+
+    def __init__(self, model: nn.Module, **options: Any) -> None:
+        super().__init__(model, **options)
+        opts = self.options
+        self.inner_steps = self._steps("inner_steps", opts.inner_steps)
         self.eval_inner_steps = (
             self.inner_steps
-            if eval_inner_steps is None
-            else self._steps("eval_inner_steps", eval_inner_steps)
+            if opts.eval_inner_steps is None
+            else self._steps("eval_inner_steps", opts.eval_inner_steps)
         )
-        if not isinstance(inner_lr, (int, float)) or isinstance(inner_lr, bool) or inner_lr <= 0:
-            raise self._options_error("inner_lr", "must be a number > 0", inner_lr)
-        self.inner_lr = float(inner_lr)
-        self.first_order = _flag(self.name, "first_order", first_order)
-        self.check_finite = _flag(self.name, "check_finite", check_finite)
-        self.unadapted_metrics = _flag(self.name, "unadapted_metrics", unadapted_metrics)
+        if not opts.inner_lr > 0:
+            raise self._options_error("inner_lr", "must be a number > 0", opts.inner_lr)
+        self.inner_lr = float(opts.inner_lr)
+        self.first_order = opts.first_order
+        self.check_finite = opts.check_finite
+        self.unadapted_metrics = opts.unadapted_metrics
+        # The batching decision, made at the first call in each mode (train/eval): a
+        # model vmap cannot batch loops from then on; a mode decided batched stays so and
+        # any later error raises.
         self._vmap_failed = False
+        self._batched_modes: set[bool] = set()
         self._native_batching = has_batched_forward(model)
         # functional_call's search for tied tensors walks every module on every call;
         # skip it for models without any (most).
@@ -544,23 +450,41 @@ class InnerLoopLearner(Learner):
 
     def _dispatch(self, fn: Callable, *task_args: Any) -> Any:
         """`fn(batched, *task_args)` for all tasks at once (`batched=True`, leading task dim
-        of every tensor in `task_args`) or, in the fallback, `fn(False, ...)` once per task
-        with the outputs stacked along a new leading task dim."""
-        if self.vectorize and not self._vmap_failed:
-            try:
-                return fn(True, *task_args)
-            except Exception as error:  # noqa: BLE001  (retried by the loop just below)
-                vmap_error = error
-            result = self._loop(fn, task_args)
-            # Only once the loop has succeeded is the failure the model's vmap support,
-            # not a bug the loop would have raised too (which then propagates unchained).
-            self._vmap_failed = True
-            message = str(vmap_error).strip()
-            self._warn_fallback(
-                message.splitlines()[0][:200] if message else type(vmap_error).__name__
+        of every tensor in `task_args`) or `fn(False, ...)` once per task with the outputs
+        stacked along a new leading task dim.
+
+        The choice is made once per mode, at its first call, and logged: the batched path
+        is tried; only if `vmap` refuses the model (`is_vmap_limitation`; never for a
+        model's own `batched_forward`) and the per-task loop then succeeds does the
+        learner loop from then on. Any other error, and any error after the decision,
+        raises.
+        """
+        if not self.vectorize or self._vmap_failed:
+            return self._loop(fn, task_args)
+        if self.training in self._batched_modes:
+            return fn(True, *task_args)
+        try:
+            result = fn(True, *task_args)
+        except Exception as error:
+            if self._native_batching or not is_vmap_limitation(error):
+                raise
+            vmap_error = error
+        else:
+            self._batched_modes.add(self.training)
+            logger.info(
+                "learner %r: model %s runs its tasks batched (%s)",
+                self.name,
+                type(self.model).__name__,
+                "its batched_forward" if self._native_batching else "vmap",
             )
             return result
-        return self._loop(fn, task_args)
+        result = self._loop(fn, task_args)
+        # Only once the loop has succeeded is the failure the model's vmap support, not a
+        # bug the loop would have raised too (which then propagates unchained).
+        self._vmap_failed = True
+        message = str(vmap_error).strip()
+        self._warn_fallback(message.splitlines()[0][:200] if message else type(vmap_error).__name__)
+        return result
 
     @staticmethod
     def _loop(fn: Callable, task_args: tuple) -> Any:
@@ -649,42 +573,3 @@ def _sgd_step(param: Tensor, step_size: Tensor | float, grad: Tensor) -> Tensor:
     if isinstance(step_size, Tensor):
         return torch.addcmul(param, step_size, grad, value=-1)
     return torch.add(param, grad, alpha=-step_size)
-
-
-def has_batched_forward(model: nn.Module) -> bool:
-    """Whether the learners may run `model` through its own `batched_forward`.
-
-    Only when the class that defines `batched_forward` is the one that defines `forward`
-    or a subclass of it: a subclass that overrides `forward` alone (and so computes
-    something else) must not inherit its parent's batched path.
-    """
-    batched = _defining_class(type(model), "batched_forward")
-    return batched is not None and issubclass(batched, _defining_class(type(model), "forward"))
-
-
-def _has_tied_tensors(model: nn.Module) -> bool:
-    """Whether two parameter/buffer names of `model` share one tensor."""
-    named = itertools.chain(
-        model.named_parameters(remove_duplicate=False), model.named_buffers(remove_duplicate=False)
-    )
-    seen: set[int] = set()
-    for _, tensor in named:
-        if id(tensor) in seen:
-            return True
-        seen.add(id(tensor))
-    return False
-
-
-def _defining_class(cls: type, attribute: str) -> type | None:
-    return next((c for c in cls.__mro__ if attribute in c.__dict__), None)
-
-
-def _flag(learner: str, field: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError(f"learner {learner!r}: {field} must be true or false, got {value!r}")
-    return value
-
-
-def _num_tasks(task_args: tuple) -> int:
-    leaves = [t for arg in task_args for t in (arg.values() if isinstance(arg, dict) else [arg])]
-    return int(leaves[0].shape[0])

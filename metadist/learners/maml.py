@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import torch
 from torch import Tensor, nn
 
-from metadist.learners.base import InnerLoopLearner, _flag, register_learner
+from metadist.learners.base import InnerLoopLearner
+from metadist.learners.registry import register_learner
 
 
 @register_learner("maml")
@@ -21,43 +25,23 @@ class MAML(InnerLoopLearner):
         learn_inner_lr: learn one inner step size per inner step (initialised to
             `inner_lr`, parameter `inner_lrs [inner_steps]`, as in MAML++). Evaluation
             with more steps than `inner_steps` reuses the last learned step size.
-        **options: `InnerLoopLearner` options (`inner_steps`, `inner_lr`,
-            `eval_inner_steps`, `first_order`, `loss`, `vectorize`, `check_finite`,
-            `unadapted_metrics`).
+        **options: `InnerLoopLearner.Options`, plus `learn_inner_lr`.
 
     Raises:
         ValueError: a bad option (e.g. `learn_inner_lr` with 0 inner steps).
     """
 
-    def __init__(
-        self,
-        model: nn.Module,
-        inner_steps: int = 1,
-        inner_lr: float = 0.01,
-        eval_inner_steps: int | None = None,
-        first_order: bool = False,
-        learn_inner_lr: bool = False,
-        loss: str = "mse",
-        vectorize: bool = True,
-        check_finite: bool = True,
-        unadapted_metrics: bool = True,
-    ) -> None:
-        super().__init__(
-            model,
-            inner_steps=inner_steps,
-            inner_lr=inner_lr,
-            eval_inner_steps=eval_inner_steps,
-            first_order=first_order,
-            loss=loss,
-            vectorize=vectorize,
-            check_finite=check_finite,
-            unadapted_metrics=unadapted_metrics,
-        )
-        self.learn_inner_lr = _flag(self.name, "learn_inner_lr", learn_inner_lr)
+    @dataclass(frozen=True)
+    class Options(InnerLoopLearner.Options):
+        learn_inner_lr: bool = False
+
+    def __init__(self, model: nn.Module, **options: Any) -> None:
+        super().__init__(model, **options)
+        self.learn_inner_lr = self.options.learn_inner_lr
         if self.learn_inner_lr:
             if self.inner_steps == 0:
                 raise self._options_error(
-                    "inner_steps", "must be >= 1 when learn_inner_lr is true", inner_steps
+                    "inner_steps", "must be >= 1 when learn_inner_lr is true", self.inner_steps
                 )
             reference = next(model.parameters())
             self.inner_lrs = nn.Parameter(

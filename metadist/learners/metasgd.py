@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor, nn
 
-from metadist.learners.base import InnerLoopLearner, register_learner
+from metadist.learners.base import InnerLoopLearner
+from metadist.learners.registry import register_learner
 
 
 @register_learner("metasgd")
@@ -18,37 +21,14 @@ class MetaSGD(InnerLoopLearner):
 
     Args:
         model: any `nn.Module`.
-        **options: `InnerLoopLearner` options (`inner_steps`, `inner_lr`,
-            `eval_inner_steps`, `first_order`, `loss`, `vectorize`, `check_finite`,
-            `unadapted_metrics`).
+        **options: `InnerLoopLearner.Options` (it adds none).
 
     Raises:
         ValueError: a bad option, naming it.
     """
 
-    def __init__(
-        self,
-        model: nn.Module,
-        inner_steps: int = 1,
-        inner_lr: float = 0.01,
-        eval_inner_steps: int | None = None,
-        first_order: bool = False,
-        loss: str = "mse",
-        vectorize: bool = True,
-        check_finite: bool = True,
-        unadapted_metrics: bool = True,
-    ) -> None:
-        super().__init__(
-            model,
-            inner_steps=inner_steps,
-            inner_lr=inner_lr,
-            eval_inner_steps=eval_inner_steps,
-            first_order=first_order,
-            loss=loss,
-            vectorize=vectorize,
-            check_finite=check_finite,
-            unadapted_metrics=unadapted_metrics,
-        )
+    def __init__(self, model: nn.Module, **options: Any) -> None:
+        super().__init__(model, **options)
         parameters = dict(model.named_parameters())
         self.inner_lrs = nn.ParameterDict(
             {

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from metadist.batch import MetaBatch, TaskSet
-from metadist.learners.base import Learner, MetaOutput, Params, register_learner
+from metadist.learners.base import Learner, MetaOutput, Params
+from metadist.learners.registry import register_learner
 
 
 @register_learner("protonet")
@@ -31,17 +35,18 @@ class ProtoNet(Learner):
 
     has_inner_loop = False
 
-    def __init__(
-        self,
-        model: nn.Module,
-        num_ways: int | None = None,
-        loss: str = "cross_entropy",
-        vectorize: bool = True,
-    ) -> None:
+    @dataclass(frozen=True)
+    class Options(Learner.Options):
+        loss: str = "cross_entropy"
+        num_ways: int | None = None
+
+    def __init__(self, model: nn.Module, **options: Any) -> None:
+        loss = self.read_options(options).loss
         if loss != "cross_entropy":
             raise ValueError(f"learner 'protonet': loss must be 'cross_entropy', got {loss!r}")
-        super().__init__(model, loss=loss, vectorize=vectorize)
-        if num_ways is not None and (isinstance(num_ways, bool) or int(num_ways) < 2):
+        super().__init__(model, **options)
+        num_ways = self.options.num_ways
+        if num_ways is not None and num_ways < 2:
             raise self._options_error("num_ways", "must be an int >= 2", num_ways)
         self.num_ways = None if num_ways is None else int(num_ways)
 

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import torch
 from torch import nn
 
 from metadist.batch import MetaBatch
-from metadist.learners.base import InnerLoopLearner, MetaOutput, register_learner
+from metadist.learners.base import InnerLoopLearner, MetaOutput
+from metadist.learners.registry import register_learner
 
 
 @register_learner("reptile")
@@ -40,30 +44,23 @@ class Reptile(InnerLoopLearner):
         ValueError: a bad option, naming it (e.g. `inner_steps` 0).
     """
 
-    def __init__(
-        self,
-        model: nn.Module,
-        inner_steps: int = 5,
-        inner_lr: float = 0.01,
-        eval_inner_steps: int | None = None,
-        loss: str = "mse",
-        vectorize: bool = True,
-        check_finite: bool = True,
-        unadapted_metrics: bool = True,
-    ) -> None:
-        super().__init__(
-            model,
-            inner_steps=inner_steps,
-            inner_lr=inner_lr,
-            eval_inner_steps=eval_inner_steps,
-            first_order=True,
-            loss=loss,
-            vectorize=vectorize,
-            check_finite=check_finite,
-            unadapted_metrics=unadapted_metrics,
-        )
+    @dataclass(frozen=True)
+    class Options(InnerLoopLearner.Options):
+        """`InnerLoopLearner.Options` with 5 inner steps by default; `first_order` can
+        only be true (Reptile never differentiates through its inner loop)."""
+
+        inner_steps: int = 5
+        first_order: bool = True
+
+    def __init__(self, model: nn.Module, **options: Any) -> None:
+        if options.get("first_order", True) is not True:
+            raise ValueError(
+                "learner.options.first_order: Reptile is first order by construction; "
+                "leave it out (or true)"
+            )
+        super().__init__(model, **options)
         if self.inner_steps < 1:
-            raise self._options_error("inner_steps", "must be >= 1 for Reptile", inner_steps)
+            raise self._options_error("inner_steps", "must be >= 1 for Reptile", self.inner_steps)
 
     def forward(self, batch: MetaBatch) -> MetaOutput:
         """The Reptile surrogate loss over the batch's tasks (see the class docstring)."""

@@ -6,7 +6,6 @@ from collections.abc import Sequence
 
 from torch import Tensor
 
-from metadist.models import register_model
 from metadist.models._common import (
     denormalise_forecast,
     normalise_window,
@@ -14,6 +13,7 @@ from metadist.models._common import (
     window_shape,
 )
 from metadist.models.mlp import MLP
+from metadist.models.registry import register_model
 
 
 @register_model("forecaster")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from metadist.models import register_model
 from metadist.models._common import numel, positive_int, split_leading, window_shape
+from metadist.models.registry import register_model
 
 
 @register_model("gru")

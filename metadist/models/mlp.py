@@ -7,10 +7,10 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from metadist.models import register_model
 from metadist.models._common import activation as check_activation
 from metadist.models._common import dropout_rate, numel, split_leading
 from metadist.models._common import hidden_sizes as check_hidden_sizes
+from metadist.models.registry import register_model
 
 
 @register_model("mlp")

@@ -7,7 +7,6 @@ from collections.abc import Sequence
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from metadist.models import register_model
 from metadist.models._common import activation as check_activation
 from metadist.models._common import (
     denormalise_forecast,
@@ -18,6 +17,7 @@ from metadist.models._common import (
     window_norm_options,
     window_shape,
 )
+from metadist.models.registry import register_model
 
 
 class _CausalBlock(nn.Module):

@@ -7,8 +7,8 @@ import math
 import torch
 from torch import Tensor, nn
 
-from metadist.models import register_model
 from metadist.models._common import dropout_rate, numel, positive_int, split_leading, window_shape
+from metadist.models.registry import register_model
 
 
 class CompositeLayerNorm(nn.Module):

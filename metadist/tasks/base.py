@@ -1,4 +1,4 @@
-"""The task-sampler protocol, the sampler registry and per-task random numbers.
+"""The task-sampler protocol and per-task random numbers (the registry: `.registry`).
 
 A task sampler turns *units* (entities of a store, or entity time chunks, or just task
 numbers for synthetic families) into tasks. The partitioner decides which units each rank
@@ -17,8 +17,6 @@ from typing import Any, ClassVar
 import numpy as np
 
 from metadist.batch import MetaBatch
-
-_REGISTRY: dict[str, type[TaskSampler]] = {}
 
 
 @dataclass
@@ -298,61 +296,6 @@ def random_subset(items: np.ndarray, max_items: int | None, seed: int) -> np.nda
         return items
     rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([int(seed), _TAG_SUBSET])))
     return items[np.sort(rng.choice(len(items), size=int(max_items), replace=False))]
-
-
-def register_task_sampler(name: str):
-    """Class decorator registering a `TaskSampler` under `name`.
-
-    Registration happens when the defining module is imported; a training run selects a
-    sampler of your own with `imports=[your_module] sampler.name=NAME`.
-
-    Example:
-        >>> @register_task_sampler("my_sampler")
-        ... class MySampler(TaskSampler): ...
-    """
-
-    def decorator(cls: type[TaskSampler]) -> type[TaskSampler]:
-        if not (isinstance(cls, type) and issubclass(cls, TaskSampler)):
-            raise TypeError(f"@register_task_sampler({name!r}) needs a TaskSampler subclass")
-        existing = _REGISTRY.get(name)
-        if existing is not None and existing.__qualname__ != cls.__qualname__:
-            raise ValueError(
-                f"task sampler {name!r} is already registered by "
-                f"{existing.__module__}.{existing.__qualname__}"
-            )
-        cls.name = name
-        _REGISTRY[name] = cls
-        return cls
-
-    return decorator
-
-
-def registered_task_samplers() -> list[str]:
-    """Names of all registered samplers, sorted."""
-    return sorted(_REGISTRY)
-
-
-def get_task_sampler(name: str) -> type[TaskSampler]:
-    """The sampler class registered as `name`; `ValueError` listing the known names."""
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        known = ", ".join(registered_task_samplers()) or "none"
-        raise ValueError(f"unknown task sampler {name!r}; registered: {known}") from None
-
-
-def build_task_sampler(name: str, store: Any = None, **options: Any) -> TaskSampler:
-    """Builds the sampler registered as `name` with `options`.
-
-    Raises:
-        ValueError: unknown name, a sampler that needs a store given none, or a bad option.
-    """
-    cls = get_task_sampler(name)
-    if cls.needs_store:
-        if store is None:
-            raise ValueError(f"task sampler {name!r} reads a series store: set data.store")
-        return cls(store, **options)
-    return cls(**options)
 
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)

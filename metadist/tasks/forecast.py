@@ -32,10 +32,10 @@ from metadist.tasks.base import (
     EvaluationTasks,
     TaskSampler,
     random_subset,
-    register_task_sampler,
     repeated_unit_tasks,
 )
 from metadist.tasks.options import check_positive, resolve_columns
+from metadist.tasks.registry import register_task_sampler
 from metadist.tasks.windows import WindowGatherer
 
 

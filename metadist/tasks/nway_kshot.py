@@ -30,11 +30,11 @@ from metadist.batch import MetaBatch, TaskSet
 from metadist.tasks.base import (
     EvaluationTasks,
     TaskSampler,
-    register_task_sampler,
     repeated_unit_tasks,
     task_uniform,
 )
 from metadist.tasks.options import check_positive, resolve_columns
+from metadist.tasks.registry import register_task_sampler
 from metadist.tasks.windows import WindowGatherer
 
 

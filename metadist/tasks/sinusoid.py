@@ -6,7 +6,8 @@ import numpy as np
 import torch
 
 from metadist.batch import MetaBatch, TaskSet
-from metadist.tasks.base import TaskSampler, register_task_sampler, task_uniform
+from metadist.tasks.base import TaskSampler, task_uniform
+from metadist.tasks.registry import register_task_sampler
 
 
 @register_task_sampler("sinusoid")

@@ -1,0 +1,149 @@
+"""One registry shape for every kind of component: samplers, models, learners, optimizers.
+
+    SAMPLERS = Registry("sampler", TaskSampler)
+
+    @SAMPLERS.register("my_sampler")
+    class MySampler(TaskSampler): ...
+
+    SAMPLERS.names()                                     # ["forecast", "my_sampler", ...]
+    SAMPLERS.build("my_sampler", store, options={"lookback": 32})
+
+A component's options are a dataclass: its nested `Options` class where it declares one
+(subclasses extend their parent's), else the keyword parameters of its constructor (after
+the positional arguments `build` passes). `build` reads the options through
+`metadist.options.from_mapping`, so a misspelt key or a value of the wrong type is one
+`ValueError` naming the field path (`sampler.options.lookbak`) and the closest valid name,
+raised before anything is constructed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any, Generic, TypeVar
+
+from metadist.options import closest, from_mapping, signature_options
+
+T = TypeVar("T")
+
+
+def options_schema(cls: type, positional: int = 0) -> type:
+    """The dataclass of `cls`'s options.
+
+    The nearest class in `cls`'s MRO that declares either decides: its nested `Options`
+    dataclass, or the keyword parameters of its own constructor after `positional`
+    positional arguments (a constructor taking only `**options` defers to its parent).
+    """
+    for klass in cls.__mro__:
+        declared = klass.__dict__.get("Options")
+        if declared is not None and dataclasses.is_dataclass(declared):
+            return declared
+        init = klass.__dict__.get("__init__")
+        if init is not None and _declares_keywords(init, 1 + positional):
+            return signature_options(init, 1 + positional, f"{cls.__name__}Options")
+    return signature_options(lambda: None, 0, f"{cls.__name__}Options")
+
+
+def _declares_keywords(function: Any, skip: int) -> bool:
+    parameters = list(inspect.signature(function).parameters.values())[skip:]
+    return any(p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) for p in parameters)
+
+
+class Registry(Generic[T]):
+    """Named classes of one kind, with their option schemas.
+
+    Args:
+        kind: what the components are called in messages and config paths ("sampler":
+            options live at `sampler.options`).
+        base: the class every registered component must subclass, or None.
+        positional: how many positional arguments `build` passes before the options
+            (e.g. 2 for a model's shapes), or a function of the class giving it (1 for a
+            sampler that reads a store, else 0); the constructor's keyword parameters
+            after them are its options when it declares no `Options`.
+    """
+
+    def __init__(
+        self,
+        kind: str,
+        base: type | None = None,
+        positional: int | Callable[[type], int] = 0,
+    ) -> None:
+        self.kind = kind
+        self.base = base
+        self.positional = positional
+        self._classes: dict[str, type[T]] = {}
+        self._schemas: dict[str, type] = {}
+
+    def register(self, name: str) -> Callable[[type[T]], type[T]]:
+        """Class decorator registering a component under `name` (sets `cls.name`)."""
+
+        def decorator(cls: type[T]) -> type[T]:
+            if self.base is not None and not (isinstance(cls, type) and issubclass(cls, self.base)):
+                raise TypeError(f"registering {self.kind} {name!r} needs a {self.base.__name__}")
+            existing = self._classes.get(name)
+            if existing is not None and existing.__qualname__ != cls.__qualname__:
+                raise ValueError(
+                    f"{self.kind} {name!r} is already registered by "
+                    f"{existing.__module__}.{existing.__qualname__}"
+                )
+            cls.name = name  # type: ignore[attr-defined]
+            self._classes[name] = cls
+            self._schemas.pop(name, None)
+            return cls
+
+        return decorator
+
+    def names(self) -> list[str]:
+        """Names of every registered component, sorted."""
+        return sorted(self._classes)
+
+    def get(self, name: str) -> type[T]:
+        """The class registered as `name`; `ValueError` with the closest name and the list."""
+        try:
+            return self._classes[name]
+        except KeyError:
+            guess = closest(str(name), self._classes)
+            hint = f"; did you mean {guess!r}?" if guess else ""
+            known = ", ".join(self.names()) or "none"
+            raise ValueError(
+                f"{self.kind}.name: unknown {self.kind} {name!r}; registered: {known}{hint}"
+            ) from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._classes
+
+    def options_schema(self, name: str) -> type:
+        """The dataclass of `name`'s options (see `options_schema`)."""
+        if name not in self._schemas:
+            cls = self.get(name)
+            positional = self.positional(cls) if callable(self.positional) else self.positional
+            self._schemas[name] = options_schema(cls, positional)
+        return self._schemas[name]
+
+    def check_options(
+        self, name: str, options: Mapping[str, Any] | None, path: str | None = None
+    ) -> dict[str, Any]:
+        """The given options of `name`, each checked and coerced to its field's type.
+
+        Raises:
+            ValueError: an unknown option (with the closest one) or a value of the wrong
+                type, naming `path.<option>` (default path: `<kind>.options`).
+        """
+        options = dict(options or {})
+        where = path or f"{self.kind}.options"
+        schema = self.options_schema(name)
+        checked = from_mapping(schema, options, where, what=f"option of {self.kind} {name!r}")
+        return {key: getattr(checked, key) for key in options}
+
+    def build(
+        self,
+        name: str,
+        *args: Any,
+        options: Mapping[str, Any] | None = None,
+        path: str | None = None,
+        **extra: Any,
+    ) -> T:
+        """Constructs `name` as `cls(*args, **options, **extra)`, the options checked first."""
+        cls = self.get(name)
+        return cls(*args, **self.check_options(name, options, path), **extra)

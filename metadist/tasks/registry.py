@@ -1,0 +1,62 @@
+"""The sampler registry: `@register_task_sampler("name")`, `build_task_sampler`, names.
+
+A sampler's options are the keyword parameters of its constructor (after the store, for a
+sampler that reads one), or its `Options` dataclass where it declares one; they are read
+through `metadist.registry.Registry`, so `sampler.options.lookbak=32` is one error naming
+the path and `lookback`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from metadist.registry import Registry
+from metadist.tasks.base import TaskSampler
+
+SAMPLERS: Registry[TaskSampler] = Registry(
+    "sampler", TaskSampler, positional=lambda cls: 1 if cls.needs_store else 0
+)
+
+
+def register_task_sampler(name: str):
+    """Class decorator registering a `TaskSampler` under `name`.
+
+    Registration happens when the defining module is imported; a training run selects a
+    sampler of your own with `imports=[your_module] sampler.name=NAME`.
+
+    Example:
+        >>> @register_task_sampler("my_sampler")
+        ... class MySampler(TaskSampler): ...
+    """
+    return SAMPLERS.register(name)
+
+
+def registered_task_samplers() -> list[str]:
+    """Names of all registered samplers, sorted."""
+    return SAMPLERS.names()
+
+
+def get_task_sampler(name: str) -> type[TaskSampler]:
+    """The sampler class registered as `name`; `ValueError` naming the closest one."""
+    return SAMPLERS.get(name)
+
+
+def build_task_sampler(
+    name: str, store: Any = None, *, path: str | None = None, **options: Any
+) -> TaskSampler:
+    """Builds the sampler registered as `name` with `options`.
+
+    Args:
+        path: where the options sit in the config, for messages (default
+            `sampler.options`).
+
+    Raises:
+        ValueError: unknown name, a sampler that needs a store given none, an unknown
+            option (naming its path and the closest valid one) or a bad value.
+    """
+    cls = SAMPLERS.get(name)
+    if cls.needs_store:
+        if store is None:
+            raise ValueError(f"task sampler {name!r} reads a series store: set data.store")
+        return SAMPLERS.build(name, store, options=options, path=path)
+    return SAMPLERS.build(name, options=options, path=path)

@@ -61,6 +61,8 @@ class Registry(Generic[T]):
             (e.g. 2 for a model's shapes), or a function of the class giving it (1 for a
             sampler that reads a store, else 0); the constructor's keyword parameters
             after them are its options when it declares no `Options`.
+        label: what one component is called in messages ("task sampler"); `kind` by
+            default.
     """
 
     def __init__(
@@ -68,26 +70,30 @@ class Registry(Generic[T]):
         kind: str,
         base: type | None = None,
         positional: int | Callable[[type], int] = 0,
+        label: str | None = None,
     ) -> None:
         self.kind = kind
+        self.label = label or kind
         self.base = base
         self.positional = positional
-        self._classes: dict[str, type[T]] = {}
+        self._classes: dict[str, T] = {}
         self._schemas: dict[str, type] = {}
 
-    def register(self, name: str) -> Callable[[type[T]], type[T]]:
-        """Class decorator registering a component under `name` (sets `cls.name`)."""
+    def register(self, name: str) -> Callable[[T], T]:
+        """Decorator registering a component (a class, or a factory function) under `name`
+        (sets its `name` attribute)."""
 
-        def decorator(cls: type[T]) -> type[T]:
+        def decorator(cls: T) -> T:
             if self.base is not None and not (isinstance(cls, type) and issubclass(cls, self.base)):
-                raise TypeError(f"registering {self.kind} {name!r} needs a {self.base.__name__}")
-            existing = self._classes.get(name)
-            if existing is not None and existing.__qualname__ != cls.__qualname__:
+                raise TypeError(f"registering {self.label} {name!r} needs a {self.base.__name__}")
+            existing: Any = self._classes.get(name)
+            qualname = getattr(cls, "__qualname__", repr(cls))
+            if existing is not None and existing.__qualname__ != qualname:
                 raise ValueError(
-                    f"{self.kind} {name!r} is already registered by "
+                    f"{self.label} {name!r} is already registered by "
                     f"{existing.__module__}.{existing.__qualname__}"
                 )
-            cls.name = name  # type: ignore[attr-defined]
+            cls.name = name  # type: ignore[attr-defined]  # every component knows its name
             self._classes[name] = cls
             self._schemas.pop(name, None)
             return cls
@@ -98,7 +104,7 @@ class Registry(Generic[T]):
         """Names of every registered component, sorted."""
         return sorted(self._classes)
 
-    def get(self, name: str) -> type[T]:
+    def get(self, name: str) -> T:
         """The class registered as `name`; `ValueError` with the closest name and the list."""
         try:
             return self._classes[name]
@@ -107,7 +113,7 @@ class Registry(Generic[T]):
             hint = f"; did you mean {guess!r}?" if guess else ""
             known = ", ".join(self.names()) or "none"
             raise ValueError(
-                f"{self.kind}.name: unknown {self.kind} {name!r}; registered: {known}{hint}"
+                f"{self.kind}.name: unknown {self.label} {name!r}; registered: {known}{hint}"
             ) from None
 
     def __contains__(self, name: object) -> bool:
@@ -118,7 +124,7 @@ class Registry(Generic[T]):
         if name not in self._schemas:
             cls = self.get(name)
             positional = self.positional(cls) if callable(self.positional) else self.positional
-            self._schemas[name] = options_schema(cls, positional)
+            self._schemas[name] = options_schema(cls, positional)  # type: ignore[arg-type]
         return self._schemas[name]
 
     def check_options(
@@ -133,7 +139,7 @@ class Registry(Generic[T]):
         options = dict(options or {})
         where = path or f"{self.kind}.options"
         schema = self.options_schema(name)
-        checked = from_mapping(schema, options, where, what=f"option of {self.kind} {name!r}")
+        checked = from_mapping(schema, options, where, what=f"option of {self.label} {name!r}")
         return {key: getattr(checked, key) for key in options}
 
     def build(

@@ -265,22 +265,15 @@ def _eval_parts(
     of the split are scored: every example of every episode comes from the split.
     """
     from metadist.store.identity import check_store_identity
-    from metadist.tasks import build_task_sampler, derive_task_seeds
-    from metadist.train.build import example_shapes, open_store
+    from metadist.train.build import build_task_source
 
-    store, _ = open_store(config)
+    source = build_task_source(config)
+    store = source.store
     if store is not None:
         check_store_identity(recorded_identity, store, f"run_dir {run_dir}")
-    train_sampler = build_task_sampler(config.sampler.name, store, **config.sampler.options)
-    seed = config.trainer.seed
-    example = train_sampler.sample(
-        np.zeros(1, dtype=np.int64), derive_task_seeds(seed, 0, np.zeros(1))
-    )
-    input_shape, task_output_shape = example_shapes(example, train_sampler)
-    output_shape = task_output_shape
-    if config.model.output_shape is not None:  # e.g. the embedding of a prototypical network
-        output_shape = tuple(config.model.output_shape)
-    partitioner = config.data.partitioner(train_sampler, store, seed)
+    train_sampler, partitioner = source.sampler, source.partitioner
+    input_shape, task_output_shape = source.input_shape, source.task_output_shape
+    output_shape = source.output_shape
     if options.split == "all":
         units = np.arange(train_sampler.num_units, dtype=np.int64)
     else:

@@ -14,7 +14,7 @@ from torch import nn
 from metadist.learners.base import Learner
 from metadist.registry import Registry
 
-LEARNERS: Registry[Learner] = Registry("learner", Learner, positional=1)
+LEARNERS: Registry[type[Learner]] = Registry("learner", Learner, positional=1)
 
 
 def register_learner(name: str):

@@ -15,7 +15,7 @@ from torch import nn
 
 from metadist.registry import Registry
 
-MODELS: Registry[nn.Module] = Registry("model", nn.Module, positional=2)
+MODELS: Registry[type[nn.Module]] = Registry("model", nn.Module, positional=2)
 
 
 def register_model(name: str):

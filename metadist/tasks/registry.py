@@ -13,8 +13,11 @@ from typing import Any
 from metadist.registry import Registry
 from metadist.tasks.base import TaskSampler
 
-SAMPLERS: Registry[TaskSampler] = Registry(
-    "sampler", TaskSampler, positional=lambda cls: 1 if cls.needs_store else 0
+SAMPLERS: Registry[type[TaskSampler]] = Registry(
+    "sampler",
+    TaskSampler,
+    positional=lambda cls: 1 if cls.needs_store else 0,
+    label="task sampler",
 )
 
 

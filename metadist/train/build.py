@@ -1,6 +1,10 @@
 """Building a run's parts from its config: store → sampler → partitioner → loaders → model →
 learner → optimizer.
 
+`build_task_source` (store → sampler → partitioner → shapes) is the one construction of a
+run's tasks: training (`build_parts`), evaluation (`metadist.eval.run`) and sweeps
+(`metadist.launch.sweep`) all go through it, so they cannot disagree on a split.
+
 Everything here runs before the process group forms, so a bad sampler option, an unknown
 model or a meta-batch a rank's split cannot fill stops every rank at once with a
 `ValueError` naming it.
@@ -8,7 +12,6 @@ model or a meta-batch a rank's split cannot fill stops every rank at once with a
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -19,7 +22,10 @@ import torch
 from torch import nn
 
 from metadist.batch import MetaBatch
-from metadist.train.config import OptimizerConfig, TrainConfig
+from metadist.train.config import TrainConfig
+from metadist.train.optim import build_optimizer, scheduled_lr
+
+__all__ = ["RunParts", "TaskSource", "build_parts", "build_task_source", "scheduled_lr"]
 from metadist.train.distributed import DistEnv
 
 
@@ -53,6 +59,67 @@ class RunParts:
     store_identity: dict[str, Any] | None = None
 
 
+@dataclass
+class TaskSource:
+    """Where a run's tasks come from: what `build_task_source` returns.
+
+    Attributes:
+        store: the open series store, or `None` for samplers that need none.
+        store_identity: its identity (`metadist.store.identity`), or `None`.
+        sampler: the task sampler built from `sampler.name` / `sampler.options`.
+        partitioner: the run's split of the sampler's units (`data.*`, `trainer.seed`).
+        input_shape: one example's input shape, e.g. `(1,)` or `(L, F)`.
+        task_output_shape: one target's shape as the tasks give it (`(H, T)`, or one
+            logit per class).
+        output_shape: the model's output shape: `model.output_shape` where set (an
+            embedding), else `task_output_shape`.
+    """
+
+    store: Any
+    store_identity: dict[str, Any] | None
+    sampler: Any
+    partitioner: Any
+    input_shape: tuple[int, ...]
+    task_output_shape: tuple[int, ...]
+    output_shape: tuple[int, ...]
+
+
+def build_task_source(config: TrainConfig, *, verify_store: bool | None = None) -> TaskSource:
+    """Opens the store, builds the sampler and the run's partitioner, and reads the shapes.
+
+    Args:
+        verify_store: recompute the store's checksums first; `None` follows
+            `data.verify_store`.
+
+    Raises:
+        ValueError: the sampler rejects its options (naming `sampler.options.<key>`).
+        FileNotFoundError: `data.store` is missing.
+    """
+    from metadist.tasks import build_task_sampler, derive_task_seeds, registered_task_samplers
+
+    store, identity = open_store(config, verify_store)
+    with _naming(
+        "sampler", _unknown_hint("sampler", config.sampler.name, registered_task_samplers())
+    ):
+        sampler = build_task_sampler(config.sampler.name, store, **config.sampler.options)
+    seed = config.trainer.seed
+    partitioner = config.data.partitioner(sampler, store, seed)
+    example = sampler.sample(np.zeros(1, dtype=np.int64), derive_task_seeds(seed, 0, np.zeros(1)))
+    input_shape, task_output_shape = example_shapes(example, sampler)
+    output_shape = task_output_shape
+    if config.model.output_shape is not None:  # e.g. the embedding of a prototypical network
+        output_shape = tuple(config.model.output_shape)
+    return TaskSource(
+        store=store,
+        store_identity=identity,
+        sampler=sampler,
+        partitioner=partitioner,
+        input_shape=input_shape,
+        task_output_shape=task_output_shape,
+        output_shape=output_shape,
+    )
+
+
 def build_parts(config: TrainConfig, env: DistEnv) -> RunParts:
     """Builds every component of the run for this rank.
 
@@ -67,15 +134,11 @@ def build_parts(config: TrainConfig, env: DistEnv) -> RunParts:
     from metadist.data import BatchMetaDataLoader
     from metadist.learners import build_learner, registered_learners
     from metadist.models import build_model, registered_models
-    from metadist.tasks import build_task_sampler, derive_task_seeds, registered_task_samplers
 
     seed = config.trainer.seed
-    store, identity = open_store(config)
-    with _naming(
-        "sampler", _unknown_hint("sampler", config.sampler.name, registered_task_samplers())
-    ):
-        sampler = build_task_sampler(config.sampler.name, store, **config.sampler.options)
-    partitioner = config.data.partitioner(sampler, store, seed)
+    source = build_task_source(config)
+    store, identity = source.store, source.store_identity
+    sampler, partitioner = source.sampler, source.partitioner
     wants_rows = config.data.order == "blocked" or (config.data.read_ahead or 0) > 0
     if wants_rows and sampler.unit_rows() is None:
         raise ValueError(
@@ -127,10 +190,7 @@ def build_parts(config: TrainConfig, env: DistEnv) -> RunParts:
         with _naming(f"{batch_fields} (meta-val, trainer.eval_every > 0)", val_hint):
             val_loader = BatchMetaDataLoader(sampler, partitioner, split="val", **loader_options)
 
-    example = sampler.sample(np.zeros(1, dtype=np.int64), derive_task_seeds(seed, 0, np.zeros(1)))
-    input_shape, output_shape = example_shapes(example, sampler)
-    if config.model.output_shape is not None:
-        output_shape = tuple(config.model.output_shape)
+    input_shape, output_shape = source.input_shape, source.output_shape
     torch.manual_seed(seed)
     with _naming("model", _unknown_hint("model", config.model.name, registered_models())):
         model = build_model(config.model.name, input_shape, output_shape, **config.model.options)
@@ -152,9 +212,11 @@ def build_parts(config: TrainConfig, env: DistEnv) -> RunParts:
     )
 
 
-def open_store(config: TrainConfig) -> tuple[Any, dict[str, Any] | None]:
+def open_store(
+    config: TrainConfig, verify: bool | None = None
+) -> tuple[Any, dict[str, Any] | None]:
     """`(store, identity)` of `data.store` (`(None, None)` without one), its checksums
-    recomputed first unless `data.verify_store=false`.
+    recomputed first when `verify` (`None`: unless `data.verify_store=false`).
 
     Raises:
         FileNotFoundError: no store there.
@@ -166,7 +228,7 @@ def open_store(config: TrainConfig) -> tuple[Any, dict[str, Any] | None]:
     from metadist.store.identity import check_store_integrity, store_identity
 
     store = SeriesStore.open(config.data.store)
-    if config.data.verify_store:
+    if config.data.verify_store if verify is None else verify:
         check_store_integrity(store)
     return store, store_identity(store)
 
@@ -190,7 +252,10 @@ def _naming(fields: str, hint: str | None = None) -> Iterator[None]:
         yield
     except ValueError as error:
         suffix = f"; {hint}" if hint else ""
-        raise ValueError(f"{fields}: {error}{suffix}") from None
+        message = str(error)
+        if message.startswith(f"{fields}."):  # it names its field path already
+            raise ValueError(f"{message}{suffix}") from None
+        raise ValueError(f"{fields}: {message}{suffix}") from None
 
 
 def example_shapes(example: MetaBatch, sampler: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -208,33 +273,3 @@ def example_shapes(example: MetaBatch, sampler: Any) -> tuple[tuple[int, ...], t
             num_ways = int(target.max()) + 1
         return input_shape, (int(num_ways),)
     return input_shape, tuple(target.shape[2:])
-
-
-def scheduled_lr(config: OptimizerConfig, step: int, meta_steps: int) -> float:
-    """The learning rate of meta-step `step + 1` (`step` steps done) under `config`.
-
-    A function of the step alone, so a resumed run continues the schedule exactly.
-    """
-    warmup = config.warmup_steps
-    if step < warmup:
-        return config.lr * (step + 1) / warmup
-    if config.schedule == "constant":
-        return config.lr
-    progress = (step - warmup) / max(1, meta_steps - warmup)
-    return config.lr * 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
-
-
-def build_optimizer(config: OptimizerConfig, parameters) -> torch.optim.Optimizer:
-    """The meta-optimizer named by `optimizer.name`."""
-    parameters = [p for p in parameters if p.requires_grad]
-    if config.name == "adam":
-        return torch.optim.Adam(
-            parameters, lr=config.lr, betas=tuple(config.betas), weight_decay=config.weight_decay
-        )
-    if config.name == "adamw":
-        return torch.optim.AdamW(
-            parameters, lr=config.lr, betas=tuple(config.betas), weight_decay=config.weight_decay
-        )
-    return torch.optim.SGD(
-        parameters, lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay
-    )

@@ -9,23 +9,21 @@ same message.
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import math
 import os
 import re
 import sys
-import types
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from metadist.options import from_mapping, to_plain
 
 _DEVICES = ("auto", "cpu", "cuda")
 _BACKENDS = ("auto", "gloo", "nccl")
 _PRECISIONS = ("fp32", "bf16")
 _GPU_INDEX = re.compile(r"cuda:\d+")
-_OPTIMIZERS = ("adam", "adamw", "sgd")
 _SCHEDULES = ("constant", "cosine")
 _WANDB_MODES = ("online", "offline", "disabled")
 
@@ -178,7 +176,7 @@ class OptimizerConfig:
     """The outer-loop (meta) optimizer.
 
     Attributes:
-        name: `adam`, `adamw` or `sgd`.
+        name: a registered optimizer (`metadist.train.optim`): `adam`, `adamw`, `sgd`.
         lr: learning rate, > 0.
         weight_decay: ≥ 0.
         betas: Adam(W) coefficients, each in [0, 1).
@@ -200,7 +198,9 @@ class OptimizerConfig:
     warmup_steps: int = 0
 
     def validate(self) -> None:
-        _check_choice("optimizer.name", self.name, _OPTIMIZERS)
+        from metadist.train.optim import OPTIMIZERS
+
+        OPTIMIZERS.get(self.name)  # unknown: names the closest registered one
         _check_choice("optimizer.schedule", self.schedule, _SCHEDULES)
         if isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int):
             raise ValueError(
@@ -387,7 +387,7 @@ class TrainConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain nested dict (JSON-safe), the inverse of `build_config`."""
-        return _to_plain(dataclasses.asdict(self))
+        return to_plain(self)
 
 
 def build_config(values: dict[str, Any], *, world_size: int | None = None) -> TrainConfig:
@@ -403,11 +403,11 @@ def build_config(values: dict[str, Any], *, world_size: int | None = None) -> Tr
         FileNotFoundError: `data.store` names no directory.
     """
     check_finite_numbers(values)
-    config = _from_dict(TrainConfig, values, "")
+    config = from_mapping(TrainConfig, values)
     if world_size is None:
         world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    import_modules(config.imports)  # first: they may register what the config names
     config.validate(world_size)
-    import_modules(config.imports)
     return config
 
 
@@ -455,75 +455,6 @@ def import_modules(names: list[str]) -> None:
                 f"imports: cannot import module {name!r} ({type(error).__name__}: {error}); "
                 f"it must be importable from the working directory {cwd} or PYTHONPATH"
             ) from None
-
-
-def _from_dict(cls: type, values: Any, prefix: str) -> Any:
-    where = prefix.rstrip(".") or "the config"
-    if not isinstance(values, dict):
-        raise ValueError(f"{where} must be a mapping, got {values!r}")
-    hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]
-    for key in values:
-        if key not in names:
-            raise ValueError(f"{prefix}{key}: unknown field; {where} has: {', '.join(names)}")
-    kwargs = {}
-    for name in names:
-        if name in values:
-            kwargs[name] = _coerce(hints[name], values[name], f"{prefix}{name}")
-    return cls(**kwargs)
-
-
-def _coerce(hint: Any, value: Any, name: str) -> Any:
-    origin = typing.get_origin(hint)
-    args = typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):
-        if value is None:
-            if type(None) in args:
-                return None
-            raise ValueError(f"{name} must not be null")
-        inner = [a for a in args if a is not type(None)]
-        return _coerce(inner[0], value, name)
-    if dataclasses.is_dataclass(hint):
-        return _from_dict(hint, value, f"{name}.")
-    if hint is Any:
-        return value
-    if value is None:
-        raise ValueError(f"{name} must not be null")
-    if hint is bool:
-        if not isinstance(value, bool):
-            raise ValueError(f"{name} must be true or false, got {value!r}")
-        return value
-    if hint is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"{name} must be an integer, got {value!r}")
-        return value
-    if hint is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ValueError(f"{name} must be a number, got {value!r}")
-        return float(value)
-    if hint is str:
-        if not isinstance(value, str):
-            raise ValueError(f"{name} must be a string, got {value!r}")
-        return value
-    if origin in (tuple, list):
-        if not isinstance(value, (list, tuple)):
-            raise ValueError(f"{name} must be a list, got {value!r}")
-        item = args[0] if args else Any
-        items = [_coerce(item, v, f"{name}[{i}]") for i, v in enumerate(value)]
-        return tuple(items) if origin is tuple else items
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise ValueError(f"{name} must be a mapping, got {value!r}")
-        return dict(value)
-    raise TypeError(f"{name}: unsupported config type {hint}")
-
-
-def _to_plain(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _to_plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_to_plain(v) for v in value]
-    return value
 
 
 def _check_min(name: str, value: int, minimum: int) -> None:

@@ -244,14 +244,11 @@ def compute_split(config: Any, test_seed: int) -> dict[str, list[int]]:
 
     import numpy as np
 
-    from metadist.tasks import build_task_sampler
+    from metadist.train.build import build_task_source
 
-    store = None
-    if config.data.store is not None:
-        from metadist.store import SeriesStore
-
-        store = SeriesStore.open(config.data.store)
-    sampler = build_task_sampler(config.sampler.name, store, **config.sampler.options)
+    # The trials verify the store when they train; here only the split is computed.
+    source = build_task_source(config, verify_store=False)
+    store, sampler = source.store, source.sampler
     fractions = tuple(config.data.fractions)
     pins = config.data.pinned_test_units
     if pins is None and fractions[2] > 0:

@@ -61,7 +61,6 @@ def main(argv: list[str] | None = None, prog: str = "metadist train") -> int:
     """Runs the command; `prog` names it in messages (the aliases keep their own name)."""
     args = build_parser(prog).parse_intermixed_args(argv)
     from metadist.diskspace import OutOfSpaceError
-    from metadist.eval.settings import split_eval_overrides
     from metadist.train.checkpoint import CheckpointError
     from metadist.train.compose import compose_dict, load_config
     from metadist.train.loop import NonFiniteLossError, train
@@ -72,17 +71,20 @@ def main(argv: list[str] | None = None, prog: str = "metadist train") -> int:
 
             print(OmegaConf.to_yaml(compose_dict(args.overrides, args.config_dir)).rstrip())
             return 0
-        train_overrides, eval_overrides = split_eval_overrides(args.overrides)
+        eval_overrides = [
+            o for o in args.overrides if o.lstrip("+~").startswith(("eval.", "eval="))
+        ]
         if eval_overrides and args.no_eval:
             raise ValueError(
                 f"{eval_overrides[0]!r} sets the evaluation, which --no-eval turns off"
             )
-        config = load_config(train_overrides, args.config_dir)
-        if eval_overrides:
+        config = load_config(args.overrides, args.config_dir)
+        eval_options = None
+        if not args.no_eval:
             # Bad evaluation settings fail now, not after hours of training.
-            from metadist.eval import load_eval_options
+            from metadist.eval import EvalOptions
 
-            load_eval_options(config.experiment, eval_overrides, args.config_dir)
+            eval_options = EvalOptions.from_dict(config.eval)
         result = train(config)
     except (
         ValueError,
@@ -110,8 +112,8 @@ def main(argv: list[str] | None = None, prog: str = "metadist train") -> int:
                 file=sys.stderr,
             )
         return 130
-    if result is not None and result.stopped_by is None and not args.no_eval:
-        _evaluate_at_end(result.run_dir, args.config_dir, eval_overrides, prog)
+    if result is not None and result.stopped_by is None and eval_options is not None:
+        _evaluate_at_end(result.run_dir, eval_options, prog)
     return 0 if result is not None else 1
 
 
@@ -121,7 +123,7 @@ def _local_rank() -> int:
     return int(os.environ.get("LOCAL_RANK", "0"))
 
 
-def _evaluate_at_end(run_dir, config_dir, overrides: list[str], prog: str) -> None:
+def _evaluate_at_end(run_dir, options, prog: str) -> None:
     """Rank 0 evaluates the finished run on its held-out tasks (metadist.eval)."""
     import os
 
@@ -132,7 +134,7 @@ def _evaluate_at_end(run_dir, config_dir, overrides: list[str], prog: str) -> No
     from metadist.eval.report import markdown_report
 
     try:
-        result = evaluate_run(run_dir, overrides=overrides, config_dir=config_dir)
+        result = evaluate_run(run_dir, options=options)
     except (ValueError, FileNotFoundError, OutOfSpaceError) as error:
         print(f"{prog}: evaluation skipped: {error}", file=sys.stderr)
         return

@@ -42,8 +42,9 @@ def evaluate_run(
 
     Args:
         run_dir: a run directory written by `python -m metadist.train`.
-        overrides: `eval.KEY=VALUE` settings (see `EvalOptions`).
-        options: the settings, instead of reading them from the experiment's eval file.
+        overrides: `eval.KEY=VALUE` settings (see `EvalOptions`), applied over the run's
+            own (the `eval` section saved with its config).
+        options: the settings, instead of the run's own.
         config_dir: the experiments directory (default: as training looks it up).
         write: write the report files.
         progress: show tasks done as in `evaluate_tasks` (default: a bar on a terminal,
@@ -62,7 +63,10 @@ def evaluate_run(
     run_dir = Path(run_dir)
     config, state, checkpoint_path, pointer = _load_run(run_dir, "run_dir")
     if options is None:
-        options = load_eval_options(config.experiment, overrides, config_dir)
+        # The run's own settings (saved with its config), else its experiment's eval file.
+        options = load_eval_options(
+            config.experiment, overrides, config_dir, recorded=getattr(config, "eval", None)
+        )
     options.validate()
     parts = _eval_parts(config, options, state.get("store_identity"), run_dir)
     learner = _trained_learner(config, state, parts)

@@ -6,9 +6,12 @@ where it is built; `load_eval_options` composes it with `eval.KEY=VALUE` overrid
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
+
+from metadist.options import from_mapping
 
 FORECAST_METHODS = {
     "adapted": "meta-trained + adapted",
@@ -224,26 +227,16 @@ class EvalOptions:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> EvalOptions:
-        """Options from a plain mapping; `ValueError` naming an unknown or bad field."""
-        names = [f.name for f in fields(cls)]
-        unknown = sorted(set(values) - set(names))
-        if unknown:
-            raise ValueError(f"eval.{unknown[0]}: unknown field; eval has: {', '.join(names)}")
+        """Options from a plain mapping (the composed `eval` section).
+
+        Raises:
+            ValueError: an unknown field (naming `eval.<key>` and the closest field), a
+                value of the wrong type or a bad value.
+        """
         from metadist.train.config import check_finite_numbers
 
-        values = dict(values)
-        for f in fields(cls):
-            kind = type(f.default)
-            value = values.get(f.name)
-            if kind in (int, float) and isinstance(value, str):
-                # an override such as eval.scratch_lr=nan or eval.batch_size=abc
-                try:
-                    values[f.name] = kind(value)
-                except ValueError:
-                    what = "an integer" if kind is int else "a number"
-                    raise ValueError(f"eval.{f.name} must be {what}, got {value!r}") from None
-        check_finite_numbers({"eval": values})
-        options = cls(**values)
+        check_finite_numbers({"eval": dict(values)})
+        options = from_mapping(cls, values, "eval")
         options.validate()
         return options
 
@@ -288,12 +281,17 @@ def split_eval_overrides(overrides: Iterable[str]) -> tuple[list[str], list[str]
 
 
 def load_eval_options(
-    experiment: str, overrides: Iterable[str] = (), config_dir: str | None = None
+    experiment: str,
+    overrides: Iterable[str] = (),
+    config_dir: str | None = None,
+    recorded: dict[str, Any] | None = None,
 ) -> EvalOptions:
-    """The evaluation settings of `experiment`, with `eval.KEY=VALUE` overrides applied.
+    """The evaluation settings of a run, with `eval.KEY=VALUE` overrides applied.
 
-    They are read from `experiments/eval/<experiment>.yaml` if it exists, else
-    `experiments/eval/default.yaml`, else the `EvalOptions` defaults.
+    They are `recorded` (the `eval` section a run saved with its config, so re-scoring a
+    run does not depend on which config files are found) when given; else read from
+    `experiments/eval/<experiment>.yaml` if it exists, else `experiments/eval/default.yaml`,
+    else the `EvalOptions` defaults (runs saved before evaluation joined the config).
 
     Raises:
         ValueError: an override not of the form `eval.KEY=VALUE`, or a bad field.
@@ -302,11 +300,11 @@ def load_eval_options(
 
     from metadist.train.compose import find_experiments_dir
 
-    values: dict[str, Any] = {}
-    try:
-        eval_dir = find_experiments_dir(config_dir) / "eval"
-    except FileNotFoundError:
-        eval_dir = None
+    values: dict[str, Any] = dict(recorded or {})
+    eval_dir = None
+    if not recorded:
+        with contextlib.suppress(FileNotFoundError):
+            eval_dir = find_experiments_dir(config_dir) / "eval"
     if eval_dir is not None:
         for name in (experiment, "default"):
             path = eval_dir / f"{name}.yaml"

@@ -8,9 +8,11 @@ on one run directory (`run_dir`, by default `runs/<experiment>`).
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
+from metadist.options import unknown_key_error
 from metadist.train.config import TrainConfig, build_config
 
 EXPERIMENTS_ENV = "METADIST_EXPERIMENTS_DIR"
@@ -48,25 +50,29 @@ def find_experiments_dir(config_dir: str | os.PathLike | None = None) -> Path:
 def compose_dict(overrides: list[str], config_dir: str | os.PathLike | None = None) -> dict:
     """The composed config as a plain dict, `experiment` set to the chosen experiment.
 
-    Raises:
-        ValueError: an override Hydra cannot apply (unknown group option, bad syntax, a key
-            that does not exist), with Hydra's explanation.
-    """
-    from hydra import compose, initialize_config_dir
-    from hydra.errors import HydraException
-    from omegaconf import OmegaConf, open_dict
-    from omegaconf.errors import OmegaConfBaseException
+    An override of a component option the group's file does not list
+    (`sampler.options.recent_splits=2`) is added rather than refused: the component's own
+    option schema checks it when the component is built.
 
+    Raises:
+        ValueError: an override Hydra cannot apply (unknown group option, bad syntax), or
+            one of a field that does not exist, naming it and the closest existing field.
+    """
     directory = find_experiments_dir(config_dir)
-    try:
-        with initialize_config_dir(str(directory), version_base=None, job_name="metadist"):
-            cfg = compose("config", overrides=replace_options(overrides), return_hydra_config=True)
-        choice = cfg.hydra.runtime.choices.get("experiment")
-        with open_dict(cfg):
-            del cfg["hydra"]
-        values: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)
-    except (HydraException, OmegaConfBaseException) as error:
-        raise ValueError(f"cannot compose the experiment config: {error}") from None
+    overrides = replace_options(overrides)
+    choices, values = _compose_checked(directory, overrides)
+    # A component named in place of its group's own (an experiment's `sampler: {name:
+    # my_sampler}`, or `sampler.name=my_sampler`) does not inherit the group's options:
+    # the group is dropped, keeping only what the experiment and the overrides set.
+    foreign = [s for s in _OPTION_SECTIONS if _replaces_group(directory, choices, values, s)]
+    if foreign:
+        kept = [
+            "++" + o.lstrip("+") if o.partition(".")[0].lstrip("+") in foreign else o
+            for o in overrides
+            if not (o.startswith("~") and o[1:].partition(".")[0] in foreign)
+        ]
+        choices, values = _compose_checked(directory, [*kept, *(f"~{s}" for s in foreign)])
+    choice = choices.get("experiment")
     if choice and "experiment" not in values:
         values["experiment"] = choice
     if "experiment" not in values:
@@ -76,6 +82,92 @@ def compose_dict(overrides: list[str], config_dir: str | os.PathLike | None = No
             f"(in {directory / 'experiment'})"
         )
     return values
+
+
+def _compose_checked(
+    directory: Path, overrides: list[str]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`_compose`, with unknown component options and eval settings made additions and
+    any other unknown key refused by name (`_handle_unknown_key`)."""
+    for _ in range(len(overrides)):
+        try:
+            return _compose(directory, overrides)
+        except _UnknownKey as unknown:
+            overrides = _handle_unknown_key(directory, overrides, unknown.key)
+    return _compose(directory, overrides)
+
+
+def _replaces_group(
+    directory: Path, choices: dict[str, Any], values: dict[str, Any], section: str
+) -> bool:
+    """Whether `section.name` names another component than the section's group file."""
+    from omegaconf import OmegaConf
+
+    chosen = choices.get(section)
+    path = directory / section / f"{chosen}.yaml"
+    if not chosen or not path.is_file():
+        return False
+    own = OmegaConf.load(path).get("name")
+    composed = values.get(section)
+    return bool(own) and isinstance(composed, dict) and composed.get("name") != own
+
+
+class _UnknownKey(Exception):
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+
+_UNKNOWN_KEY = re.compile(r"Could not override '([^']+)'")
+
+
+def _compose(directory: Path, overrides: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`(group choices, composed values)`; `_UnknownKey` for an override of a key the
+    config does not have, `ValueError` for any other composition error."""
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf, open_dict
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        with initialize_config_dir(str(directory), version_base=None, job_name="metadist"):
+            cfg = compose("config", overrides=overrides, return_hydra_config=True)
+        choices = dict(cfg.hydra.runtime.choices)
+        with open_dict(cfg):
+            del cfg["hydra"]
+        values: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
+    except (HydraException, OmegaConfBaseException) as error:
+        unknown = _UNKNOWN_KEY.search(str(error))
+        if unknown and not unknown.group(1).startswith("~"):
+            raise _UnknownKey(unknown.group(1)) from None
+        raise ValueError(f"cannot compose the experiment config: {error}") from None
+    return choices, values
+
+
+def _handle_unknown_key(directory: Path, overrides: list[str], key: str) -> list[str]:
+    """The overrides with `key` made an addition, when it is a component option or an
+    evaluation setting (whose schema then checks it, naming the closest valid name); else
+    `ValueError` naming `key` and the closest existing field."""
+    index = next(
+        (i for i, o in enumerate(overrides) if o.partition("=")[0].lstrip("+~") == key), None
+    )
+    parts = key.split(".")
+    component_option = len(parts) >= 3 and parts[0] in _OPTION_SECTIONS and parts[1] == "options"
+    # eval.* is typed by the evaluation layer (all of `EvalOptions`, not only the keys
+    # its group file lists)
+    eval_setting = len(parts) >= 2 and parts[0] == "eval"
+    if index is not None and (component_option or eval_setting):
+        return [*overrides[:index], "+" + overrides[index].lstrip("+"), *overrides[index + 1 :]]
+    selections = [o for o in overrides if "." not in o.partition("=")[0] and o[:1] not in "+~"]
+    try:
+        _, base = _compose(directory, selections)
+    except (_UnknownKey, ValueError):
+        base = {}
+    parent: Any = base
+    for part in parts[:-1]:
+        parent = parent.get(part) if isinstance(parent, dict) else None
+    if isinstance(parent, dict):
+        raise unknown_key_error(key, parts[-1], [str(k) for k in parent], "field")
+    raise ValueError(f"{key}: unknown field ({'.'.join(parts[:-1])} is not a section)")
 
 
 _OPTION_SECTIONS = ("sampler", "model", "learner")

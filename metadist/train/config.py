@@ -354,6 +354,10 @@ class TrainConfig:
             `["my_samplers"]` for a module that registers a sampler, learner or model;
             importable from the working directory or `PYTHONPATH`.
         data, sampler, model, learner, optimizer, trainer, logging: the sections.
+        eval: the evaluation settings group, kept with the run's config so that the
+            evaluation that ends training, and any re-scoring later, uses the run's own
+            settings. Training does not read it: the evaluation layer types and checks it
+            (`metadist.eval.EvalOptions`) before training starts.
     """
 
     experiment: str = "default"
@@ -366,6 +370,7 @@ class TrainConfig:
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
+    eval: dict[str, Any] = field(default_factory=dict)
 
     @property
     def resolved_run_dir(self) -> Path:

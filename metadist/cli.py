@@ -60,7 +60,10 @@ def main(argv: list[str] | None = None) -> int:
         module = importlib.import_module(_WORKFLOWS[argv[0]][0])
         return int(module.main(argv[1:], prog=f"metadist {argv[0]}") or 0)
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        print(_unrecognized(parser, args, extra), file=sys.stderr)
+        return 2
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
@@ -72,6 +75,24 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"metadist {args.command}: interrupted", file=sys.stderr)
         return 130
+
+
+def _unrecognized(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, extra: list[str]
+) -> str:
+    """One line for arguments no parser took, with the closest flag of the command."""
+    from metadist.options import closest
+
+    command = getattr(args, "command", None)
+    flags: list[str] = []
+    for action in parser._actions:  # the subcommand's own parser holds its flags
+        if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+            flags = list(action.choices[command]._option_string_actions)
+    prog = f"metadist {command}" if command else "metadist"
+    first = extra[0]
+    guess = closest(first.split("=")[0], flags) if first.startswith("-") else None
+    hint = f"; did you mean {guess}?" if guess else ""
+    return f"{prog}: error: unrecognized argument {first}{hint} (see {prog} --help)"
 
 
 if __name__ == "__main__":

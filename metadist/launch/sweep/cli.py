@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -21,26 +22,17 @@ def _settings_from_args(args: argparse.Namespace) -> SweepSettings:
     if not args.space:
         raise ValueError("--space FILE is required (the search space, YAML)")
     space = load_search_space(args.space)
+    # Only the flags given reach the settings: the defaults are SweepSettings' own.
+    given = {
+        field: getattr(args, dest) for dest, field in _FLAG_FIELDS.items() if hasattr(args, dest)
+    }
     return SweepSettings(
         overrides=overrides,
         space=space,
         sweep_dir=sweep_dir,
-        num_trials=args.trials,
-        metric=args.metric,
-        direction=args.direction,
-        base_seed=args.seed,
-        test_seed=args.test_seed,
-        launcher=args.launcher,
-        nproc_per_node=args.nproc_per_node,
-        parallel=args.parallel,
-        pruner=args.pruner,
-        startup_trials=args.startup_trials,
-        warmup_steps=args.warmup_steps,
-        sampler_seed=args.sampler_seed,
-        poll_seconds=args.poll_seconds,
-        max_failures=args.max_failures,
         config_dir=args.config_dir,
         slurm_settings=list(args.slurm),
+        **given,
     )
 
 
@@ -48,7 +40,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     if args.rerun is not None:
         if not args.sweep_dir:
             raise ValueError("--rerun needs --sweep-dir (the sweep holding the trial)")
-        recorded, rerun = rerun_trial(args.sweep_dir, args.rerun, args.poll_seconds)
+        poll = getattr(args, "poll_seconds", SweepSettings.poll_seconds)
+        recorded, rerun = rerun_trial(args.sweep_dir, args.rerun, poll)
         if recorded != rerun:
             print(
                 f"trial {args.rerun} did not reproduce: {recorded!r} != {rerun!r}", file=sys.stderr
@@ -71,6 +64,30 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 _DESCRIPTION = "Hyper-parameter sweeps: an Optuna study whose trials are separate training runs."
 
 
+# argparse dest -> SweepSettings field, for the flags that set one.
+_FLAG_FIELDS: dict[str, str] = {}
+
+
+def _settings_adder(parser: argparse.ArgumentParser):
+    """`setting(flag, field, type, help, **kw)`: adds a flag whose default (shown in the
+    help) is the `SweepSettings` field's, so the defaults live in one place."""
+    defaults = {f.name: f.default for f in dataclasses.fields(SweepSettings)}
+
+    def setting(flag: str, field: str, kind: type, text: str, **extra) -> None:
+        dest = flag.lstrip("-").replace("-", "_")
+        _FLAG_FIELDS[dest] = field
+        shown = f"default {defaults[field]}"
+        parser.add_argument(
+            flag,
+            type=kind,
+            default=argparse.SUPPRESS,
+            help=f"{text} ({shown})" if text else shown,
+            **extra,
+        )
+
+    return setting
+
+
 def register_cli(subparsers: argparse._SubParsersAction) -> None:
     """Adds `metadist sweep`."""
     parser = subparsers.add_parser(
@@ -84,33 +101,28 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
         metavar="KEY=VALUE",
         help="overrides of every trial; experiment=NAME is required",
     )
-    parser.add_argument("--trials", type=int, default=10, help="trials to finish (default 10)")
+    setting = _settings_adder(parser)
+    setting("--trials", "num_trials", int, "trials to finish")
     parser.add_argument("--space", help="search space YAML (required unless --rerun)")
     parser.add_argument("--sweep-dir", help="default runs/sweeps/<experiment>")
-    parser.add_argument("--launcher", choices=("local", "slurm"), default="local")
-    parser.add_argument("--metric", default="loss", help="meta-val metric (default loss)")
-    parser.add_argument("--direction", choices=("minimize", "maximize"), default="minimize")
-    parser.add_argument("--seed", type=int, default=0, help="trial k gets trainer.seed=SEED+k")
-    parser.add_argument(
-        "--test-seed", type=int, default=0, help="seed of the meta-test split pinned in every trial"
-    )
-    parser.add_argument(
+    setting("--launcher", "launcher", str, "where trials run", choices=("local", "slurm"))
+    setting("--metric", "metric", str, "meta-val metric to optimise")
+    setting("--direction", "direction", str, "", choices=("minimize", "maximize"))
+    setting("--seed", "base_seed", int, "trial k gets trainer.seed=SEED+k")
+    setting("--test-seed", "test_seed", int, "seed of the meta-test split pinned in every trial")
+    setting(
         "--nproc-per-node",
-        type=int,
-        default=1,
-        help="training processes per local trial (torchrun when > 1)",
+        "nproc_per_node",
+        int,
+        "training processes per local trial (torchrun when > 1)",
     )
-    parser.add_argument("--parallel", type=int, default=1, help="trials running at once")
-    parser.add_argument("--pruner", choices=("median", "none"), default="median")
-    parser.add_argument(
-        "--startup-trials", type=int, default=2, help="finished trials before pruning starts"
-    )
-    parser.add_argument(
-        "--warmup-steps", type=int, default=0, help="steps of a trial before it may be pruned"
-    )
-    parser.add_argument("--sampler-seed", type=int, default=0, help="seed of the TPE sampler")
-    parser.add_argument("--poll-seconds", type=float, default=1.0)
-    parser.add_argument("--max-failures", type=int, default=3)
+    setting("--parallel", "parallel", int, "trials running at once")
+    setting("--pruner", "pruner", str, "", choices=("median", "none"))
+    setting("--startup-trials", "startup_trials", int, "finished trials before pruning starts")
+    setting("--warmup-steps", "warmup_steps", int, "steps of a trial before it may be pruned")
+    setting("--sampler-seed", "sampler_seed", int, "seed of the TPE sampler")
+    setting("--poll-seconds", "poll_seconds", float, "how often a running trial is read")
+    setting("--max-failures", "max_failures", int, "stop after this many failed trials")
     parser.add_argument("--config-dir", help="experiments directory (passed to the training)")
     parser.add_argument(
         "--slurm",

@@ -52,7 +52,7 @@ class SweepSettings:
     overrides: list[str]
     space: list[ParamSpec]
     sweep_dir: Path
-    num_trials: int
+    num_trials: int = 10
     metric: str = "loss"
     direction: str = "minimize"
     base_seed: int = 0

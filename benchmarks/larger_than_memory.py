@@ -58,6 +58,7 @@ def write_store(out: Path, num_entities: int, num_rows: int, num_features: int, 
     """
     import pyarrow as pa
 
+    from metadist.durable import fsync_path
     from metadist.store import ingest
     from metadist.store.format import (
         ENTITY_STATS_FILE,
@@ -65,7 +66,6 @@ def write_store(out: Path, num_entities: int, num_rows: int, num_features: int, 
         METADATA_FILE,
         TIMES_FILE,
         VALUES_FILE,
-        fsync_path,
         write_json,
     )
 

@@ -169,9 +169,9 @@ def test_the_registry_checks_options_before_building():
 
 
 def test_learner_subclasses_declare_only_what_they_add():
-    from metadist.learners import InnerLoopLearner, get_learner
-
     import dataclasses
+
+    from metadist.learners import InnerLoopLearner, get_learner
 
     def fields(cls):
         return {f.name for f in dataclasses.fields(cls)}

@@ -181,7 +181,7 @@ def test_bad_settings_exit_nonzero_from_the_cli(capsys):
         (["experiment=sinusoid"], ["Could not find 'experiment/sinusoid'", "sinusoid_maml"]),
         (
             ["experiment=sinusoid_maml", "node=2"],
-            ["'node=2' is not a launch setting; did you mean nodes=?", "Could not override 'node'"],
+            ["'node=2' is not a launch setting; did you mean nodes=?", "node: unknown field"],
         ),
     ],
     ids=["indivisible-meta-batch", "unknown-experiment", "misspelt-launch-setting"],

@@ -1,13 +1,13 @@
-"""Writing a data set directory whole or not at all."""
+"""Writing a data set directory whole or not at all (`metadist.durable`)."""
 
 from __future__ import annotations
 
 import os
-import secrets
-import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from metadist.durable import atomic_directory
 
 
 class OutputDirNotEmptyError(FileExistsError):
@@ -50,41 +50,12 @@ def check_output_dir(out_dir: str | os.PathLike, overwrite: bool) -> Path:
 
 @contextmanager
 def atomic_output_dir(out_dir: str | os.PathLike, overwrite: bool = False) -> Iterator[Path]:
-    """Yields a hidden sibling directory to write into; renames it to `out_dir` on success.
-
-    On any exception (or if the process is killed) nothing appears at `out_dir`, and a
-    directory already there is left as it was. With `overwrite`, an existing `out_dir`
-    is replaced only once the new one is complete.
+    """Yields a hidden sibling directory to write into; renames it to `out_dir` on success
+    (`metadist.durable.atomic_directory`), after `check_output_dir`.
 
     Raises:
         FileExistsError: as `check_output_dir`.
     """
     out_dir = check_output_dir(out_dir, overwrite)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tag = f"{os.getpid()}-{secrets.token_hex(4)}"
-    partial = out_dir.parent / f".{out_dir.name}.partial-{tag}"
-    partial.mkdir()
-    try:
+    with atomic_directory(out_dir, replace=True) as partial:
         yield partial
-        for path in partial.iterdir():
-            _fsync(path)
-        _fsync(partial)
-        if out_dir.exists():
-            retired = out_dir.parent / f".{out_dir.name}.old-{tag}"
-            os.rename(out_dir, retired)
-            os.rename(partial, out_dir)
-            shutil.rmtree(retired)
-        else:
-            os.rename(partial, out_dir)
-        _fsync(out_dir.parent)
-    except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)
-        raise
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

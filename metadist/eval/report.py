@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from metadist.diskspace import needs_space
+from metadist.durable import atomic_file, atomic_write_text
 
 METRIC_LABELS = {
     "smape": "sMAPE",
@@ -200,14 +201,11 @@ def plot_forecasts(examples: list[dict], path: str | os.PathLike, title: str | N
     if title:
         fig.suptitle(title, fontsize=11)
     fig.tight_layout(rect=(0, bottom / height, 1, 1 - top / height))
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        fig.savefig(tmp, dpi=110, format="png")
-        os.replace(tmp, path)
+        with atomic_file(path) as tmp:
+            fig.savefig(tmp, dpi=110, format="png")
     finally:
         plt.close(fig)
-        tmp.unlink(missing_ok=True)
 
 
 def _format_score(score: dict[str, Any]) -> str:
@@ -269,12 +267,8 @@ def _atomic_write_table(path: Path, columns: dict[str, list]) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
+    with atomic_file(path) as tmp:
         pq.write_table(pa.table(columns), tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def read_tasks(path: str | os.PathLike) -> dict[str, list]:
@@ -285,12 +279,4 @@ def read_tasks(path: str | os.PathLike) -> dict[str, list]:
 
 
 def _atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    atomic_write_text(path, text)

@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from metadist.durable import atomic_write_text
+
 # Settings of `metadist slurm submit` that configure the job; every other KEY=VALUE goes to
 # the training command as a Hydra override.
 LAUNCH_KEYS = (
@@ -442,9 +444,7 @@ def submit_script(script_path: Path, extra_args: Sequence[str] = ()) -> str:
 def write_script(job: SlurmJob, path: Path) -> Path:
     """Writes `job`'s script to `path` (directories created), returns the path."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(job.render())
-    os.replace(tmp, path)
+    atomic_write_text(path, job.render())
     return path
 
 

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from metadist.store.format import fsync_path, is_store
+from metadist.durable import fsync_path
+from metadist.store.format import is_store
 
 TEMP_MARKER = ".ingest-"
 _RELEASE_BYTES = 64 << 20  # unmap written pages after this much, to keep RSS flat

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from metadist.durable import fsync_path
 from metadist.store import sources
 from metadist.store.arrow import int64_array, string_array
 from metadist.store.format import (
@@ -20,7 +21,6 @@ from metadist.store.format import (
     FORMAT_VERSION,
     INDEX_FILE,
     METADATA_FILE,
-    fsync_path,
     write_json,
 )
 from metadist.store.plan import IngestPlan

@@ -67,15 +67,6 @@ def file_checksum(path: Path, chunk_bytes: int = _HASH_CHUNK_BYTES) -> str:
     return checksum.hexdigest()
 
 
-def fsync_path(path: Path) -> None:
-    """Flushes a file or a directory entry to disk."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def write_json(path: Path, payload: dict[str, Any]) -> None:
     """Writes `payload` as indented JSON and fsyncs it."""
     with open(path, "w", encoding="utf-8") as handle:

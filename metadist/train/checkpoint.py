@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from metadist.diskspace import needs_space
+from metadist.durable import atomic_write_bytes
 from metadist.store.files import pid_alive
 
 CHECKPOINT_FORMAT = "metadist-checkpoint"
@@ -182,25 +183,7 @@ def remove_stale_temporaries(run_dir: str | os.PathLike) -> list[Path]:
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
-    temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(temporary, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
-    finally:
-        if temporary.exists():
-            temporary.unlink()
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    atomic_write_bytes(path, data)
 
 
 def _prune(directory: Path, *, keep: int, current: str) -> None:

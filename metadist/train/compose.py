@@ -157,7 +157,11 @@ def _handle_unknown_key(directory: Path, overrides: list[str], key: str) -> list
     eval_setting = len(parts) >= 2 and parts[0] == "eval"
     if index is not None and (component_option or eval_setting):
         return [*overrides[:index], "+" + overrides[index].lstrip("+"), *overrides[index + 1 :]]
-    selections = [o for o in overrides if "." not in o.partition("=")[0] and o[:1] not in "+~"]
+    selections = [
+        o
+        for i, o in enumerate(overrides)
+        if i != index and "." not in o.partition("=")[0] and o[:1] not in "+~"
+    ]
     try:
         _, base = _compose(directory, selections)
     except (_UnknownKey, ValueError):

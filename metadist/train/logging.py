@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from metadist.diskspace import needs_space
+from metadist.durable import atomic_write_text
 from metadist.train.config import LoggingConfig
 
 METRICS_FILE = "metrics.jsonl"
@@ -183,17 +184,13 @@ def _drop_lines_after(path: Path, step: int) -> None:
                 kept.append(line)
         except (ValueError, KeyError, TypeError):
             continue
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
-    os.replace(temporary, path)
+    atomic_write_text(path, "".join(line + "\n" for line in kept))
 
 
 def _write_config(path: Path, run_config: dict[str, Any]) -> None:
     from omegaconf import OmegaConf
 
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(OmegaConf.to_yaml(OmegaConf.create(run_config)), encoding="utf-8")
-    os.replace(temporary, path)
+    atomic_write_text(path, OmegaConf.to_yaml(OmegaConf.create(run_config)))
 
 
 # wandb modes from the most to the least restrictive; `dryrun` and `run` are old names.

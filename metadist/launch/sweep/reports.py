@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
+from metadist.durable import atomic_write_text
 from metadist.launch.sweep.settings import (
     BEST_FILE,
     STUDY_FILE,
@@ -92,9 +92,7 @@ def _plain(value: Any) -> Any:
 
 
 def _write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    atomic_write_text(path, text)
 
 
 def format_params(params: dict[str, Any]) -> str:

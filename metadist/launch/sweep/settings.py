@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from metadist.durable import atomic_write_json
 from metadist.launch.sweep.space import SWEEP_OWNED_KEYS, ParamSpec, format_override
 
 STUDY_FILE = "study.db"
@@ -277,6 +277,4 @@ def world_size(settings: SweepSettings) -> int:
 
 
 def _write_json(path: Path, value: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(value, indent=1) + "\n")
-    os.replace(tmp, path)
+    atomic_write_json(path, value, indent=1)

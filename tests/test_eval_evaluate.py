@@ -8,13 +8,15 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
+from metadist import progress
 from metadist.datasets.synthetic import (
     SYNTHETIC_INGEST_ARGS,
     SYNTHETIC_PERIODS,
     write_synthetic_panel,
 )
-from metadist.eval import EvalOptions, baselines, evaluate_run, evaluate_tasks, progress
+from metadist.eval import EvalOptions, baselines, evaluate_run, evaluate_tasks
 from metadist.eval.report import markdown_report, write_report
+from metadist.eval.threads import eval_threads
 from metadist.learners import build_learner
 from metadist.models import build_model
 from metadist.store.ingest import ingest
@@ -260,20 +262,21 @@ def test_progress_bar_on_a_terminal():
             return True
 
     stream = Terminal()
-    with progress.TaskProgress(20, stream=stream) as shown:
+    with progress.Progress(stream=stream, transient=True) as display:
+        shown = display.counter("evaluating", 20, "tasks")
         shown.update(7)
-        assert shown._rich.tasks[0].completed == 7 and shown._rich.tasks[0].total == 20
-    assert shown._rich is None and shown.done == 7
+        assert display._rich.tasks[0].completed == 7 and display._rich.tasks[0].total == 20
+    assert display._rich is None and shown.done == 7
 
 
 def test_eval_threads(monkeypatch):
     before = torch.get_num_threads()
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    with progress.eval_threads() as threads:
+    with eval_threads() as threads:
         assert threads == 1 == torch.get_num_threads()
     assert torch.get_num_threads() == before
     monkeypatch.setenv("OMP_NUM_THREADS", str(before))
-    with progress.eval_threads() as threads:
+    with eval_threads() as threads:
         assert threads == before == torch.get_num_threads()
 
 

@@ -41,6 +41,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from metadist.datasets._output import OutputDirNotEmptyError, atomic_output_dir, check_output_dir
+from metadist.progress import Progress
 
 SYNTHETIC_ENTITY = "entity_id"
 SYNTHETIC_TIME = "time"
@@ -276,7 +277,8 @@ def write_synthetic_panel(
     nan_count = dict.fromkeys(SYNTHETIC_NAN_FEATURES, 0)
     show = progress if progress is not None else (sys.stderr.isatty() and num_rows >= 2_000_000)
 
-    with atomic_output_dir(out_dir, overwrite) as partial, _Progress(num_rows, show) as bar:
+    with atomic_output_dir(out_dir, overwrite) as partial, Progress(show, lines=False) as display:
+        bar = display.counter("synth rows", num_rows, "rows", rate=True)
         with _FileDealer(partial, schema, num_files, max_file_row_groups) as dealer:
             chunk: list[dict[str, np.ndarray | str]] = []
             chunk_size = 0
@@ -537,49 +539,6 @@ class _FileDealer:
     def __exit__(self, *exc) -> None:
         for writer in self._writers:
             writer.close()
-
-
-class _Progress:
-    """A rich progress bar in rows (rows/s), or nothing."""
-
-    def __init__(self, total: int, show: bool) -> None:
-        self.total, self.show = total, show
-        self._progress = None
-
-    def __enter__(self) -> _Progress:
-        if self.show:
-            from rich.console import Console
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TaskProgressColumn,
-                TimeRemainingColumn,
-            )
-
-            self._progress = Progress(
-                "[progress.description]{task.description}",
-                BarColumn(),
-                MofNCompleteColumn(),
-                TaskProgressColumn(),
-                "{task.fields[rate]}",
-                TimeRemainingColumn(),
-                console=Console(stderr=True),
-            )
-            self._progress.__enter__()
-            self._task = self._progress.add_task("synth rows", total=self.total, rate="")
-            self._started = time.perf_counter()
-        return self
-
-    def advance(self, num_rows: int) -> None:
-        if self._progress is not None:
-            done = self._progress.tasks[0].completed + num_rows
-            rate = done / max(time.perf_counter() - self._started, 1e-9)
-            self._progress.update(self._task, advance=num_rows, rate=f"{rate:,.0f} rows/s")
-
-    def __exit__(self, *exc) -> None:
-        if self._progress is not None:
-            self._progress.__exit__(*exc)
 
 
 def register_cli(subparsers: argparse._SubParsersAction) -> None:

@@ -18,9 +18,9 @@ import torch
 from torch import nn
 
 from metadist.eval import baselines
-from metadist.eval.progress import eval_threads
 from metadist.eval.scoring import evaluate_tasks
 from metadist.eval.settings import EvalOptions, load_eval_options
+from metadist.eval.threads import eval_threads
 
 
 def evaluate_run(

@@ -20,7 +20,6 @@ from torch import nn
 
 from metadist.batch import MetaBatch
 from metadist.eval import baselines, metrics
-from metadist.eval.progress import TaskProgress
 from metadist.eval.settings import (
     CLASSIFICATION_METHODS,
     CLASSIFICATION_METRICS,
@@ -32,6 +31,7 @@ from metadist.eval.settings import (
     combination_key,
     combination_label,
 )
+from metadist.progress import Progress
 
 _DIVERGED = "diverged"
 # A prediction diverged when it is not finite, or larger in magnitude than this many times
@@ -187,7 +187,7 @@ def evaluate_tasks(
         target_columns: store column index of each of the T targets.
         fresh_model: builds a freshly initialised model of the same architecture for the
             from-scratch baseline; `None` leaves that baseline out.
-        progress: show tasks done (`TaskProgress`: `None` also shows it, as a bar on a
+        progress: show tasks done (`metadist.progress`: `None` also shows it, as a bar on a
             terminal, else a line every 15 s; `False` shows nothing).
         num_tasks: tasks expected, for the progress display.
         pretrained: classification only: a backbone pretrained as an ordinary classifier
@@ -244,8 +244,8 @@ def evaluate_tasks(
     learner.eval()
     if options.max_tasks is not None:
         num_tasks = min(num_tasks or options.max_tasks, options.max_tasks)
-    shown = TaskProgress(num_tasks, progress)
-    shown.start()
+    display = Progress(progress, transient=True).__enter__()
+    shown = display.counter("evaluating", num_tasks, "tasks")
     try:
         for batch in batches:
             if options.max_tasks is not None and scores.num_tasks >= options.max_tasks:
@@ -291,7 +291,7 @@ def evaluate_tasks(
                 _score_regression(scores, batch, predictions)
             shown.update(scores.num_tasks)
     finally:
-        shown.close()
+        display.close()
         learner.train(was_training)
     if scores.num_tasks == 0:
         raise ValueError("evaluate_tasks: no task to evaluate (the held-out split is empty)")

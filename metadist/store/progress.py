@@ -1,11 +1,17 @@
-"""Progress of an ingest in rows per pass: a rich bar on a terminal, or nothing."""
+"""An ingest's progress in rows per pass, shown through `metadist.progress`.
+
+The passes call `bar.add(name, total)` once and `bar.advance(task, rows)` as they go; on a
+terminal each pass is a bar with its rate, elsewhere nothing is shown (an ingest's own
+summary line reports when it ends).
+"""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
+
+from metadist.progress import Counter, Progress
 
 _LABELS = {
     "scan": "pass 1 scan",
@@ -26,45 +32,19 @@ class Bar:
         """Records `num_rows` more rows done in `task`."""
 
 
-class _RichBar(Bar):
-    def __init__(self, progress: Any) -> None:
-        self.progress = progress
+class _ShownBar(Bar):
+    def __init__(self, display: Progress) -> None:
+        self.display = display
 
-    def add(self, name: str, total: int) -> Any:
-        return self.progress.add_task(_LABELS[name], total=total, rate="")
+    def add(self, name: str, total: int) -> Counter:
+        return self.display.counter(_LABELS[name], total, "rows", rate=True)
 
     def advance(self, task: Any, num_rows: int) -> None:
-        self.progress.advance(task, num_rows)
-        speed = self.progress.tasks[task].speed
-        if speed:
-            self.progress.update(task, rate=f"{speed:,.0f} rows/s")
+        task.advance(num_rows)
 
 
 @contextmanager
 def progress_bar(enabled: bool | None) -> Iterator[Bar]:
     """A `Bar` drawing on stderr if `enabled`, or (for None) if stderr is a terminal."""
-    if enabled is None:
-        enabled = sys.stderr.isatty()
-    if not enabled:
-        yield Bar()
-        return
-    from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-    )
-
-    progress = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("rows"),
-        TextColumn("{task.fields[rate]}", justify="right"),
-        TimeElapsedColumn(),
-        console=Console(stderr=True),
-    )
-    with progress:
-        yield _RichBar(progress)
+    with Progress(enabled, lines=False) as display:
+        yield _ShownBar(display) if display.bars else Bar()

@@ -1,0 +1,145 @@
+"""Progress of long work: a rich bar on a terminal, else a line every few seconds.
+
+One display (`Progress`) holds one or more counters (`Progress.counter`): the passes of
+an ingest in rows, the tasks of an evaluation, the rows of a synthetic panel. On a
+terminal each counter is a rich bar; elsewhere (batch logs, `nohup`, Slurm `.out`) each
+prints one line every `every` seconds when `lines` is on, so long work is never silent,
+and short work prints nothing.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, TextIO
+
+# Seconds between two progress lines when the stream is not a terminal.
+LINE_EVERY_S = 15.0
+
+
+class Progress:
+    """A progress display (`with Progress(...) as shown: c = shown.counter(...)`).
+
+    Args:
+        enabled: `True` shows progress, `False` nothing, `None` shows it on a terminal
+            (and, with `lines`, as lines elsewhere).
+        every: seconds between two lines off a terminal (default `LINE_EVERY_S`); the
+            first line comes after `every` seconds.
+        stream: where progress goes (default stderr).
+        lines: print periodic lines when the stream is not a terminal; without them,
+            `enabled=True` draws the bars there too.
+        transient: remove the bars when the display closes (lines already printed stay).
+    """
+
+    def __init__(
+        self,
+        enabled: bool | None = None,
+        every: float | None = None,
+        stream: TextIO | None = None,
+        lines: bool = True,
+        transient: bool = False,
+    ) -> None:
+        self.stream = stream if stream is not None else sys.stderr
+        terminal = isatty(self.stream)
+        # off a terminal: lines where the work has them, else a bar only when asked for
+        self.bars = enabled is not False and (terminal or (enabled is True and not lines))
+        self.lines = enabled is not False and not terminal and lines
+        self.every = LINE_EVERY_S if every is None else every
+        self.transient = transient
+        self._rich: Any = None
+
+    def __enter__(self) -> Progress:
+        if self.bars:
+            from rich.console import Console
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
+            from rich.progress import (
+                Progress as RichProgress,
+            )
+
+            self._rich = RichProgress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[unit]}"),
+                TextColumn("{task.fields[rate]}", justify="right"),
+                TimeElapsedColumn(),
+                TimeRemainingColumn(),
+                console=Console(file=self.stream),
+                transient=self.transient,
+            )
+            self._rich.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Removes or freezes the bars (as `transient` says)."""
+        if self._rich is not None:
+            self._rich.__exit__(None, None, None)
+            self._rich = None
+
+    def counter(self, label: str, total: int | None, unit: str = "", rate: bool = False) -> Counter:
+        """A new counter of `total` (`None`: unknown) `unit`s, shown as `label`; `rate`
+        adds units per second."""
+        return Counter(self, label, total, unit, rate)
+
+
+class Counter:
+    """One counter of a `Progress` display (`advance(n)` or `update(done)`)."""
+
+    def __init__(
+        self, display: Progress, label: str, total: int | None, unit: str, rate: bool
+    ) -> None:
+        self.display, self.label, self.total, self.unit = display, label, total, unit
+        self.rate = rate
+        self.done = 0
+        self.started = self._last_line = time.perf_counter()
+        self._task = None
+        if display._rich is not None:
+            self._task = display._rich.add_task(label, total=total, unit=unit, rate="")
+
+    def advance(self, amount: int) -> None:
+        """Records `amount` more units done."""
+        self.update(self.done + amount)
+
+    def update(self, done: int) -> None:
+        """Records that `done` units are done so far."""
+        self.done = done
+        now = time.perf_counter()
+        rich = self.display._rich
+        if rich is not None and self._task is not None:
+            shown = (
+                f"{done / max(now - self.started, 1e-9):,.0f} {self.unit}/s" if self.rate else ""
+            )
+            rich.update(self._task, completed=done, rate=shown)
+            return
+        if self.display.lines and now - self._last_line >= self.display.every:
+            self._last_line = now
+            print(self.line(now - self.started), file=self.display.stream, flush=True)
+
+    def line(self, elapsed: float) -> str:
+        """The one-line report after `elapsed` seconds."""
+        speed = f", {self.done / max(elapsed, 1e-9):,.0f} {self.unit}/s" if self.rate else ""
+        if not self.total:
+            return f"{self.label}: {self.done} {self.unit}, {elapsed:.0f} s{speed}"
+        left = elapsed * (self.total - self.done) / max(self.done, 1)
+        return (
+            f"{self.label}: {self.done}/{self.total} {self.unit} "
+            f"({100 * self.done / self.total:.0f}%), {elapsed:.0f} s, about {left:.0f} s "
+            f"left{speed}"
+        )
+
+
+def isatty(stream: TextIO) -> bool:
+    """Whether `stream` is a terminal (False for streams that cannot say)."""
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False

@@ -24,7 +24,7 @@ _WORKFLOWS = {
 }
 
 _COMMAND_MODULES = [
-    "metadist.datasets.synthetic",  # metadist synth
+    "metadist.datasets.synthetic.cli",  # metadist synth
     "metadist.store.ingest",  # metadist ingest
     "metadist.store.verify",  # metadist verify
     "metadist.datasets.cli",  # metadist datasets m3

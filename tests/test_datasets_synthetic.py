@@ -8,7 +8,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from metadist.datasets import synthetic
 from metadist.datasets.synthetic import (
     SYNTHETIC_COLUMNS,
     SYNTHETIC_FEATURES,
@@ -18,9 +17,11 @@ from metadist.datasets.synthetic import (
     SYNTHETIC_TARGET,
     TIMESTAMP_ORIGIN,
     TIMESTAMP_STEP_NS,
+    generator,
     num_entities_for_size,
     panel_schema,
     write_synthetic_panel,
+    writer,
 )
 
 PANEL_ARGS = dict(num_entities=240, length_range=(150, 300), seed=11, num_files=3, chunk_rows=8000)
@@ -267,14 +268,14 @@ def test_existing_directory_is_kept_unless_overwrite(tmp_path):
 
 
 def test_failure_midway_leaves_nothing(tmp_path, monkeypatch):
-    real = synthetic._entity_series
+    real = generator._entity_series
 
     def failing(entity, *args):
         if entity == 30:
             raise RuntimeError("disk full")
         return real(entity, *args)
 
-    monkeypatch.setattr(synthetic, "_entity_series", failing)
+    monkeypatch.setattr(writer, "_entity_series", failing)
     with pytest.raises(RuntimeError, match="disk full"):
         write_synthetic_panel(
             tmp_path / "panel", num_entities=50, length_range=(20, 30), chunk_rows=100

@@ -160,18 +160,3 @@ def all_gather_objects(obj: object, env: DistEnv) -> list:
     gathered: list = [None] * env.world_size
     dist.all_gather_object(gathered, obj)
     return gathered
-
-
-def broadcast_object(obj: object, env: DistEnv) -> object:
-    """Rank 0's `obj` on every rank."""
-    if not env.is_distributed:
-        return obj
-    box = [obj]
-    dist.broadcast_object_list(box, src=0)
-    return box[0]
-
-
-def barrier(env: DistEnv) -> None:
-    """Waits for every rank."""
-    if env.is_distributed:
-        dist.barrier()

@@ -12,7 +12,7 @@ extra; nothing is downloaded), every shot count and every learner:
 2. N = min(5, the classes of the smaller meta-split that have K + Q cases): meta-train and
    meta-test hold disjoint halves of the classes (`data.split_by=label`,
    `data.fractions=[0.5, 0, 0.5]`);
-3. `python -m metadist.train experiment=ucr_<learner> ...` (training, then evaluation on the
+3. `metadist train experiment=ucr_<learner> ...` (training, then evaluation on the
    meta-test classes with the nearest-centroid, 1-NN, from-scratch and
    pretrained-embedding baselines on the same episodes);
 4. one table of accuracies ± 95% intervals (over episodes) in OUT/fewshot.md.

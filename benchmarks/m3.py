@@ -20,9 +20,9 @@ Steps (each skipped when its output is already there):
 2. `metadist ingest data/m3/train.parquet data/m3/store ... --scaling none` — only the
    training parts enter the store, unscaled (the model normalises each window itself;
    the sMAPE loss is scale-free);
-3. `python -m metadist.train experiment=m3_maml sampler=m3_hN trainer.seed=S --no-eval`
+3. `metadist train experiment=m3_maml sampler=m3_hN trainer.seed=S --no-eval`
    for every horizon and seed (`--jobs` at a time, one thread each);
-4. `python -m metadist.eval run_dir=... eval.labels=[...] eval.ensemble=[other seeds]`
+4. `metadist eval run_dir=... eval.labels=[...] eval.ensemble=[other seeds]`
    per horizon: the seeds' models forecast as one (mean), on their frequencies;
 5. `python -m metadist.eval.combine OUT ...`: one table of the 3003 series, sMAPE overall,
    per frequency and per category, next to naive, seasonal naive, the Theta method

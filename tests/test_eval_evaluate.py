@@ -382,7 +382,7 @@ def test_combined_runs_pool_like_one_evaluation(panel_and_store, tmp_path):
     assert "| naive (last value) |" in table and "| mean of adapted model and Theta |" in table
     with pytest.raises(ValueError, match="is evaluated by both"):
         combine_runs([tmp_path / "a", tmp_path / "both"])
-    with pytest.raises(FileNotFoundError, match="python -m metadist.eval run_dir="):
+    with pytest.raises(FileNotFoundError, match="metadist eval run_dir="):
         combine_runs([tmp_path / "a", tmp_path / "missing"])
     with pytest.raises(ValueError, match="at least two"):
         combine_runs([tmp_path / "a"])

@@ -1,6 +1,6 @@
 """Meta-test evaluation: metrics, baselines, the evaluation of a run and its report.
 
-`evaluate_run(run_dir)` (also `python -m metadist.eval run_dir=...`, and called at the end
+`evaluate_run(run_dir)` (also `metadist eval run_dir=...`, and called at the end
 of training) adapts a run's meta-trained model on each held-out task's support set and
 scores its query next to the baselines, in the store's original units.
 """

@@ -29,7 +29,7 @@ _RUN_SETTINGS = ("experiment", "checkpoint", "learner", "model", "inner_steps", 
 
 
 def combine_runs(run_dirs: list[str | os.PathLike], title: str | None = None) -> dict[str, Any]:
-    """The pooled evaluation of `run_dirs` (each evaluated with `python -m metadist.eval`,
+    """The pooled evaluation of `run_dirs` (each evaluated with `metadist eval`,
     or itself the output directory of a combine).
 
     Returns:
@@ -55,7 +55,7 @@ def combine_runs(run_dirs: list[str | os.PathLike], title: str | None = None) ->
             missing = summary if not summary.is_file() else tasks
             raise FileNotFoundError(
                 f"{path} has no evaluation to combine ({missing} is missing); evaluate it "
-                f"first: python -m metadist.eval run_dir={path}"
+                f"first: metadist eval run_dir={path}"
             )
         results.append(json.loads(summary.read_text()))
         tables.append(read_tasks(tasks))

@@ -41,7 +41,7 @@ def evaluate_run(
     checkpoints join this one's (`LearnerEnsemble`).
 
     Args:
-        run_dir: a run directory written by `python -m metadist.train`.
+        run_dir: a run directory written by `metadist train`.
         overrides: `eval.KEY=VALUE` settings (see `EvalOptions`), applied over the run's
             own (the `eval` section saved with its config).
         options: the settings, instead of the run's own.
@@ -255,7 +255,7 @@ def _no_checkpoint_error(run_dir: Path) -> FileNotFoundError:
         )
     return FileNotFoundError(
         f"run_dir {run_dir} has no checkpoint yet; train first "
-        f"(python -m metadist.train experiment=NAME run_dir={run_dir})"
+        f"(metadist train experiment=NAME run_dir={run_dir})"
     )
 
 

@@ -3,7 +3,7 @@
 Each member adapts to the task on its own and predicts; the ensemble's prediction is the
 element-wise mean or median of the members' predictions. Ensembles of independently
 trained networks are the usual way to take the variance of one training run out of a
-forecast; `python -m metadist.eval run_dir=A eval.ensemble=[B,C]` builds one from runs.
+forecast; `metadist eval run_dir=A eval.ensemble=[B,C]` builds one from runs.
 Forecasting members may look back over fewer rows than the windows hold (an ensemble over
 lookbacks): each then sees the most recent rows of every window.
 """

@@ -336,3 +336,37 @@ def test_metadist_train_then_eval_on_the_recorded_settings(tmp_path):
     # the run's own eval settings (max_tasks=6) are used, the override on top of them
     assert metrics["num_tasks"] == 6, metrics.get("num_tasks")
     assert np.isfinite(metrics["overall"]["adapted"]["mse"]["value"])
+
+
+@pytest.mark.integration
+def test_nproc_per_node_checks_the_config_once_then_runs_torchrun(tmp_path):
+    bad = _run(
+        "train",
+        "--nproc-per-node=2",
+        "experiment=sinusoid_maml",
+        "trainer.meta_batch_size=25",
+        f"run_dir={tmp_path / 'bad'}",
+    )
+    assert bad.returncode == 1
+    assert bad.stderr.strip().splitlines() == [
+        "metadist train: error: trainer.meta_batch_size=25 is not divisible by the world size "
+        "2; the global meta-batch is split evenly over ranks, so choose a multiple of 2"
+    ]
+    assert not (tmp_path / "bad").exists()
+    run_dir = tmp_path / "run"
+    good = _run(
+        "train",
+        "--nproc-per-node",
+        "2",
+        "experiment=sinusoid_maml",
+        f"run_dir={run_dir}",
+        "trainer.meta_steps=2",
+        "trainer.meta_batch_size=4",
+        "trainer.checkpoint_every=2",
+        "--no-eval",
+    )
+    assert good.returncode == 0, good.stderr
+    from metadist.train import latest_checkpoint_state
+
+    state = latest_checkpoint_state(run_dir)
+    assert state["step"] == 2 and state["world_size"] == 2

@@ -2,9 +2,10 @@
 
 Aliases: `python -m metadist.train` and `metadist-train`.
 
-Alone it trains in one process; under `torchrun --nproc_per_node=N -m metadist.train ...`
-every rank runs this same entry point (`torchrun ... -m metadist.train`). Restarting the same command resumes the run from
-its directory's latest checkpoint.
+Alone it trains in one process; `--nproc-per-node=N` starts N local processes under
+torchrun once the config is checked, and under `torchrun --nproc_per_node=N -m
+metadist.train ...` every rank runs this same entry point. Restarting the same command
+resumes the run from its directory's latest checkpoint.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ examples:
   metadist train experiment=sinusoid_maml trainer.num_threads=1
   metadist train experiment=synthetic_maml imports=[my_samplers] \\
       sampler.name=my_sampler 'sampler.options={lookback: 32, horizon: 8}'
+  metadist train --nproc-per-node=2 experiment=synthetic_maml run_dir=runs/syn2
+  metadist train --nproc-per-node=2 experiment=synthetic_maml run_dir=runs/syn2
   torchrun --nproc_per_node=2 -m metadist.train experiment=synthetic_maml run_dir=runs/syn2
   torchrun --nproc_per_node=2 -m metadist.train experiment=sinusoid_maml \\
       trainer.meta_batch_size=24
@@ -54,6 +57,14 @@ def build_parser(prog: str = "metadist train") -> argparse.ArgumentParser:
         action="store_true",
         help="skip the held-out evaluation (metadist eval) after training",
     )
+    parser.add_argument(
+        "--nproc-per-node",
+        type=int,
+        default=None,
+        metavar="N",
+        help="train on N processes of this machine (torchrun, started for you once the "
+        "config is checked: a config error is one line, before any process starts)",
+    )
     return parser
 
 
@@ -78,13 +89,18 @@ def main(argv: list[str] | None = None, prog: str = "metadist train") -> int:
             raise ValueError(
                 f"{eval_overrides[0]!r} sets the evaluation, which --no-eval turns off"
             )
-        config = load_config(args.overrides, args.config_dir)
+        nproc = args.nproc_per_node
+        if nproc is not None and nproc < 1:
+            raise ValueError(f"--nproc-per-node must be >= 1, got {nproc}")
+        config = load_config(args.overrides, args.config_dir, world_size=nproc)
         eval_options = None
         if not args.no_eval:
             # Bad evaluation settings fail now, not after hours of training.
             from metadist.eval import EvalOptions
 
             eval_options = EvalOptions.from_dict(config.eval)
+        if nproc is not None and nproc > 1:
+            return _launch(argv if argv is not None else sys.argv[1:], nproc)
         result = train(config)
     except (
         ValueError,
@@ -115,6 +131,39 @@ def main(argv: list[str] | None = None, prog: str = "metadist train") -> int:
     if result is not None and result.stopped_by is None and eval_options is not None:
         _evaluate_at_end(result.run_dir, eval_options, prog)
     return 0 if result is not None else 1
+
+
+def _launch(argv: list[str], nproc: int) -> int:
+    """Runs this command under torchrun on `nproc` local processes (the config is already
+    checked); returns torchrun's exit status."""
+    import os
+    import subprocess
+
+    forwarded = []
+    skip = False
+    for item in argv:
+        if skip:
+            skip = False
+            continue
+        if item == "--nproc-per-node":
+            skip = True
+            continue
+        if item.startswith("--nproc-per-node="):
+            continue
+        forwarded.append(item)
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", "1")  # torchrun's own default, without its notice
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={nproc}",
+        "-m",
+        "metadist.train",
+        *forwarded,
+    ]
+    return subprocess.call(command, env=env)
 
 
 def _local_rank() -> int:

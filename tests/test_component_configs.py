@@ -103,8 +103,8 @@ class WidthLines(TaskSampler):
         draws = torch.from_numpy(task_uniform(seeds, 2 * self.width)).float()[..., None]
         n, k = len(units), self.width
         return MetaBatch(
-            support=TaskSet(draws[:, :k], 2 * draws[:, :k]),
-            query=TaskSet(draws[:, k:], 2 * draws[:, k:]),
+            support=TaskSet(draws[:, :k].contiguous(), 2 * draws[:, :k]),
+            query=TaskSet(draws[:, k:].contiguous(), 2 * draws[:, k:]),
             entity_index=torch.as_tensor(units, dtype=torch.int64),
             stratum=torch.zeros(n, dtype=torch.int64),
             split_time=torch.full((n,), -1, dtype=torch.int64),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -67,7 +68,7 @@ class MetaBatch:
         return self._map(lambda t: t[index])
 
     def _map(self, fn) -> MetaBatch:
-        out = {}
+        out: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
             if isinstance(value, TaskSet):

@@ -60,7 +60,8 @@ class _PlanSampler(Sampler):
         return self.loader._num_batches_left()
 
 
-def _identity(batch: MetaBatch) -> MetaBatch:
+def _identity(batch: Any) -> Any:
+    """The loader's collate: each item is already a whole `MetaBatch`."""
     return batch
 
 

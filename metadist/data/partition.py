@@ -570,7 +570,7 @@ def _check_fractions(fractions: Sequence[float]) -> tuple[float, float, float]:
         raise ValueError(f"fractions must be non-negative and sum to 1, got {values}")
     if values[0] == 0:
         raise ValueError(f"fractions[0] (train) must be > 0, got {values}")
-    return values  # type: ignore[return-value]
+    return values
 
 
 def _split_counts(n: int, fractions: tuple[float, float, float], code: int) -> list[int]:

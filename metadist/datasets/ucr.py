@@ -159,6 +159,7 @@ def read_ts(path: str | os.PathLike) -> TsFile:
         raise ValueError(f"{path}: no @data section")
     if not cases:
         raise ValueError(f"{path}: no cases after @data")
+    assert dimensions is not None  # set by the first case
     return TsFile(cases=cases, labels=labels, dimensions=int(dimensions))
 
 

@@ -146,6 +146,12 @@ class SlurmJob:
     args_file: str | None = None
     sbatch_args: tuple[str, ...] = ()
 
+    @property
+    def processes_per_node(self) -> int:
+        """`nproc_per_node` as resolved when the job was made (never None then)."""
+        assert self.nproc_per_node is not None
+        return self.nproc_per_node
+
     def __post_init__(self) -> None:
         for name, low in (("nodes", 1), ("gpus_per_node", 0), ("max_restarts", 0)):
             value = getattr(self, name)
@@ -396,7 +402,7 @@ def check_training_config(job: SlurmJob, config_dir: str | os.PathLike | None = 
     """
     from metadist.train.compose import load_config
 
-    world_size = job.nodes * int(job.nproc_per_node)
+    world_size = job.nodes * job.processes_per_node
     try:
         load_config(list(job.train_args), config_dir, world_size=world_size)
     except ValueError as error:

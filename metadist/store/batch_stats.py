@@ -50,7 +50,12 @@ class Registry:
                 was not known then; only those are looked up again.
         """
         last = self._last_dictionary
-        if last is not None and len(last) == len(dictionary) and last.equals(dictionary):
+        if (
+            last is not None
+            and self._last_map is not None
+            and len(last) == len(dictionary)
+            and last.equals(dictionary)
+        ):
             return self._last_map
         codes = self.codes
         if found is not None:

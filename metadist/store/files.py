@@ -137,7 +137,7 @@ class RawFile:
 
     def read(self, first_row: int, end_row: int, dtype: np.dtype) -> np.ndarray:
         out = np.empty((end_row - first_row) * self.row_bytes, np.uint8)
-        view, offset = memoryview(out), first_row * self.row_bytes
+        view, offset = memoryview(out.data), first_row * self.row_bytes
         done = 0
         while done < out.size:
             got = os.preadv(self.fd, [view[done:]], offset + done)
@@ -152,7 +152,8 @@ class RawFile:
         start_writeback(self.fd, offset, (end_row - first_row) * self.row_bytes)
 
     def write(self, first_row: int, rows: np.ndarray) -> None:
-        view, offset = memoryview(np.ascontiguousarray(rows)).cast("B"), first_row * self.row_bytes
+        view = memoryview(np.ascontiguousarray(rows).data).cast("B")
+        offset = first_row * self.row_bytes
         done = 0
         while done < len(view):
             try:

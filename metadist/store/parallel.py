@@ -41,6 +41,14 @@ class _Stream:
         self.queued = 0
 
 
+class _Shared:
+    """What the worker threads share: bytes of results waiting, and the head item."""
+
+    def __init__(self) -> None:
+        self.waiting = 0
+        self.head: _Stream | None = None
+
+
 def ordered_streams(
     items: Iterable[Item],
     produce: Callable[[Item], Iterator[Result]],
@@ -64,21 +72,21 @@ def ordered_streams(
     """
     stop = threading.Event()
     room = threading.Condition()
-    state = {"waiting": 0, "head": None}
+    state = _Shared()
     pending: deque[tuple[Item, _Stream, threading.Thread]] = deque()
     source = iter(items)
 
     def run(item: Item, stream: _Stream) -> None:
         def put(result: object, error: BaseException | None, size: int) -> bool:
             with room:
-                while not stop.is_set() and state["waiting"] + size > budget:
-                    mine = stream.queued if state["head"] is stream else state["waiting"]
+                while not stop.is_set() and state.waiting + size > budget:
+                    mine = stream.queued if state.head is stream else state.waiting
                     if mine == 0:
                         break
                     room.wait(0.05)
                 if stop.is_set():
                     return False
-                state["waiting"] += size
+                state.waiting += size
                 stream.queued += size
             stream.results.put((result, error, size))
             return True
@@ -109,12 +117,12 @@ def ordered_streams(
         while pending:
             item, stream, thread = pending[0]
             with room:
-                state["head"] = stream
+                state.head = stream
                 room.notify_all()
             while True:
                 result, error, size = stream.results.get()
                 with room:
-                    state["waiting"] -= size
+                    state.waiting -= size
                     stream.queued -= size
                     room.notify_all()
                 if result is _DONE:

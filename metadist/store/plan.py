@@ -127,7 +127,7 @@ def make_plan(settings: IngestSettings, scan: ScanResult) -> IngestPlan:
         entity_mean=entity_mean,
         entity_m2=entity_m2,
         entity_std=scale_of(entity_count, entity_m2),
-        has_gaps=(entity_count < lengths[:, None]).any(axis=1),
+        has_gaps=np.asarray((entity_count < lengths[:, None]).any(axis=1)),
         global_count=total,
         global_mean=global_mean,
         global_m2=global_m2,

@@ -111,8 +111,11 @@ class ScanResult:
         self.mean = np.zeros((self.capacity, num_columns))
         self.m2 = np.zeros((self.capacity, num_columns))
         self.finite_any = np.zeros(num_columns, bool)  # [C] some finite value seen
-        for name, fill in self._FILL.items():
-            setattr(self, name, np.full(self.capacity, fill, np.int64))
+        # [capacity] int64 each, filled with `_FILL` (grown together by `reserve`)
+        self.stratum = np.full(self.capacity, self._FILL["stratum"], np.int64)
+        self.label = np.full(self.capacity, self._FILL["label"], np.int64)
+        self.first_time = np.full(self.capacity, self._FILL["first_time"], np.int64)
+        self.last_time = np.full(self.capacity, self._FILL["last_time"], np.int64)
         # Entity codes of each batch's dictionary, by (unit, batch): pass 2 reads the same
         # batches again and reuses them instead of hashing every id a second time.
         self.batch_maps: dict[tuple[int, int], np.ndarray] = {}
@@ -159,12 +162,10 @@ class _Scanner:
         finally:
             self._last_dictionary.pop(unit, None)
 
-    def scan_batch(
-        self, unit: sources.Unit | None, offset: int, batch: pa.RecordBatch
-    ) -> BatchScan:
+    def scan_batch(self, unit: sources.Unit, offset: int, batch: pa.RecordBatch) -> BatchScan:
         settings = self.settings
         columns = settings.columns
-        file = unit.file if unit is not None else None
+        file = unit.file
         found = BatchScan(file, offset, batch.num_rows)
         entity_column = batch.column(columns.entity)
         found.entity_error = null_error(file, offset, entity_column, columns.entity)
@@ -295,6 +296,7 @@ class _Scanner:
             self.abandon.set()
             return None
         row = unit.input_row + (offset - unit.first_row)
+        assert self.raw_files is not None  # only called while copying raw rows
         values_file, times_file = self.raw_files
         values_file.write(row, raw)
         times_file.write(row, times)
@@ -316,6 +318,10 @@ class _Scanner:
         if result.batch_map_bytes < _BATCH_MAP_BYTES:
             result.batch_maps[(unit.number, number)] = mapping.astype(np.int32)
             result.batch_map_bytes += 4 * mapping.size
+        # a batch without errors has every per-entity result
+        assert found.finite_any is not None and found.rows is not None
+        assert found.first is not None and found.last is not None
+        assert found.count is not None and found.mean is not None and found.m2 is not None
         result.finite_any |= found.finite_any
         result.rows[mapping] += found.rows
         result.first_time[mapping] = np.minimum(result.first_time[mapping], found.first)
@@ -347,6 +353,7 @@ class _Scanner:
             raise ValueError(category.error)
         result = self.result
         registry = result.category_names[role]
+        assert category.first is not None and found.first_row is not None  # no error: set
         value_map = registry.add(category.dictionary)
         first = np.where(category.first >= 0, value_map[np.maximum(category.first, 0)], -1)
         known = getattr(result, role)[mapping]

@@ -182,6 +182,7 @@ def check_sources(paths: list[Path], columns: Columns) -> tuple[list[SourceFile]
             schema, first = file_schema, path
             _check_roles(path, schema, columns)
         else:
+            assert first is not None  # set with the schema
             _check_same_schema(first, schema, path, file_schema)
         stat = path.stat()
         files.append(SourceFile(path, parquet.metadata.num_rows, stat.st_size, stat.st_mtime_ns))
@@ -310,13 +311,14 @@ def units(files: list[SourceFile]) -> list[Unit]:
     Raises:
         ValueError: a file cannot be read.
     """
-    per_file: list[list[tuple[int, int, int]]] = []
+    per_file: list[list[tuple[int, int, int, int]]] = []
     footers = []
     input_row = 0
     for file in files:
         metadata = open_parquet(file.path).metadata
         footers.append(metadata)
-        groups, first = [], 0
+        groups: list[tuple[int, int, int]] = []
+        first = 0
         for group in range(metadata.num_row_groups):
             size = metadata.row_group(group).num_rows
             groups.append((group, first, size))

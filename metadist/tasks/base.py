@@ -77,6 +77,9 @@ class TaskSampler(ABC):
     # The constructor's keyword options, where the sampler records them (the built-in ones
     # do): `with_options` then rebuilds it with some replaced (`eval.sampler_options`).
     options: dict[str, Any] | None = None
+    # The series store the sampler reads (`needs_store`), which the loader asks to drop
+    # pages it has used; None for samplers without one.
+    store: Any = None
 
     @property
     @abstractmethod
@@ -218,9 +221,10 @@ class TaskSampler(ABC):
                 f"its options: {', '.join(sorted(self.options))}"
             )
         merged = {**self.options, **options}
+        rebuild: Any = type(self)  # a concrete sampler, whose constructor takes the options
         if self.needs_store:
-            return type(self)(self.store, **merged)
-        return type(self)(**merged)
+            return rebuild(self.store, **merged)
+        return rebuild(**merged)
 
     def units_of_entities(self, units: np.ndarray, entity_mask: np.ndarray | None) -> np.ndarray:
         """The `units` whose store entity is in `entity_mask` (all of them without one).
@@ -301,7 +305,8 @@ def random_subset(items: np.ndarray, max_items: int | None, seed: int) -> np.nda
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 
-def _splitmix64(z: np.ndarray) -> np.ndarray:
+def _splitmix64(z: Any) -> Any:
+    """SplitMix64 of `z` (a uint64 scalar or array), elementwise."""
     z = z + _GOLDEN
     z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)

@@ -56,9 +56,9 @@ class SinusoidSampler(TaskSampler):
         self.num_query = int(num_query)
         self.num_tasks = int(num_tasks)
         self.query_grid = bool(query_grid)
-        self.amplitude_range = tuple(float(v) for v in amplitude_range)
-        self.phase_range = tuple(float(v) for v in phase_range)
-        self.x_range = tuple(float(v) for v in x_range)
+        self.amplitude_range = _pair(amplitude_range)
+        self.phase_range = _pair(phase_range)
+        self.x_range = _pair(x_range)
 
     @property
     def num_units(self) -> int:
@@ -72,7 +72,7 @@ class SinusoidSampler(TaskSampler):
         phase = _scale(u[:, 1:2], self.phase_range)
         x = _scale(u[:, 2:], self.x_range)
         if self.query_grid:
-            grid = np.linspace(*self.x_range, q)
+            grid = np.linspace(self.x_range[0], self.x_range[1], q)
             x[:, k:] = grid[None, :]
         y = amplitude * np.sin(x - phase)
         x32 = torch.from_numpy(x.astype(np.float32)[..., None])
@@ -89,3 +89,8 @@ class SinusoidSampler(TaskSampler):
 def _scale(u: np.ndarray, bounds: tuple[float, float]) -> np.ndarray:
     low, high = bounds
     return low + (high - low) * u
+
+
+def _pair(values: tuple[float, float]) -> tuple[float, float]:
+    low, high = values
+    return float(low), float(high)

@@ -7,6 +7,7 @@ import math
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -227,7 +228,7 @@ def _plan_asked_trial(study, trial, settings: SweepSettings) -> TrialPlan:
 
 
 @contextlib.contextmanager
-def _sigint_deferred():
+def _sigint_deferred() -> Iterator[None]:
     """Holds SIGINT back inside the block and delivers it after (main thread only)."""
     if threading.current_thread() is not threading.main_thread():
         yield

@@ -44,8 +44,9 @@ class ParamSpec:
         if self.kind == "float":
             return trial.suggest_float(self.name, self.low, self.high, log=self.log, step=self.step)
         if self.kind == "int":
+            low, high = self._bounds()
             return trial.suggest_int(
-                self.name, int(self.low), int(self.high), log=self.log, step=int(self.step or 1)
+                self.name, int(low), int(high), log=self.log, step=int(self.step or 1)
             )
         if self._encoded:
             label = trial.suggest_categorical(self.name, [json.dumps(c) for c in self.choices])
@@ -60,9 +61,15 @@ class ParamSpec:
         """Representative values: every choice, or both bounds of a range."""
         if self.kind == "categorical":
             return list(self.choices)
+        low, high = self._bounds()
         if self.kind == "int":
-            return [int(self.low), int(self.high)]
-        return [float(self.low), float(self.high)]
+            return [int(low), int(high)]
+        return [float(low), float(high)]
+
+    def _bounds(self) -> tuple[float, float]:
+        """`(low, high)` of a range parameter (`load_search_space` requires both)."""
+        assert self.low is not None and self.high is not None, self.name
+        return self.low, self.high
 
     def decode(self, stored: Any) -> Any:
         """The config value of a value as Optuna stores it (lists are kept as JSON text)."""
@@ -134,7 +141,7 @@ def _parse_param(name: str, spec: Any, path: Path) -> ParamSpec:
                         "list of those"
                     )
         return ParamSpec(name, kind, choices=tuple(choices))
-    values = {}
+    values: dict[str, float | None] = {}
     for bound in ("low", "high", "step"):
         value = spec.get(bound)
         if value is None:
@@ -154,15 +161,17 @@ def _parse_param(name: str, spec: Any, path: Path) -> ParamSpec:
     log = spec.get("log", False)
     if not isinstance(log, bool):
         raise ValueError(f"{where}: log must be true or false, got {log!r}")
-    if values["low"] > values["high"]:
-        raise ValueError(f"{where}: low={values['low']} is above high={values['high']}")
-    if log and values["low"] <= 0:
-        raise ValueError(f"{where}: a log scale needs low > 0, got {values['low']}")
-    if values["step"] is not None and values["step"] <= 0:
-        raise ValueError(f"{where}: step must be > 0, got {values['step']}")
-    if log and values["step"] is not None and kind == "float":
+    low, high, step = values["low"], values["high"], values["step"]
+    assert low is not None and high is not None  # required above
+    if low > high:
+        raise ValueError(f"{where}: low={low} is above high={high}")
+    if log and low <= 0:
+        raise ValueError(f"{where}: a log scale needs low > 0, got {low}")
+    if step is not None and step <= 0:
+        raise ValueError(f"{where}: step must be > 0, got {step}")
+    if log and step is not None and kind == "float":
         raise ValueError(f"{where}: step and log cannot be combined for floats")
-    return ParamSpec(name, kind, values["low"], values["high"], log, values["step"])
+    return ParamSpec(name, kind, low, high, log, step)
 
 
 def format_override(name: str, value: Any) -> str:

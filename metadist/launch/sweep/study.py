@@ -32,6 +32,7 @@ def open_study(settings: SweepSettings, *, create: bool = True):
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     path = settings.sweep_dir.resolve() / STUDY_FILE
     _check_study_file(path)
+    pruner: optuna.pruners.BasePruner
     if settings.pruner == "median":
         pruner = optuna.pruners.MedianPruner(
             n_startup_trials=settings.startup_trials, n_warmup_steps=settings.warmup_steps
@@ -44,7 +45,7 @@ def open_study(settings: SweepSettings, *, create: bool = True):
                 storage=f"sqlite:///{path}",
                 study_name=STUDY_NAME,
                 load_if_exists=True,
-                direction=settings.direction,
+                direction="maximize" if settings.direction == "maximize" else "minimize",
                 pruner=pruner,
             )
         else:

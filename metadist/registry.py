@@ -37,7 +37,7 @@ def options_schema(cls: type, positional: int = 0) -> type:
     """
     for klass in cls.__mro__:
         declared = klass.__dict__.get("Options")
-        if declared is not None and dataclasses.is_dataclass(declared):
+        if isinstance(declared, type) and dataclasses.is_dataclass(declared):
             return declared
         init = klass.__dict__.get("__init__")
         if init is not None and _declares_keywords(init, 1 + positional):
@@ -122,9 +122,9 @@ class Registry(Generic[T]):
     def options_schema(self, name: str) -> type:
         """The dataclass of `name`'s options (see `options_schema`)."""
         if name not in self._schemas:
-            cls = self.get(name)
+            cls: Any = self.get(name)  # a class (a factory function has no options)
             positional = self.positional(cls) if callable(self.positional) else self.positional
-            self._schemas[name] = options_schema(cls, positional)  # type: ignore[arg-type]
+            self._schemas[name] = options_schema(cls, positional)
         return self._schemas[name]
 
     def check_options(
@@ -149,7 +149,8 @@ class Registry(Generic[T]):
         options: Mapping[str, Any] | None = None,
         path: str | None = None,
         **extra: Any,
-    ) -> T:
-        """Constructs `name` as `cls(*args, **options, **extra)`, the options checked first."""
-        cls = self.get(name)
+    ) -> Any:
+        """Constructs `name` as `cls(*args, **options, **extra)`, the options checked first;
+        returns the instance (the wrappers of each kind give it its type)."""
+        cls: Any = self.get(name)
         return cls(*args, **self.check_options(name, options, path), **extra)

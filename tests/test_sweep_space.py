@@ -160,7 +160,11 @@ def test_misspelt_slurm_launch_settings_are_refused(tmp_path):
             [],
             "Could not find 'experiment/sinusoid'",
         ),
-        (["experiment=sinusoid_maml", "trainer.eval_every=10", "node=2"], [], "node: unknown field"),
+        (
+            ["experiment=sinusoid_maml", "trainer.eval_every=10", "node=2"],
+            [],
+            "node: unknown field",
+        ),
     ],
 )
 def test_trial_configs_are_checked_before_launch(tmp_path, overrides, slurm, message):

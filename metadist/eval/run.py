@@ -74,7 +74,8 @@ def evaluate_run(
     if options.ensemble:
         from metadist.learners.ensemble import LearnerEnsemble
 
-        learners, lookbacks = [learner], [None]
+        learners: list[Any] = [learner]
+        lookbacks: list[int | None] = [None]
         for member_dir in options.ensemble:
             member, name, lookback = _ensemble_member(Path(member_dir), config, parts)
             learners.append(member)
@@ -337,6 +338,7 @@ def _holdout_reader(store, options: EvalOptions):
 
     if store is None:
         raise ValueError("eval.holdout needs a forecast sampler on a series store")
+    assert options.holdout is not None  # only called with a holdout
     spec = dict(options.holdout)
     known = {"path", "entity_col", "time_col", "value_cols", "partial"}
     unknown = sorted(set(spec) - known)

@@ -57,7 +57,9 @@ class TaskScores:
     def __init__(self, methods: Iterable[str], metric_names: Iterable[str]) -> None:
         self.methods = list(methods)
         self.metric_names = list(metric_names)
-        self.sums = {m: {k: [] for k in self.metric_names} for m in self.methods}
+        self.sums: dict[str, dict[str, list[float]]] = {
+            m: {k: [] for k in self.metric_names} for m in self.methods
+        }
         self.diverged: dict[str, list[bool]] = {m: [] for m in self.methods}
         self.counts: list[int] = []
         self.groups: dict[str, list[str]] = {}
@@ -219,6 +221,7 @@ def evaluate_tasks(
             "eval.combinations averages forecasts in original units, so it needs forecast "
             "tasks on a store; set it to null for this experiment"
         )
+    metric_names: tuple[str, ...]
     if with_store:
         methods += ["naive", "seasonal_naive", "theta"]
         for combination in combinations:
@@ -269,17 +272,16 @@ def evaluate_tasks(
                     loss=getattr(learner, "loss", "mse"),
                 )
                 predictions["scratch"] = _forecast(
-                    lambda x, m=scratch_template, p=params: baselines.predict_stacked(m, p, x),
-                    batch,
+                    _stacked_predictor(scratch_template, params), batch
                 )
-            predictions = {k: v.detach().cpu().numpy() for k, v in predictions.items()}
+            arrays = {k: v.detach().cpu().numpy() for k, v in predictions.items()}
             if classification:
-                _score_classification(scores, batch, predictions, store)
+                _score_classification(scores, batch, arrays, store)
             elif with_store:
                 _score_forecasts(
                     scores,
                     batch,
-                    predictions,
+                    arrays,
                     store,
                     target_columns,
                     options,
@@ -288,7 +290,7 @@ def evaluate_tasks(
                     example_groups,
                 )
             else:
-                _score_regression(scores, batch, predictions)
+                _score_regression(scores, batch, arrays)
             shown.update(scores.num_tasks)
     finally:
         display.close()
@@ -305,6 +307,15 @@ def evaluate_tasks(
         )
     result["settings"]["seconds"] = round(time.perf_counter() - started, 2)
     return result, (examples + spare)[: options.num_examples]
+
+
+def _stacked_predictor(model: nn.Module, params: Any) -> Callable[[torch.Tensor], torch.Tensor]:
+    """`x -> predictions` of `model` with the per-task parameters `params`."""
+
+    def predict(x: torch.Tensor) -> torch.Tensor:
+        return baselines.predict_stacked(model, params, x)
+
+    return predict
 
 
 def _model_predictions(

@@ -312,7 +312,7 @@ def load_eval_options(
                 loaded = OmegaConf.to_container(OmegaConf.load(path), resolve=True) or {}
                 if not isinstance(loaded, dict):
                     raise ValueError(f"{path} must hold a mapping of eval settings")
-                values = loaded
+                values = {str(key): value for key, value in loaded.items()}
                 break
     dotlist = []
     for override in overrides:
@@ -322,5 +322,7 @@ def load_eval_options(
         dotlist.append(override[len("eval.") :])
     if dotlist:
         merged = OmegaConf.merge(OmegaConf.create(values), OmegaConf.from_dotlist(dotlist))
-        values = OmegaConf.to_container(merged, resolve=True)
+        combined = OmegaConf.to_container(merged, resolve=True)
+        assert isinstance(combined, dict)  # a mapping merged with a mapping
+        values = {str(key): value for key, value in combined.items()}
     return EvalOptions.from_dict(values)

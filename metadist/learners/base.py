@@ -420,7 +420,8 @@ class InnerLoopLearner(Learner):
                 n: fast[n] if n in fast else fixed[n].expand(num_tasks, *fixed[n].shape)
                 for n in (*fixed, *fast)
             }
-            return self.model.batched_forward(full, x)
+            batched_forward: Any = self.model.batched_forward  # checked: has_batched_forward
+            return batched_forward(full, x)
 
         def call(task_params: Params, task_x: Tensor) -> Tensor:
             return functional_call(

@@ -15,7 +15,8 @@ def has_batched_forward(model: nn.Module) -> bool:
     something else) must not inherit its parent's batched path.
     """
     batched = _defining_class(type(model), "batched_forward")
-    return batched is not None and issubclass(batched, _defining_class(type(model), "forward"))
+    forward = _defining_class(type(model), "forward")
+    return batched is not None and forward is not None and issubclass(batched, forward)
 
 
 def _has_tied_tensors(model: nn.Module) -> bool:

@@ -11,6 +11,7 @@ lookbacks): each then sees the most recent rows of every window.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -68,10 +69,15 @@ class LearnerEnsemble(nn.Module):
         self.reduce = reduce
         self.eval_inner_steps = getattr(learners[0], "eval_inner_steps", None)
 
+    def _learners(self) -> list[Any]:
+        """The members (learners with `adapt` and `predict`; a ModuleList types them as
+        plain modules)."""
+        return list(self.members)
+
     def adapt(self, support: TaskSet, steps: int | None = None) -> Params:
         """Every member's adapted state, keyed `"<member>/<name>"`."""
         params: Params = {}
-        for i, member in enumerate(self.members):
+        for i, member in enumerate(self._learners()):
             own = TaskSet(self._inputs(i, support.x), support.y)
             for name, value in member.adapt(own, steps=steps).items():
                 params[f"{i}/{name}"] = value
@@ -80,7 +86,7 @@ class LearnerEnsemble(nn.Module):
     def predict(self, params: Params, x: Tensor) -> Tensor:
         """The reduction over members of each member's prediction with its own state."""
         predictions = []
-        for i, member in enumerate(self.members):
+        for i, member in enumerate(self._learners()):
             prefix = f"{i}/"
             own = {k[len(prefix) :]: v for k, v in params.items() if k.startswith(prefix)}
             predictions.append(member.predict(own, self._inputs(i, x)))

@@ -69,8 +69,17 @@ class Reptile(InnerLoopLearner):
         names = self.adapted_names(params)
         with torch.no_grad():
             out = self._dispatch(
-                lambda batched, *task: self._score(
-                    params, buffers, names, self.inner_steps, batched, *task, keep_fast=True
+                lambda batched, sx, sy, qx, qy: self._score(
+                    params,
+                    buffers,
+                    names,
+                    self.inner_steps,
+                    batched,
+                    sx,
+                    sy,
+                    qx,
+                    qy,
+                    keep_fast=True,
                 ),
                 batch.support.x,
                 batch.support.y,

@@ -181,7 +181,7 @@ class ForecastSampler(TaskSampler):
                     f"forecast sampler: chunk_length={chunk_length} cannot hold one task, which "
                     f"needs {self._need_text()} = {need} rows"
                 )
-            self.chunk_length = int(chunk_length)
+            self.chunk_length: int | None = int(chunk_length)
         elif chunk_length is not None:
             raise ValueError("forecast sampler: chunk_length is only used with unit='chunk'")
         else:
@@ -205,16 +205,18 @@ class ForecastSampler(TaskSampler):
             self.unit_start = starts[kept]
             self.unit_length = lengths[kept]
         else:
-            num_chunks = np.maximum(lengths[kept] // self.chunk_length, 1)
+            chunk = self.chunk_length
+            assert chunk is not None  # unit="chunk" requires it (checked above)
+            num_chunks = np.maximum(lengths[kept] // chunk, 1)
             self.unit_entity = np.repeat(kept, num_chunks)
             first_unit = np.concatenate(([0], np.cumsum(num_chunks)[:-1]))
             chunk_number = np.arange(len(self.unit_entity)) - np.repeat(first_unit, num_chunks)
-            self.unit_start = starts[self.unit_entity] + chunk_number * self.chunk_length
+            self.unit_start = starts[self.unit_entity] + chunk_number * chunk
             is_last = chunk_number == np.repeat(num_chunks, num_chunks) - 1
             entity_end = starts[self.unit_entity] + lengths[self.unit_entity]
-            self.unit_length = np.where(
-                is_last, entity_end - self.unit_start, self.chunk_length
-            ).astype(np.int64)
+            self.unit_length = np.where(is_last, entity_end - self.unit_start, chunk).astype(
+                np.int64
+            )
         self._unit_strata = np.asarray(store.stratum_codes, dtype=np.int64)[self.unit_entity]
         self._gatherers: tuple[WindowGatherer, WindowGatherer] | None = None
         self._times: np.ndarray | None = None
@@ -299,6 +301,7 @@ class ForecastSampler(TaskSampler):
         if holdout is not None:
             return self._holdout_tasks(units, split, holdout, entity_mask, max_tasks, seed, options)
         evaluated = self.with_options(**{"split": "end", "num_query": 1, **options})
+        assert isinstance(evaluated, ForecastSampler)  # with_options rebuilds this class
         return repeated_unit_tasks(
             evaluated,
             evaluated.same_units(self, units),
@@ -381,6 +384,12 @@ class ForecastSampler(TaskSampler):
         state["_times"] = None
         return state
 
+    def _store_times(self) -> np.ndarray:
+        """The store's time column (a plain view, set up with the windows)."""
+        self._windows()
+        assert self._times is not None
+        return self._times
+
     def _windows(self) -> tuple[WindowGatherer, WindowGatherer]:
         if self._gatherers is None:
             values = self.store.values
@@ -447,5 +456,5 @@ class ForecastSampler(TaskSampler):
             ),
             entity_index=torch.from_numpy(entity),
             stratum=torch.from_numpy(self._unit_strata[units]),
-            split_time=torch.from_numpy(self._times[base]),
+            split_time=torch.from_numpy(self._store_times()[base]),
         )

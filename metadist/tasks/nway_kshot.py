@@ -196,6 +196,7 @@ class NWayKShotSampler(TaskSampler):
             confined = sampler.confined_to(units)
         except ValueError as error:
             raise ValueError(f"the {split} split: {error}") from None
+        assert isinstance(confined, NWayKShotSampler)  # confined_to keeps the class
         examples, num_classes = None, 0
         if train_units is not None and len(train_units):
             examples, num_classes = self._labelled_examples(np.asarray(train_units, np.int64))

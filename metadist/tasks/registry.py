@@ -16,7 +16,7 @@ from metadist.tasks.base import TaskSampler
 SAMPLERS: Registry[type[TaskSampler]] = Registry(
     "sampler",
     TaskSampler,
-    positional=lambda cls: 1 if cls.needs_store else 0,
+    positional=lambda cls: 1 if getattr(cls, "needs_store", True) else 0,
     label="task sampler",
 )
 

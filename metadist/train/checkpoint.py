@@ -186,10 +186,16 @@ def _atomic_write(path: Path, data: bytes) -> None:
     atomic_write_bytes(path, data)
 
 
+def _step_of(name: str) -> int:
+    match = _NAME.match(name)
+    assert match is not None  # only names that matched are sorted
+    return int(match.group(1))
+
+
 def _prune(directory: Path, *, keep: int, current: str) -> None:
     names = sorted(
         (p.name for p in directory.iterdir() if _NAME.match(p.name)),
-        key=lambda n: int(_NAME.match(n).group(1)),
+        key=_step_of,
     )
     for name in names[:-keep]:
         if name != current:

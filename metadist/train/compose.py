@@ -101,13 +101,14 @@ def _replaces_group(
     directory: Path, choices: dict[str, Any], values: dict[str, Any], section: str
 ) -> bool:
     """Whether `section.name` names another component than the section's group file."""
-    from omegaconf import OmegaConf
+    from omegaconf import DictConfig, OmegaConf
 
     chosen = choices.get(section)
     path = directory / section / f"{chosen}.yaml"
     if not chosen or not path.is_file():
         return False
-    own = OmegaConf.load(path).get("name")
+    loaded = OmegaConf.load(path)
+    own = loaded.get("name") if isinstance(loaded, DictConfig) else None
     composed = values.get(section)
     return bool(own) and isinstance(composed, dict) and composed.get("name") != own
 

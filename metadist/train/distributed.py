@@ -129,14 +129,13 @@ def init_distributed(env: DistEnv, timeout_s: float = 600.0) -> None:
     # overwritten; a prefix per attempt keeps the attempts apart.
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     store = dist.PrefixStore(f"metadist/attempt_{attempt}", store)
-    options = {"device_id": env.device} if env.device.type == "cuda" else {}
     dist.init_process_group(
         backend=env.backend,
         store=store,
         rank=env.rank,
         world_size=env.world_size,
         timeout=timeout,
-        **options,
+        device_id=env.device if env.device.type == "cuda" else None,
     )
 
 

@@ -17,6 +17,7 @@ import os
 import sys
 import time
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -107,7 +108,7 @@ class RunLogger:
 
     def progress(self, step: int, loss: float, tasks_per_s: float) -> None:
         """Moves the progress bar to `step` (cheap; call every step)."""
-        if self._progress is not None:
+        if self._progress is not None and self._task is not None:
             self._progress.update(
                 self._task,
                 completed=step,
@@ -208,14 +209,14 @@ def wandb_mode(configured: str, environ: dict[str, str] | None = None) -> str:
     Raises:
         ValueError: `WANDB_MODE` holds something else than a wandb mode.
     """
-    environ = os.environ if environ is None else environ
-    wanted = environ.get("WANDB_MODE", "").strip().lower()
+    env: Mapping[str, str] = os.environ if environ is None else environ
+    wanted = env.get("WANDB_MODE", "").strip().lower()
     if not wanted:
         return configured
     wanted = _WANDB_ALIASES.get(wanted, wanted)
     if wanted not in _WANDB_MODES:
         raise ValueError(
-            f"environment variable WANDB_MODE={environ['WANDB_MODE']!r} is not a wandb mode "
+            f"environment variable WANDB_MODE={env['WANDB_MODE']!r} is not a wandb mode "
             f"({', '.join(_WANDB_MODES)})"
         )
     return min(configured, wanted, key=_WANDB_MODES.index)
@@ -236,7 +237,7 @@ def _start_wandb(
         # Before `init`, wandb builds its process-wide settings from the environment (online
         # unless WANDB_MODE says otherwise) and its analytics would probe the server from a
         # background thread: give it the run's mode first and turn the analytics off.
-        wandb.setup(wandb.Settings(mode=mode))
+        wandb.setup(wandb.Settings(mode=_literal(mode)))
         with contextlib.suppress(ImportError, AttributeError):
             from wandb.analytics.opentelemetry import opentelemetry_proxy
 
@@ -248,6 +249,11 @@ def _start_wandb(
         id=run_id,
         resume="allow",
         dir=str(run_dir),
-        mode=mode,
+        mode=_literal(mode),
         config=run_config,
     )
+
+
+def _literal(mode: str) -> Any:
+    """A wandb mode checked by `wandb_mode` (wandb types it as a literal)."""
+    return mode

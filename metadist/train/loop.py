@@ -289,7 +289,7 @@ def _check_inputs_finite(batch, sampler: Any, step: int, env: DistEnv) -> None:
 
 
 def evaluate(
-    learner: nn.Module, loader: Any, start_state: dict, env: DistEnv, trainer
+    learner: nn.Module, loader: Any, start_state: dict | None, env: DistEnv, trainer
 ) -> dict[str, float]:
     """Mean meta-loss and metrics on the same `eval_batches` meta-val batches every time.
 
@@ -402,7 +402,8 @@ def _resume(config: TrainConfig, env: DistEnv, parts: RunParts) -> tuple[int, st
 
 def _check_same_run(saved: dict, current: dict, run_dir: Path) -> None:
     for key in _RUN_IDENTITY:
-        before, now = saved, current
+        before: Any = saved
+        now: Any = current
         for part in key:
             before = before.get(part) if isinstance(before, dict) else None
             now = now.get(part) if isinstance(now, dict) else None
@@ -423,7 +424,7 @@ def _seed_rank(seed: int, env: DistEnv) -> None:
 
 
 def _rng_state(env: DistEnv) -> dict[str, Any]:
-    state = np.random.get_state()
+    state: Any = np.random.get_state()  # the legacy tuple (the stubs also allow a dict)
     out: dict[str, Any] = {
         "torch": torch.get_rng_state(),
         "python": random.getstate(),

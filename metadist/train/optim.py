@@ -52,14 +52,14 @@ def build_optimizer(config: OptimizerConfig, parameters) -> torch.optim.Optimize
 @register_optimizer("adam")
 def _adam(parameters: list, config: OptimizerConfig) -> torch.optim.Optimizer:
     return torch.optim.Adam(
-        parameters, lr=config.lr, betas=tuple(config.betas), weight_decay=config.weight_decay
+        parameters, lr=config.lr, betas=_betas(config), weight_decay=config.weight_decay
     )
 
 
 @register_optimizer("adamw")
 def _adamw(parameters: list, config: OptimizerConfig) -> torch.optim.Optimizer:
     return torch.optim.AdamW(
-        parameters, lr=config.lr, betas=tuple(config.betas), weight_decay=config.weight_decay
+        parameters, lr=config.lr, betas=_betas(config), weight_decay=config.weight_decay
     )
 
 
@@ -68,3 +68,8 @@ def _sgd(parameters: list, config: OptimizerConfig) -> torch.optim.Optimizer:
     return torch.optim.SGD(
         parameters, lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay
     )
+
+
+def _betas(config: OptimizerConfig) -> tuple[float, float]:
+    first, second = config.betas  # validated: two values
+    return float(first), float(second)

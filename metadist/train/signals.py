@@ -13,6 +13,7 @@ from __future__ import annotations
 import signal
 import threading
 from types import FrameType
+from typing import Any
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 
@@ -27,7 +28,7 @@ class StopRequest:
     def __init__(self, signals: tuple[signal.Signals, ...] = STOP_SIGNALS) -> None:
         self.signals = signals
         self.signal_name: str | None = None
-        self._previous: dict[signal.Signals, object] = {}
+        self._previous: dict[signal.Signals, Any] = {}  # the handlers signal.signal returned
 
     @property
     def requested(self) -> bool:

@@ -26,7 +26,7 @@ verdict is read before the update, exactly as a plain loop would.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,7 +102,7 @@ class MetaStep:
         self.masked = check_every > 1
         self._message = message
         self._stop_requested = stop_requested
-        self._params = [p for p in learner.parameters() if p.requires_grad]
+        self._params: list[Tensor] = [p for p in learner.parameters() if p.requires_grad]
         device = env.device
         self.ok = torch.ones((), dtype=torch.bool, device=device)
         self.bad_step = torch.zeros((), dtype=torch.int64, device=device)
@@ -166,6 +166,8 @@ class MetaStep:
     # --------------------------------------------------------------- internals
     def _read(self, totals: Tensor) -> StepReading:
         """One transfer: loss, sums, verdict and stop flags."""
+        # set by the step that calls this (a record of every metric name, the sums)
+        assert self._names is not None and self._last is not None and self._sums is not None
         names = ["loss", *self._names]
         packed = torch.cat(
             [
@@ -267,7 +269,7 @@ def _state_on_device(optimizer: torch.optim.Optimizer) -> None:
 
 
 @contextlib.contextmanager
-def _quiet_learner(learner: nn.Module, quiet: bool):
+def _quiet_learner(learner: Any, quiet: bool) -> Iterator[None]:
     """Turns the learner's own finiteness check (a host sync per call) off while the
     step guard covers it: a non-finite support or query loss makes the meta-loss
     non-finite."""

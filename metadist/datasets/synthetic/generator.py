@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -49,7 +50,7 @@ SYNTHETIC_COLUMNS = (
     SYNTHETIC_TARGET,
 )
 # Keyword arguments of `metadist.store.ingest` for a synthetic panel.
-SYNTHETIC_INGEST_ARGS = {
+SYNTHETIC_INGEST_ARGS: dict[str, Any] = {
     "entity_col": SYNTHETIC_ENTITY,
     "time_col": SYNTHETIC_TIME,
     "features": SYNTHETIC_FEATURES,

@@ -272,7 +272,7 @@ def world_size(settings: SweepSettings) -> int:
         from metadist.launch.slurm import job_from_settings
 
         job, _ = job_from_settings(["experiment=x", *settings.slurm_settings], workdir="/")
-        return job.nodes * int(job.nproc_per_node)
+        return job.nodes * job.processes_per_node
     return settings.nproc_per_node
 
 

@@ -30,6 +30,7 @@ _COMMAND_MODULES = [
     "metadist.datasets.cli",  # metadist datasets m3
     "metadist.launch.slurm",  # metadist slurm submit
     "metadist.launch.sweep",  # metadist sweep
+    "metadist.api",  # metadist forecast
 ]
 
 

@@ -145,6 +145,47 @@ def evaluate_run(
     return result
 
 
+def load_trained(
+    run_dir: Path, *, ensemble: Any = None, store: Any = None
+) -> tuple[Path, Any, nn.Module, Any, EvalOptions]:
+    """`(run_dir, config, learner, task source, eval options)` of a run's latest checkpoint,
+    for adapting it to data of one's own (`metadist.load_run`).
+
+    The learner (with the checkpoints of `ensemble`, default the run's `eval.ensemble`)
+    is in eval mode; the store is opened without re-checksumming its values, but its
+    identity must match the one the checkpoint recorded.
+    """
+    from metadist.store.identity import check_store_identity
+    from metadist.train.build import build_task_source
+
+    config, state, _, _ = _load_run(run_dir, "run_dir")
+    if store is not None:
+        config.data.store = str(store)
+    options = load_eval_options(config.experiment, (), recorded=getattr(config, "eval", None))
+    source = build_task_source(config, verify_store=False)
+    if source.store is not None:
+        check_store_identity(state.get("store_identity"), source.store, f"run_dir {run_dir}")
+    parts = {
+        "input_shape": source.input_shape,
+        "output_shape": source.output_shape,
+        "store": source.store,
+    }
+    learner = _trained_learner(config, state, parts)
+    members = list(options.ensemble or []) if ensemble is None else list(ensemble)
+    if members:
+        from metadist.learners.ensemble import LearnerEnsemble
+
+        learners: list[Any] = [learner]
+        lookbacks: list[int | None] = [None]
+        for member_dir in members:
+            member, _, lookback = _ensemble_member(Path(member_dir), config, parts)
+            learners.append(member)
+            lookbacks.append(lookback)
+        learner = LearnerEnsemble(learners, reduce=options.ensemble_reduce, lookbacks=lookbacks)
+    learner.eval()
+    return run_dir, config, learner, source, options
+
+
 def _load_run(run_dir: Path, field: str) -> tuple[Any, dict[str, Any], Path, dict[str, Any]]:
     """(config, checkpoint state, checkpoint path, pointer) of a run's latest checkpoint.
 

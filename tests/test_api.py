@@ -1,0 +1,196 @@
+"""`metadist.load_run`: adapt a trained run to new entities from their own history.
+
+Real parts: a synthetic panel written as Parquet, ingested into stores, runs trained by
+`metadist train`, forecasts compared with what evaluation computes on the same history.
+"""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+import metadist
+from metadist.datasets.synthetic import (
+    SYNTHETIC_ENTITY,
+    SYNTHETIC_INGEST_ARGS,
+    SYNTHETIC_TIME,
+    write_synthetic_panel,
+)
+from metadist.store import SeriesStore
+from metadist.store.ingest import ingest
+
+pytestmark = pytest.mark.integration
+H = 8  # the synthetic_maml sampler's horizon
+
+
+def _train(tmp: Path, store: Path, name: str, *extra: str) -> Path:
+    from metadist.cli import main
+
+    run_dir = tmp / name
+    code = main(
+        [
+            "train",
+            "experiment=synthetic_maml",
+            f"data.store={store}",
+            f"run_dir={run_dir}",
+            "trainer.meta_steps=3",
+            "trainer.meta_batch_size=4",
+            "trainer.checkpoint_every=3",
+            "trainer.eval_every=0",
+            "logging.wandb.mode=disabled",
+            "logging.progress=false",
+            "--no-eval",
+            *extra,
+        ]
+    )
+    assert code == 0
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("api")
+    panel = tmp / "panel"
+    write_synthetic_panel(panel, num_entities=40, length_range=(120, 200), seed=3, nan_fraction=0)
+    stores = {}
+    for scaling, nan in (("global", "error"), ("per-entity", "ffill")):
+        args = {**SYNTHETIC_INGEST_ARGS, "scaling": scaling, "nan": nan}
+        stores[scaling] = tmp / f"store-{scaling}"
+        ingest(panel, stores[scaling], progress=False, **args)
+    return {
+        "panel": panel,
+        "global": _train(tmp, stores["global"], "global"),
+        "per-entity": _train(tmp, stores["per-entity"], "per_entity"),
+        "stores": stores,
+    }
+
+
+def _panel_rows(panel: Path, entity: str) -> pa.Table:
+    table = pq.read_table(panel, filters=[(SYNTHETIC_ENTITY, "=", entity)])
+    return table.sort_by(SYNTHETIC_TIME)
+
+
+def test_forecast_equals_the_evaluations_adapted_forecast(runs):
+    run = metadist.load_run(runs["global"])
+    assert run.kind == "forecast"
+    source, learner = run.source, run.learner
+    store = source.store
+    units = source.partitioner.units("test")
+    tasks = source.sampler.for_evaluation(
+        units, split="test", tasks_per_unit=1, max_tasks=None, seed=0
+    )
+    batch = next(iter(tasks.batches(4, 0)))
+    with torch.no_grad():
+        params = learner.adapt(batch.support, steps=run.eval_options.inner_steps)
+        scaled = learner.predict(params, batch.query.x)[:, 0].double().numpy()
+    columns = list(source.sampler.target_columns)
+    for b in range(len(batch.entity_index)):
+        entity = int(batch.entity_index[b])
+        evaluated = store.scaler.inverse(scaled[b], entity, columns)
+        key = str(store.entity_ids[entity])
+        rows = _panel_rows(runs["panel"], key)
+        history = rows.slice(0, rows.num_rows - H)  # evaluation adapts on all but the last H
+        table = run.forecast(history)
+        assert table.column("method").to_pylist() == ["adapted"] * H
+        assert table.column("step").to_pylist() == list(range(1, H + 1))
+        forecast = np.column_stack(
+            [table.column(store.column_names[c]).to_numpy() for c in columns]
+        )
+        np.testing.assert_allclose(forecast, evaluated, rtol=1e-5, atol=1e-5)
+        times = rows.column(SYNTHETIC_TIME).to_numpy()
+        assert table.column(SYNTHETIC_TIME).to_pylist() == times[-H:].tolist()
+
+
+def test_a_new_entity_gets_forecasts_in_its_own_units(runs):
+    """Per-entity scaling from the entity's own history: an affine copy of a series (a
+    new sensor, 1000 times larger and shifted) gets the affine copy of its forecasts."""
+    run = metadist.load_run(runs["per-entity"])
+    store = run.source.store
+    key = str(store.entity_ids[0])
+    history = _panel_rows(runs["panel"], key)
+    copy = {name: history.column(name).to_numpy() for name in history.column_names}
+    copy[SYNTHETIC_ENTITY] = np.array(["brand-new-sensor"] * history.num_rows, dtype=object)
+    for name in store.column_names:
+        copy[name] = 1000.0 * copy[name] + 5.0
+    both = pa.concat_tables([history, pa.table(copy, schema=history.schema)])
+    table = run.forecast(both, methods=["adapted", "naive"]).to_pandas()
+    target = store.column_names[run.source.sampler.target_columns[0]]
+    for method in ("adapted", "naive"):
+        rows = table[table.method == method]
+        original = rows[rows[SYNTHETIC_ENTITY] == key][target].to_numpy()
+        scaled = rows[rows[SYNTHETIC_ENTITY] == "brand-new-sensor"][target].to_numpy()
+        np.testing.assert_allclose(scaled, 1000.0 * original + 5.0, rtol=1e-4)
+    assert not store.entity_ids.tolist().count("brand-new-sensor")
+
+
+def test_methods_and_combinations(runs):
+    run = metadist.load_run(runs["global"])
+    key = str(run.source.store.entity_ids[1])
+    history = _panel_rows(runs["panel"], key)
+    table = run.forecast(history, methods=["adapted", "theta", "adapted+theta"], period=24)
+    frame = table.to_pandas()
+    target = run.source.store.column_names[run.source.sampler.target_columns[0]]
+    by = {m: frame[frame.method == m][target].to_numpy() for m in frame.method.unique()}
+    np.testing.assert_allclose(by["adapted+theta"], (by["adapted"] + by["theta"]) / 2)
+    longer = run.forecast(history, horizon=3)
+    assert longer.num_rows == 3
+
+
+def test_bad_history_is_one_clear_error(runs):
+    run = metadist.load_run(runs["global"])
+    key = str(run.source.store.entity_ids[2])
+    history = _panel_rows(runs["panel"], key)
+    with pytest.raises(ValueError, match="history has no column 'load'"):
+        run.forecast(history.drop(["load"]))
+    with pytest.raises(ValueError, match=f"entity '{key}' has 20 rows; .* needs at least 47"):
+        run.forecast(history.slice(0, 20))
+    values = history.column("y").to_numpy().copy()
+    values[5] = np.nan
+    broken = history.set_column(history.column_names.index("y"), "y", pa.array(values))
+    with pytest.raises(ValueError, match=f"entity '{key}' has nan in column 'y'.*--nan error"):
+        run.forecast(broken)
+    doubled = pa.concat_tables([history.slice(0, 60), history.slice(59, 1)])
+    with pytest.raises(ValueError, match="has two rows at time="):
+        run.forecast(doubled)
+    with pytest.raises(ValueError, match="unknown forecast method 'thetta'"):
+        run.forecast(history, methods=["thetta"])
+    per_entity = metadist.load_run(runs["per-entity"])
+    empty = history.set_column(
+        history.column_names.index("y"), "y", pa.array(np.full(history.num_rows, np.nan))
+    )
+    with pytest.raises(ValueError, match="has no finite value in column 'y'"):
+        per_entity.forecast(empty)
+
+
+def test_metadist_forecast_command(runs, tmp_path):
+    key = str(SeriesStore.open(runs["stores"]["global"]).entity_ids[3])
+    history = tmp_path / "new.parquet"
+    pq.write_table(_panel_rows(runs["panel"], key), history)
+    out = tmp_path / "out" / "forecasts.parquet"
+    command = [sys.executable, "-m", "metadist.cli", "forecast", str(runs["global"]), str(history)]
+    done = subprocess.run(
+        [*command, "--out", str(out), "--methods", "adapted,naive"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    table = pq.read_table(out)
+    assert table.num_rows == 2 * H and set(table.column("method").to_pylist()) == {
+        "adapted",
+        "naive",
+    }
+    bad = subprocess.run(
+        [*command, "--out", str(tmp_path / "x.parquet"), "--methods", "magic"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert bad.returncode == 1 and "Traceback" not in bad.stderr
+    assert bad.stderr.strip().endswith("combination such as adapted+theta")
+    assert not (tmp_path / "x.parquet").exists()

@@ -194,3 +194,46 @@ def test_metadist_forecast_command(runs, tmp_path):
     assert bad.returncode == 1 and "Traceback" not in bad.stderr
     assert bad.stderr.strip().endswith("combination such as adapted+theta")
     assert not (tmp_path / "x.parquet").exists()
+
+
+def test_classify_with_a_few_shot_classifier(runs, tmp_path):
+    from metadist.cli import main
+
+    run_dir = tmp_path / "protonet"
+    code = main(
+        [
+            "train",
+            "experiment=synthetic_protonet",
+            f"data.store={runs['stores']['per-entity']}",
+            f"run_dir={run_dir}",
+            "trainer.meta_steps=2",
+            "trainer.meta_batch_size=2",
+            "trainer.checkpoint_every=2",
+            "trainer.eval_every=0",
+            "data.split_by=unit",
+            "sampler.options.class_by=stratum",
+            "sampler.options.num_ways=2",
+            "sampler.options.num_query=1",
+            "logging.wandb.mode=disabled",
+            "logging.progress=false",
+            "--no-eval",
+        ]
+    )
+    assert code == 0
+    run = metadist.load_run(run_dir)
+    assert run.kind == "classification"
+    store = run.source.store
+    with pytest.raises(ValueError, match="is a classification run"):
+        run.forecast(_panel_rows(runs["panel"], str(store.entity_ids[0])))
+    examples, labels = [], []
+    for entity in range(6):
+        rows = _panel_rows(runs["panel"], str(store.entity_ids[entity]))
+        examples.append(np.column_stack([rows.column(c).to_numpy() for c in store.column_names]))
+        labels.append(f"class-{entity % 3}-{entity}")
+    # 1-shot prototypes: each support example is its own class's prototype, at distance 0
+    predicted = run.classify(examples, labels, examples)
+    assert predicted.tolist() == labels
+    with pytest.raises(ValueError, match="support_labels has 2 labels for 6 support examples"):
+        run.classify(examples, labels[:2], examples)
+    with pytest.raises(ValueError, match=r"query_x\[0\] has 3 rows; the run reads 32"):
+        run.classify(examples, labels, [examples[0][:3]])

@@ -23,7 +23,9 @@ def find_experiments_dir(config_dir: str | os.PathLike | None = None) -> Path:
 
     Looked up in order: `config_dir`; the `METADIST_EXPERIMENTS_DIR` environment variable;
     `./experiments` in the working directory; `experiments/` next to the `metadist`
-    package (a source checkout or an editable install).
+    package (a source checkout or an editable install); the configs shipped in the
+    installed package (`metadist/_experiments`, copied from `experiments/` when the wheel
+    is built).
 
     Raises:
         FileNotFoundError: none of those holds a `config.yaml`; the message lists them.
@@ -35,8 +37,9 @@ def find_experiments_dir(config_dir: str | os.PathLike | None = None) -> Path:
         candidates.append((EXPERIMENTS_ENV, Path(os.environ[EXPERIMENTS_ENV])))
     else:
         candidates.append(("working directory", Path.cwd() / "experiments"))
-        package_root = Path(__file__).resolve().parents[2]
-        candidates.append(("source checkout", package_root / "experiments"))
+        package = Path(__file__).resolve().parents[1]
+        candidates.append(("source checkout", package.parent / "experiments"))
+        candidates.append(("installed package", package / "_experiments"))
     for _, path in candidates:
         if (path / "config.yaml").is_file():
             return path.resolve()

@@ -68,6 +68,7 @@ class Progress:
                 MofNCompleteColumn(),
                 TextColumn("{task.fields[unit]}"),
                 TextColumn("{task.fields[rate]}", justify="right"),
+                TextColumn("{task.fields[note]}"),
                 TimeElapsedColumn(),
                 TimeRemainingColumn(),
                 console=Console(file=self.stream),
@@ -85,40 +86,60 @@ class Progress:
             self._rich.__exit__(None, None, None)
             self._rich = None
 
-    def counter(self, label: str, total: int | None, unit: str = "", rate: bool = False) -> Counter:
-        """A new counter of `total` (`None`: unknown) `unit`s, shown as `label`; `rate`
-        adds units per second."""
-        return Counter(self, label, total, unit, rate)
+    def counter(
+        self, label: str, total: int | None, unit: str = "", rate: bool = False, start: int = 0
+    ) -> Counter:
+        """A new counter of `total` (`None`: unknown) `unit`s, shown as `label`, `start`
+        of them done already (a resumed run); `rate` adds units per second."""
+        return Counter(self, label, total, unit, rate, start)
+
+    def print(self, text: str) -> None:
+        """A line for the person watching, above the bars."""
+        if self._rich is not None:
+            self._rich.console.print(text)
+        else:
+            print(text, file=self.stream, flush=True)
 
 
 class Counter:
     """One counter of a `Progress` display (`advance(n)` or `update(done)`)."""
 
     def __init__(
-        self, display: Progress, label: str, total: int | None, unit: str, rate: bool
+        self,
+        display: Progress,
+        label: str,
+        total: int | None,
+        unit: str,
+        rate: bool,
+        start: int = 0,
     ) -> None:
         self.display, self.label, self.total, self.unit = display, label, total, unit
         self.rate = rate
-        self.done = 0
+        self.done = self.start = start
+        self.note = ""
         self.started = self._last_line = time.perf_counter()
         self._task = None
         if display._rich is not None:
-            self._task = display._rich.add_task(label, total=total, unit=unit, rate="")
+            self._task = display._rich.add_task(
+                label, total=total, completed=start, unit=unit, rate="", note=""
+            )
 
     def advance(self, amount: int) -> None:
         """Records `amount` more units done."""
         self.update(self.done + amount)
 
-    def update(self, done: int) -> None:
-        """Records that `done` units are done so far."""
+    def update(self, done: int, note: str | None = None) -> None:
+        """Records that `done` units are done so far; `note` (e.g. the current loss) is
+        shown with them."""
         self.done = done
+        if note is not None:
+            self.note = note
         now = time.perf_counter()
         rich = self.display._rich
         if rich is not None and self._task is not None:
-            shown = (
-                f"{done / max(now - self.started, 1e-9):,.0f} {self.unit}/s" if self.rate else ""
-            )
-            rich.update(self._task, completed=done, rate=shown)
+            speed = (done - self.start) / max(now - self.started, 1e-9)
+            shown = f"{speed:,.0f} {self.unit}/s" if self.rate else ""
+            rich.update(self._task, completed=done, rate=shown, note=self.note)
             return
         if self.display.lines and now - self._last_line >= self.display.every:
             self._last_line = now
@@ -126,14 +147,16 @@ class Counter:
 
     def line(self, elapsed: float) -> str:
         """The one-line report after `elapsed` seconds."""
-        speed = f", {self.done / max(elapsed, 1e-9):,.0f} {self.unit}/s" if self.rate else ""
+        progressed = self.done - self.start
+        speed = f", {progressed / max(elapsed, 1e-9):,.0f} {self.unit}/s" if self.rate else ""
+        note = f", {self.note}" if self.note else ""
         if not self.total:
-            return f"{self.label}: {self.done} {self.unit}, {elapsed:.0f} s{speed}"
-        left = elapsed * (self.total - self.done) / max(self.done, 1)
+            return f"{self.label}: {self.done} {self.unit}, {elapsed:.0f} s{speed}{note}"
+        left = elapsed * (self.total - self.done) / max(progressed, 1)
         return (
             f"{self.label}: {self.done}/{self.total} {self.unit} "
             f"({100 * self.done / self.total:.0f}%), {elapsed:.0f} s, about {left:.0f} s "
-            f"left{speed}"
+            f"left{speed}{note}"
         )
 
 

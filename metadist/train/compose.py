@@ -84,7 +84,24 @@ def compose_dict(overrides: list[str], config_dir: str | os.PathLike | None = No
             f"no experiment chosen: add experiment=NAME, one of {', '.join(names)} "
             f"(in {directory / 'experiment'})"
         )
+    if values.get("run_dir") is None:
+        values["run_dir"] = default_run_dir(str(values["experiment"]), overrides)
     return values
+
+
+_GROUPS = ("data", "sampler", "model", "learner", "optimizer", "trainer", "logging", "eval")
+
+
+def default_run_dir(experiment: str, overrides: list[str]) -> str:
+    """`runs/<experiment>`, with `.<group>-<choice>` for every config group the command
+    line chooses (`learner=metasgd` → `runs/sinusoid_maml.learner-metasgd`), so that two
+    commands training different components never share (and refuse) one directory."""
+    picked = []
+    for override in overrides:
+        key, sep, value = override.partition("=")
+        if sep and key in _GROUPS and value:
+            picked.append(f"{key}-{value}")
+    return str(Path("runs") / ".".join([experiment, *sorted(picked)]))
 
 
 def _compose_checked(

@@ -313,11 +313,14 @@ class WandbConfig:
         mode: `offline` (default; sync later with `wandb sync`), `online` or `disabled`.
         project: wandb project name.
         entity: wandb entity (user or team); `None` for the default.
+        quiet: keep wandb's own console output out of the run's (`WANDB_SILENT`); its
+            warnings and errors still show. False lets it print everything.
     """
 
     mode: str = "offline"
     project: str = "metadist"
     entity: str | None = None
+    quiet: bool = True
 
     def validate(self) -> None:
         _check_choice("logging.wandb.mode", self.mode, _WANDB_MODES)
@@ -329,16 +332,21 @@ class LoggingConfig:
 
     Attributes:
         log_every: write a metrics line (JSON) every this many steps.
-        progress: show a progress bar (step, loss, tasks/s).
+        progress: show progress (step, loss, tasks/s): a bar on a terminal, else a line
+            on stderr every `progress_every` seconds.
+        progress_every: seconds between two progress lines when stderr is not a terminal.
         wandb: Weights & Biases settings.
     """
 
     log_every: int = 10
     progress: bool = True
+    progress_every: float = 30.0
     wandb: WandbConfig = field(default_factory=WandbConfig)
 
     def validate(self) -> None:
         _check_min("logging.log_every", self.log_every, 1)
+        if not self.progress_every > 0:
+            raise ValueError(f"logging.progress_every must be > 0, got {self.progress_every}")
         self.wandb.validate()
 
 
@@ -349,7 +357,8 @@ class TrainConfig:
     Attributes:
         experiment: the experiment's name (the `experiment=` choice).
         run_dir: the run directory shared by all ranks; `None` means `runs/<experiment>`
-            relative to the working directory.
+            relative to the working directory (composing a config from the command line
+            adds `.<group>-<choice>` for the groups it picks: `train.compose.default_run_dir`).
         imports: modules to import before the components are built, e.g.
             `["my_samplers"]` for a module that registers a sampler, learner or model;
             importable from the working directory or `PYTHONPATH`.

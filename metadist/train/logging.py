@@ -23,6 +23,7 @@ from typing import Any
 
 from metadist.diskspace import needs_space
 from metadist.durable import atomic_write_text
+from metadist.progress import Progress
 from metadist.train.config import LoggingConfig
 
 METRICS_FILE = "metrics.jsonl"
@@ -78,43 +79,16 @@ class RunLogger:
                 run_id=run_id,
                 run_config=run_config,
             )
-        self._progress = None
-        self._task = None
-        if config.progress:
-            from rich.console import Console
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-                TimeRemainingColumn,
-            )
-
-            self._progress = Progress(
-                TextColumn(f"[bold]{experiment}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TextColumn("loss {task.fields[loss]}"),
-                TextColumn("{task.fields[tasks_per_s]} tasks/s"),
-                TimeElapsedColumn(),
-                TimeRemainingColumn(),
-                console=Console(file=sys.stderr),
-            )
-            self._progress.start()
-            self._task = self._progress.add_task(
-                "train", total=total_steps, completed=start_step, loss="-", tasks_per_s="-"
-            )
+        # A bar on a terminal; elsewhere (nohup, Slurm .out) a line every
+        # `progress_every` seconds, so a long run is never silent.
+        self._display = Progress(
+            config.progress, every=config.progress_every, stream=sys.stderr
+        ).__enter__()
+        self._steps = self._display.counter(experiment, total_steps, "steps", start=start_step)
 
     def progress(self, step: int, loss: float, tasks_per_s: float) -> None:
-        """Moves the progress bar to `step` (cheap; call every step)."""
-        if self._progress is not None and self._task is not None:
-            self._progress.update(
-                self._task,
-                completed=step,
-                loss=f"{loss:.4g}",
-                tasks_per_s=f"{tasks_per_s:,.0f}",
-            )
+        """Moves the progress to `step` (cheap; call every step)."""
+        self._steps.update(step, f"loss {loss:.4g}, {tasks_per_s:,.0f} tasks/s")
 
     def log(self, step: int, split: str, values: dict[str, float]) -> None:
         """Writes one metrics record (`split` is `train` or `val`) to every sink."""
@@ -128,15 +102,10 @@ class RunLogger:
 
     def message(self, text: str) -> None:
         """A line for the person watching (above the progress bar)."""
-        if self._progress is not None:
-            self._progress.console.print(text)
-        else:
-            print(text, file=sys.stderr, flush=True)
+        self._display.print(text)
 
     def close(self) -> None:
-        if self._progress is not None:
-            self._progress.stop()
-            self._progress = None
+        self._display.close()
         if self._wandb is not None:
             self._wandb.finish()
             self._wandb = None
@@ -231,6 +200,8 @@ def _start_wandb(
     run_id: str,
     run_config: dict,
 ):
+    if config.wandb.quiet:
+        os.environ.setdefault("WANDB_SILENT", "true")
     import wandb
 
     if mode != "online":

@@ -148,6 +148,12 @@ def _run(config: TrainConfig, env: DistEnv, parts: RunParts, on_eval) -> TrainRe
     logger.message(_header(config, env, parts))
     if checkpoint is not None:
         logger.message(f"resumed from {checkpoint} at step {step}")
+        if step >= config.trainer.meta_steps:
+            logger.message(
+                f"run_dir {config.resolved_run_dir} already holds {step} meta-steps, not fewer "
+                f"than trainer.meta_steps={config.trainer.meta_steps}: nothing to train; raise "
+                "trainer.meta_steps to continue it, or choose another run_dir for a new run"
+            )
     model: nn.Module = parts.learner
     if env.is_distributed:
         model = DistributedDataParallel(

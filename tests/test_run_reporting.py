@@ -75,3 +75,28 @@ def test_resuming_a_finished_run_says_there_is_nothing_to_train(tmp_path, capsys
     assert (
         "already holds 10 meta-steps, not fewer than trainer.meta_steps=5: nothing to train" in err
     )
+
+
+def test_tensorboard_scalars_next_to_the_metrics_file(tmp_path):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run_dir = tmp_path / "run"
+    config = load_config(
+        [
+            "experiment=sinusoid_maml",
+            f"run_dir={run_dir}",
+            "trainer.meta_steps=20",
+            "trainer.checkpoint_every=20",
+            "logging.log_every=5",
+            "logging.tensorboard=true",
+            "logging.wandb.mode=disabled",
+            "logging.progress=false",
+        ]
+    )
+    train(config)
+    events = EventAccumulator(str(run_dir / "tensorboard"))
+    events.Reload()
+    steps = [event.step for event in events.Scalars("train/loss")]
+    assert steps == [5, 10, 15, 20]
+    assert (run_dir / "metrics.jsonl").read_text().count('"split": "train"') == 4

@@ -335,18 +335,30 @@ class LoggingConfig:
         progress: show progress (step, loss, tasks/s): a bar on a terminal, else a line
             on stderr every `progress_every` seconds.
         progress_every: seconds between two progress lines when stderr is not a terminal.
+        tensorboard: also write the metrics as TensorBoard scalars to
+            `<run_dir>/tensorboard` (needs the `tensorboard` extra); `metrics.jsonl` is
+            written either way.
         wandb: Weights & Biases settings.
     """
 
     log_every: int = 10
     progress: bool = True
     progress_every: float = 30.0
+    tensorboard: bool = False
     wandb: WandbConfig = field(default_factory=WandbConfig)
 
     def validate(self) -> None:
         _check_min("logging.log_every", self.log_every, 1)
         if not self.progress_every > 0:
             raise ValueError(f"logging.progress_every must be > 0, got {self.progress_every}")
+        if self.tensorboard:
+            import importlib.util
+
+            if importlib.util.find_spec("tensorboard") is None:
+                raise ValueError(
+                    "logging.tensorboard=true needs the tensorboard package: "
+                    "pip install 'metadist[tensorboard]'"
+                )
         self.wandb.validate()
 
 

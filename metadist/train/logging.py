@@ -79,6 +79,7 @@ class RunLogger:
                 run_id=run_id,
                 run_config=run_config,
             )
+        self._tensorboard = _start_tensorboard(self.run_dir) if config.tensorboard else None
         # A bar on a terminal; elsewhere (nohup, Slurm .out) a line every
         # `progress_every` seconds, so a long run is never silent.
         self._display = Progress(
@@ -99,6 +100,12 @@ class RunLogger:
             self._metrics.flush()
         if self._wandb is not None:
             self._wandb.log({f"{split}/{k}": v for k, v in values.items()}, step=int(step))
+        if self._tensorboard is not None:
+            for key, value in values.items():
+                number = _number(value)
+                if isinstance(number, (int, float)):
+                    self._tensorboard.add_scalar(f"{split}/{key}", number, int(step))
+            self._tensorboard.flush()
 
     def message(self, text: str) -> None:
         """A line for the person watching (above the progress bar)."""
@@ -106,6 +113,9 @@ class RunLogger:
 
     def close(self) -> None:
         self._display.close()
+        if self._tensorboard is not None:
+            self._tensorboard.close()
+            self._tensorboard = None
         if self._wandb is not None:
             self._wandb.finish()
             self._wandb = None
@@ -189,6 +199,25 @@ def wandb_mode(configured: str, environ: dict[str, str] | None = None) -> str:
             f"({', '.join(_WANDB_MODES)})"
         )
     return min(configured, wanted, key=_WANDB_MODES.index)
+
+
+TENSORBOARD_DIR = "tensorboard"
+
+
+def _start_tensorboard(run_dir: Path) -> Any:
+    """A TensorBoard `SummaryWriter` into `<run_dir>/tensorboard`.
+
+    Raises:
+        ValueError: the tensorboard package is not installed.
+    """
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        raise ValueError(
+            "logging.tensorboard=true needs the tensorboard package: "
+            "pip install 'metadist[tensorboard]'"
+        ) from None
+    return SummaryWriter(log_dir=str(run_dir / TENSORBOARD_DIR))
 
 
 def _start_wandb(

@@ -98,7 +98,8 @@ class Run:
 
         Args:
             history: the entities' history in long format: a pandas DataFrame, a pyarrow
-                Table, a mapping of column name to values, or the path of a Parquet file.
+                Table, a mapping of column name to values, or the path of a Parquet file or
+                directory.
                 It needs the store's entity and time columns and every value column the
                 run reads or forecasts.
             horizon: steps to forecast (default: the run's H). Longer than H only where
@@ -108,13 +109,14 @@ class Run:
                 combination such as `adapted+theta` (the mean of those forecasts, as
                 `eval.combinations` scores it).
             period: the seasonal period m of `seasonal_naive` and `theta` (default: the
-                run's `eval.seasonal_period` when it is one number).
+                run's `eval.seasonal_period`; a mapping by stratum or label is looked up
+                with the entity's stratum or label column, where the history has it).
             steps: adaptation steps (default: the run's evaluation setting, else the
                 learner's `eval_inner_steps`).
 
         Returns:
-            A pyarrow Table in long format: the entity column, `step` (1..horizon), the
-            time column (the last time plus `step` times the history's regular spacing,
+            A pyarrow Table in long format, one row per entity, step and method: the
+            entity column, `step` (1..horizon), the time column (the last time plus `step` times the history's regular spacing,
             where it is regular), `method`, and one column per forecast target in the
             entity's original units.
 
@@ -197,28 +199,30 @@ class Run:
     ) -> dict[str, np.ndarray]:
         from metadist.eval import baselines
 
-        if period is None:
-            seasonal = self.eval_options.seasonal_period
-            period = 1 if isinstance(seasonal, dict) and not seasonal else None
-            if not isinstance(seasonal, dict):
-                period = int(seasonal)
-        needs_period = {"seasonal_naive", "theta"} & set(methods)
-        if period is None and needs_period:
-            raise ValueError(
-                f"{sorted(needs_period)[0]} needs the seasonal period: the run's "
-                "eval.seasonal_period is a mapping by stratum or label, so pass period=M"
-            )
+        options = self.eval_options
+        needs_period = sorted({"seasonal_naive", "theta"} & set(methods))
         out: dict[str, list[np.ndarray]] = {m: [] for m in methods}
         for entity in entities:
             history = entity.values[:, target_columns]
+            m = period
+            if m is None and needs_period:
+                keyed_by = options.seasonal_period_from
+                known = entity.stratum if keyed_by == "stratum" else entity.label
+                if isinstance(options.seasonal_period, dict) and not known:
+                    raise ValueError(
+                        f"{needs_period[0]} needs the seasonal period of entity "
+                        f"{entity.key!r}: the run's eval.seasonal_period is a mapping by "
+                        f"{keyed_by}, which the history does not hold; pass period=M"
+                    )
+                m = options.period_of(entity.stratum, entity.label)
             if "naive" in methods:
                 out["naive"].append(baselines.naive_forecast(history, horizon))
             if "seasonal_naive" in methods:
                 out["seasonal_naive"].append(
-                    baselines.seasonal_naive_forecast(history, horizon, int(period or 1))
+                    baselines.seasonal_naive_forecast(history, horizon, int(m or 1))
                 )
             if "theta" in methods:
-                out["theta"].append(baselines.theta_forecast(history, horizon, int(period or 1)))
+                out["theta"].append(baselines.theta_forecast(history, horizon, int(m or 1)))
         return {m: np.stack(v).astype(np.float64) for m, v in out.items()}
 
     # --------------------------------------------------------------- classification
@@ -285,6 +289,8 @@ class _Entity:
     key: str
     times: np.ndarray  # [m] int64
     values: np.ndarray  # [m, C] float64, original units, NaN rule applied
+    stratum: str = ""  # from the store's stratum and label columns, where the history has them
+    label: str = ""
     scaled: np.ndarray | None = None  # [m, C] float32
     mean: np.ndarray | None = None  # [C] per-entity statistics (per-entity scaling)
     std: np.ndarray | None = None
@@ -296,8 +302,8 @@ def _read_history(history: Any, store: Any) -> list[_Entity]:
 
     if isinstance(history, (str, os.PathLike)):
         path = Path(history)
-        if not path.is_file():
-            raise FileNotFoundError(f"history: no Parquet file at {path}")
+        if not path.exists():
+            raise FileNotFoundError(f"history: no Parquet file or directory at {path}")
         table = pq.read_table(path)
     elif isinstance(history, pa.Table):
         table = history
@@ -327,9 +333,15 @@ def _read_history(history: Any, store: Any) -> list[_Entity]:
         np.float64
     )
     nan_rule = str(meta.get("nan_policy", "error"))
+    categories = {
+        role: np.asarray(table.column(meta[f"{role}_col"]).to_pylist(), dtype=object).astype(str)
+        for role in ("stratum", "label")
+        if meta.get(f"{role}_col") and meta[f"{role}_col"] in table.column_names
+    }
     entities = []
     order = np.lexsort((times, keys))
     keys, times, values = keys[order], times[order], values[order]
+    categories = {role: codes[order] for role, codes in categories.items()}
     boundaries = np.flatnonzero(keys[1:] != keys[:-1]) + 1
     for first, end in zip(
         np.concatenate(([0], boundaries)), np.concatenate((boundaries, [len(keys)])), strict=True
@@ -344,7 +356,10 @@ def _read_history(history: Any, store: Any) -> list[_Entity]:
         entity_values, entity_times = _apply_nan_rule(
             key, entity_values, entity_times, value_names, nan_rule
         )
-        entities.append(_Entity(key, entity_times, entity_values))
+        entity = _Entity(key, entity_times, entity_values)
+        entity.stratum = str(categories["stratum"][first]) if "stratum" in categories else ""
+        entity.label = str(categories["label"][first]) if "label" in categories else ""
+        entities.append(entity)
     return entities
 
 
@@ -505,11 +520,11 @@ def _forecast_columns(
     columns["method"] = []
     for name in names:
         columns[name] = []
-    for method in methods:
-        for b, entity in enumerate(entities):
-            spacing = np.diff(entity.times)
-            regular = len(spacing) > 0 and (spacing == spacing[0]).all() and spacing[0] > 0
-            for step in range(1, horizon + 1):
+    for b, entity in enumerate(entities):
+        spacing = np.diff(entity.times)
+        regular = len(spacing) > 0 and (spacing == spacing[0]).all() and spacing[0] > 0
+        for step in range(1, horizon + 1):
+            for method in methods:
                 columns[meta["entity_col"]].append(entity.key)
                 columns["step"].append(step)
                 columns[meta["time_col"]].append(

@@ -96,9 +96,8 @@ class BatchMetaDataLoader:
         seed: seeds the task draws (and the epoch order when given a unit array).
         rank: this process's rank in 0..world_size-1.
         world_size: number of ranks.
-        num_workers, pin_memory, persistent_workers, prefetch_factor,
-        multiprocessing_context: passed to `torch.utils.data.DataLoader` (one item per
-            task batch). With `num_workers=0` the same items are computed in this process
+        num_workers, pin_memory, persistent_workers, prefetch_factor, multiprocessing_context:
+            passed to `torch.utils.data.DataLoader` (one item per task batch). With `num_workers=0` the same items are computed in this process
             without DataLoader's per-item bookkeeping; `pin_memory` then pins each batch
             when CUDA is available.
         store: the store a sampler given by name reads.

@@ -101,3 +101,25 @@ def test_the_wheel_runs_a_shipped_experiment_from_any_directory(tmp_path):
     metrics = json.loads((run_dir / "eval" / "metrics.json").read_text())
     assert metrics["num_tasks"] == 6  # the recorded settings, not the shipped defaults
     assert not (work / "experiments").exists()
+
+    demo = _run(
+        [
+            metadist,
+            "demo",
+            "--out",
+            work / "demo",
+            "--entities",
+            "40",
+            "--length-range",
+            "120",
+            "160",
+            "--meta-steps",
+            "4",
+            "--nproc",
+            "2",
+        ],
+        cwd=work,
+    )
+    assert demo.returncode == 0, demo.stdout[-2000:] + demo.stderr[-3000:]
+    assert "Traceback" not in demo.stderr
+    assert (work / "demo" / "run" / "eval" / "metrics.json").is_file()

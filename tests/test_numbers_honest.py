@@ -171,9 +171,9 @@ def test_non_finite_settings_are_refused_before_any_run_directory(
 
 
 def _readme_synthetic_ingest() -> list[str]:
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs" / "data.md").read_text()
     block = re.search(r"(metadist ingest data/synthetic/panel .*?)\n```", text, re.S)
-    assert block, "the README's synthetic ingest line is gone"
+    assert block, "the synthetic ingest line of docs/data.md is gone"
     return shlex.split(block.group(1).replace("\\\n", " "))
 
 
@@ -186,7 +186,7 @@ def test_the_readme_and_synth_ingest_lines_agree_with_the_library():
 
 @pytest.mark.integration
 def test_the_documented_synthetic_path_gives_a_scored_model(tmp_path):
-    """`metadist synth`, then the README's ingest line verbatim, then synthetic_maml."""
+    """`metadist synth`, then the documented ingest line verbatim, then synthetic_maml."""
     run = {"cwd": tmp_path, "capture_output": True, "text": True, "timeout": 300}
     synth = subprocess.run(
         [

@@ -159,3 +159,9 @@ def all_gather_objects(obj: object, env: DistEnv) -> list:
     gathered: list = [None] * env.world_size
     dist.all_gather_object(gathered, obj)
     return gathered
+
+
+def barrier(env: DistEnv) -> None:
+    """Waits until every rank gets here (nothing for a world of 1)."""
+    if env.is_distributed:
+        dist.barrier()

@@ -32,6 +32,7 @@ from metadist.train.distributed import (
     DistEnv,
     all_gather_objects,
     all_reduce_sum,
+    barrier,
     destroy_distributed,
     init_distributed,
     read_env,
@@ -109,7 +110,12 @@ def train(
         formed = not torch.distributed.is_initialized()
         init_distributed(env)
         try:
-            return _run(config, env, parts, on_eval)
+            result = _run(config, env, parts, on_eval)
+            if formed:
+                # Every rank leaves together: a rank that tears its process group down
+                # while another still writes the last checkpoint can abort at exit (gloo).
+                barrier(env)
+            return result
         finally:
             if formed:
                 destroy_distributed()

@@ -4,7 +4,8 @@ The wheel is built from this checkout and installed with `--no-deps` into a new 
 environment that sees this test environment's dependencies (torch and the rest) through a
 `.pth` file, so nothing is downloaded. From an empty directory, away from the source
 checkout, `metadist train` must find the experiment configs shipped inside the package,
-and `metadist eval` must re-score the run with the settings the run recorded.
+`metadist eval` must re-score the run with the settings the run recorded, and `metadist
+forecast` must adapt the demo's run to a new entity from its own history.
 """
 
 import json
@@ -123,3 +124,34 @@ def test_the_wheel_runs_a_shipped_experiment_from_any_directory(tmp_path):
     assert demo.returncode == 0, demo.stdout[-2000:] + demo.stderr[-3000:]
     assert "Traceback" not in demo.stderr
     assert (work / "demo" / "run" / "eval" / "metrics.json").is_file()
+
+    # A new entity, 1000 times larger, next to the entity it copies: with the demo store's
+    # per-entity scaling its forecasts (also Theta's) are 1000 times larger, in its units.
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    panel = pq.read_table(work / "demo" / "data" / "panel")
+    key = panel.column("entity_id")[0].as_py()
+    rows = panel.filter(pa.compute.equal(panel.column("entity_id"), key)).sort_by("time")
+    copy = rows.to_pydict()
+    copy["entity_id"] = ["new-sensor"] * rows.num_rows
+    for name in ("cycle_sin", "cycle_cos", "load", "ambient", "aux", "y"):
+        copy[name] = (1000.0 * rows.column(name).to_numpy(zero_copy_only=False)).tolist()
+    history = work / "new.parquet"
+    pq.write_table(pa.concat_tables([rows, pa.table(copy, schema=rows.schema)]), history)
+    out = work / "forecasts.parquet"
+    forecast = _run(
+        [metadist, "forecast", work / "demo" / "run", history, "--out", out]
+        + ["--methods", "adapted,adapted+theta"],
+        cwd=work,
+    )
+    assert forecast.returncode == 0, forecast.stderr[-3000:]
+    table = pq.read_table(out).to_pandas()
+    assert set(table["method"]) == {"adapted", "adapted+theta"}
+    for method in ("adapted", "adapted+theta"):
+        of = table[table["method"] == method]
+        original = of[of["entity_id"] == key]["y"].to_numpy()
+        new = of[of["entity_id"] == "new-sensor"]["y"].to_numpy()
+        assert len(original) == 8 and np.isfinite(original).all()
+        np.testing.assert_allclose(new, 1000.0 * original, rtol=1e-4)

@@ -141,6 +141,27 @@ def test_methods_and_combinations(runs):
     assert longer.num_rows == 3
 
 
+def test_an_ensemble_forecasts_the_mean_of_its_members(runs, tmp_path):
+    """`load_run(..., ensemble=[...])`: each member adapts on the entity's own windows and
+    the ensemble's forecast is the mean of the members' forecasts (eval.ensemble_reduce)."""
+    store = runs["stores"]["global"]
+    other = _train(tmp_path, store, "seed1", "trainer.seed=1")
+    key = str(SeriesStore.open(store).entity_ids[4])
+    history = _panel_rows(runs["panel"], key)
+    target = metadist.load_run(runs["global"]).source.store.target_names[0]
+
+    def forecast(run_dir, **kwargs):
+        table = metadist.load_run(run_dir, **kwargs).forecast(history, methods=["adapted"])
+        return table.column(target).to_numpy()
+
+    alone, member = forecast(runs["global"]), forecast(other)
+    together = forecast(runs["global"], ensemble=[other])
+    assert not np.allclose(alone, member)  # two different models
+    np.testing.assert_allclose(together, (alone + member) / 2, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="eval.ensemble: .* was trained with data.store="):
+        metadist.load_run(runs["global"], ensemble=[runs["per-entity"]])
+
+
 def test_bad_history_is_one_clear_error(runs):
     run = metadist.load_run(runs["global"])
     key = str(run.source.store.entity_ids[2])

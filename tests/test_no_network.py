@@ -71,6 +71,11 @@ def test_an_offline_run_opens_no_connection_outside_the_loopback(tmp_path):
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=280)
     assert done.returncode == 0, done.stderr[-3000:]
     assert (run_dir / "wandb").is_dir()  # wandb did run, offline
+    # ... and kept its own console lines (banner, run history, sync hints) out of the
+    # run's output (logging.wandb.quiet, the default)
+    output = done.stdout + done.stderr
+    assert "wandb:" not in output, output[-3000:]
+    assert "finished 30 meta-steps" in output
     assert not guard_log.exists(), guard_log.read_text()
     if strace_log.exists():
         assert _outside_loopback(strace_log.read_text()) == []

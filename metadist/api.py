@@ -52,7 +52,17 @@ def load_run(
     """
     from metadist.eval.run import load_trained
 
-    return Run(*load_trained(Path(run_dir), ensemble=ensemble, store=store))
+    try:
+        return Run(*load_trained(Path(run_dir), ensemble=ensemble, store=store))
+    except FileNotFoundError as error:
+        if store is not None or not str(error).startswith("data.store"):
+            raise
+        # A relative data.store is relative to where the run was trained.
+        raise FileNotFoundError(
+            f"{error}; run_dir {run_dir} reads the store its config names (relative paths "
+            "from where it was trained): pass store=PATH (metadist forecast --store PATH) "
+            "if it is elsewhere"
+        ) from None
 
 
 @dataclass
@@ -611,6 +621,11 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--ensemble", nargs="*", default=None, help="other run directories to average with"
     )
+    parser.add_argument(
+        "--store",
+        default=None,
+        help="the run's series store, if it is not where the run's data.store says",
+    )
     parser.set_defaults(func=_run_cli)
 
 
@@ -619,7 +634,7 @@ def _run_cli(args: argparse.Namespace) -> int:
 
     from metadist.durable import atomic_file
 
-    run = load_run(args.run_dir, ensemble=args.ensemble)
+    run = load_run(args.run_dir, ensemble=args.ensemble, store=args.store)
     table = run.forecast(
         args.history,
         horizon=args.horizon,
@@ -631,5 +646,8 @@ def _run_cli(args: argparse.Namespace) -> int:
     with atomic_file(out) as temporary:
         pq.write_table(table, temporary)
     entities = len(set(table.column(0).to_pylist()))
-    print(f"forecasts of {entities} entities written to {out}", file=sys.stderr)
+    print(
+        f"forecasts of {entities} {'entity' if entities == 1 else 'entities'} written to {out}",
+        file=sys.stderr,
+    )
     return 0

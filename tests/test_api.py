@@ -162,6 +162,34 @@ def test_an_ensemble_forecasts_the_mean_of_its_members(runs, tmp_path):
         metadist.load_run(runs["global"], ensemble=[runs["per-entity"]])
 
 
+def test_a_store_that_moved_is_named_with_store(runs, tmp_path):
+    import shutil
+
+    before, after = tmp_path / "store", tmp_path / "moved"
+    shutil.copytree(runs["stores"]["global"], before)
+    run_dir = _train(tmp_path, before, "run")
+    before.rename(after)
+    with pytest.raises(FileNotFoundError, match=r"pass store=PATH \(metadist forecast --store"):
+        metadist.load_run(run_dir)
+    key = str(SeriesStore.open(after).entity_ids[5])
+    history = _panel_rows(runs["panel"], key)
+    assert metadist.load_run(run_dir, store=after).forecast(history).num_rows == H
+    with pytest.raises(ValueError, match="is not the store run_dir .* was trained on"):
+        metadist.load_run(run_dir, store=runs["stores"]["per-entity"])
+    path = tmp_path / "new.parquet"
+    pq.write_table(history, path)
+    command = [sys.executable, "-m", "metadist.cli", "forecast", str(run_dir), str(path)]
+    out = tmp_path / "forecasts.parquet"
+    done = subprocess.run(
+        [*command, "--out", str(out), "--store", str(after)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.strip() == f"forecasts of 1 entity written to {out}"
+
+
 def test_bad_history_is_one_clear_error(runs):
     run = metadist.load_run(runs["global"])
     key = str(run.source.store.entity_ids[2])

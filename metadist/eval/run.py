@@ -158,9 +158,7 @@ def load_trained(
     from metadist.store.identity import check_store_identity
     from metadist.train.build import build_task_source
 
-    config, state, _, _ = _load_run(run_dir, "run_dir")
-    if store is not None:
-        config.data.store = str(store)
+    config, state, _, _ = _load_run(run_dir, "run_dir", store)
     options = load_eval_options(config.experiment, (), recorded=getattr(config, "eval", None))
     source = build_task_source(config, verify_store=False)
     if source.store is not None:
@@ -178,7 +176,7 @@ def load_trained(
         learners: list[Any] = [learner]
         lookbacks: list[int | None] = [None]
         for member_dir in members:
-            member, _, lookback = _ensemble_member(Path(member_dir), config, parts)
+            member, _, lookback = _ensemble_member(Path(member_dir), config, parts, store)
             learners.append(member)
             lookbacks.append(lookback)
         learner = LearnerEnsemble(learners, reduce=options.ensemble_reduce, lookbacks=lookbacks)
@@ -186,8 +184,11 @@ def load_trained(
     return run_dir, config, learner, source, options
 
 
-def _load_run(run_dir: Path, field: str) -> tuple[Any, dict[str, Any], Path, dict[str, Any]]:
-    """(config, checkpoint state, checkpoint path, pointer) of a run's latest checkpoint.
+def _load_run(
+    run_dir: Path, field: str, store: Any = None
+) -> tuple[Any, dict[str, Any], Path, dict[str, Any]]:
+    """(config, checkpoint state, checkpoint path, pointer) of a run's latest checkpoint;
+    `store` replaces the config's `data.store` (a store that moved since training).
 
     Raises:
         FileNotFoundError: no directory at `run_dir` (named as `field`), or no checkpoint.
@@ -202,6 +203,9 @@ def _load_run(run_dir: Path, field: str) -> tuple[Any, dict[str, Any], Path, dic
         raise _no_checkpoint_error(run_dir)
     checkpoint_path, pointer = found
     state = load_checkpoint(checkpoint_path, pointer)
+    if store is not None:
+        saved = state["config"]
+        state["config"] = {**saved, "data": {**saved.get("data", {}), "store": str(store)}}
     return build_config(state["config"], world_size=1), state, checkpoint_path, pointer
 
 
@@ -228,16 +232,18 @@ def _trained_learner(
 
 
 def _ensemble_member(
-    run_dir: Path, config, parts: dict[str, Any]
+    run_dir: Path, config, parts: dict[str, Any], store: Any = None
 ) -> tuple[nn.Module, str, int | None]:
     """(learner, checkpoint name, lookback or None) of the ensemble member `run_dir`.
 
     It must have been trained on the evaluated run's store with the same sampler, up to
     a lookback no longer than the evaluated run's, so that it can forecast its tasks.
+    `store` (a store that moved since training) replaces the member's `data.store` too;
+    the store's recorded identity is still checked.
     """
     from metadist.train.config import without_nulls
 
-    member, state, checkpoint_path, _ = _load_run(run_dir, "eval.ensemble")
+    member, state, checkpoint_path, _ = _load_run(run_dir, "eval.ensemble", store)
     from metadist.tasks import get_task_sampler
 
     mine = without_nulls(dict(member.sampler.options))

@@ -1,9 +1,9 @@
-"""The documentation: the mkdocs site builds in strict mode (offline), and the README's
-quickstart runs as written against what `make run` leaves in runs/demo."""
+"""The documentation: the mkdocs site builds in strict mode (offline), and every Python
+block marked runnable (the README's quickstart, the examples of the docs pages) runs as
+written, alone, against what `make run` leaves in runs/demo."""
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -32,22 +32,43 @@ def test_the_docs_site_builds_strictly(tmp_path):
     assert "load_run" in page
 
 
-def _quickstart() -> str:
-    readme = (ROOT / "README.md").read_text()
-    marker = readme.index("<!-- quickstart:")
-    match = re.search(r"```python\n(.*?)```", readme[marker:], re.S)
-    assert match, "the README's quickstart block"
-    return match.group(1)
+# A Python block right after one of these comments runs as written (README, docs/).
+_MARKERS = ("<!-- quickstart:", "<!-- runnable:")
 
 
-def test_the_readme_quickstart_runs(tmp_path):
-    """runs/demo as `make run` leaves it (a smaller panel, a few meta-steps), then the
-    quickstart exactly as the README shows it."""
+def runnable_blocks() -> list[tuple[str, str]]:
+    """`(where, code)` of every Python block marked runnable in the README and docs/."""
+    blocks = []
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        text = path.read_text()
+        for match in re.finditer(
+            r"^(<!-- [a-z]+:[^\n]*-->)\n```python\n(.*?)^```", text, re.S | re.M
+        ):
+            if match.group(1).startswith(_MARKERS):
+                line = text[: match.start()].count("\n") + 2
+                blocks.append((f"{path.relative_to(ROOT)}:{line}", match.group(2)))
+    return blocks
+
+
+BLOCKS = runnable_blocks()
+
+
+def test_the_readme_quickstart_and_the_api_pages_are_marked_runnable():
+    where = [w.split(":")[0] for w, _ in BLOCKS]
+    assert "README.md" in where
+    for page in ("data", "tasks", "learners", "using-a-run"):
+        assert f"docs/{page}.md" in where
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    """runs/demo as `make run` leaves it (a smaller panel, a few meta-steps)."""
     from metadist.cli import main
     from metadist.datasets.synthetic import SYNTHETIC_INGEST_ARGS, write_synthetic_panel
     from metadist.store.ingest import ingest
 
-    demo = tmp_path / "runs" / "demo"
+    root = tmp_path_factory.mktemp("docs")
+    demo = root / "runs" / "demo"
     write_synthetic_panel(demo / "data" / "panel", num_entities=30, length_range=(120, 160))
     ingest(
         demo / "data" / "panel", demo / "data" / "store", progress=False, **SYNTHETIC_INGEST_ARGS
@@ -68,8 +89,15 @@ def test_the_readme_quickstart_runs(tmp_path):
         ]
     )
     assert code == 0
-    script = tmp_path / "quickstart.py"
-    script.write_text(_quickstart())
+    return root
+
+
+@pytest.mark.parametrize("where,code", BLOCKS, ids=[w for w, _ in BLOCKS])
+def test_a_runnable_block_runs_as_written(demo, tmp_path, where, code):
+    """Each marked block, alone, in a directory holding runs/demo."""
+    (tmp_path / "runs").symlink_to(demo / "runs")
+    script = tmp_path / "block.py"
+    script.write_text(code)
     done = subprocess.run(
         [sys.executable, str(script)],
         cwd=tmp_path,
@@ -78,6 +106,6 @@ def test_the_readme_quickstart_runs(tmp_path):
         timeout=300,
         env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
     )
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "adapted" in done.stdout and "theta" in done.stdout
-    shutil.rmtree(demo)
+    assert done.returncode == 0, f"{where}: " + done.stderr[-3000:]
+    if where.startswith("README.md"):
+        assert "adapted" in done.stdout and "theta" in done.stdout

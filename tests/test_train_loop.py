@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -91,10 +92,20 @@ def test_a_longer_schedule_continues_the_same_run(tmp_path):
 
 def test_resuming_with_another_model_is_refused(tmp_path):
     train(tiny_config(tmp_path / "run", "trainer.meta_steps=2"))
-    with pytest.raises(ValueError, match=r"holds a run with model="):
+    with pytest.raises(ValueError) as refused:
         train(
             tiny_config(tmp_path / "run", "trainer.meta_steps=4", "model.options.hidden_sizes=[4]")
         )
+    message = str(refused.value)
+    assert "holds a run with model.options.hidden_sizes=[" in message
+    assert "but this command has model.options.hidden_sizes=[4]" in message
+    new_dir = message.rsplit("start a new run with run_dir=", 1)[1]
+    assert new_dir == f"{tmp_path / 'run'}.hidden_sizes-4"
+    # the command it prints starts a new run
+    again = train(
+        tiny_config(Path(new_dir), "trainer.meta_steps=4", "model.options.hidden_sizes=[4]")
+    )
+    assert again.step == 4
 
 
 def test_a_run_resumes_when_a_new_option_is_null(tmp_path):
@@ -107,7 +118,10 @@ def test_a_run_resumes_when_a_new_option_is_null(tmp_path):
     upgraded["sampler"]["options"]["new_option"] = None
     _check_same_run(saved, upgraded, tmp_path / "run")
     upgraded["sampler"]["options"]["new_option"] = 3
-    with pytest.raises(ValueError, match=r"holds a run with sampler="):
+    with pytest.raises(
+        ValueError,
+        match=r"holds a run with sampler.options.new_option=\(not set\), but this command has sampler.options.new_option=3",
+    ):
         _check_same_run(saved, upgraded, tmp_path / "run")
 
 

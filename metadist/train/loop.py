@@ -413,19 +413,56 @@ def _resume(config: TrainConfig, env: DistEnv, parts: RunParts) -> tuple[int, st
 
 
 def _check_same_run(saved: dict, current: dict, run_dir: Path) -> None:
+    """Refuses to resume a run under other settings, naming the first setting that differs
+    and a run directory for a new run with it.
+
+    Raises:
+        ValueError: a setting of `_RUN_IDENTITY` differs (nulls ignored: a run resumes
+            after an upgrade lists a new, null option).
+    """
     for key in _RUN_IDENTITY:
         before: Any = saved
         now: Any = current
         for part in key:
             before = before.get(part) if isinstance(before, dict) else None
             now = now.get(part) if isinstance(now, dict) else None
-        # without nulls: a run resumes after an upgrade lists a new (null) option
-        if without_nulls(before) != without_nulls(now):
-            name = ".".join(key)
+        before, now = without_nulls(before), without_nulls(now)
+        if before != now:
+            path, was, wanted = _first_difference(list(key), before, now)
+            name = ".".join(path)
             raise ValueError(
-                f"run_dir {run_dir} holds a run with {name}={before!r}, but this command has "
-                f"{name}={now!r}; resume with the same settings or choose another run_dir"
+                f"run_dir {run_dir} holds a run with {name}={_shown(was)}, but this command "
+                f"has {name}={_shown(wanted)}; resume with the same settings, or start a new "
+                f"run with run_dir={_new_run_dir(run_dir, path[-1], wanted)}"
             )
+
+
+def _first_difference(path: list[str], before: Any, now: Any) -> tuple[list[str], Any, Any]:
+    """The path and both values of the first leaf where two settings differ."""
+    if isinstance(before, dict) and isinstance(now, dict):
+        for name in [*before, *(k for k in now if k not in before)]:
+            if before.get(name) != now.get(name):
+                return _first_difference([*path, str(name)], before.get(name), now.get(name))
+    return path, before, now
+
+
+def _shown(value: Any) -> str:
+    return "(not set)" if value is None else repr(value)
+
+
+def _new_run_dir(run_dir: Path, name: str, value: Any) -> str:
+    """`<run_dir>.<name>-<value>` (a free directory), e.g. runs/sinusoid_maml.inner_lr-0.02."""
+    import re
+
+    if isinstance(value, (list, tuple)):
+        value = "x".join(str(v) for v in value)
+    text = re.sub(r"[^A-Za-z0-9._-]+", "_", f"{name}-{value}").strip("_")[:40] or "new"
+    candidate = Path(f"{run_dir}.{text}")
+    number = 2
+    while candidate.exists():
+        candidate = Path(f"{run_dir}.{text}-{number}")
+        number += 1
+    return str(candidate)
 
 
 def _seed_rank(seed: int, env: DistEnv) -> None:

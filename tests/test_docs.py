@@ -30,6 +30,13 @@ def test_the_docs_site_builds_strictly(tmp_path):
     assert (tmp_path / "site" / "reference" / "index.html").is_file()
     page = (tmp_path / "site" / "using-a-run" / "index.html").read_text()
     assert "load_run" in page
+    # the benchmarks page shows the README's headline table itself (one copy of the figures)
+    readme = (ROOT / "README.md").read_text()
+    table = readme[readme.index("[start:headlines]") : readme.index("[end:headlines]")]
+    rows = [line for line in table.splitlines() if line.startswith("| ") and "---" not in line]
+    benchmarks = (tmp_path / "site" / "benchmarks" / "index.html").read_text()
+    assert len(rows) > 3 and benchmarks.count("<tr>") == len(rows)
+    assert "--8&lt;--" not in benchmarks and "--8<--" not in benchmarks
 
 
 # A Python block right after one of these comments runs as written (README, docs/).

@@ -9,6 +9,7 @@ is its command line).
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from torch import nn
 
 from metadist.eval import baselines
 from metadist.eval.scoring import evaluate_tasks
-from metadist.eval.settings import EvalOptions, load_eval_options
+from metadist.eval.settings import EvalOptions, eval_settings_file, load_eval_options
 from metadist.eval.threads import eval_threads
 
 
@@ -63,10 +64,7 @@ def evaluate_run(
     run_dir = Path(run_dir)
     config, state, checkpoint_path, pointer = _load_run(run_dir, "run_dir")
     if options is None:
-        # The run's own settings (saved with its config), else its experiment's eval file.
-        options = load_eval_options(
-            config.experiment, overrides, config_dir, recorded=getattr(config, "eval", None)
-        )
+        options = _run_eval_options(config, run_dir, overrides, config_dir)
     options.validate()
     parts = _eval_parts(config, options, state.get("store_identity"), run_dir)
     learner = _trained_learner(config, state, parts)
@@ -159,7 +157,7 @@ def load_trained(
     from metadist.train.build import build_task_source
 
     config, state, _, _ = _load_run(run_dir, "run_dir", store)
-    options = load_eval_options(config.experiment, (), recorded=getattr(config, "eval", None))
+    options = _run_eval_options(config, run_dir, (), None)
     source = build_task_source(config, verify_store=False)
     if source.store is not None:
         check_store_identity(state.get("store_identity"), source.store, f"run_dir {run_dir}")
@@ -182,6 +180,22 @@ def load_trained(
         learner = LearnerEnsemble(learners, reduce=options.ensemble_reduce, lookbacks=lookbacks)
     learner.eval()
     return run_dir, config, learner, source, options
+
+
+def _run_eval_options(
+    config: Any, run_dir: Path, overrides: Iterable[str], config_dir: str | None
+) -> EvalOptions:
+    """The run's own evaluation settings (saved with its config); a run trained before
+    runs kept them is evaluated with its experiment's eval file, and a note says which."""
+    recorded = getattr(config, "eval", None)
+    if not recorded:
+        path = eval_settings_file(config.experiment, config_dir)
+        print(
+            f"note: run_dir {run_dir} records no evaluation settings (trained before runs "
+            f"kept them); using {path or 'the EvalOptions defaults (no eval file found)'}",
+            file=sys.stderr,
+        )
+    return load_eval_options(config.experiment, overrides, config_dir, recorded=recorded)
 
 
 def _load_run(

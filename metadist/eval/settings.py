@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from metadist.options import from_mapping
@@ -280,6 +281,20 @@ def split_eval_overrides(overrides: Iterable[str]) -> tuple[list[str], list[str]
     )
 
 
+def eval_settings_file(experiment: str, config_dir: str | None = None) -> Path | None:
+    """The file a run without recorded settings is evaluated with:
+    `experiments/eval/<experiment>.yaml`, else `experiments/eval/default.yaml`, else None
+    (the `EvalOptions` defaults), in the experiments directory training would find."""
+    from metadist.train.compose import find_experiments_dir
+
+    with contextlib.suppress(FileNotFoundError):
+        eval_dir = find_experiments_dir(config_dir) / "eval"
+        for name in (experiment, "default"):
+            if (eval_dir / f"{name}.yaml").is_file():
+                return eval_dir / f"{name}.yaml"
+    return None
+
+
 def load_eval_options(
     experiment: str,
     overrides: Iterable[str] = (),
@@ -298,22 +313,13 @@ def load_eval_options(
     """
     from omegaconf import OmegaConf
 
-    from metadist.train.compose import find_experiments_dir
-
     values: dict[str, Any] = dict(recorded or {})
-    eval_dir = None
-    if not recorded:
-        with contextlib.suppress(FileNotFoundError):
-            eval_dir = find_experiments_dir(config_dir) / "eval"
-    if eval_dir is not None:
-        for name in (experiment, "default"):
-            path = eval_dir / f"{name}.yaml"
-            if path.is_file():
-                loaded = OmegaConf.to_container(OmegaConf.load(path), resolve=True) or {}
-                if not isinstance(loaded, dict):
-                    raise ValueError(f"{path} must hold a mapping of eval settings")
-                values = {str(key): value for key, value in loaded.items()}
-                break
+    path = None if recorded else eval_settings_file(experiment, config_dir)
+    if path is not None:
+        loaded = OmegaConf.to_container(OmegaConf.load(path), resolve=True) or {}
+        if not isinstance(loaded, dict):
+            raise ValueError(f"{path} must hold a mapping of eval settings")
+        values = {str(key): value for key, value in loaded.items()}
     dotlist = []
     for override in overrides:
         key, sep, _ = override.partition("=")

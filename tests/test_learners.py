@@ -292,6 +292,7 @@ def _small(model_name):
         "tcn": {"channels": 4, "num_levels": 2},
         "transformer": {"d_model": 8, "num_heads": 2, "num_layers": 1, "ff_size": 8},
         "gru": {"hidden_size": 4},
+        "nbeats": {"blocks_per_stack": 2, "width": 8},
     }[model_name]
 
 
@@ -581,7 +582,7 @@ def test_short_sinusoid_meta_training_beats_the_unadapted_model():
 
 
 @pytest.mark.parametrize("learner_name", ["maml", "metasgd", "anil"])
-@pytest.mark.parametrize("model_name", ["forecaster", "tcn"])
+@pytest.mark.parametrize("model_name", ["forecaster", "tcn", "nbeats"])
 def test_window_normalised_models_batch_like_the_loop(learner_name, model_name):
     """Window normalisation inside the model works on the batched paths (the forecaster's
     native `batched_forward`, the TCN's vmap) exactly as in the per-task loop, and changes

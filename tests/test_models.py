@@ -135,7 +135,7 @@ def _transform_targets(x, channels, a, b):
     return x
 
 
-@pytest.mark.parametrize("name", ["forecaster", "tcn"])
+@pytest.mark.parametrize("name", ["forecaster", "tcn", "nbeats"])
 @pytest.mark.parametrize("mode", ["last", "mean"])
 @pytest.mark.parametrize(
     ("window", "horizon", "channels"),
@@ -211,7 +211,7 @@ def test_window_norm_batched_forward_normalises_each_task():
         ((6, 2), (3, 2), {"window_norm": "mean", "target_channels": [0]}, "target_channels"),
     ],
 )
-@pytest.mark.parametrize("name", ["forecaster", "tcn"])
+@pytest.mark.parametrize("name", ["forecaster", "tcn", "nbeats"])
 def test_bad_window_norm_options_name_the_field(name, window, horizon, options, match):
     with pytest.raises(ValueError, match=match):
         build_model(name, window, horizon, **options)

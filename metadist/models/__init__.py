@@ -11,7 +11,7 @@ Importing this package registers the built-in models.
 
 from __future__ import annotations
 
-from metadist.models import forecaster, gru, mlp, tcn, transformer  # noqa: E402, F401
+from metadist.models import forecaster, gru, mlp, nbeats, tcn, transformer  # noqa: E402, F401
 from metadist.models.registry import (
     MODELS,
     build_model,

@@ -627,9 +627,16 @@ def test_regression_losses_against_hand_computed_values():
     assert torch.isfinite(leaf.grad).all()
     with pytest.raises(ValueError, match="smape loss: model output"):
         task_losses("smape", prediction, target[:, :1])
+    # MAPE: |y - p| / |y|; task 0: 1/2 and 0; task 1: 0 (y = 0 counts 0) and 2/4.
+    mape = task_losses("mape", prediction, target)
+    torch.testing.assert_close(mape, torch.tensor([0.25, 0.25]))
+    torch.testing.assert_close(task_losses("mape", 7 * prediction, 7 * target), mape)
+    leaf = prediction.clone().requires_grad_(True)
+    task_losses("mape", leaf, target).sum().backward()
+    assert torch.isfinite(leaf.grad).all()
 
 
-@pytest.mark.parametrize("loss", ["mae", "smape"])
+@pytest.mark.parametrize("loss", ["mae", "smape", "mape"])
 def test_maml_adapts_under_scale_free_losses(loss):
     torch.manual_seed(0)
     model = build_model("mlp", input_shape=[1], output_shape=[1], hidden_sizes=[16])

@@ -81,7 +81,7 @@ class Learner(nn.Module, ABC):
         """Options every learner has.
 
         Attributes:
-            loss: "mse", "mae" or "smape" (regression, forecasting; see
+            loss: "mse", "mae", "smape" or "mape" (regression, forecasting; see
                 `REGRESSION_LOSSES`) or "cross_entropy" (classification).
             vectorize: run the tasks of a batch together (batched inner loops); False
                 forces a per-task Python loop.

@@ -6,21 +6,26 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-LOSSES = ("mse", "mae", "smape", "cross_entropy")
+LOSSES = ("mse", "mae", "smape", "mape", "cross_entropy")
 # Element-wise regression losses (prediction and target of equal shape). "smape" is the
 # M3/M4 symmetric absolute percentage error as a fraction (2|y - p| / (|y| + |p|), 0 where
 # both are 0): scale-free, so series of any magnitude weigh alike; meant for raw
-# (unscaled) positive values, as forecasting competitions score them.
-REGRESSION_LOSSES = ("mse", "mae", "smape")
+# (unscaled) positive values, as forecasting competitions score them. "mape" is the absolute
+# percentage error as a fraction (|y - p| / |y|, 0 where y is 0): scale-free too, and
+# it penalises over-forecasts more than under-forecasts.
+REGRESSION_LOSSES = ("mse", "mae", "smape", "mape")
 
 
 def _elementwise_loss(kind: str, prediction: Tensor, target: Tensor) -> Tensor:
-    """Per-element regression loss of `kind` ("mse", "mae" or "smape")."""
+    """Per-element regression loss of `kind` ("mse", "mae", "smape" or "mape")."""
     error = prediction - target
     if kind == "mse":
         return error.square()
     if kind == "mae":
         return error.abs()
+    if kind == "mape":
+        size = target.abs()
+        return torch.where(size > 0, error.abs() / size.clamp_min(1e-12), 0.0)
     total = prediction.abs() + target.abs()
     # 0/0 (both zero) scores 0, and the denominator never reaches 0 in the backward pass.
     return torch.where(total > 0, 2 * error.abs() / total.clamp_min(1e-12), 0.0)

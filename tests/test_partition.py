@@ -54,10 +54,27 @@ def test_bad_configurations_name_the_field(kwargs, match):
         _partitioner(**kwargs)
 
 
-def test_stratum_too_small_for_split_ratios():
-    strata = np.array([0] * 20 + [1, 1])  # stratum 1 has 2 units, three splits need one each
-    with pytest.raises(ValueError, match=r"stratum 1 has 2 unit\(s\).*3 needed"):
-        StratifiedTaskPartitioner(strata, seed=0)
+def test_strata_too_small_for_the_splits_are_drawn_together():
+    """Strata with fewer units than splits with a share (a category of one series) are
+    pooled into one remainder stratum for the split draw, instead of refusing the run;
+    a partition without small strata is drawn exactly as before."""
+    strata = np.array([0] * 20 + [1, 1] + [2])  # strata 1 and 2: fewer than three units
+    part = StratifiedTaskPartitioner(strata, seed=0)
+    assert part.merged_strata == [1, 2]
+    units = np.concatenate([part.units(s) for s in ("train", "val", "test")])
+    assert sorted(units.tolist()) == list(range(23))  # every unit in exactly one split
+    small = np.flatnonzero(strata > 0)
+    split_of = {int(u): s for s in ("train", "val", "test") for u in part.units(s)}
+    assert {split_of[int(u)] for u in small} == {"train", "val", "test"}  # drawn as one
+    # One stratum alone too small, the remainder too: it joins the smallest large stratum.
+    lone = StratifiedTaskPartitioner(np.array([0] * 20 + [1] * 5 + [2]), seed=0)
+    assert lone.merged_strata == [2]
+    # Large enough everywhere: nothing merged, the same split as always.
+    plain = np.array([0] * 20 + [1] * 4)
+    assert StratifiedTaskPartitioner(plain, seed=0).merged_strata == []
+    # Fewer units in all than splits: still refused, naming what is needed.
+    with pytest.raises(ValueError, match=r"has 2 unit\(s\).*3 needed"):
+        StratifiedTaskPartitioner(np.array([0, 1]), seed=0)
     part = StratifiedTaskPartitioner(strata, seed=0, fractions=(0.9, 0.1, 0.0))
     assert len(part.units("test")) == 0
 

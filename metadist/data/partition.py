@@ -385,8 +385,12 @@ class StratifiedTaskPartitioner:
             `unit_strata`.
 
     Raises:
-        ValueError: bad fractions, a stratum with fewer units than splits with a positive
-            share, pinned units out of range, or pins that leave a stratum no train unit.
+        ValueError: bad fractions, fewer units in all than splits with a positive share,
+            pinned units out of range, or pins that leave a stratum no train unit.
+
+    Strata with fewer units (or groups) than splits with a positive share are drawn
+    together, as one remainder stratum (`merged_strata` lists their codes; empty when
+    every stratum is large enough, and the split is then as it always was).
 
     Example:
         >>> part = StratifiedTaskPartitioner(sampler.unit_strata(), seed=0)
@@ -462,6 +466,7 @@ class StratifiedTaskPartitioner:
                 )
             item_pinned = np.zeros(len(first_unit), dtype=bool)
             item_pinned[item_of_unit[pinned]] = True
+        item_strata, self.merged_strata = _merge_small_strata(item_strata, self.fractions)
         split_of_item = np.empty(len(item_strata), dtype=np.int64)
         rng = _rng(self.seed, _TAG_PARTITION)
         what = "units" if unit_groups is None else "unit groups"
@@ -571,6 +576,32 @@ def _check_fractions(fractions: Sequence[float]) -> tuple[float, float, float]:
     if values[0] == 0:
         raise ValueError(f"fractions[0] (train) must be > 0, got {values}")
     return values
+
+
+def _merge_small_strata(
+    strata: np.ndarray, fractions: tuple[float, float, float]
+) -> tuple[np.ndarray, list[int]]:
+    """Strata with fewer items than splits with a positive share, drawn as one stratum.
+
+    A stratum of one series cannot put a series in every split; rather than refusing the
+    whole run, such strata are pooled into one remainder stratum for the split draw (and
+    that into the smallest stratum large enough, if the remainder is still too small).
+    Returns the codes to draw by and the merged codes (empty when none were merged: the
+    draw is then exactly as before).
+    """
+    needed = sum(f > 0 for f in fractions)
+    codes, counts = np.unique(strata, return_counts=True)
+    small = codes[counts < needed]
+    if len(small) == 0 or len(small) == len(codes) and counts.sum() < needed:
+        return strata, []
+    merged = strata.copy()
+    is_small = np.isin(strata, small)
+    target = int(small.min())
+    if int(is_small.sum()) < needed:
+        large = codes[counts >= needed]
+        target = int(large[np.argmin(counts[counts >= needed])])
+    merged[is_small] = target
+    return merged, [int(c) for c in small]
 
 
 def _split_counts(n: int, fractions: tuple[float, float, float], code: int) -> list[int]:

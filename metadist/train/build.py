@@ -12,6 +12,9 @@ model or a meta-batch a rank's split cannot fill stops every rank at once with a
 
 from __future__ import annotations
 
+import os
+import sys
+
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -104,6 +107,7 @@ def build_task_source(config: TrainConfig, *, verify_store: bool | None = None) 
         sampler = build_task_sampler(config.sampler.name, store, **config.sampler.options)
     seed = config.trainer.seed
     partitioner = config.data.partitioner(sampler, store, seed)
+    _note_merged_strata(partitioner, store, config.data.fractions)
     example = sampler.sample(np.zeros(1, dtype=np.int64), derive_task_seeds(seed, 0, np.zeros(1)))
     input_shape, task_output_shape = example_shapes(example, sampler)
     output_shape = task_output_shape
@@ -117,6 +121,20 @@ def build_task_source(config: TrainConfig, *, verify_store: bool | None = None) 
         input_shape=input_shape,
         task_output_shape=task_output_shape,
         output_shape=output_shape,
+    )
+
+
+def _note_merged_strata(partitioner: Any, store: Any, fractions: Any) -> None:
+    """One note (from the first rank) naming the strata too small to split on their own."""
+    merged = getattr(partitioner, "merged_strata", [])
+    if not merged or os.environ.get("RANK", "0") != "0":
+        return
+    names = list(getattr(store, "stratum_names", []) or [])
+    shown = [str(names[c]) if 0 <= c < len(names) else str(c) for c in merged]
+    print(
+        f"note: stratum {', '.join(shown)} has too few units for data.fractions="
+        f"{list(fractions)}; drawn together as one remainder stratum for the split",
+        file=sys.stderr,
     )
 
 

@@ -73,7 +73,7 @@ def test_strata_too_small_for_the_splits_are_drawn_together():
     plain = np.array([0] * 20 + [1] * 4)
     assert StratifiedTaskPartitioner(plain, seed=0).merged_strata == []
     # Fewer units in all than splits: still refused, naming what is needed.
-    with pytest.raises(ValueError, match=r"has 2 unit\(s\).*3 needed"):
+    with pytest.raises(ValueError, match=r"has 1 unit\(s\).*3 needed"):
         StratifiedTaskPartitioner(np.array([0, 1]), seed=0)
     part = StratifiedTaskPartitioner(strata, seed=0, fractions=(0.9, 0.1, 0.0))
     assert len(part.units("test")) == 0

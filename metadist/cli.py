@@ -21,6 +21,10 @@ _WORKFLOWS = {
     "train": ("metadist.commands.train", "meta-train an experiment, then evaluate it"),
     "eval": ("metadist.commands.evaluate", "evaluate a training run on its held-out tasks"),
     "demo": ("metadist.demo", "the end-to-end demo: panel, store, training, evaluation"),
+    "competition": (
+        "metadist.commands.competition",
+        "a forecasting competition's whole protocol on a long-format data set",
+    ),
 }
 
 _COMMAND_MODULES = [

@@ -129,7 +129,7 @@ def _note_merged_strata(partitioner: Any, store: Any, fractions: Any) -> None:
     merged = getattr(partitioner, "merged_strata", [])
     if not merged or os.environ.get("RANK", "0") != "0":
         return
-    names = list(getattr(store, "stratum_names", []) or [])
+    names = [str(n) for n in getattr(store, "stratum_names", [])]
     shown = [str(names[c]) if 0 <= c < len(names) else str(c) for c in merged]
     print(
         f"note: stratum {', '.join(shown)} has too few units for data.fractions="
@@ -205,8 +205,20 @@ def build_parts(config: TrainConfig, env: DistEnv) -> RunParts:
             "ranks), give meta-val a larger share in data.fractions (e.g. "
             "data.fractions=[0.6,0.2,0.2]), or turn meta-val off with trainer.eval_every=0"
         )
+        val_options = dict(loader_options)
+        per_rank = len(partitioner.units("val")) // env.world_size
+        if 0 < per_rank < loader_options["batch_size"]:
+            # A small meta-val split (a small data set, or a model whose tasks only some
+            # series can give) is still monitored, in smaller batches.
+            val_options["batch_size"] = per_rank
+            if env.rank == 0:
+                print(
+                    f"note: meta-val has {per_rank} task(s) per rank, fewer than the "
+                    f"{loader_options['batch_size']} of a meta-batch: its batches hold {per_rank}",
+                    file=sys.stderr,
+                )
         with _naming(f"{batch_fields} (meta-val, trainer.eval_every > 0)", val_hint):
-            val_loader = BatchMetaDataLoader(sampler, partitioner, split="val", **loader_options)
+            val_loader = BatchMetaDataLoader(sampler, partitioner, split="val", **val_options)
 
     input_shape, output_shape = source.input_shape, source.output_shape
     torch.manual_seed(seed)

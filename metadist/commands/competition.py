@@ -1,0 +1,558 @@
+"""`metadist competition DATA_DIR`: the forecasting-competition protocol on any data set.
+
+DATA_DIR holds two long-format Parquet files: `train.parquet` (each series' in-sample
+part) and `test.parquet` (each series' holdout, its next h values). What the protocol
+needs to know of a series comes from the data: its forecast horizon and seasonal period
+from the columns `horizon` and `period` (as `metadist datasets` writes them), or from
+per-label maps in `DATA_DIR/competition.yaml`, which also names other columns and the
+published references of that data set (see `CompetitionSpec`). One command then runs:
+
+1. ingest `train.parquet` into `OUT/store` (raw values; the holdout is never ingested);
+2. for every horizon H of the data set, meta-train `experiment` (default `competition`)
+   on the training parts of **all** series, as tasks of lookback L and horizon H: one
+   run per ensemble member (each lookback multiple × loss × seed), `--jobs` at a time;
+3. evaluate each horizon's ensemble on the series of that horizon (their labels),
+   forecasting the holdout, next to the baselines;
+4. pool the horizons into one table: `OUT/metrics.md`, `metrics.json`, `tasks.parquet`
+   (per series) and `forecasts.parquet` (every forecast point of every method).
+
+With `--validation` the same protocol runs one horizon earlier, on the training parts
+alone (each series' last h training values become the holdout; `test.parquet` is not
+read): settings are chosen there, never on the test holdout.
+
+Steps whose output exists are skipped (a finished run is confirmed, not retrained), so
+an interrupted pipeline resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+TRAIN_FILE = "train.parquet"
+TEST_FILE = "test.parquet"
+SPEC_FILE = "competition.yaml"
+
+
+@dataclass
+class CompetitionSpec:
+    """What a competition data set is (`DATA_DIR/competition.yaml`; every key optional).
+
+    Attributes:
+        name: the data set's name, in the table's title (default: the directory's name).
+        train, test: the two files, relative to DATA_DIR.
+        entity_col, time_col, value_col: series id, integer time step, value.
+        label_col: the frequency (or any) label of each series; the tables group by it,
+            and every series of one label must share one horizon and one period.
+        stratum_col: the category of each series (null: none); the tables group by it,
+            and the meta-train/meta-val split is stratified by it.
+        horizon_col, period_col: per-row columns holding each series' horizon and
+            seasonal period (null: use `horizons` / `periods`).
+        horizons, periods: `{label: value}`, for data without those columns.
+        references: published figures of this data set, shown next to the primary
+            metric: `{method: {all: x, label: {LABEL: x}}}`.
+        group_names: what labels and strata are called in the tables.
+    """
+
+    name: str | None = None
+    train: str = TRAIN_FILE
+    test: str = TEST_FILE
+    entity_col: str = "series_id"
+    time_col: str = "t"
+    value_col: str = "value"
+    label_col: str = "frequency"
+    stratum_col: str | None = "category"
+    horizon_col: str | None = "horizon"
+    period_col: str | None = "period"
+    horizons: dict[str, int] = field(default_factory=dict)
+    periods: dict[str, int] = field(default_factory=dict)
+    references: dict[str, Any] = field(default_factory=dict)
+    group_names: dict[str, str] = field(default_factory=dict)
+
+
+def load_spec(data_dir: Path) -> CompetitionSpec:
+    """`DATA_DIR/competition.yaml` read (defaults where it is absent).
+
+    Raises:
+        ValueError: an unknown key (naming the closest) or a value of the wrong type.
+    """
+    from omegaconf import OmegaConf
+
+    from metadist.options import from_mapping
+
+    path = data_dir / SPEC_FILE
+    values: dict[str, Any] = {}
+    if path.is_file():
+        try:
+            loaded = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+        except Exception as error:  # a YAML syntax error, named with its file
+            raise ValueError(f"{path}: not valid YAML ({str(error).splitlines()[0]})") from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ValueError(f"{path} must hold a mapping of settings")
+        values = {str(k): v for k, v in (loaded or {}).items()}
+    return from_mapping(CompetitionSpec, values, str(path))
+
+
+@dataclass(frozen=True)
+class SeriesInfo:
+    """What the pipeline learned of the training file: one entry per label."""
+
+    horizons: dict[str, int]  # label -> H
+    periods: dict[str, int]  # label -> m
+    counts: dict[str, int]  # label -> number of series
+    lengths: dict[str, tuple[int, int]]  # label -> (shortest, longest) training part
+    strata: dict[str, int]  # stratum -> number of series
+
+    def labels_of(self, horizon: int) -> list[str]:
+        return sorted(label for label, h in self.horizons.items() if h == horizon)
+
+
+def scan_series(path: Path, spec: CompetitionSpec) -> SeriesInfo:
+    """Each label's horizon, period, series count and lengths, read from `path`.
+
+    Raises:
+        FileNotFoundError: no file at `path`.
+        ValueError: a missing column (naming the setting that names it), a series whose
+            label, horizon or period changes along it, a label whose series disagree on
+            their horizon or period, a label with no horizon or period, or values < 1.
+    """
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    if not path.is_file():
+        raise FileNotFoundError(f"no training file at {path}")
+    names = pq.read_schema(path).names
+    wanted = {"entity_col": spec.entity_col, "label_col": spec.label_col}
+    for key in ("stratum_col", "horizon_col", "period_col"):
+        value = getattr(spec, key)
+        if value is not None:
+            wanted[key] = value
+    for key in ("entity_col", "label_col", "time_col", "value_col"):
+        column = wanted.get(key, getattr(spec, key))
+        if column not in names:
+            raise ValueError(
+                f"{path} has no column {column!r} ({key} in {SPEC_FILE}); its columns: "
+                f"{', '.join(names)}"
+            )
+    for key in ("horizon_col", "period_col", "stratum_col"):
+        if key in wanted and wanted[key] not in names:
+            kind = key.split("_")[0]
+            fallback = f", or give {kind}s: {{LABEL: value}}" if kind != "stratum" else ""
+            raise ValueError(
+                f"{path} has no column {wanted[key]!r} ({key} in {SPEC_FILE}); set {key}: "
+                f"null in {SPEC_FILE}{fallback}"
+            )
+    table = pq.read_table(path, columns=list(dict.fromkeys(wanted.values())))
+    entity = np.asarray(table.column(spec.entity_col).to_pylist(), dtype=object).astype(str)
+    order = np.argsort(entity, kind="stable")
+    entity = entity[order]
+    starts = np.r_[0, np.flatnonzero(entity[1:] != entity[:-1]) + 1]
+    lengths = np.diff(np.r_[starts, len(entity)])
+
+    def per_series(key: str) -> np.ndarray | None:
+        if key not in wanted:
+            return None
+        column = table.column(wanted[key])
+        if key in ("horizon_col", "period_col"):
+            values = np.asarray(pc.cast(column, "int64").to_numpy(), dtype=np.int64)[order]
+        else:
+            values = np.asarray(column.to_pylist(), dtype=object).astype(str)[order]
+        changes = np.flatnonzero(values[1:] != values[:-1]) + 1
+        inside = np.setdiff1d(changes, starts)
+        if len(inside):
+            series = entity[inside[0]]
+            raise ValueError(
+                f"{path}: series {series!r} has more than one {wanted[key]!r} value; each "
+                "series needs one"
+            )
+        return values[starts]
+
+    labels = per_series("label_col")
+    assert labels is not None
+    label_set = sorted(set(labels.tolist()))
+    maps = {}
+    for kind, column_key, given in (
+        ("horizon", "horizon_col", spec.horizons),
+        ("period", "period_col", spec.periods),
+    ):
+        values = per_series(column_key)
+        found: dict[str, int] = {}
+        for label in label_set:
+            if values is not None:
+                distinct = sorted(set(values[labels == label].tolist()))
+                if len(distinct) > 1:
+                    raise ValueError(
+                        f"{path}: the series of {spec.label_col} {label!r} have {kind}s "
+                        f"{distinct}; every series of one label needs the same {kind}"
+                    )
+                found[label] = int(distinct[0])
+            elif label in given:
+                found[label] = int(given[label])
+            else:
+                raise ValueError(
+                    f"{kind} of {spec.label_col} {label!r} unknown: {path} has no {kind} column "
+                    f"and {SPEC_FILE} gives no {kind}s: {{{label}: ...}}"
+                )
+            if found[label] < 1:
+                raise ValueError(f"{kind} of {spec.label_col} {label!r} must be >= 1, got {found[label]}")
+        maps[kind] = found
+    strata_values = per_series("stratum_col")
+    strata: dict[str, int] = {}
+    if strata_values is not None:
+        names_, counts_ = np.unique(strata_values, return_counts=True)
+        strata = {str(n): int(c) for n, c in zip(names_, counts_, strict=True)}
+    return SeriesInfo(
+        horizons=maps["horizon"],
+        periods=maps["period"],
+        counts={label: int((labels == label).sum()) for label in label_set},
+        lengths={
+            label: (int(lengths[labels == label].min()), int(lengths[labels == label].max()))
+            for label in label_set
+        },
+        strata=strata,
+    )
+
+
+def write_validation_split(data_dir: Path, spec: CompetitionSpec, info: SeriesInfo, out: Path) -> None:
+    """`out/train.parquet` and `out/test.parquet`: each series' training part without its
+    last h values, and those h values (h its label's horizon). Series with no more than
+    h training values are left out of both, with a note. Written atomically."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from metadist.durable import atomic_directory
+
+    table = pq.read_table(data_dir / spec.train)
+    entity = np.asarray(table.column(spec.entity_col).to_pylist(), dtype=object).astype(str)
+    times = np.asarray(pc.cast(table.column(spec.time_col), "int64").to_numpy(), dtype=np.int64)
+    labels = np.asarray(table.column(spec.label_col).to_pylist(), dtype=object).astype(str)
+    order = np.lexsort((times, entity))
+    table, entity, labels = table.take(pa.array(order)), entity[order], labels[order]
+    starts = np.r_[0, np.flatnonzero(entity[1:] != entity[:-1]) + 1]
+    ends = np.r_[starts[1:], len(entity)]
+    is_test = np.zeros(len(entity), dtype=bool)
+    keep = np.ones(len(entity), dtype=bool)
+    dropped = 0
+    for start, end in zip(starts, ends, strict=True):
+        h = info.horizons[labels[start]]
+        if end - start <= h:
+            keep[start:end] = False
+            dropped += 1
+        else:
+            is_test[end - h : end] = True
+    with atomic_directory(out) as staging:
+        pq.write_table(table.filter(pa.array(keep & ~is_test)), staging / TRAIN_FILE)
+        pq.write_table(table.filter(pa.array(keep & is_test)), staging / TEST_FILE)
+        spec_values = {k: v for k, v in _spec_dict(spec).items() if k not in ("train", "test", "references")}
+        (staging / SPEC_FILE).write_text(json.dumps(spec_values, indent=1) + "\n")
+    if dropped:
+        print(f"note: validation split: {dropped} series no longer than their horizon left out")
+
+
+def _spec_dict(spec: CompetitionSpec) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    return asdict(spec)
+
+
+@dataclass(frozen=True)
+class Member:
+    """One meta-trained model of a horizon's ensemble."""
+
+    horizon: int
+    lookback: int
+    loss: str
+    seed: int
+
+    def run_dir(self, out: Path) -> Path:
+        return out / f"h{self.horizon}" / f"L{self.lookback}-{self.loss}-s{self.seed}"
+
+
+def members_of(
+    horizon: int, lookbacks: Sequence[float], losses: Sequence[str], seeds: int
+) -> list[Member]:
+    """Every (lookback multiple × loss × seed) of one horizon, lookback = round(k·H) ≥ 2."""
+    out = []
+    for k in lookbacks:
+        lookback = max(2, int(round(float(k) * horizon)))
+        for loss in losses:
+            for seed in range(1, seeds + 1):
+                out.append(Member(horizon, lookback, loss, seed))
+    return list(dict.fromkeys(out))
+
+
+def build_parser(prog: str = "metadist competition") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description=__doc__.splitlines()[0],
+        epilog="example: metadist competition data/m3 --out runs/m3 --lookbacks 2 3 --seeds 2",
+    )
+    parser.add_argument("data_dir", metavar="DATA_DIR", type=Path, help="train.parquet, test.parquet")
+    parser.add_argument("--out", type=Path, default=None, help="default: runs/<data set name>")
+    parser.add_argument("--experiment", default="competition", help="the experiment meta-trained")
+    parser.add_argument(
+        "--lookbacks", type=float, nargs="+", default=[2.0],
+        help="lookback multiples of the horizon, one ensemble member each (N-BEATS: 2..7)",
+    )
+    parser.add_argument(
+        "--losses", nargs="+", default=["smape"], choices=["smape", "mape", "mae", "mse"],
+        help="training losses, one ensemble member each",
+    )
+    parser.add_argument("--seeds", type=int, default=1, help="seeds per lookback and loss")
+    parser.add_argument("--jobs", type=int, default=2, help="training processes at a time")
+    parser.add_argument("--validation", action="store_true", help="the validation protocol")
+    parser.add_argument(
+        "--ets", choices=["auto", "yes", "no"], default="auto",
+        help="score AutoETS (statsforecast, the `ets` extra); auto: when installed",
+    )
+    parser.add_argument("--horizons", type=int, nargs="+", default=None, help="only these")
+    parser.add_argument("overrides", nargs="*", help="training overrides (key=value) and eval.KEY=VALUE")
+    return parser
+
+
+def main(argv: list[str] | None = None, prog: str = "metadist competition") -> int:
+    parser = build_parser(prog)
+    args = parser.parse_intermixed_args(argv)
+    if args.seeds < 1 or args.jobs < 1 or any(k <= 0 for k in args.lookbacks):
+        parser.error("--seeds and --jobs must be >= 1, --lookbacks > 0")
+    try:
+        return run_pipeline(args, prog)
+    except (ValueError, FileNotFoundError) as error:
+        print(f"{prog}: error: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted (finished steps are kept; run it again to go on)", file=sys.stderr)
+        return 130
+
+
+def run_pipeline(args: argparse.Namespace, prog: str) -> int:
+    from metadist.eval.settings import split_eval_overrides
+
+    started = time.perf_counter()
+    data_dir: Path = args.data_dir
+    if not data_dir.is_dir():
+        raise FileNotFoundError(f"no data directory at {data_dir}")
+    spec = load_spec(data_dir)
+    name = spec.name or data_dir.resolve().name
+    info = scan_series(data_dir / spec.train, spec)
+    out: Path = args.out or Path("runs") / (name + ("_val" if args.validation else ""))
+    out.mkdir(parents=True, exist_ok=True)
+    if args.validation:
+        data_dir = out / "validation_data"
+        if not (data_dir / TRAIN_FILE).is_file():
+            _step(f"validation split of {args.data_dir}", lambda: write_validation_split(
+                args.data_dir, spec, info, data_dir
+            ))
+        spec = CompetitionSpec(**{**_spec_dict(spec), "train": TRAIN_FILE, "test": TEST_FILE, "references": {}})
+    test_path = data_dir / spec.test
+    if not test_path.is_file():
+        raise FileNotFoundError(f"no holdout file at {test_path}")
+    _describe(name, info, spec, args.validation)
+    horizons = sorted(set(info.horizons.values()))
+    if args.horizons:
+        missing = sorted(set(args.horizons) - set(horizons))
+        if missing:
+            raise ValueError(f"--horizons {missing[0]}: the data set's horizons are {horizons}")
+        horizons = sorted(args.horizons)
+    train_overrides, eval_overrides = split_eval_overrides(args.overrides)
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.setdefault("WANDB_MODE", "disabled")
+    metadist = [sys.executable, "-m", "metadist.cli"]
+
+    store = out / "store"
+    if not (store / "metadata.json").is_file():
+        ingest = [
+            *metadist, "ingest", str(data_dir / spec.train), str(store),
+            f"--entity-col={spec.entity_col}", f"--time-col={spec.time_col}",
+            f"--features={spec.value_col}", f"--targets={spec.value_col}",
+            f"--label-col={spec.label_col}", "--scaling=none", "--no-progress",
+        ]
+        if spec.stratum_col:
+            ingest.append(f"--stratum-col={spec.stratum_col}")
+        if _run("ingest the training parts", ingest, env) != 0:
+            return 1
+
+    ensembles = {h: members_of(h, args.lookbacks, args.losses, args.seeds) for h in horizons}
+    jobs = []
+    for horizon, members in ensembles.items():
+        for member in members:
+            run_dir = member.run_dir(out)
+            command = [
+                *metadist, "train", f"experiment={args.experiment}", f"data.store={store}",
+                f"sampler.options.horizon={horizon}", f"sampler.options.lookback={member.lookback}",
+                f"sampler.options.pad_inputs={member.lookback - 1}",
+                f"learner.options.loss={member.loss}", f"trainer.seed={member.seed}",
+                f"run_dir={run_dir}", "logging.progress=false", "--no-eval", *train_overrides,
+            ]
+            title = f"meta-train H={horizon} L={member.lookback} {member.loss} seed {member.seed}"
+            jobs.append((title, command, run_dir))
+    if _run_parallel(jobs, env, args.jobs) != 0:
+        return 1
+
+    ets = _want_ets(args.ets)
+    firsts = []
+    for horizon, members in ensembles.items():
+        labels = info.labels_of(horizon)
+        run_dirs = [m.run_dir(out) for m in members]
+        overrides = [
+            "eval.split=all",
+            f"eval.labels={json.dumps(labels)}",
+            f"eval.holdout={json.dumps(_holdout(test_path, spec))}",
+            f"eval.seasonal_period={json.dumps({k: info.periods[k] for k in labels})}",
+            "eval.seasonal_period_from=label",
+            f"eval.group_by={json.dumps(['label'] + (['stratum'] if spec.stratum_col else []))}",
+            f"eval.group_names={json.dumps(_group_names(spec))}",
+            f"eval.references={json.dumps(_references(spec.references, labels))}",
+            f"eval.ensemble={json.dumps([str(d) for d in run_dirs[1:]]) if len(run_dirs) > 1 else 'null'}",
+            *(["eval.extra_baselines=[ets]"] if ets else []),
+            *eval_overrides,
+        ]
+        title = f"evaluate H={horizon} ({len(run_dirs)} model(s)) on {', '.join(labels)}"
+        if not _step(title, lambda rd=run_dirs[0], ov=overrides: _evaluate(rd, ov)):
+            return 1
+        firsts.append(run_dirs[0])
+    title = f"{args.experiment} on {name}" + (" (validation protocol)" if args.validation else "")
+    title += f": {len(ensembles[horizons[0]])} model(s) per horizon, one ensemble per horizon"
+    table = _combine(firsts, out, title)
+    print(table.read_text(), end="")
+    print(f"== all steps: {time.perf_counter() - started:.1f} s; table: {table}")
+    return 0
+
+
+def _describe(name: str, info: SeriesInfo, spec: CompetitionSpec, validation: bool) -> None:
+    print(f"== {name}{' (validation protocol)' if validation else ''}: {sum(info.counts.values())} series")
+    for label in info.counts:
+        short, long = info.lengths[label]
+        print(
+            f"   {spec.label_col} {label}: {info.counts[label]} series, horizon "
+            f"{info.horizons[label]}, period {info.periods[label]}, {short}..{long} training values"
+        )
+
+
+def _holdout(path: Path, spec: CompetitionSpec) -> dict[str, Any]:
+    return {
+        "path": str(path),
+        "entity_col": spec.entity_col,
+        "time_col": spec.time_col,
+        "value_cols": [spec.value_col],
+    }
+
+
+def _group_names(spec: CompetitionSpec) -> dict[str, str]:
+    names = {"label": spec.label_col}
+    if spec.stratum_col:
+        names["stratum"] = spec.stratum_col
+    return {**names, **spec.group_names}
+
+
+def _references(references: dict[str, Any], labels: list[str]) -> dict[str, Any]:
+    """Each reference's figures for `labels` only (its overall figure is kept for the
+    pooled table; a horizon's own table shows the labels it scores)."""
+    out = {}
+    for method, figures in references.items():
+        if not isinstance(figures, dict):
+            raise ValueError(f"{SPEC_FILE}: references.{method} must map all/label to figures")
+        kept = {k: v for k, v in figures.items() if k != "label"}
+        if isinstance(figures.get("label"), dict):
+            kept["label"] = {k: v for k, v in figures["label"].items() if k in labels}
+        out[method] = kept
+    return out
+
+
+def _want_ets(choice: str) -> bool:
+    if choice == "no":
+        return False
+    try:
+        import statsforecast  # noqa: F401
+    except ImportError:
+        if choice == "yes":
+            raise ValueError(
+                "--ets yes needs statsforecast: pip install 'metadist[ets]'"
+            ) from None
+        print("note: statsforecast is not installed: no ETS row (pip install 'metadist[ets]')")
+        return False
+    return True
+
+
+def _evaluate(run_dir: Path, overrides: list[str]) -> None:
+    from metadist.eval import evaluate_run
+
+    evaluate_run(run_dir, overrides=overrides, progress=False)
+
+
+def _combine(firsts: list[Path], out: Path, title: str) -> Path:
+    from metadist.eval.combine import combine_runs
+    from metadist.eval.report import EVAL_DIR, write_report
+
+    if len(firsts) == 1:
+        for path in (firsts[0] / EVAL_DIR).iterdir():
+            if path.is_file():
+                shutil.copy2(path, out / path.name)
+        return out / "metrics.md"
+    result = combine_runs(firsts, title=title)
+    write_report(result, out, directory=out)
+    return out / "metrics.md"
+
+
+def _step(title: str, action: Any) -> bool:
+    print(f"== {title}", flush=True)
+    began = time.perf_counter()
+    action()
+    print(f"== {title}: {time.perf_counter() - began:.1f} s", flush=True)
+    return True
+
+
+def _run(title: str, command: list[str], env: dict[str, str]) -> int:
+    print(f"== {title}: {' '.join(command[2:])}", flush=True)
+    began = time.perf_counter()
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    print(f"== {title}: {time.perf_counter() - began:.1f} s (exit status {done.returncode})")
+    if done.returncode != 0:
+        print((done.stdout[-3000:] + done.stderr[-3000:]).rstrip(), file=sys.stderr)
+    return done.returncode
+
+
+def _run_parallel(jobs: list[tuple[str, list[str], Path]], env: dict[str, str], width: int) -> int:
+    """Runs the training jobs `width` at a time, each logging to `<run_dir>.log`; a job
+    that fails is named with the last lines of its log."""
+    pending, running, failed = list(jobs), [], []
+    total = len(jobs)
+    while pending or running:
+        while pending and len(running) < width:
+            title, command, run_dir = pending.pop(0)
+            run_dir.parent.mkdir(parents=True, exist_ok=True)
+            log = open(run_dir.with_suffix(".log"), "w")  # noqa: SIM115 (closed below)
+            print(f"== [{total - len(pending)}/{total}] {title} (log: {log.name})", flush=True)
+            process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+            running.append((title, process, log, time.perf_counter()))
+        time.sleep(0.5)
+        for entry in list(running):
+            title, process, log, began = entry
+            if process.poll() is None:
+                continue
+            running.remove(entry)
+            log.close()
+            print(f"== {title}: {time.perf_counter() - began:.1f} s (exit status {process.returncode})", flush=True)
+            if process.returncode != 0:
+                tail = Path(log.name).read_text().strip().splitlines()[-3:]
+                failed.append(f"{title} (see {log.name}): " + " / ".join(tail))
+    for line in failed:
+        print(f"failed: {line}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

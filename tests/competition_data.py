@@ -1,0 +1,44 @@
+"""A small forecasting-competition data set in the long format `metadist competition` reads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+# label: (horizon, period, number of series, shortest and longest training part)
+LABELS = {"ANNUAL": (4, 1, 10, 9, 20), "WEEKLY": (13, 1, 8, 30, 60), "MONTHLY": (24, 12, 10, 40, 90)}
+
+
+def write_competition(out: Path, seed: int = 0, columns: dict[str, str] | None = None) -> Path:
+    """`out/train.parquet` and `out/test.parquet`: seasonal trending series, categories
+    RETAIL and ENERGY plus SOLO (one series), some values <= 0 (ENERGY), some series
+    shorter than a task of their horizon. `columns` renames the default columns."""
+    rng = np.random.default_rng(seed)
+    names = {"series_id": "series_id", "t": "t", "value": "value", "category": "category"}
+    names.update({"frequency": "frequency", "horizon": "horizon", "period": "period"})
+    names.update(columns or {})
+    rows: dict[str, list] = {"train": [], "test": []}
+    number = 0
+    for label, (horizon, period, count, shortest, longest) in LABELS.items():
+        for i in range(count):
+            number += 1
+            category = "SOLO" if (label, i) == ("WEEKLY", 0) else ("ENERGY" if i % 3 == 0 else "RETAIL")
+            n = int(rng.integers(shortest, longest + 1))
+            t = np.arange(n + horizon)
+            season = np.sin(2 * np.pi * t / period) if period > 1 else 0.0
+            level = 5.0 if category == "ENERGY" else 100.0
+            values = level + 0.3 * t + 3.0 * season + rng.normal(0, 1.0, len(t))
+            if category == "ENERGY":
+                values = values - 8.0  # crosses zero
+            for step, value in zip(t, values, strict=True):
+                part = "train" if step < n else "test"
+                rows[part].append((f"S{number:03d}", int(step), float(value), category, label, horizon, period))
+    out.mkdir(parents=True, exist_ok=True)
+    keys = ["series_id", "t", "value", "category", "frequency", "horizon", "period"]
+    for part, records in rows.items():
+        table = pa.table({names[k]: [r[j] for r in records] for j, k in enumerate(keys)})
+        pq.write_table(table, out / f"{part}.parquet")
+    return out

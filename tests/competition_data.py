@@ -9,7 +9,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 # label: (horizon, period, number of series, shortest and longest training part)
-LABELS = {"ANNUAL": (4, 1, 10, 9, 20), "WEEKLY": (13, 1, 8, 30, 60), "MONTHLY": (24, 12, 10, 40, 90)}
+LABELS = {
+    "ANNUAL": (4, 1, 10, 9, 20),
+    "WEEKLY": (13, 1, 8, 30, 60),
+    "MONTHLY": (24, 12, 10, 40, 90),
+}
 
 
 def write_competition(out: Path, seed: int = 0, columns: dict[str, str] | None = None) -> Path:
@@ -25,7 +29,9 @@ def write_competition(out: Path, seed: int = 0, columns: dict[str, str] | None =
     for label, (horizon, period, count, shortest, longest) in LABELS.items():
         for i in range(count):
             number += 1
-            category = "SOLO" if (label, i) == ("WEEKLY", 0) else ("ENERGY" if i % 3 == 0 else "RETAIL")
+            category = (
+                "SOLO" if (label, i) == ("WEEKLY", 0) else ("ENERGY" if i % 3 == 0 else "RETAIL")
+            )
             n = int(rng.integers(shortest, longest + 1))
             t = np.arange(n + horizon)
             season = np.sin(2 * np.pi * t / period) if period > 1 else 0.0
@@ -35,7 +41,9 @@ def write_competition(out: Path, seed: int = 0, columns: dict[str, str] | None =
                 values = values - 8.0  # crosses zero
             for step, value in zip(t, values, strict=True):
                 part = "train" if step < n else "test"
-                rows[part].append((f"S{number:03d}", int(step), float(value), category, label, horizon, period))
+                rows[part].append(
+                    (f"S{number:03d}", int(step), float(value), category, label, horizon, period)
+                )
     out.mkdir(parents=True, exist_ok=True)
     keys = ["series_id", "t", "value", "category", "frequency", "horizon", "period"]
     for part, records in rows.items():

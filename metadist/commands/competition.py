@@ -205,7 +205,9 @@ def scan_series(path: Path, spec: CompetitionSpec) -> SeriesInfo:
                     f"and {SPEC_FILE} gives no {kind}s: {{{label}: ...}}"
                 )
             if found[label] < 1:
-                raise ValueError(f"{kind} of {spec.label_col} {label!r} must be >= 1, got {found[label]}")
+                raise ValueError(
+                    f"{kind} of {spec.label_col} {label!r} must be >= 1, got {found[label]}"
+                )
         maps[kind] = found
     strata_values = per_series("stratum_col")
     strata: dict[str, int] = {}
@@ -224,7 +226,9 @@ def scan_series(path: Path, spec: CompetitionSpec) -> SeriesInfo:
     )
 
 
-def write_validation_split(data_dir: Path, spec: CompetitionSpec, info: SeriesInfo, out: Path) -> None:
+def write_validation_split(
+    data_dir: Path, spec: CompetitionSpec, info: SeriesInfo, out: Path
+) -> None:
     """`out/train.parquet` and `out/test.parquet`: each series' training part without its
     last h values, and those h values (h its label's horizon). Series with no more than
     h training values are left out of both, with a note. Written atomically."""
@@ -255,7 +259,9 @@ def write_validation_split(data_dir: Path, spec: CompetitionSpec, info: SeriesIn
     with atomic_directory(out) as staging:
         pq.write_table(table.filter(pa.array(keep & ~is_test)), staging / TRAIN_FILE)
         pq.write_table(table.filter(pa.array(keep & is_test)), staging / TEST_FILE)
-        spec_values = {k: v for k, v in _spec_dict(spec).items() if k not in ("train", "test", "references")}
+        spec_values = {
+            k: v for k, v in _spec_dict(spec).items() if k not in ("train", "test", "references")
+        }
         (staging / SPEC_FILE).write_text(json.dumps(spec_values, indent=1) + "\n")
     if dropped:
         print(f"note: validation split: {dropped} series no longer than their horizon left out")
@@ -299,26 +305,38 @@ def build_parser(prog: str = "metadist competition") -> argparse.ArgumentParser:
         description=__doc__.splitlines()[0],
         epilog="example: metadist competition data/m3 --out runs/m3 --lookbacks 2 3 --seeds 2",
     )
-    parser.add_argument("data_dir", metavar="DATA_DIR", type=Path, help="train.parquet, test.parquet")
+    parser.add_argument(
+        "data_dir", metavar="DATA_DIR", type=Path, help="train.parquet, test.parquet"
+    )
     parser.add_argument("--out", type=Path, default=None, help="default: runs/<data set name>")
     parser.add_argument("--experiment", default="competition", help="the experiment meta-trained")
     parser.add_argument(
-        "--lookbacks", type=float, nargs="+", default=[2.0],
+        "--lookbacks",
+        type=float,
+        nargs="+",
+        default=[2.0],
         help="lookback multiples of the horizon, one ensemble member each (N-BEATS: 2..7)",
     )
     parser.add_argument(
-        "--losses", nargs="+", default=["smape"], choices=["smape", "mape", "mae", "mse"],
+        "--losses",
+        nargs="+",
+        default=["smape"],
+        choices=["smape", "mape", "mae", "mse"],
         help="training losses, one ensemble member each",
     )
     parser.add_argument("--seeds", type=int, default=1, help="seeds per lookback and loss")
     parser.add_argument("--jobs", type=int, default=2, help="training processes at a time")
     parser.add_argument("--validation", action="store_true", help="the validation protocol")
     parser.add_argument(
-        "--ets", choices=["auto", "yes", "no"], default="auto",
+        "--ets",
+        choices=["auto", "yes", "no"],
+        default="auto",
         help="score AutoETS (statsforecast, the `ets` extra); auto: when installed",
     )
     parser.add_argument("--horizons", type=int, nargs="+", default=None, help="only these")
-    parser.add_argument("overrides", nargs="*", help="training overrides (key=value) and eval.KEY=VALUE")
+    parser.add_argument(
+        "overrides", nargs="*", help="training overrides (key=value) and eval.KEY=VALUE"
+    )
     return parser
 
 
@@ -333,7 +351,9 @@ def main(argv: list[str] | None = None, prog: str = "metadist competition") -> i
         print(f"{prog}: error: {error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print(f"{prog}: interrupted (finished steps are kept; run it again to go on)", file=sys.stderr)
+        print(
+            f"{prog}: interrupted (finished steps are kept; run it again to go on)", file=sys.stderr
+        )
         return 130
 
 
@@ -352,10 +372,13 @@ def run_pipeline(args: argparse.Namespace, prog: str) -> int:
     if args.validation:
         data_dir = out / "validation_data"
         if not (data_dir / TRAIN_FILE).is_file():
-            _step(f"validation split of {args.data_dir}", lambda: write_validation_split(
-                args.data_dir, spec, info, data_dir
-            ))
-        spec = CompetitionSpec(**{**_spec_dict(spec), "train": TRAIN_FILE, "test": TEST_FILE, "references": {}})
+            _step(
+                f"validation split of {args.data_dir}",
+                lambda: write_validation_split(args.data_dir, spec, info, data_dir),
+            )
+        spec = CompetitionSpec(
+            **{**_spec_dict(spec), "train": TRAIN_FILE, "test": TEST_FILE, "references": {}}
+        )
     test_path = data_dir / spec.test
     if not test_path.is_file():
         raise FileNotFoundError(f"no holdout file at {test_path}")
@@ -375,10 +398,17 @@ def run_pipeline(args: argparse.Namespace, prog: str) -> int:
     store = out / "store"
     if not (store / "metadata.json").is_file():
         ingest = [
-            *metadist, "ingest", str(data_dir / spec.train), str(store),
-            f"--entity-col={spec.entity_col}", f"--time-col={spec.time_col}",
-            f"--features={spec.value_col}", f"--targets={spec.value_col}",
-            f"--label-col={spec.label_col}", "--scaling=none", "--no-progress",
+            *metadist,
+            "ingest",
+            str(data_dir / spec.train),
+            str(store),
+            f"--entity-col={spec.entity_col}",
+            f"--time-col={spec.time_col}",
+            f"--features={spec.value_col}",
+            f"--targets={spec.value_col}",
+            f"--label-col={spec.label_col}",
+            "--scaling=none",
+            "--no-progress",
         ]
         if spec.stratum_col:
             ingest.append(f"--stratum-col={spec.stratum_col}")
@@ -391,11 +421,19 @@ def run_pipeline(args: argparse.Namespace, prog: str) -> int:
         for member in members:
             run_dir = member.run_dir(out)
             command = [
-                *metadist, "train", f"experiment={args.experiment}", f"data.store={store}",
-                f"sampler.options.horizon={horizon}", f"sampler.options.lookback={member.lookback}",
+                *metadist,
+                "train",
+                f"experiment={args.experiment}",
+                f"data.store={store}",
+                f"sampler.options.horizon={horizon}",
+                f"sampler.options.lookback={member.lookback}",
                 f"sampler.options.pad_inputs={member.lookback - 1}",
-                f"learner.options.loss={member.loss}", f"trainer.seed={member.seed}",
-                f"run_dir={run_dir}", "logging.progress=false", "--no-eval", *train_overrides,
+                f"learner.options.loss={member.loss}",
+                f"trainer.seed={member.seed}",
+                f"run_dir={run_dir}",
+                "logging.progress=false",
+                "--no-eval",
+                *train_overrides,
             ]
             title = f"meta-train H={horizon} L={member.lookback} {member.loss} seed {member.seed}"
             jobs.append((title, command, run_dir))
@@ -433,7 +471,9 @@ def run_pipeline(args: argparse.Namespace, prog: str) -> int:
 
 
 def _describe(name: str, info: SeriesInfo, spec: CompetitionSpec, validation: bool) -> None:
-    print(f"== {name}{' (validation protocol)' if validation else ''}: {sum(info.counts.values())} series")
+    print(
+        f"== {name}{' (validation protocol)' if validation else ''}: {sum(info.counts.values())} series"
+    )
     for label in info.counts:
         short, long = info.lengths[label]
         print(
@@ -479,9 +519,7 @@ def _want_ets(choice: str) -> bool:
         import statsforecast  # noqa: F401
     except ImportError:
         if choice == "yes":
-            raise ValueError(
-                "--ets yes needs statsforecast: pip install 'metadist[ets]'"
-            ) from None
+            raise ValueError("--ets yes needs statsforecast: pip install 'metadist[ets]'") from None
         print("note: statsforecast is not installed: no ETS row (pip install 'metadist[ets]')")
         return False
     return True
@@ -545,7 +583,10 @@ def _run_parallel(jobs: list[tuple[str, list[str], Path]], env: dict[str, str], 
                 continue
             running.remove(entry)
             log.close()
-            print(f"== {title}: {time.perf_counter() - began:.1f} s (exit status {process.returncode})", flush=True)
+            print(
+                f"== {title}: {time.perf_counter() - began:.1f} s (exit status {process.returncode})",
+                flush=True,
+            )
             if process.returncode != 0:
                 tail = Path(log.name).read_text().strip().splitlines()[-3:]
                 failed.append(f"{title} (see {log.name}): " + " / ".join(tail))

@@ -6,6 +6,9 @@
   Nikolopoulos, 2000), as the standard reproduction computes it (Hyndman and Billah,
   2003): deseasonalise when the seasonal autocorrelation is significant, simple
   exponential smoothing with half the linear trend as drift, reseasonalise.
+- `naive2_forecast`: the naive forecast of the seasonally adjusted series (M4's Naive 2,
+  the yardstick of OWA).
+- `ets_forecast`: AutoETS from statsforecast (optional: the `ets` extra).
 - the meta-trained model without adaptation: the learner's parameters before the inner
   loop (`evaluate.py` gets them from `learner.adapt(support, steps=0)`);
 - `fit_from_scratch`: the same network, freshly initialised by the caller, trained on each task's
@@ -77,17 +80,17 @@ _Z_90 = 1.6448536269514722  # one-sided 95 % normal quantile: the 90 % two-sided
 def theta_forecast(history, horizon: int, seasonal_period: int) -> np.ndarray:
     """The Theta method's forecast of `history` (`[n]` or `[n, T]`, each column alone).
 
-    1. Seasonality: with m > 1, n ≥ 2m + 1 and positive values, the series is seasonal when
-       its lag-m autocorrelation r_m passes the 90 % test
-       |r_m| > 1.645·sqrt((1 + 2·Σ_{k<m} r_k²) / n); it is then divided by the seasonal
-       indices of a classical multiplicative decomposition (centred moving average of
-       order m, mean ratio per season position, normalised to mean 1).
-    2. Simple exponential smoothing of the (deseasonalised) series: the smoothing constant
+    1. Seasonality (`seasonal_indices`): with m > 1 and n ≥ 2m + 1, the series is seasonal
+       when its lag-m autocorrelation r_m passes the 90 % test
+       |r_m| > 1.645·sqrt((1 + 2·Σ_{k<m} r_k²) / n); it is then adjusted by the indices of
+       a classical decomposition: multiplicative (divided) when every value is positive,
+       additive (subtracted) otherwise, as statsmodels' Theta model decides.
+    2. Simple exponential smoothing of the adjusted series: the smoothing constant
        α from a grid of 0.01 .. 1 and the initial level, solved exactly for each α,
        minimise the one-step squared errors.
     3. Drift: ŷ_{n+h} = ℓ_n + (b/2)·(h − 1 + (1 − (1 − α)^n)/α), b the least-squares slope
-       of the series on time (the theta = 0 line, extrapolated, averaged with the theta = 2
-       line, smoothed); times the seasonal indices when seasonal.
+       of the adjusted series on time (the theta = 0 line, extrapolated, averaged with the
+       theta = 2 line, smoothed); the seasonal indices put back when seasonal.
 
     With one value of history this is the naive forecast.
 
@@ -97,32 +100,72 @@ def theta_forecast(history, horizon: int, seasonal_period: int) -> np.ndarray:
     Raises:
         ValueError: an empty history, horizon < 1 or seasonal_period < 1.
     """
+    return _per_column(_theta_column, history, horizon, seasonal_period)
+
+
+def naive2_forecast(history, horizon: int, seasonal_period: int) -> np.ndarray:
+    """Naive 2 of the M4 competition: the naive forecast of the seasonally adjusted series,
+    the seasonal indices put back (`seasonal_indices`, as the Theta method adjusts); the
+    yardstick of OWA.
+
+    Returns:
+        `[horizon]` or `[horizon, T]` float64.
+    """
+    return _per_column(_naive2_column, history, horizon, seasonal_period)
+
+
+def _per_column(method, history, horizon: int, seasonal_period: int) -> np.ndarray:
     history = _history(history, horizon)
     m = _period(seasonal_period)
     if history.ndim == 2:
-        columns = [_theta_column(history[:, t], int(horizon), m) for t in range(history.shape[1])]
+        columns = [method(history[:, t], int(horizon), m) for t in range(history.shape[1])]
         return np.stack(columns, axis=1)
-    return _theta_column(history, int(horizon), m)
+    return method(history, int(horizon), m)
+
+
+def _adjust(y: np.ndarray, m: int) -> tuple[np.ndarray, Callable[[np.ndarray], np.ndarray]]:
+    """(seasonally adjusted y, a function putting the indices back on a forecast)."""
+    found = seasonal_indices(y, m)
+    n = len(y)
+    if found is None:
+        return y, lambda forecast: forecast
+    indices, kind = found
+
+    def ahead(forecast: np.ndarray) -> np.ndarray:  # the indices of the steps after y
+        return indices[(n + np.arange(len(forecast))) % m]
+
+    if kind == "multiplicative":
+        return y / indices[np.arange(n) % m], lambda f: f * ahead(f)
+    return y - indices[np.arange(n) % m], lambda f: f + ahead(f)
 
 
 def _theta_column(y: np.ndarray, horizon: int, m: int) -> np.ndarray:
     n = len(y)
-    indices = _seasonal_indices(y, m)
-    if indices is not None:
-        y = y / indices[np.arange(n) % m]
+    y, reseasonalise = _adjust(y, m)
     level, alpha = _ses(y)
     slope = np.polyfit(np.arange(n), y, 1)[0] if n > 1 else 0.0
     steps = np.arange(horizon, dtype=np.float64)
     forecast = level + slope / 2 * (steps + (1 - (1 - alpha) ** n) / alpha)
-    if indices is not None:
-        forecast = forecast * indices[(n + np.arange(horizon)) % m]
-    return forecast
+    return reseasonalise(forecast)
 
 
-def _seasonal_indices(y: np.ndarray, m: int) -> np.ndarray | None:
-    """`[m]` multiplicative seasonal indices by position `t % m`, or None if not seasonal."""
+def _naive2_column(y: np.ndarray, horizon: int, m: int) -> np.ndarray:
+    adjusted, reseasonalise = _adjust(y, m)
+    return reseasonalise(np.full(horizon, adjusted[-1]))
+
+
+def seasonal_indices(y, m: int) -> tuple[np.ndarray, str] | None:
+    """`([m] seasonal indices by position t % m, kind)` of a classical decomposition, or
+    None when `y` is not seasonal at the 90 % level (or too short: n < 2m + 1, or flat).
+
+    The trend is the centred moving average of order m (2×m for even m); kind is
+    "multiplicative" when every value is positive (indices: mean ratio of value to trend
+    per position, normalised to mean 1), else "additive" (mean difference, normalised to
+    mean 0).
+    """
+    y = np.asarray(y, dtype=np.float64)
     n = len(y)
-    if m < 2 or n < 2 * m + 1 or np.any(y <= 0) or np.ptp(y) == 0:
+    if m < 2 or n < 2 * m + 1 or np.ptp(y) == 0:
         return None
     centred = y - y.mean()
     r = np.array([centred[k:] @ centred[: n - k] for k in range(1, m + 1)]) / (centred @ centred)
@@ -133,10 +176,41 @@ def _seasonal_indices(y: np.ndarray, m: int) -> np.ndarray | None:
     weights = np.full(m, 1.0 / m) if m % 2 else np.r_[0.5, np.ones(m - 1), 0.5] / m
     trend = np.convolve(y, weights, mode="valid")  # trend[i] centres on y[i + half]
     half = len(weights) // 2
-    ratios = y[half : half + len(trend)] / trend
     position = (np.arange(len(trend)) + half) % m
-    indices = np.array([ratios[position == p].mean() for p in range(m)])
-    return indices / indices.mean()
+    if np.all(y > 0):
+        ratios = y[half : half + len(trend)] / trend
+        indices = np.array([ratios[position == p].mean() for p in range(m)])
+        return indices / indices.mean(), "multiplicative"
+    differences = y[half : half + len(trend)] - trend
+    indices = np.array([differences[position == p].mean() for p in range(m)])
+    return indices - indices.mean(), "additive"
+
+
+def ets_forecast(history, horizon: int, seasonal_period: int) -> np.ndarray:
+    """AutoETS (statsforecast, the `ets` extra): the exponential smoothing state-space
+    model chosen by AICc, seasonal with period m when m > 1 and the history holds two
+    seasons; each target column alone. A series no model fits gets its naive forecast.
+
+    Raises:
+        ImportError: statsforecast is not installed (naming the extra).
+    """
+    try:
+        from statsforecast.models import AutoETS
+    except ImportError:
+        raise ImportError(
+            "the ETS baseline needs statsforecast: pip install 'metadist[ets]'"
+        ) from None
+
+    def column(y: np.ndarray, h: int, m: int) -> np.ndarray:
+        season = m if m > 1 and len(y) >= 2 * m else 1
+        try:
+            fitted = AutoETS(season_length=season).forecast(y=y.astype(np.float64), h=h)
+            forecast = np.asarray(fitted["mean"], dtype=np.float64)
+        except Exception:  # no admissible model for this series
+            return np.full(h, y[-1])
+        return forecast if np.isfinite(forecast).all() else np.full(h, y[-1])
+
+    return _per_column(column, history, horizon, seasonal_period)
 
 
 def _ses(y: np.ndarray) -> tuple[float, float]:

@@ -5,7 +5,8 @@
 A panel is often meta-trained as several runs, each on its own part of the series (a
 model per frequency of a forecasting competition: `sampler.options.labels`). Each run's
 evaluation writes one row per task to `<run_dir>/eval/tasks.parquet` (points scored and
-every method's sum of every metric over them); combining concatenates those rows and
+every method's sum of every metric over them); combining concatenates those rows (and
+the runs' `forecasts.parquet`, every forecast point) and
 pools them exactly as one evaluation of all the tasks would: the scores are means over
 all forecast points, the ± is the 95% CI of the per-task mean, groups (frequency,
 category) are recomputed across runs. `OUT_DIR` gets `metrics.json`, `metrics.md` and
@@ -21,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from metadist.eval.report import EVAL_DIR, JSON_NAME, TASKS_NAME, read_tasks
+from metadist.eval.report import EVAL_DIR, FORECASTS_NAME, JSON_NAME, TASKS_NAME, read_tasks
 from metadist.eval.scoring import TaskScores, group_summaries, overall_summary
 
 # Settings of each run shown in the combined table's settings line.
@@ -83,6 +84,15 @@ def combine_runs(run_dirs: list[str | os.PathLike], title: str | None = None) ->
                         f"{path}; each task may be scored by one run only"
                     )
                 owner[entity] = path
+    # Every run's forecast points, when every run kept them.
+    point_files = [
+        (p if (p / JSON_NAME).is_file() else p / EVAL_DIR) / FORECASTS_NAME for p in paths
+    ]
+    forecasts = None
+    if all(f.is_file() for f in point_files):
+        point_tables = [read_tasks(f) for f in point_files]
+        if all(sorted(t) == sorted(point_tables[0]) for t in point_tables):
+            forecasts = {k: [v for t in point_tables for v in t[k]] for k in point_tables[0]}
     scores = TaskScores.from_table(columns)
     groupings = {g[len("group:") :]: g[len("group:") :] for g in columns if g.startswith("group:")}
     groupings.pop("entity", None)
@@ -120,6 +130,7 @@ def combine_runs(run_dirs: list[str | os.PathLike], title: str | None = None) ->
             ),
         },
         "per_task": columns,
+        **({"forecasts": forecasts} if forecasts else {}),
     }
 
 

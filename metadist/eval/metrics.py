@@ -12,8 +12,15 @@ Definitions (y: truth, ŷ: forecast, h: horizon, m: seasonal period):
 - MSE  = 1/h · Σ (y − ŷ)²
 - MAE  = 1/h · Σ |y − ŷ|
 - sMAPE (M4) = 200/h · Σ |y − ŷ| / (|y| + |ŷ|), a 0/0 term counting as 0
+- MAPE = 100/h · Σ |y − ŷ| / |y|, undefined (nan) when some y is 0
 - MASE = (1/h · Σ |y − ŷ|) / (1/(n − m) · Σ_{t=m}^{n−1} |x_t − x_{t−m}|), where x is the
   entity's in-sample history of length n (the seasonal-naive error on the history)
+- OWA (M4) = ½ · (sMAPE / sMAPE of naive 2 + MASE / MASE of naive 2), of the pooled
+  values (`metadist.eval.scoring`), naive 2 being the naive forecast of the seasonally
+  adjusted series
+
+Besides the pooled mean over all points, every summary carries the mean of per-series
+errors (`task_mean`), the other aggregate the competitions report.
 """
 
 from __future__ import annotations
@@ -57,6 +64,24 @@ def smape_terms(y_true, y_pred) -> np.ndarray:
     numerator = np.abs(y_true - y_pred)
     safe = np.where(denominator > 0, denominator, 1.0)
     return np.where(denominator > 0, 200.0 * numerator / safe, 0.0)
+
+
+def ape_terms(y_true, y_pred) -> np.ndarray:
+    """Point-wise 100 · |y − ŷ| / |y|, same shape as the inputs; nan where y = 0 (MAPE is
+    undefined there: a task with such a point has no MAPE, and pooling leaves it out)."""
+    y_true, y_pred = _pair(y_true, y_pred)
+    size = np.abs(y_true)
+    safe = np.where(size > 0, size, 1.0)
+    return np.where(size > 0, 100.0 * np.abs(y_true - y_pred) / safe, np.nan)
+
+
+def mape(y_true, y_pred, axis=None) -> np.ndarray | float:
+    """Mean absolute percentage error in percent over `axis` (all by default); nan where
+    a truth value is 0.
+
+    Example: y = [100, 200], ŷ = [110, 180] gives 100 · (10/100 + 20/200) / 2 = 10.
+    """
+    return _mean(ape_terms(y_true, y_pred), axis)
 
 
 def mse(y_true, y_pred, axis=None) -> np.ndarray | float:

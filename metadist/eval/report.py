@@ -23,7 +23,9 @@ from metadist.durable import atomic_file, atomic_write_text
 
 METRIC_LABELS = {
     "smape": "sMAPE",
+    "mape": "MAPE",
     "mase": "MASE",
+    "owa": "OWA",
     "mae": "MAE",
     "mse": "MSE",
     "accuracy": "accuracy",
@@ -36,6 +38,9 @@ FIGURE_NAME = "forecasts.png"
 # entity) and each method's sum of each metric over its points; pooling rows reproduces
 # metrics.json, and `python -m metadist.eval.combine` pools the rows of several runs.
 TASKS_NAME = "tasks.parquet"
+# Every forecast point (forecasting on a store): entity, groups, step, target, truth and
+# each method's forecast, so that any other metric can be computed later.
+FORECASTS_NAME = "forecasts.parquet"
 
 
 def write_report(
@@ -66,7 +71,10 @@ def write_report(
         if per_task is not None:
             paths["tasks"] = out_dir / TASKS_NAME
             _atomic_write_table(paths["tasks"], per_task)
-        summary = {k: v for k, v in result.items() if k not in ("per_task", "paths")}
+        if result.get("forecasts"):
+            paths["forecasts"] = out_dir / FORECASTS_NAME
+            _atomic_write_table(paths["forecasts"], result["forecasts"])
+        summary = {k: v for k, v in result.items() if k not in ("per_task", "paths", "forecasts")}
         _atomic_write_text(paths["json"], json.dumps(_jsonable(summary), indent=2) + "\n")
         _atomic_write_text(paths["markdown"], markdown_report(result))
         if examples:
@@ -90,15 +98,25 @@ def markdown_report(result: dict[str, Any]) -> str:
 
 
 def metric_table(result: dict[str, Any]) -> str:
-    """Rows: methods; columns: metrics, each `value ± 95% CI half-width over tasks`."""
+    """Rows: methods; columns: metrics, each `value ± 95% CI half-width over tasks`, and
+    for forecasts the primary metric's mean of per-series errors (next to its pooled mean
+    over all points)."""
     metrics = result["metrics"]
     methods = result["methods"]
-    header = "| method | " + " | ".join(METRIC_LABELS.get(m, m) for m in metrics) + " |"
-    rule = "| --- | " + " | ".join("---:" for _ in metrics) + " |"
+    primary = result.get("primary_metric")
+    per_series = result.get("kind") in ("forecast", "regression") and primary in metrics
+    labels = [METRIC_LABELS.get(m, m) for m in metrics]
+    if per_series:
+        labels.append(f"{METRIC_LABELS.get(primary, primary)}, mean per series")
+    header = "| method | " + " | ".join(labels) + " |"
+    rule = "| --- | " + " | ".join("---:" for _ in labels) + " |"
     rows = [header, rule]
     for method, label in methods.items():
         scores = result["overall"][method]
         cells = [_format_score(scores[m]) for m in metrics]
+        if per_series:
+            score = scores[primary]
+            cells.append(_group_cell({**score, "value": score.get("task_mean")}))
         rows.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(rows)
 

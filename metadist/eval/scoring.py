@@ -23,6 +23,7 @@ from metadist.eval import baselines, metrics
 from metadist.eval.settings import (
     CLASSIFICATION_METHODS,
     CLASSIFICATION_METRICS,
+    DERIVED_METRICS,
     FORECAST_METHODS,
     FORECAST_METRICS,
     MODEL_METHODS,
@@ -63,6 +64,27 @@ class TaskScores:
         self.diverged: dict[str, list[bool]] = {m: [] for m in self.methods}
         self.counts: list[int] = []
         self.groups: dict[str, list[str]] = {}
+        # Every forecast point (forecasting on a store): entity, groups, step, target,
+        # truth and each method's forecast, one row each (`forecasts.parquet`).
+        self.points: dict[str, list] = {}
+
+    def add_points(
+        self,
+        groups: dict[str, str],
+        truth: np.ndarray,
+        forecasts: dict[str, np.ndarray],
+    ) -> None:
+        """Records one task's forecast points: `truth [h, T]`, `forecasts {method: [h, T]}`."""
+        h, num_targets = truth.shape
+        columns = {
+            **{name: [value] * truth.size for name, value in groups.items()},
+            "step": np.repeat(np.arange(h), num_targets).tolist(),
+            "target": np.tile(np.arange(num_targets), h).tolist(),
+            "truth": truth.reshape(-1).tolist(),
+            **{m: np.asarray(forecasts[m], np.float64).reshape(-1).tolist() for m in self.methods},
+        }
+        for name, values in columns.items():
+            self.points.setdefault(name, []).extend(values)
 
     def add(
         self,
@@ -154,12 +176,35 @@ class TaskScores:
                     "num_tasks": int(finite.size),
                     "num_diverged": 0,
                 }
+        if self.has_owa:
+            for method in self.methods:
+                out[method]["owa"] = _owa(out[method], out["naive2"])
         return out
+
+    @property
+    def has_owa(self) -> bool:
+        """Whether OWA can be derived: naive 2 scored, with sMAPE and MASE."""
+        return "naive2" in self.methods and {"smape", "mase"} <= set(self.metric_names)
 
     def num_diverged(self) -> dict[str, int]:
         """`{method: tasks on which it diverged}`, for the methods that did."""
         counts = {m: int(sum(flags)) for m, flags in self.diverged.items()}
         return {m: n for m, n in counts.items() if n}
+
+
+def _owa(scores: dict[str, dict[str, float]], naive2: dict[str, dict[str, float]]) -> dict:
+    """OWA (M4): ½·(sMAPE / sMAPE of naive 2 + MASE / MASE of naive 2), of the pooled
+    values, and of the per-series means; not finite where either ratio is undefined."""
+    out = {"ci95": float("nan"), "num_tasks": scores["smape"]["num_tasks"]}
+    out["num_diverged"] = scores["smape"]["num_diverged"]
+    for key in ("value", "task_mean"):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = 0.5 * (
+                np.float64(scores["smape"][key]) / naive2["smape"][key]
+                + np.float64(scores["mase"][key]) / naive2["mase"][key]
+            )
+        out[key] = float(ratio) if np.isfinite(ratio) else float("nan")
+    return out
 
 
 def evaluate_tasks(
@@ -223,7 +268,7 @@ def evaluate_tasks(
         )
     metric_names: tuple[str, ...]
     if with_store:
-        methods += ["naive", "seasonal_naive", "theta"]
+        methods += ["naive", "seasonal_naive", "naive2", "theta", *options.extra_baselines]
         for combination in combinations:
             missing = [m for m in combination if m not in methods]
             if missing:
@@ -414,7 +459,10 @@ def _score_forecasts(
         forecasts = {k: v[b] for k, v in model_forecasts.items()}
         forecasts["naive"] = baselines.naive_forecast(history, horizon)
         forecasts["seasonal_naive"] = baselines.seasonal_naive_forecast(history, horizon, period)
+        forecasts["naive2"] = baselines.naive2_forecast(history, horizon, period)
         forecasts["theta"] = baselines.theta_forecast(history, horizon, period)
+        if "ets" in scores.methods:
+            forecasts["ets"] = baselines.ets_forecast(history, horizon, period)
         for combination in options.combinations or []:
             forecasts[combination_key(combination)] = np.mean(
                 [forecasts[m] for m in combination], axis=0
@@ -432,12 +480,14 @@ def _score_forecasts(
                 scaled = np.where(scale > 0, abs_err / scale, np.nan)
             sums[method] = {
                 "smape": float(metrics.smape_terms(truth[b], forecast).sum()),
+                "mape": float(metrics.ape_terms(truth[b], forecast).sum()),
                 "mase": float(scaled.sum()),
                 "mae": float(abs_err.sum()),
                 "mse": float(metrics.squared_errors(truth[b], forecast).sum()),
             }
         groups = {"stratum": stratum, "label": label, "entity": str(store.entity_ids[entity])}
         scores.add(sums, truth[b].size, groups, failed)
+        scores.add_points(groups, truth[b], forecasts)
         # Draw first the tasks that show a stratum or label not drawn yet, then any.
         values = {("stratum", stratum), ("label", label)}
         drawn = spare if values <= seen else examples
@@ -544,10 +594,11 @@ def _result(scores: TaskScores, classification, with_store, options, learner) ->
         else ("forecast" if with_store else "regression"),
         "num_tasks": scores.num_tasks,
         "methods": labels,
-        "metrics": list(scores.metric_names),
+        "metrics": list(scores.metric_names) + (list(DERIVED_METRICS) if scores.has_owa else []),
         "primary_metric": primary,
         "primary_metric_label": {
             "smape": "sMAPE",
+            "mape": "MAPE",
             "mase": "MASE",
             "mae": "MAE",
             "mse": "MSE",
@@ -576,4 +627,9 @@ def _result(scores: TaskScores, classification, with_store, options, learner) ->
     groupings = {g: options.group_names.get(g, g) for g in options.group_by}
     result["groups"] = group_summaries(scores, groupings)
     result["per_task"] = scores.table({**groupings, "entity": "entity"})
+    if scores.points:
+        result["forecasts"] = {
+            (groupings.get(k, k) if k in ("stratum", "label") else k): v
+            for k, v in scores.points.items()
+        }
     return result

@@ -20,8 +20,13 @@ FORECAST_METHODS = {
     "scratch": "same network from scratch on support",
     "naive": "naive (last value)",
     "seasonal_naive": "seasonal naive",
+    "naive2": "naive 2 (seasonally adjusted)",
     "theta": "Theta method",
+    "ets": "ETS (AutoETS)",
 }
+# Baselines scored only when asked for (`eval.extra_baselines`): they need an optional
+# package or take long.
+EXTRA_BASELINES = ("ets",)
 CLASSIFICATION_METHODS = {
     "adapted": "meta-trained + adapted",
     "unadapted": "meta-trained, no adaptation",
@@ -30,7 +35,10 @@ CLASSIFICATION_METHODS = {
     "one_nn": "1-NN, Euclidean (z-normalised raw)",
     "pretrained": "pretrained embedding + nearest centroid",
 }
-FORECAST_METRICS = ("smape", "mase", "mae", "mse")
+FORECAST_METRICS = ("smape", "mape", "mase", "mae", "mse")
+# Metrics derived from the pooled ones (not summed per task): OWA, the mean of sMAPE and
+# MASE relative to naive 2's, as the M4 competition ranks methods.
+DERIVED_METRICS = ("owa",)
 REGRESSION_METRICS = ("mse", "mae")
 CLASSIFICATION_METRICS = ("accuracy",)
 MODEL_METHODS = ("adapted", "unadapted", "scratch")
@@ -41,7 +49,9 @@ _SHORT_NAMES = {
     "scratch": "from-scratch network",
     "naive": "naive",
     "seasonal_naive": "seasonal naive",
+    "naive2": "naive 2",
     "theta": "Theta",
+    "ets": "ETS",
 }
 
 
@@ -96,9 +106,11 @@ class EvalOptions:
             series); `None`: every entity the sampler draws from.
         combinations: forecast combinations scored as methods of their own, each a list
             of two or more forecast methods (`adapted`, `unadapted`, `scratch`, `naive`,
-            `seasonal_naive`, `theta`) whose forecasts are averaged point by point in
-            original units, e.g. `[[adapted, theta]]`, named `adapted+theta`. Forecasting
-            on a store only; `None`: none.
+            `seasonal_naive`, `naive2`, `theta`, `ets`) whose forecasts are averaged point
+            by point in original units, e.g. `[[adapted, theta]]`, named `adapted+theta`.
+            Forecasting on a store only; `None`: none.
+        extra_baselines: forecast baselines scored besides naive, seasonal naive, naive 2
+            and Theta: `ets` (AutoETS; needs statsforecast, the `ets` extra).
     """
 
     inner_steps: int | None = None
@@ -125,6 +137,7 @@ class EvalOptions:
     ensemble: list[str] | None = None
     ensemble_reduce: str = "mean"
     combinations: list[list[str]] | None = None
+    extra_baselines: list[str] = field(default_factory=list)
 
     def validate(self) -> None:
         """Raises `ValueError` naming the first bad field."""
@@ -206,6 +219,12 @@ class EvalOptions:
                 "eval.combinations lists the same methods twice (in any order), got "
                 f"{self.combinations!r}"
             )
+        for name in self.extra_baselines:
+            if name not in EXTRA_BASELINES:
+                raise ValueError(
+                    f"eval.extra_baselines: unknown baseline {name!r}; choose from "
+                    f"{', '.join(EXTRA_BASELINES)}"
+                )
         if self.seasonal_period_from not in ("stratum", "label"):
             raise ValueError(
                 "eval.seasonal_period_from must be 'stratum' or 'label', got "

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import sys
-
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass

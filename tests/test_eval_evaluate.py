@@ -386,3 +386,64 @@ def test_combined_runs_pool_like_one_evaluation(panel_and_store, tmp_path):
         combine_runs([tmp_path / "a", tmp_path / "missing"])
     with pytest.raises(ValueError, match="at least two"):
         combine_runs([tmp_path / "a"])
+
+
+# ---------------------------------------------------------------- seasonal adjustment
+def _seasonal_with_zeros(n=40, m=4):
+    t = np.arange(n)
+    pattern = np.array([6.0, -2.0, 0.0, -4.0])
+    return 0.2 * t + pattern[t % m] + np.where(t % 7 == 0, 0.5, 0.0)
+
+
+def test_additive_seasonal_indices_match_a_hand_computed_classical_decomposition():
+    """Values <= 0: the indices are additive — the mean difference from the centred
+    (2 x 4) moving average at each season position, centred on 0 — as statsmodels'
+    additive classical decomposition computes them."""
+    from metadist.eval.baselines import seasonal_indices
+
+    y = _seasonal_with_zeros()
+    indices, kind = seasonal_indices(y, 4)
+    assert kind == "additive"
+    diffs = {p: [] for p in range(4)}
+    for i in range(2, len(y) - 2):  # 2x4 centred moving average by hand
+        trend = (0.5 * y[i - 2] + y[i - 1] + y[i] + y[i + 1] + 0.5 * y[i + 2]) / 4
+        diffs[i % 4].append(y[i] - trend)
+    means = np.array([np.mean(diffs[p]) for p in range(4)])
+    np.testing.assert_allclose(indices, means - means.mean(), atol=1e-12)
+    statsmodels = pytest.importorskip("statsmodels.tsa.seasonal")
+    reference = statsmodels.seasonal_decompose(y, model="additive", period=4).seasonal[:4]
+    np.testing.assert_allclose(indices, reference, atol=1e-10)
+    # all positive: multiplicative, as before
+    assert seasonal_indices(y + 100.0, 4)[1] == "multiplicative"
+
+
+def test_theta_and_naive2_adjust_a_series_with_zeros_additively():
+    """Theta on a seasonal series with values <= 0 is Theta on the additively adjusted
+    series with the indices added back (it used to skip seasonality there)."""
+    from metadist.eval.baselines import naive2_forecast, seasonal_indices, theta_forecast
+
+    y = _seasonal_with_zeros()
+    n, h = len(y), 6
+    indices, _ = seasonal_indices(y, 4)
+    adjusted = y - indices[np.arange(n) % 4]
+    ahead = indices[(n + np.arange(h)) % 4]
+    np.testing.assert_allclose(theta_forecast(y, h, 4), theta_forecast(adjusted, h, 1) + ahead)
+    np.testing.assert_allclose(naive2_forecast(y, h, 4), adjusted[-1] + ahead)
+    # The adjustment matters: seasonal errors far below the unadjusted forecast's.
+    future = 0.2 * (n + np.arange(h)) + np.array([6.0, -2.0, 0.0, -4.0])[(n + np.arange(h)) % 4]
+    adjusted_error = np.abs(theta_forecast(y, h, 4) - future).mean()
+    assert adjusted_error < 0.5 * np.abs(theta_forecast(y, h, 1) - future).mean()
+    # Non-seasonal at m = 1: naive 2 is the naive forecast.
+    np.testing.assert_allclose(naive2_forecast(y, h, 1), np.full(h, y[-1]))
+
+
+def test_ets_baseline_is_statsforecast_autoets():
+    models = pytest.importorskip("statsforecast.models")
+    from metadist.eval.baselines import ets_forecast
+
+    rng = np.random.default_rng(0)
+    y = 50 + np.cumsum(rng.normal(0, 1, 48)) + 5 * np.sin(np.arange(48) * np.pi / 6)
+    expected = models.AutoETS(season_length=12).forecast(y=y, h=8)["mean"]
+    np.testing.assert_allclose(ets_forecast(y, 8, 12), expected)
+    two = ets_forecast(np.stack([y, y + 10], axis=1), 8, 12)
+    assert two.shape == (8, 2)

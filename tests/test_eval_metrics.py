@@ -202,3 +202,47 @@ def test_from_scratch_falls_back_to_a_task_loop_when_vmap_cannot_batch(capsys):
     assert out.shape == (3, 4, 1)
     expected = torch.func.functional_call(model, {k: v[1] for k, v in params.items()}, (x[1],))
     torch.testing.assert_close(out[1], expected)
+
+
+# ---------------------------------------------------------------- competition metrics
+def test_mape_against_hand_values_and_undefined_at_zero():
+    from metadist.eval.metrics import ape_terms, mape
+
+    assert mape([100.0, 200.0], [110.0, 180.0]) == pytest.approx(10.0)
+    assert mape([-50.0], [-40.0]) == pytest.approx(20.0)
+    terms = ape_terms([0.0, 4.0], [1.0, 3.0])
+    assert np.isnan(terms[0]) and terms[1] == pytest.approx(25.0)
+
+
+def test_owa_and_per_series_means_against_hand_values():
+    from metadist.eval.scoring import TaskScores
+
+    scores = TaskScores(["model", "naive2"], ["smape", "mase"])
+    # task 1: 2 points, task 2: 4 points; sums of the point-wise terms
+    scores.add(
+        {"model": {"smape": 10.0, "mase": 1.0}, "naive2": {"smape": 20.0, "mase": 4.0}}, 2, {}
+    )
+    scores.add(
+        {"model": {"smape": 8.0, "mase": 4.0}, "naive2": {"smape": 40.0, "mase": 4.0}}, 4, {}
+    )
+    summary = scores.summary()
+    # pooled over the 6 points: model sMAPE 18/6 = 3, MASE 5/6; naive 2: 60/6 = 10, 8/6
+    assert summary["model"]["smape"]["value"] == pytest.approx(3.0)
+    assert summary["naive2"]["mase"]["value"] == pytest.approx(8 / 6)
+    # per-series means: model sMAPE (10/2 + 8/4)/2 = 3.5, naive 2 (10 + 10)/2 = 10
+    assert summary["model"]["smape"]["task_mean"] == pytest.approx(3.5)
+    assert summary["naive2"]["smape"]["task_mean"] == pytest.approx(10.0)
+    owa = summary["model"]["owa"]
+    assert owa["value"] == pytest.approx(0.5 * (3.0 / 10.0 + (5 / 6) / (8 / 6)))
+    # per series: MASE model (0.5 + 1)/2 = 0.75, naive 2 (2 + 1)/2 = 1.5
+    assert owa["task_mean"] == pytest.approx(0.5 * (3.5 / 10.0 + 0.75 / 1.5))
+    assert summary["naive2"]["owa"]["value"] == pytest.approx(1.0)
+    # a diverged task makes the model's OWA not a number, never an average of the rest
+    scores.add(
+        {"model": {"smape": 1.0, "mase": 1.0}, "naive2": {"smape": 1.0, "mase": 1.0}},
+        1,
+        {},
+        {"model": True},
+    )
+    assert np.isnan(scores.summary()["model"]["owa"]["value"])
+    assert TaskScores(["model"], ["smape", "mase"]).has_owa is False

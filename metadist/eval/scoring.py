@@ -195,7 +195,7 @@ class TaskScores:
 def _owa(scores: dict[str, dict[str, float]], naive2: dict[str, dict[str, float]]) -> dict:
     """OWA (M4): ½·(sMAPE / sMAPE of naive 2 + MASE / MASE of naive 2), of the pooled
     values, and of the per-series means; not finite where either ratio is undefined."""
-    out = {"ci95": float("nan"), "num_tasks": scores["smape"]["num_tasks"]}
+    out: dict[str, Any] = {"ci95": None, "num_tasks": scores["smape"]["num_tasks"]}
     out["num_diverged"] = scores["smape"]["num_diverged"]
     for key in ("value", "task_mean"):
         with np.errstate(divide="ignore", invalid="ignore"):

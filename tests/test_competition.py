@@ -1,0 +1,160 @@
+"""`metadist competition`: the competition protocol on a data set unlike M3 (horizons 4,
+13 and 24, upper-case labels, a category of one series, series shorter than a task)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from competition_data import LABELS, write_competition
+
+from metadist.commands.competition import (
+    CompetitionSpec,
+    load_spec,
+    members_of,
+    scan_series,
+    write_validation_split,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    return write_competition(tmp_path_factory.mktemp("competition") / "data")
+
+
+def test_horizons_periods_and_labels_come_from_the_data(data_dir):
+    info = scan_series(data_dir / "train.parquet", load_spec(data_dir))
+    assert info.horizons == {label: h for label, (h, *_) in LABELS.items()}
+    assert info.periods == {label: m for label, (_, m, *_) in LABELS.items()}
+    assert info.counts == {label: c for label, (_, _, c, *_) in LABELS.items()}
+    assert info.strata["SOLO"] == 1
+    assert info.labels_of(13) == ["WEEKLY"]
+
+
+def test_a_data_set_config_names_other_columns_and_gives_horizons_per_label(tmp_path):
+    renamed = {"series_id": "id", "t": "step", "value": "y", "frequency": "freq"}
+    data = write_competition(tmp_path / "data", columns=renamed)
+    table = pq.read_table(data / "train.parquet").drop(["horizon", "period"])
+    pq.write_table(table, data / "train.parquet")
+    with pytest.raises(ValueError, match=r"no column 'series_id' \(entity_col"):
+        scan_series(data / "train.parquet", load_spec(data))
+    (data / "competition.yaml").write_text(
+        "entity_col: id\ntime_col: step\nvalue_col: y\nlabel_col: freq\n"
+        "horizon_col: null\nperiod_col: null\n"
+        "horizons: {ANNUAL: 4, WEEKLY: 13, MONTHLY: 24}\nperiods: {ANNUAL: 1, WEEKLY: 1}\n"
+    )
+    with pytest.raises(ValueError, match="period of freq 'MONTHLY' unknown"):
+        scan_series(data / "train.parquet", load_spec(data))
+    text = (data / "competition.yaml").read_text().replace("WEEKLY: 1}", "WEEKLY: 1, MONTHLY: 12}")
+    (data / "competition.yaml").write_text(text)
+    info = scan_series(data / "train.parquet", load_spec(data))
+    assert info.horizons == {"ANNUAL": 4, "MONTHLY": 24, "WEEKLY": 13}
+    (data / "competition.yaml").write_text("horizon_coll: h\n")
+    with pytest.raises(ValueError, match="did you mean 'horizon_col'"):
+        load_spec(data)
+
+
+def test_a_label_whose_series_disagree_on_the_horizon_is_named(tmp_path):
+    data = write_competition(tmp_path / "data")
+    table = pq.read_table(data / "train.parquet").to_pydict()
+    first = table["series_id"][0]
+    table["horizon"] = [
+        7 if s == first else h for s, h in zip(table["series_id"], table["horizon"])
+    ]
+    import pyarrow as pa
+
+    pq.write_table(pa.table(table), data / "train.parquet")
+    with pytest.raises(ValueError, match="the series of frequency 'ANNUAL' have horizons"):
+        scan_series(data / "train.parquet", load_spec(data))
+
+
+def test_validation_split_holds_out_each_series_last_horizon(data_dir, tmp_path):
+    spec = load_spec(data_dir)
+    info = scan_series(data_dir / "train.parquet", spec)
+    write_validation_split(data_dir, spec, info, tmp_path / "val")
+    train = pq.read_table(data_dir / "train.parquet").to_pandas()
+    val_train = pq.read_table(tmp_path / "val" / "train.parquet").to_pandas()
+    val_test = pq.read_table(tmp_path / "val" / "test.parquet").to_pandas()
+    for series, rows in train.groupby("series_id"):
+        h = int(rows["horizon"].iloc[0])
+        held = val_test[val_test.series_id == series].sort_values("t")
+        kept = val_train[val_train.series_id == series]
+        np.testing.assert_array_equal(held["t"], np.sort(rows["t"])[-h:])
+        assert len(kept) == len(rows) - h and kept["t"].max() < held["t"].min()
+
+
+def test_ensemble_members_span_lookbacks_losses_and_seeds():
+    members = members_of(8, [2, 3.5], ["smape", "mape"], 2)
+    assert len(members) == 8
+    assert {m.lookback for m in members} == {16, 28}
+    assert members[0].run_dir(Path("out")) == Path("out/h8/L16-smape-s1")
+    assert CompetitionSpec().horizon_col == "horizon"
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(600)
+def test_the_whole_protocol_on_a_data_set_unlike_m3(data_dir, tmp_path):
+    out = tmp_path / "out"
+    command = [
+        sys.executable,
+        "-m",
+        "metadist.cli",
+        "competition",
+        str(data_dir),
+        "--out",
+        str(out),
+        "--ets",
+        "no",
+        "trainer.meta_steps=6",
+        "trainer.meta_batch_size=8",
+        "trainer.eval_every=3",
+        "trainer.checkpoint_every=3",
+        "model.options.hidden_sizes=[8]",
+        "eval.scratch_steps=2",
+    ]
+    env = dict(os.environ, OMP_NUM_THREADS="1", WANDB_MODE="disabled")
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=560)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "SOLO has too few units" in done.stdout + done.stderr  # merged, not refused
+    table = (out / "metrics.md").read_text()
+    for label in LABELS:
+        assert f"| {label} |" in table
+    assert "| SOLO | 1 |" in table and "| OWA |" in table.replace(" | OWA | ", "| OWA |")
+    result = json.loads((out / "metrics.json").read_text())
+    assert result["num_tasks"] == sum(c for _, _, c, *_ in LABELS.values())
+    assert {"naive2", "theta", "adapted"} <= set(result["overall"])
+    assert np.isfinite(result["overall"]["adapted"]["owa"]["value"])
+    points = pq.read_table(out / "forecasts.parquet").to_pandas()
+    assert len(points) == sum(h * c for h, _, c, *_ in LABELS.values())
+    truth = pq.read_table(data_dir / "test.parquet").to_pandas()
+    np.testing.assert_allclose(np.sort(points["truth"]), np.sort(truth["value"]))
+    # Short series: ANNUAL series of 9 values are scored; MONTHLY series shorter than
+    # lookback + two horizons + the support windows (48 + 48 + 3 rows) give training
+    # tasks once they hold two horizons and the support steps (pad_inputs = L - 1).
+    from metadist.store import SeriesStore
+    from metadist.tasks import build_task_sampler
+
+    store = SeriesStore(out / "store")
+    sampler = build_task_sampler(
+        "forecast", store, lookback=48, horizon=24, num_support=4, num_query=1, pad_inputs=47
+    )
+    monthly = set(points[points.frequency == "MONTHLY"].entity)
+    lengths = {str(e): len(store.series(i)) for i, e in enumerate(store.entity_ids)}
+    short = [e for e in monthly if 2 * 24 + 4 <= lengths[e] < 48 + 2 * 24 + 3]
+    units = {str(store.entity_ids[i]) for i in sampler.unit_entities()}
+    assert short and set(short) <= units
+    assert min(lengths[e] for e in set(points[points.frequency == "ANNUAL"].entity)) < 4 + 8
+    # Rerun: the runs found finished, not retrained; evaluated again to the same figures.
+    again = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    rerun = json.loads((out / "metrics.json").read_text())
+    assert rerun["overall"] == result["overall"]
+    assert rerun["settings"]["runs"] == result["settings"]["runs"]

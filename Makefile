@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e '.[dev,datasets,ucr,tensorboard,docs]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,datasets,ucr,ets,tensorboard,docs]'
 	touch $(STAMP)
 
 run: setup

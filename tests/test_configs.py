@@ -71,7 +71,11 @@ def overrides_for(experiment: str, request) -> list[str]:
     values = compose_dict([f"experiment={experiment}"])
     extra = [f"experiment={experiment}"]
     store = values["data"]["store"]
-    if store is not None:
+    if store is None and values["sampler"]["name"] == "forecast":
+        # The competition experiment: metadist competition sets data.store to the data
+        # set it ingests; any competition-format store serves.
+        extra.append(f"data.store={request.getfixturevalue('m3_store')}")
+    elif store is not None:
         assert store in STORE_FIXTURES, f"add a test store for data.store={store}"
         extra.append(f"data.store={request.getfixturevalue(STORE_FIXTURES[store])}")
     return extra

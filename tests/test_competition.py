@@ -67,7 +67,7 @@ def test_a_label_whose_series_disagree_on_the_horizon_is_named(tmp_path):
     table = pq.read_table(data / "train.parquet").to_pydict()
     first = table["series_id"][0]
     table["horizon"] = [
-        7 if s == first else h for s, h in zip(table["series_id"], table["horizon"])
+        7 if s == first else h for s, h in zip(table["series_id"], table["horizon"], strict=True)
     ]
     import pyarrow as pa
 

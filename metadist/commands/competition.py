@@ -540,7 +540,7 @@ def _combine(firsts: list[Path], out: Path, title: str) -> Path:
             if path.is_file():
                 shutil.copy2(path, out / path.name)
         return out / "metrics.md"
-    result = combine_runs(firsts, title=title)
+    result = combine_runs(list[str | os.PathLike](firsts), title=title)
     write_report(result, out, directory=out)
     return out / "metrics.md"
 
@@ -566,7 +566,9 @@ def _run(title: str, command: list[str], env: dict[str, str]) -> int:
 def _run_parallel(jobs: list[tuple[str, list[str], Path]], env: dict[str, str], width: int) -> int:
     """Runs the training jobs `width` at a time, each logging to `<run_dir>.log`; a job
     that fails is named with the last lines of its log."""
-    pending, running, failed = list(jobs), [], []
+    pending = list(jobs)
+    running: list[tuple[str, subprocess.Popen, Any, float]] = []
+    failed: list[str] = []
     total = len(jobs)
     while pending or running:
         while pending and len(running) < width:

@@ -103,7 +103,7 @@ def metric_table(result: dict[str, Any]) -> str:
     over all points)."""
     metrics = result["metrics"]
     methods = result["methods"]
-    primary = result.get("primary_metric")
+    primary = str(result.get("primary_metric"))
     per_series = result.get("kind") in ("forecast", "regression") and primary in metrics
     labels = [METRIC_LABELS.get(m, m) for m in metrics]
     if per_series:

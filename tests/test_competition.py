@@ -111,6 +111,9 @@ def test_the_whole_protocol_on_a_data_set_unlike_m3(data_dir, tmp_path):
         str(data_dir),
         "--out",
         str(out),
+        "--lookbacks",
+        "1",
+        "2",
         "--ets",
         "no",
         "trainer.meta_steps=6",
@@ -124,6 +127,7 @@ def test_the_whole_protocol_on_a_data_set_unlike_m3(data_dir, tmp_path):
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=560)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "SOLO has too few units" in done.stdout + done.stderr  # merged, not refused
+    assert "(2 model(s))" in done.stdout  # an ensemble of both lookbacks was evaluated
     table = (out / "metrics.md").read_text()
     for label in LABELS:
         assert f"| {label} |" in table

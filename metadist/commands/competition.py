@@ -444,7 +444,9 @@ def run_pipeline(args: argparse.Namespace, prog: str) -> int:
     firsts = []
     for horizon, members in ensembles.items():
         labels = info.labels_of(horizon)
-        run_dirs = [m.run_dir(out) for m in members]
+        # the evaluated run must look back furthest; the others are cut from its windows
+        ordered = sorted(members, key=lambda m: -m.lookback)
+        run_dirs = [m.run_dir(out) for m in ordered]
         overrides = [
             "eval.split=all",
             f"eval.labels={json.dumps(labels)}",

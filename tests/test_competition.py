@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -103,6 +104,11 @@ def test_ensemble_members_span_lookbacks_losses_and_seeds():
 @pytest.mark.timeout(600)
 def test_the_whole_protocol_on_a_data_set_unlike_m3(data_dir, tmp_path):
     out = tmp_path / "out"
+    data_dir = Path(shutil.copytree(data_dir, tmp_path / "data"))
+    # published figures per label: each horizon's table holds its own, the pooled one all
+    (data_dir / "competition.yaml").write_text(
+        "references:\n  Winner: {all: 9.5, label: {ANNUAL: 1.25, WEEKLY: 2.25, MONTHLY: 3.25}}\n"
+    )
     command = [
         sys.executable,
         "-m",
@@ -131,6 +137,9 @@ def test_the_whole_protocol_on_a_data_set_unlike_m3(data_dir, tmp_path):
     table = (out / "metrics.md").read_text()
     for label in LABELS:
         assert f"| {label} |" in table
+    assert "Winner (published)" in table
+    for figure in ("1.250", "2.250", "3.250", "9.500"):
+        assert f"| {figure} |" in table or f"| {figure.rstrip('0')} |" in table, figure
     assert "| SOLO | 1 |" in table and "| OWA |" in table.replace(" | OWA | ", "| OWA |")
     result = json.loads((out / "metrics.json").read_text())
     assert result["num_tasks"] == sum(c for _, _, c, *_ in LABELS.values())

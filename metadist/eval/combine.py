@@ -98,8 +98,7 @@ def combine_runs(run_dirs: list[str | os.PathLike], title: str | None = None) ->
     groupings.pop("entity", None)
     references: dict[str, Any] = {}
     for result in results:
-        for name, reference in result.get("references", {}).items():
-            references.setdefault(name, reference)
+        _merge_into(references, result.get("references", {}))
     return {
         "title": title or "Combined evaluation of " + ", ".join(str(p) for p in paths),
         "kind": first.get("kind"),
@@ -132,6 +131,16 @@ def combine_runs(run_dirs: list[str | os.PathLike], title: str | None = None) ->
         "per_task": columns,
         **({"forecasts": forecasts} if forecasts else {}),
     }
+
+
+def _merge_into(into: dict[str, Any], other: dict[str, Any]) -> None:
+    """Adds `other`'s entries to `into`, nested maps key by key (each run's references
+    name the groups it scored); where both hold a figure, the first run's stays."""
+    for key, value in other.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merge_into(into[key], value)
+        elif key not in into:
+            into[key] = json.loads(json.dumps(value)) if isinstance(value, dict) else value
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,6 @@
 """`metadist` command line: one subcommand per module, each registered by that module.
 
-A module listed in `_COMMAND_MODULES` defines `register_cli(subparsers)`, which adds its
+A module named in `_COMMAND_MODULES` defines `register_cli(subparsers)`, which adds its
 parser(s) with `set_defaults(func=callable(args) -> int)`. The workflow commands in
 `_WORKFLOWS` (`metadist train`, `eval`, `demo`) own their whole argument list (Hydra
 overrides, their own `--help`): everything after the command name goes to their `main`.
@@ -27,18 +27,22 @@ _WORKFLOWS = {
     ),
 }
 
-_COMMAND_MODULES = [
-    "metadist.datasets.synthetic.cli",  # metadist synth
-    "metadist.store.ingest",  # metadist ingest
-    "metadist.store.verify",  # metadist verify
-    "metadist.datasets.cli",  # metadist datasets m3
-    "metadist.launch.slurm",  # metadist slurm submit
-    "metadist.launch.sweep",  # metadist sweep
-    "metadist.api",  # metadist forecast
-]
+# command -> the module whose `register_cli` adds it. Only the module of the command
+# being run is imported (`metadist ingest` loads neither torch nor the learners).
+_COMMAND_MODULES = {
+    "synth": "metadist.datasets.synthetic.cli",
+    "ingest": "metadist.store.ingest",
+    "verify": "metadist.store.verify",
+    "datasets": "metadist.datasets.cli",
+    "slurm": "metadist.launch.slurm",
+    "sweep": "metadist.launch.sweep",
+    "forecast": "metadist.api",
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line, or (`command` given) only that command's parser and
+    the names of the others."""
     from metadist import __version__
 
     parser = argparse.ArgumentParser(
@@ -48,7 +52,10 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (_, help_text) in _WORKFLOWS.items():
         subparsers.add_parser(name, help=help_text, add_help=False)
-    for module_name in _COMMAND_MODULES:
+    for name, module_name in _COMMAND_MODULES.items():
+        if command is not None and name != command:
+            subparsers.add_parser(name, add_help=False)
+            continue
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as error:
@@ -64,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] in _WORKFLOWS:
         module = importlib.import_module(_WORKFLOWS[argv[0]][0])
         return int(module.main(argv[1:], prog=f"metadist {argv[0]}") or 0)
-    parser = build_parser()
+    parser = build_parser(argv[0] if argv and argv[0] in _COMMAND_MODULES else None)
     args, extra = parser.parse_known_args(argv)
     if extra:
         print(_unrecognized(parser, args, extra), file=sys.stderr)

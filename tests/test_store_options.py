@@ -166,3 +166,24 @@ def test_single_file_glob_and_directory_sources_agree(tmp_path):
     np.testing.assert_array_equal(np.asarray(by_dir.values), np.asarray(by_glob.values))
     np.testing.assert_array_equal(np.asarray(by_dir.values), np.asarray(by_file.values))
     assert by_dir.metadata["source"]["num_files"] == 3
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(120)
+def test_cli_ingest_loads_only_its_own_modules(tmp_path):
+    """`metadist ingest` imports neither torch nor the other commands' modules: the
+    start-up is part of every ingest's wall time."""
+    import subprocess
+    import sys
+
+    src = write_files(make_panel(seed=27, num_entities=4), tmp_path / "src")
+    code = (
+        "import sys; from metadist.cli import main\n"
+        f"code = main(['ingest', {str(src)!r}, {str(tmp_path / 'store')!r}, '--entity-col',"
+        " 'entity', '--time-col', 't', '--features', 'a', '--no-progress'])\n"
+        "loaded = [m for m in ('torch', 'metadist.datasets.m3', 'metadist.api') if m in sys.modules]\n"
+        "print('loaded:', loaded); sys.exit(code)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=100)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "loaded: []" in done.stdout, done.stdout[-500:]

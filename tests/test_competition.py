@@ -171,3 +171,13 @@ def test_the_whole_protocol_on_a_data_set_unlike_m3(data_dir, tmp_path):
     rerun = json.loads((out / "metrics.json").read_text())
     assert rerun["overall"] == result["overall"]
     assert rerun["settings"]["runs"] == result["settings"]["runs"]
+
+
+def test_an_override_taken_for_a_lookback_says_where_overrides_go(data_dir, capsys):
+    from metadist.commands.competition import main
+
+    with pytest.raises(SystemExit) as stop:
+        main([str(data_dir), "--lookbacks", "2", "3", "trainer.meta_steps=6"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "'trainer.meta_steps=6' is not a number" in err and "after --" in err

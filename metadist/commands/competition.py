@@ -286,6 +286,17 @@ class Member:
         return out / f"h{self.horizon}" / f"L{self.lookback}-{self.loss}-s{self.seed}"
 
 
+def _multiple(text: str) -> float:
+    """A `--lookbacks` value; an override there was taken for one (nargs="+")."""
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a number; put overrides before --lookbacks, after another "
+            "option, or after --"
+        ) from None
+
+
 def members_of(
     horizon: int, lookbacks: Sequence[float], losses: Sequence[str], seeds: int
 ) -> list[Member]:
@@ -312,7 +323,7 @@ def build_parser(prog: str = "metadist competition") -> argparse.ArgumentParser:
     parser.add_argument("--experiment", default="competition", help="the experiment meta-trained")
     parser.add_argument(
         "--lookbacks",
-        type=float,
+        type=_multiple,
         nargs="+",
         default=[2.0],
         help="lookback multiples of the horizon, one ensemble member each (N-BEATS: 2..7)",

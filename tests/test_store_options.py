@@ -171,8 +171,8 @@ def test_single_file_glob_and_directory_sources_agree(tmp_path):
 @pytest.mark.integration
 @pytest.mark.timeout(120)
 def test_cli_ingest_loads_only_its_own_modules(tmp_path):
-    """`metadist ingest` imports neither torch nor the other commands' modules: the
-    start-up is part of every ingest's wall time."""
+    """`metadist ingest` imports neither torch, pandas nor the other commands' modules:
+    the start-up is part of every ingest's wall time."""
     import subprocess
     import sys
 
@@ -181,7 +181,7 @@ def test_cli_ingest_loads_only_its_own_modules(tmp_path):
         "import sys; from metadist.cli import main\n"
         f"code = main(['ingest', {str(src)!r}, {str(tmp_path / 'store')!r}, '--entity-col',"
         " 'entity', '--time-col', 't', '--features', 'a', '--no-progress'])\n"
-        "loaded = [m for m in ('torch', 'metadist.datasets.m3', 'metadist.api') if m in sys.modules]\n"
+        "loaded = [m for m in ('torch', 'pandas', 'metadist.datasets.m3', 'metadist.api') if m in sys.modules]\n"
         "print('loaded:', loaded); sys.exit(code)\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=100)

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from metadist.store.arrow import to_numpy
+from metadist.store.arrow import int64_array, to_numpy
 from metadist.store.settings import MAX_TIME, NO_TIME
 
 # A batch is "grouped by entity" when each of its entities is one run of rows and there
@@ -62,7 +62,7 @@ class Registry:
             mapping = found.copy()
             missing = np.flatnonzero(mapping < 0)
             if missing.size:
-                keys = keys_of(dictionary.take(pa.array(missing)), self.as_str)
+                keys = keys_of(dictionary.take(int64_array(missing)), self.as_str)
                 for position, key in zip(missing.tolist(), keys, strict=True):
                     mapping[position] = codes.setdefault(key, len(codes))
         else:

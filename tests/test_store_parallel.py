@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from metadist.store.parallel import ordered_streams
+from metadist.store.parallel import ordered_streams, thread_cache
 
 
 @pytest.mark.timeout(60)
@@ -48,4 +48,53 @@ def test_first_error_in_item_order_wins():
 
     with pytest.raises(ValueError, match="bad item 3"):
         list(ordered_streams(range(10), produce, 8, 100))
+    assert not [t for t in threading.enumerate() if t.name == "metadist-ingest-worker"]
+
+
+class _Handle:
+    """Stands for an open file a worker keeps in its thread cache."""
+
+    def __init__(self, registry: list) -> None:
+        self.closed = False
+        registry.append(self)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("workers", [1, 3])
+def test_a_pool_of_workers_threads_keeps_its_cache_across_items(workers):
+    opened: list[_Handle] = []
+    threads: set[int] = set()
+    lock = threading.Lock()
+
+    def produce(item: int):
+        cache = thread_cache()
+        assert cache is not None
+        with lock:
+            threads.add(threading.get_ident())
+        if "file" not in cache:
+            cache["file"] = _Handle(opened)
+        yield item, cache["file"]
+
+    results = list(ordered_streams(range(50), produce, workers, 100))
+    assert [item for item, _ in results] == list(range(50))
+    # one thread per worker for all 50 items, each opening its file once
+    assert len(threads) <= workers
+    assert len(opened) == len(threads)
+    assert all(handle.closed for handle in opened)  # closed when the stream ended
+    assert thread_cache() is None  # the caller's thread has no cache
+    assert not [t for t in threading.enumerate() if t.name == "metadist-ingest-worker"]
+
+
+@pytest.mark.timeout(60)
+def test_closing_the_stream_early_stops_the_pool():
+    def produce(item: int):
+        for k in range(100):
+            yield item, k
+
+    stream = ordered_streams(range(100), produce, 4, 10)
+    assert next(stream) == (0, (0, 0))
+    stream.close()
     assert not [t for t in threading.enumerate() if t.name == "metadist-ingest-worker"]

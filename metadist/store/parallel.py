@@ -58,7 +58,10 @@ def ordered_streams(
 ) -> Iterator[tuple[Item, Result]]:
     """Yields `(item, result)` for every result of `produce(item)`, items in the order
     given and each item's results in the order produced, while up to `workers` items are
-    produced at once in threads.
+    produced at once by a pool of `workers` threads.
+
+    The threads live as long as the stream: per-thread state that `produce` keeps (an
+    open file, see `thread_cache`) is reused across items and dropped at the end.
 
     Results waiting for the caller total at most `budget` (in units of `size_of`, e.g.
     bytes) plus one result: a thread whose result does not fit waits, until the caller
@@ -73,7 +76,8 @@ def ordered_streams(
     stop = threading.Event()
     room = threading.Condition()
     state = _Shared()
-    pending: deque[tuple[Item, _Stream, threading.Thread]] = deque()
+    pending: deque[tuple[Item, _Stream]] = deque()
+    work: queue.SimpleQueue = queue.SimpleQueue()  # (item, stream), or None to end a thread
     source = iter(items)
 
     def run(item: Item, stream: _Stream) -> None:
@@ -99,23 +103,38 @@ def ordered_streams(
         except BaseException as error:  # handed to the caller, in item order
             put(_DONE, error, 0)
 
+    def serve() -> None:
+        _THREAD_STATE.cache = {}
+        try:
+            while (task := work.get()) is not None and not stop.is_set():
+                run(*task)
+        finally:
+            cache = _THREAD_STATE.__dict__.pop("cache")
+            for value in cache.values():  # e.g. the Parquet files this thread opened
+                close = getattr(value, "close", None)
+                if close is not None:
+                    close()
+
     def start_next() -> bool:
         for item in source:
             stream = _Stream()
-            thread = threading.Thread(
-                target=run, args=(item, stream), name="metadist-ingest-worker", daemon=True
-            )
-            pending.append((item, stream, thread))
-            thread.start()
+            pending.append((item, stream))
+            work.put((item, stream))
             return True
         return False
 
+    threads = [
+        threading.Thread(target=serve, name="metadist-ingest-worker", daemon=True)
+        for _ in range(max(1, workers))
+    ]
+    for thread in threads:
+        thread.start()
     try:
         for _ in range(max(1, workers)):
             if not start_next():
                 break
         while pending:
-            item, stream, thread = pending[0]
+            item, stream = pending[0]
             with room:
                 state.head = stream
                 room.notify_all()
@@ -128,7 +147,6 @@ def ordered_streams(
                 if result is _DONE:
                     break
                 yield item, result
-            thread.join()
             pending.popleft()
             if error is not None:
                 raise error
@@ -137,5 +155,17 @@ def ordered_streams(
         stop.set()
         with room:
             room.notify_all()
-        for _, _, thread in pending:
+        for _ in threads:
+            work.put(None)
+        for thread in threads:
             thread.join()
+
+
+_THREAD_STATE = threading.local()
+
+
+def thread_cache() -> dict | None:
+    """A dict private to the calling thread of an `ordered_streams` pool, or None in any
+    other thread. Its values (e.g. the Parquet files a worker keeps open across the row
+    groups it decodes) are closed when the stream ends."""
+    return getattr(_THREAD_STATE, "cache", None)

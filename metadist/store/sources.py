@@ -16,6 +16,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from metadist.store.arrow import to_numpy
+from metadist.store.parallel import thread_cache
 
 _GLOB_CHARS = set("*?[")
 _MAX_INTERLEAVED_FILES = 256
@@ -347,12 +348,22 @@ def iter_unit(
     unit: Unit, columns: list[str], batch_size: int, dictionary_columns: Sequence[str]
 ) -> Iterator[tuple[int, pa.RecordBatch]]:
     """Yields `(first_row_in_file, batch)` of one row group, in bounded record batches,
-    decoded in the calling thread.
+    decoded in the calling thread. A worker of `ordered_streams` opens each file once
+    and keeps it open for the row groups it decodes next (parsing the footer and
+    resolving the path cost as much as decoding a small row group).
 
     Raises:
         ValueError: the file cannot be read (corrupt pages, truncated file).
     """
-    parquet = open_parquet(unit.file.path, dictionary_columns, unit.metadata, _READ_BUFFER_BYTES)
+    cache = thread_cache()
+    key = ("parquet", unit.file.path, tuple(dictionary_columns))
+    parquet = cache.get(key) if cache is not None else None
+    if parquet is None:
+        parquet = open_parquet(
+            unit.file.path, dictionary_columns, unit.metadata, _READ_BUFFER_BYTES
+        )
+        if cache is not None:  # a pool thread: kept open for its next row groups
+            cache[key] = parquet
     offset = unit.first_row
     try:
         for batch in parquet.iter_batches(

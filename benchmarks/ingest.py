@@ -27,6 +27,7 @@ ratio in CPU time (less sensitive to other work on a shared machine) and ingest 
 Examples:
     python benchmarks/ingest.py --size-mb 4000 --repeats 3 --work-dir /tmp/metadist-bench
     python benchmarks/ingest.py --shape float32-ordered --repeats 5
+    git worktree add /tmp/before HEAD~3 && python benchmarks/ingest.py --baseline /tmp/before
 """
 
 from __future__ import annotations
@@ -101,12 +102,15 @@ sys.exit(code)
 )
 
 
-def _run_child(argv: list[str]) -> tuple[float, float, str]:
-    """Runs a child process to completion; returns (wall seconds, CPU seconds (user +
-    system, all its threads), stdout)."""
+def _run_child(argv: list[str], source: Path | None = None) -> tuple[float, float, str]:
+    """Runs a child process to completion, importing metadist from `source` if given;
+    returns (wall seconds, CPU seconds (user + system, all its threads), stdout)."""
+    env = dict(os.environ)
+    if source is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(source), env.get("PYTHONPATH")]))
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     began = time.perf_counter()
-    child = subprocess.run(argv, capture_output=True, text=True)
+    child = subprocess.run(argv, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - began
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if child.returncode != 0:
@@ -236,7 +240,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--regenerate", action="store_true", help="do not reuse a panel")
     parser.add_argument("--keep-store", action="store_true", help="keep the last store")
     parser.add_argument("--json", type=Path, default=None, help="also write results here")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="also time the ingest of another metadist source tree (e.g. a git worktree of "
+        "an earlier commit), alternating with this one, with as many workers as cores",
+    )
     args = parser.parse_args(argv)
+    if args.baseline is not None and not (args.baseline / "metadist" / "cli.py").is_file():
+        parser.error(f"--baseline {args.baseline} is not a metadist source tree")
     if args.files is None:
         args.files = 16 if args.shape == "sensor" else 8
     worker_counts = sorted({int(w) for w in args.workers.split(",")})
@@ -250,7 +264,13 @@ def main(argv: list[str] | None = None) -> int:
     plain_argv = [sys.executable, "-c", PLAIN_READ, ",".join(_columns(args)), str(args.batch_size)]
     plain_argv += files
     plain: list[tuple[float, float, float]] = []
-    runs: dict[int, list[tuple[float, float, float, dict]]] = {w: [] for w in worker_counts}
+    # (label, workers, source tree) of each ingest timed in every repeat
+    variants: list[tuple[str, int, Path | None]] = [("", w, None) for w in worker_counts]
+    if args.baseline is not None:
+        variants.append((f"baseline {args.baseline}", max(worker_counts), args.baseline))
+    runs: dict[tuple[str, int], list[tuple[float, float, float, dict]]] = {
+        (label, w): [] for label, w, _ in variants
+    }
     loads = []
     for repeat in range(args.repeats):
         loads.append(round(os.getloadavg()[0], 2))
@@ -259,13 +279,14 @@ def main(argv: list[str] | None = None) -> int:
         plain.append((wall, cpu, float(rss_text)))
         num_rows = int(rows_text)
         line = f"run {repeat + 1} (load {loads[-1]}): plain {wall:.2f} s {cpu:.2f} CPU-s"
-        for workers in worker_counts:
+        for label, workers, source in variants:
             shutil.rmtree(store, ignore_errors=True)
-            wall, cpu, out = _run_child(_ingest_argv(args, panel, store, workers))
+            wall, cpu, out = _run_child(_ingest_argv(args, panel, store, workers), source)
             rss = float(out.rsplit("peak_rss_mb", 1)[1])
             meta = json.loads((store / "metadata.json").read_text())
-            runs[workers].append((wall, cpu, rss, meta["timings_s"]))
-            line += f" | {workers} workers {wall:.2f} s {cpu:.2f} CPU-s {rss:.0f} MB"
+            runs[(label, workers)].append((wall, cpu, rss, meta["timings_s"]))
+            line += f" | {label + ': ' if label else ''}{workers} workers {wall:.2f} s"
+            line += f" {cpu:.2f} CPU-s {rss:.0f} MB"
             line += f" {meta['timings_s']}"
         print(line, flush=True)
     plain_s = statistics.median(w for w, _, _ in plain)
@@ -289,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
         "| shape | Parquet | workers | plain read | ingest | ratio | CPU ratio | peak RSS |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
-    for workers, timed in runs.items():
+    for (label, workers), timed in runs.items():
         ingest_s = statistics.median(w for w, _, _, _ in timed)
         ingest_cpu = statistics.median(c for _, c, _, _ in timed)
         entry = {
@@ -303,9 +324,10 @@ def main(argv: list[str] | None = None) -> int:
             "peak_rss_mb": round(max(r for _, _, r, _ in timed), 0),
             "pass_s": [t for _, _, _, t in timed],
         }
-        result["ingest"][str(workers)] = entry
+        result["ingest"][f"{label}: {workers}" if label else str(workers)] = entry
         table.append(
-            f"| {args.shape} | {size_mb:,.0f} MB, {len(files)} files, {num_rows:,} rows "
+            f"| {args.shape}{' (' + label + ')' if label else ''} | {size_mb:,.0f} MB, "
+            f"{len(files)} files, {num_rows:,} rows "
             f"| {workers} | {plain_s:.2f} s | {ingest_s:.2f} s | **{entry['ratio']:.2f}** "
             f"| {entry['cpu_ratio']:.2f} | {entry['peak_rss_mb']:.0f} MB |"
         )

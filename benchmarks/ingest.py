@@ -1,12 +1,15 @@
 """Ingest throughput and memory against a plain pyarrow read of the same Parquet files.
 
-Two shapes of input (`--shape`):
+Three shapes of input (`--shape`):
 
 - `sensor`: the synthetic sensor panel of about `--size-mb` MB (float64 values, many
   short series, rows shuffled over the files);
 - `float32-ordered`: `--entities` x `--rows-per-entity` rows of `--features` float32
   features in `--files` files, rows in store order (entities in id order, each one's
-  rows together and in time order); by default 1,600 x 6,000 x 8 in 8 files.
+  rows together and in time order); by default 1,600 x 6,000 x 8 in 8 files;
+- `float32-dealt`: the same kind of rows dealt among the files side by side (file k
+  holds times k, k + files, ... of every entity), in row groups of `--row-group-rows`
+  rows: such input takes the general path (scan, write, order).
 
 The panel is generated (or reused), then, in one run and alternating, these are timed
 in child processes:
@@ -122,6 +125,8 @@ def _run_child(argv: list[str], source: Path | None = None) -> tuple[float, floa
 def _panel(args: argparse.Namespace) -> Path:
     if args.shape == "float32-ordered":
         return _ordered_panel(args)
+    if args.shape == "float32-dealt":
+        return _dealt_panel(args)
     panel = args.work_dir / f"panel-{args.size_mb}mb-{args.files}f-seed{args.seed}"
     if panel.exists() and not args.regenerate:
         print(f"reusing {panel}")
@@ -195,6 +200,60 @@ def _ordered_panel(args: argparse.Namespace) -> Path:
     return panel
 
 
+def _dealt_panel(args: argparse.Namespace) -> Path:
+    """Writes the dealt panel: the rows of every entity dealt among `--files` files side
+    by side (file k holds times k, k + files, k + 2 files, ... of every entity, entities
+    in id order), in row groups of exactly `--row-group-rows` rows; random-walk values.
+    Each file is written on its own, from its own seed, `--row-group-rows` at a time
+    (bounded memory), under a temporary name renamed when complete."""
+    if args.rows_per_entity % args.files:
+        raise SystemExit("--shape float32-dealt: --rows-per-entity must be a multiple of --files")
+    name = (
+        f"dealt-{args.entities}x{args.rows_per_entity}x{args.features}-{args.dtype}-"
+        f"{args.files}f-{args.row_group_rows}rg-seed{args.seed}"
+    )
+    panel = args.work_dir / name
+    if panel.exists() and not args.regenerate:
+        print(f"reusing {panel}")
+        return panel
+    if panel.exists():
+        shutil.rmtree(panel)
+    partial = panel.with_name(panel.name + ".partial")
+    partial.mkdir(parents=True, exist_ok=True)
+    began = time.perf_counter()
+    dtype = np.dtype(args.dtype)
+    per_entity = args.rows_per_entity // args.files  # rows of each entity in each file
+    file_rows = args.entities * per_entity
+    ids = pa.array([f"e{e:06d}" for e in range(args.entities)])
+    schema = pa.schema(
+        [("entity", pa.dictionary(pa.int32(), pa.string())), ("t", pa.int64())]
+        + [(f"x{j}", pa.from_numpy_dtype(dtype)) for j in range(args.features)]
+    )
+    for k in range(args.files):
+        path = partial / f"part-{k:04d}.parquet"
+        if path.exists():
+            continue
+        rng = np.random.default_rng([args.seed, k])
+        writing = partial / f".{path.name}.writing"
+        with pq.ParquetWriter(writing, schema) as writer:
+            for first in range(0, file_rows, args.row_group_rows):
+                row = np.arange(first, min(first + args.row_group_rows, file_rows))
+                entity, step = np.divmod(row, per_entity)
+                columns = {
+                    "entity": pa.DictionaryArray.from_arrays(pa.array(entity, pa.int32()), ids),
+                    "t": pa.array(k + args.files * step),
+                }
+                for j in range(args.features):
+                    draw = np.float64 if dtype == np.float64 else np.float32
+                    walk = rng.standard_normal(row.size, dtype=draw).cumsum(dtype=draw)
+                    columns[f"x{j}"] = pa.array(walk.astype(dtype, copy=False))
+                writer.write_table(pa.table(columns, schema=schema), row_group_size=row.size)
+        writing.rename(path)
+    partial.rename(panel)
+    print(f"generated {panel} in {time.perf_counter() - began:.0f} s")
+    return panel
+
+
 def _ingest_argv(args: argparse.Namespace, panel: Path, store: Path, workers: int) -> list[str]:
     argv = [sys.executable, "-c", INGEST, "ingest", str(panel), str(store)]
     if args.shape == "sensor":
@@ -217,7 +276,9 @@ def _columns(args: argparse.Namespace) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shape", choices=["sensor", "float32-ordered"], default="sensor")
+    parser.add_argument(
+        "--shape", choices=["sensor", "float32-ordered", "float32-dealt"], default="sensor"
+    )
     parser.add_argument("--size-mb", type=int, default=1000, help="sensor: Parquet size")
     parser.add_argument("--files", type=int, default=None, help="files (16 sensor, 8 ordered)")
     parser.add_argument("--length-range", type=int, nargs=2, default=[200, 900])

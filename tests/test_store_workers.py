@@ -193,3 +193,89 @@ def test_in_place_store_equals_three_pass_store(tmp_path, monkeypatch):
     assert "finish_s" in in_place.metadata["timings_s"]
     assert "order_s" in three_pass.metadata["timings_s"]
     assert _store_bytes(in_place.path) == _store_bytes(three_pass.path)
+
+
+def _dealt_panel(directory: Path, num_files: int = 4, duplicate: bool = False) -> Path:
+    """Float64 panel whose rows are dealt among the files side by side (file k holds
+    times k, k + num_files, ... of every entity; entities in id order; small row
+    groups), as Spark or Dask write: the store fills region by region. Some entities
+    have gaps (NaN) and irregular times; with `duplicate`, an early entity has two rows
+    at one time."""
+    rng = np.random.default_rng(5)
+    per_file: list[list[dict]] = [[] for _ in range(num_files)]
+    for i in range(40):
+        length = num_files * int(rng.integers(5, 30))
+        times = np.arange(length, dtype=np.int64) * (1 + i % 3)
+        if i % 7 == 3:  # irregular: not a progression
+            times = np.cumsum(rng.integers(1, 4, length))
+        values = {name: rng.normal(i, 1 + j, length) for j, name in enumerate(FEATURES)}
+        if i % 5 == 1:
+            values["a"][rng.choice(length, 3, replace=False)] = np.nan
+        for k in range(num_files):
+            part = {
+                "entity": np.full(length // num_files, f"ent{i:03d}"),
+                "t": times[k::num_files].copy(),
+                "kind": np.full(length // num_files, f"kind{i % 3}"),
+                **{name: column[k::num_files] for name, column in values.items()},
+            }
+            if duplicate and i == 2 and k == 1:
+                part["t"][1] = part["t"][0]
+            per_file[k].append(part)
+    directory.mkdir(parents=True, exist_ok=True)
+    for k, parts in enumerate(per_file):
+        columns = {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
+        pq.write_table(pa.table(columns), directory / f"part-{k}.parquet", row_group_size=50)
+    return directory
+
+
+@pytest.fixture
+def small_chunks(monkeypatch):
+    """Pass 3 in chunks of a few entities, and a record of what pass 2 finished early."""
+    from metadist.store import order
+
+    monkeypatch.setattr(order, "_chunk_rows", lambda settings: 60)
+    finished: list[tuple[int, int, BaseException | None]] = []
+    stop = order.EarlyFinisher.stop
+
+    def recording_stop(self):
+        stop(self)
+        finished.append((self.done, len(self.chunks), self.error))
+
+    monkeypatch.setattr(order.EarlyFinisher, "stop", recording_stop)
+    return finished
+
+
+@pytest.mark.parametrize("scaling, nan", [("global", "ffill"), ("per-entity", "drop")])
+def test_regions_finished_during_pass_2_give_the_same_store(tmp_path, small_chunks, scaling, nan):
+    src = _dealt_panel(tmp_path / "src")
+    stores = []
+    for workers, limit in ((1, 256), (2, 256), (3, 1)):
+        store = _ingest(
+            src, tmp_path / f"w{workers}", workers, scaling=scaling, nan=nan, batch_size=32,
+            memory_limit_mb=limit,
+        )  # fmt: skip
+        assert "order_s" in store.metadata["timings_s"]
+        stores.append(_store_bytes(store.path))
+    assert stores[0] == stores[1] == stores[2]
+    # one worker finishes nothing early; more do most regions while pass 2 runs
+    assert len(small_chunks) == 2
+    for done, num_chunks, error in small_chunks:
+        assert error is None
+        assert 0 < done <= num_chunks and num_chunks > 5
+
+
+def test_a_duplicate_found_during_pass_2_is_the_one_worker_error(tmp_path, small_chunks):
+    src = _dealt_panel(tmp_path / "src", duplicate=True)
+    messages = []
+    for workers in (1, 3):
+        out = tmp_path / f"out{workers}"
+        with pytest.raises(ValueError) as caught:
+            _ingest(src, out, workers, nan="ffill", batch_size=32)
+        messages.append(str(caught.value))
+        assert not out.exists()
+        assert not [p for p in tmp_path.iterdir() if p.name.startswith(f".out{workers}")]
+    assert messages[0] == messages[1]
+    assert "duplicate (entity, time): entity 'ent002'" in messages[0]
+    assert "part-1.parquet row" in messages[0]
+    [(done, _, error)] = small_chunks  # found by the early finisher, raised by pass 3
+    assert isinstance(error, ValueError) and str(error) == messages[1]

@@ -10,6 +10,7 @@ order.
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,8 @@ from metadist.store.parallel import ordered_streams
 from metadist.store.plan import IngestPlan
 from metadist.store.progress import Bar
 from metadist.store.settings import IngestSettings
-from metadist.store.write import FILLED_FILE
+
+FILLED_FILE = ".filled"  # one byte per store row, in the temporary directory only
 
 
 def _chunk_rows(settings: IngestSettings) -> int:
@@ -46,13 +48,18 @@ def _checksum_chunks(
     bar: Bar,
     name: str,
     work,
+    skip: int = 0,
+    num_rows_done: int = 0,
+    sums: tuple[Checksum, Checksum] | None = None,
 ) -> dict[str, str]:
-    """Runs `work(values_file, times_file, first, last)` on every chunk of entities in
-    workers; each returns the chunk's final `(values, times)` and the main thread
+    """Runs `work(values_file, times_file, first, last)` on every chunk of entities
+    after the first `skip` (done already, `num_rows_done` rows checksummed into `sums`)
+    in workers; each returns the chunk's final `(values, times)` and the main thread
     checksums them in order. Both files are fsynced at the end."""
     num_columns = len(settings.value_names)
-    values_sum, times_sum = Checksum(), Checksum()
+    values_sum, times_sum = sums if sums is not None else (Checksum(), Checksum())
     task = bar.add(name, plan.num_rows)
+    bar.advance(task, num_rows_done)
     with (
         RawFile(temp / VALUES_FILE, num_columns * VALUES_DTYPE.itemsize) as vf,
         RawFile(temp / TIMES_FILE, TIMES_DTYPE.itemsize) as tf,
@@ -62,7 +69,7 @@ def _checksum_chunks(
             yield work(vf, tf, *chunk)
 
         for _, (values, times) in ordered_streams(
-            plan.chunks(_chunk_rows(settings)),
+            plan.chunks(_chunk_rows(settings))[skip:],
             produce,
             settings.workers,
             settings.memory_limit,
@@ -125,50 +132,183 @@ def _scale(values: np.ndarray, mean: np.ndarray, std: np.ndarray) -> None:
         rows[...] = temp
 
 
+def _order_chunk(
+    settings: IngestSettings,
+    plan: IngestPlan,
+    filled: MappedFile,
+    vf: RawFile,
+    tf: RawFile,
+    first: int,
+    last: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Makes the store entities `[first, last)` final after pass 2 (times of placed
+    entities written and checked, irregular ones sorted, gaps filled) and lets the disk
+    take them; returns their final `(values, times)` for the checksums."""
+    num_columns = len(settings.value_names)
+    row_a = int(plan.starts[first])
+    row_b = int(plan.starts[last - 1] + plan.lengths[last - 1])
+    lengths = plan.lengths[first:last]
+    starts = plan.starts[first:last] - row_a
+    regular = plan.regular[first:last]
+    if regular.all():
+        times = np.empty(row_b - row_a, TIMES_DTYPE)
+    else:
+        times = tf.read(row_a, row_b, TIMES_DTYPE)
+    values = vf.read(row_a, row_b, VALUES_DTYPE).reshape(-1, num_columns)
+    changed = False
+    if regular.any():
+        chunk_filled = np.array(filled.array[row_a:row_b])
+        filled.touched(row_a, row_b, row_b - row_a)
+        _place_times(settings, plan, first, times, chunk_filled, starts, lengths, regular)
+    if not regular.all():
+        changed = _sort_irregular(settings, plan, first, times, values, lengths, regular)
+    if settings.nan == "ffill" and plan.has_gaps[first:last].any():
+        changed |= _fill_chunk(values, starts, lengths, plan.has_gaps[first:last])
+    if changed:
+        vf.write(row_a, values)
+    if changed or regular.any():
+        tf.write(row_a, times)
+    vf.start_writeback(row_a, row_b)
+    tf.start_writeback(row_a, row_b)
+    return values, times
+
+
+class EarlyFinisher:
+    """Pass 3 on the chunks that pass 2 has written whole, while pass 2 goes on.
+
+    Input written side by side (Spark, Dask, `write_synthetic_panel`) completes the
+    store region by region. The main thread of pass 2 tells `written` how many rows of
+    which entities each batch wrote, in input order; a thread of this class finishes
+    every chunk all of whose rows are there, in store order, and starts its writes to
+    disk. The disk then works while pass 2 still computes, rather than in the final
+    fsync, and the chunks are read back while they are still in the page cache.
+    `order_rows` does the chunks left at the end of pass 2 with every worker.
+
+    The stores are byte for byte those of pass 3 alone: the same work per chunk, the
+    checksums taken in store order. An error (a duplicate time) stops the thread and is
+    raised by `order_rows`, after any error of pass 2: the first in store order, as
+    pass 3 alone would raise it.
+    """
+
+    def __init__(self, settings: IngestSettings, plan: IngestPlan, temp: Path) -> None:
+        self.settings = settings
+        self.plan = plan
+        self.temp = temp
+        self.chunks = plan.chunks(_chunk_rows(settings))
+        self.remaining = plan.lengths.copy()  # [E] rows pass 2 has not reported yet
+        self.ready = 0  # chunks whose rows are all written (set by the main thread)
+        self.done = 0  # chunks finished and checksummed (set by the thread)
+        self.num_rows_done = 0
+        self.values_sum, self.times_sum = Checksum(), Checksum()
+        self.error: BaseException | None = None
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self._files: tuple[RawFile, RawFile, MappedFile] | None = None
+
+    def start(self) -> None:
+        """Starts the thread; pass 2 has created the store files."""
+        row_bytes = len(self.settings.value_names) * VALUES_DTYPE.itemsize
+        self._files = (
+            RawFile(self.temp / VALUES_FILE, row_bytes),
+            RawFile(self.temp / TIMES_FILE, TIMES_DTYPE.itemsize),
+            MappedFile(
+                self.temp / FILLED_FILE, np.dtype(bool), (self.plan.num_rows,), existing=True
+            ),
+        )
+        self._thread = threading.Thread(
+            target=self._run, name="metadist-ingest-finisher", daemon=True
+        )
+        self._thread.start()
+
+    def written(self, entities: np.ndarray, counts: np.ndarray) -> None:
+        """Notes that pass 2 wrote `counts[i]` rows of store entity `entities[i]` (in
+        the main thread, after the worker wrote them)."""
+        self.remaining[entities] -= counts
+        ready = self.ready
+        while ready < len(self.chunks):
+            first, last = self.chunks[ready]
+            if self.remaining[first:last].any():
+                break
+            ready += 1
+        if ready != self.ready:
+            with self._cond:
+                self.ready = ready
+                self._cond.notify()
+
+    def _run(self) -> None:
+        assert self._files is not None  # started
+        vf, tf, filled = self._files
+        while True:
+            with self._cond:
+                while not self._stopping and self.done >= self.ready:
+                    self._cond.wait()
+                if self._stopping:
+                    return
+            try:
+                values, times = _order_chunk(
+                    self.settings, self.plan, filled, vf, tf, *self.chunks[self.done]
+                )
+            except BaseException as error:  # raised by `order_rows`, in store order
+                self.error = error
+                return
+            self.values_sum.update(values)
+            self.times_sum.update(times)
+            self.num_rows_done += times.size
+            with self._cond:
+                self.done += 1
+
+    def stop(self) -> None:
+        """Stops the thread after the chunk in hand and closes its files, without
+        flushing them (pass 3 fsyncs the store files; after a failed pass 2 they are
+        removed)."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._files is not None:
+            values_file, times_file, filled = self._files
+            values_file.close()
+            times_file.close()
+            filled.__exit__(None, None, None)
+            self._files = None
+
+
 def order_rows(
-    settings: IngestSettings, plan: IngestPlan, temp: Path, bar: Bar
+    settings: IngestSettings,
+    plan: IngestPlan,
+    temp: Path,
+    bar: Bar,
+    early: EarlyFinisher | None = None,
 ) -> tuple[dict[str, str], float]:
     """Pass 3 after pass 2: checks placed entities, sorts the others, fills, checksums;
-    returns the checksums and the seconds taken.
+    returns the checksums and the seconds taken. With `early`, the chunks it finished
+    during pass 2 are taken as they are and the walk goes on from there.
 
     Raises:
         ValueError: a duplicate (entity, time), naming the two source rows.
     """
     began = time.perf_counter()
     sources.check_unchanged(list(settings.files))
-    num_columns = len(settings.value_names)
+    sums = (Checksum(), Checksum())
+    skip, num_rows_done = 0, 0
+    if early is not None:
+        early.stop()
+        if early.error is not None:
+            raise early.error
+        sums = (early.values_sum, early.times_sum)
+        skip, num_rows_done = early.done, early.num_rows_done
     filled_path = temp / FILLED_FILE
     with MappedFile(filled_path, np.dtype(bool), (plan.num_rows,), existing=True) as filled:
 
         def work(vf: RawFile, tf: RawFile, first: int, last: int):
-            row_a = int(plan.starts[first])
-            row_b = int(plan.starts[last - 1] + plan.lengths[last - 1])
-            lengths = plan.lengths[first:last]
-            starts = plan.starts[first:last] - row_a
-            regular = plan.regular[first:last]
-            if regular.all():
-                times = np.empty(row_b - row_a, TIMES_DTYPE)
-            else:
-                times = tf.read(row_a, row_b, TIMES_DTYPE)
-            values = vf.read(row_a, row_b, VALUES_DTYPE).reshape(-1, num_columns)
-            changed = False
-            if regular.any():
-                chunk_filled = np.array(filled.array[row_a:row_b])
-                filled.touched(row_a, row_b, row_b - row_a)
-                _place_times(settings, plan, first, times, chunk_filled, starts, lengths, regular)
-            if not regular.all():
-                changed = _sort_irregular(settings, plan, first, times, values, lengths, regular)
-            if settings.nan == "ffill" and plan.has_gaps[first:last].any():
-                changed |= _fill_chunk(values, starts, lengths, plan.has_gaps[first:last])
-            if changed:
-                vf.write(row_a, values)
-            if changed or regular.any():
-                tf.write(row_a, times)
-            vf.start_writeback(row_a, row_b)
-            tf.start_writeback(row_a, row_b)
-            return values, times
+            return _order_chunk(settings, plan, filled, vf, tf, first, last)
 
-        checksums = _checksum_chunks(settings, plan, temp, bar, "order", work)
+        checksums = _checksum_chunks(
+            settings, plan, temp, bar, "order", work, skip, num_rows_done, sums
+        )
     filled_path.unlink()
     return checksums, time.perf_counter() - began
 

@@ -22,13 +22,12 @@ from metadist.store import sources
 from metadist.store.batch_stats import dictionary_of, lookup, nonfinite
 from metadist.store.files import MappedFile
 from metadist.store.format import TIMES_DTYPE, TIMES_FILE, VALUES_DTYPE, VALUES_FILE
+from metadist.store.order import FILLED_FILE, EarlyFinisher
 from metadist.store.parallel import ordered_streams
 from metadist.store.plan import IngestPlan
 from metadist.store.progress import Bar
 from metadist.store.scan import ScanResult
 from metadist.store.settings import IngestSettings
-
-FILLED_FILE = ".filled"  # one byte per store row, in the temporary directory only
 
 
 class Demoted(Exception):
@@ -51,9 +50,13 @@ class _Shared:
     misfits: list[np.ndarray] = field(default_factory=list)
 
 
-def write(settings: IngestSettings, scan: ScanResult, plan: IngestPlan, temp: Path, bar: Bar):
+def write(
+    settings: IngestSettings, scan: ScanResult, plan: IngestPlan, temp: Path, bar: Bar
+) -> tuple[IngestPlan, EarlyFinisher | None, float]:
     """Pass 2; returns the plan, with entities demoted from regular where their times
-    turned out not to be a progression (the pass is then redone once for them).
+    turned out not to be a progression (the pass is then redone once for them), the
+    pass 3 work done meanwhile on the regions already complete (with two workers or
+    more; see `EarlyFinisher`) and the seconds taken.
 
     Raises:
         ValueError: the input changed since pass 1.
@@ -61,18 +64,24 @@ def write(settings: IngestSettings, scan: ScanResult, plan: IngestPlan, temp: Pa
     began = time.perf_counter()
     sources.check_unchanged(list(settings.files))
     while True:
+        early = EarlyFinisher(settings, plan, temp) if settings.workers > 1 else None
         try:
-            _write_all(settings, scan, plan, temp, bar)
+            _write_all(settings, scan, plan, temp, bar, early)
             break
         except Demoted as demoted:  # rare: redo the pass with those entities sorted
             plan = plan.demote(demoted.entities)
             for name in (VALUES_FILE, TIMES_FILE, FILLED_FILE):
                 (temp / name).unlink()
-    return plan, time.perf_counter() - began
+    return plan, early, time.perf_counter() - began
 
 
 def _write_all(
-    settings: IngestSettings, scan: ScanResult, plan: IngestPlan, temp: Path, bar: Bar
+    settings: IngestSettings,
+    scan: ScanResult,
+    plan: IngestPlan,
+    temp: Path,
+    bar: Bar,
+    early: EarlyFinisher | None,
 ) -> None:
     num_columns = len(settings.value_names)
     task = bar.add("write", settings.num_rows_read)
@@ -83,15 +92,24 @@ def _write_all(
     ):
         shared = _Shared(values, times, filled, np.zeros(len(plan.order), np.int64))
         writer = _Writer(settings, scan, plan, shared)
-        for _, num_rows in ordered_streams(  # row counts only: they take no memory
-            settings.units, writer.unit_batches, settings.workers, 1, lambda num_rows: 0
-        ):
-            bar.advance(task, num_rows)
-        if shared.misfits:
-            raise Demoted(np.unique(np.concatenate(shared.misfits)))
-        irregular = ~plan.regular
-        if not np.array_equal(shared.cursor[irregular], plan.lengths[irregular]):
-            raise ValueError("the input files changed while they were being ingested")
+        if early is not None:
+            early.start()
+        try:
+            for _, (num_rows, entities, counts) in ordered_streams(  # small results
+                settings.units, writer.unit_batches, settings.workers, 1, lambda found: 0
+            ):
+                bar.advance(task, num_rows)
+                if early is not None:
+                    early.written(entities, counts)
+            if shared.misfits:
+                raise Demoted(np.unique(np.concatenate(shared.misfits)))
+            irregular = ~plan.regular
+            if not np.array_equal(shared.cursor[irregular], plan.lengths[irregular]):
+                raise ValueError("the input files changed while they were being ingested")
+        except BaseException:
+            if early is not None:
+                early.stop()  # its work is dropped with the files
+            raise
 
 
 class _Writer:
@@ -110,8 +128,7 @@ class _Writer:
                 unit, settings.write_columns, settings.batch_size, settings.dictionary_columns
             )
         ):
-            self._write_batch(unit, number, batch)
-            yield batch.num_rows
+            yield (batch.num_rows, *self._write_batch(unit, number, batch))
 
     def _entity_codes(
         self, unit: sources.Unit, number: int, batch: pa.RecordBatch
@@ -130,7 +147,11 @@ class _Writer:
             mapping = lookup(self.scan.entities.codes, dictionary)
         return local, mapping
 
-    def _write_batch(self, unit: sources.Unit, number: int, batch: pa.RecordBatch) -> None:
+    def _write_batch(
+        self, unit: sources.Unit, number: int, batch: pa.RecordBatch
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Writes a batch's rows; returns `([K] store entities, [K] rows written of
+        each)`."""
         settings, plan, shared = self.settings, self.plan, self.shared
         local, mapping = self._entity_codes(unit, number, batch)
         if (mapping < 0).any():
@@ -147,7 +168,7 @@ class _Writer:
         if keep is not None:
             local, times, values = local[keep], times[keep], [x[keep] for x in values]
         if local.size == 0:
-            return
+            return np.empty(0, np.int64), np.empty(0, np.int64)
         entity = np.maximum(entity, 0)
         scaled = np.empty((local.size, len(values)), VALUES_DTYPE)
         for j, column in enumerate(values):
@@ -176,6 +197,9 @@ class _Writer:
             shared.times.touched(
                 int(sorted_later.min()), int(sorted_later.max()) + 1, sorted_later.size
             )
+        rows = np.bincount(local, minlength=entity.size)
+        present = np.flatnonzero(rows)
+        return entity[present], rows[present]
 
     def _destinations(
         self, local: np.ndarray, entity: np.ndarray, times: np.ndarray

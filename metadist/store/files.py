@@ -58,13 +58,22 @@ class MappedFile:
     """A file of fixed size, memory-mapped read-write as a numpy array.
 
     Pages touched through the mapping are dropped from this process's page tables every
-    `_RELEASE_BYTES` (`MADV_DONTNEED` on a shared file mapping keeps their contents in
-    the page cache), so resident memory does not grow with the size of the file. Closing
+    `release_bytes` of pages touched (`MADV_DONTNEED` on a shared file mapping keeps their
+    contents in the page cache), so resident memory does not grow with the size of the
+    file. Closing
     does not flush: the caller makes the file durable once its contents are final.
     """
 
-    def __init__(self, path: Path, dtype: np.dtype, shape: tuple[int, ...], existing: bool = False):
+    def __init__(
+        self,
+        path: Path,
+        dtype: np.dtype,
+        shape: tuple[int, ...],
+        existing: bool = False,
+        release_bytes: int = _RELEASE_BYTES,
+    ):
         self.path = path
+        self.release_bytes = release_bytes
         self.size = int(np.prod(shape)) * dtype.itemsize
         self.row_bytes = self.size // max(shape[0], 1)
         flags = os.O_RDWR if existing else os.O_RDWR | os.O_CREAT | os.O_EXCL
@@ -80,15 +89,42 @@ class MappedFile:
         self._pending = 0
         self._low, self._high = self.size, 0
         self._lock = threading.Lock()
+        self._resident_base = _resident_file_bytes() or 0
 
     def touched(self, first_row: int, end_row: int, num_rows: int) -> None:
-        """Notes that `num_rows` rows within `[first_row, end_row)` were read or written."""
+        """Notes that `num_rows` rows lying together within `[first_row, end_row)` were
+        read or written."""
         low, high = first_row * self.row_bytes, end_row * self.row_bytes
         pages = (high - low) // PAGE_BYTES + 1
+        self._add(low, high, min(num_rows * self.row_bytes + PAGE_BYTES, pages * PAGE_BYTES))
+
+    def wrote(self, rows: np.ndarray) -> None:
+        """Notes that the rows `rows` (`[N]`, any order) were written. Counts the pages
+        they lie on: rows far apart (input dealt among files, so that a batch writes
+        every 64th row of its entities) each make a page resident, and a count of rows
+        alone would let resident memory grow to the size of the file."""
+        if rows.size == 0:
+            return
+        page = rows * self.row_bytes // PAGE_BYTES
+        first, last = int(page.min()), int(page.max())
+        span = last - first + 1
+        if span <= 64 * rows.size:  # a bitmap of the pages spanned is cheap
+            on = np.zeros(span, bool)
+            on[page - first] = True
+            num_pages = int(np.count_nonzero(on))
+        else:  # sparse: at most one page per row
+            num_pages = min(rows.size, span)
+        self._add(first * PAGE_BYTES, (last + 1) * PAGE_BYTES, num_pages * PAGE_BYTES)
+
+    def _add(self, low: int, high: int, num_bytes: int) -> None:
         with self._lock:
-            self._pending += min(num_rows * self.row_bytes + PAGE_BYTES, pages * PAGE_BYTES)
+            self._pending += num_bytes
             self._low, self._high = min(self._low, low), max(self._high, high)
-            if self._pending >= _RELEASE_BYTES:
+            # What the kernel made resident is the measure where it can be read: a fault
+            # may map more than the page written (page cache folios of up to 2 MB)
+            resident = _resident_file_bytes()
+            grown = self._pending if resident is None else resident - self._resident_base
+            if grown >= self.release_bytes:
                 self._release()
 
     def release(self) -> None:
@@ -102,6 +138,7 @@ class MappedFile:
             self.mm.madvise(mmap.MADV_DONTNEED, start, self._high - start)
         self._pending = 0
         self._low, self._high = self.size, 0
+        self._resident_base = _resident_file_bytes() or 0
 
     def __enter__(self) -> MappedFile:
         return self
@@ -177,6 +214,28 @@ class RawFile:
 
     def __exit__(self, exc_type: object, *exc_info: object) -> None:
         self.close(sync=exc_type is None)
+
+
+_statm: dict[int, int | None] = {}  # process id -> open /proc/self/statm (after a fork,
+# an inherited descriptor would still read the parent's)
+
+
+def _resident_file_bytes() -> int | None:
+    """Bytes of file-backed (and shared) memory resident in this process (Linux
+    `/proc/self/statm`, 3 us a read), or None where that cannot be read."""
+    pid = os.getpid()
+    if pid not in _statm:
+        try:
+            _statm[pid] = os.open("/proc/self/statm", os.O_RDONLY)
+        except OSError:  # not Linux
+            _statm[pid] = None
+    fd = _statm[pid]
+    if fd is None:
+        return None
+    try:
+        return int(os.pread(fd, 128, 0).split()[2]) * PAGE_BYTES
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def start_writeback(fd: int, offset: int, num_bytes: int) -> None:

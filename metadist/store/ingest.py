@@ -11,12 +11,13 @@ per-entity statistics, never by the size of the input:
    entity's region of the preallocated `values.bin` / `times.bin`.
 3. **Order** (`order.py`). Walk the file in chunks of whole entities: sort each entity's
    rows by time, reject duplicate times, forward-fill if asked, and checksum the final
-   bytes.
+   bytes. With two workers or more, chunks that pass 2 has written whole are done
+   while pass 2 goes on (`order.EarlyFinisher`), so their writes to disk overlap it.
 
 When the input is already in store order (entities sorted by id, each entity's rows
 together and in time order) and its values are float32, passes 2 and 3 are one pass
-that scales pass 1's copy in place (`order.finish_in_place`). Every pass runs on
-`workers` threads; results and error messages do not depend on their number.
+that scales pass 1's copy in place (`order.finish_in_place`). Every pass runs on a pool
+of `workers` threads; results and error messages do not depend on their number.
 
 Everything is written into a temporary sibling of OUT, fsynced, and renamed into place
 (an existing store at OUT is swapped atomically), so OUT holds either a whole store or

@@ -29,6 +29,8 @@ from metadist.store.progress import Bar
 from metadist.store.scan import ScanResult
 from metadist.store.settings import IngestSettings
 
+_SLICE_ROWS = 8192
+
 
 class Demoted(Exception):
     """Entities (store indices) that pass 1 took for regular but whose times are not."""
@@ -202,8 +204,12 @@ class _Writer:
         # whole rows as single opaque items: one copy per row instead of one per value
         row_type = np.dtype((np.void, scaled.shape[1] * scaled.itemsize))
         target = shared.values.array.view(row_type).reshape(-1)
-        target[destination] = scaled.view(row_type).reshape(-1)
-        shared.values.wrote(destination)
+        rows = scaled.view(row_type).reshape(-1)
+        # in slices, so that the resident pages are checked at least every
+        # _SLICE_ROWS pages (rows a page apart each make one resident)
+        for a in range(0, destination.size, _SLICE_ROWS):
+            target[destination[a : a + _SLICE_ROWS]] = rows[a : a + _SLICE_ROWS]
+            shared.values.wrote(destination[a : a + _SLICE_ROWS])
         filled = destination if placed is None else destination[placed]
         if filled.size:
             shared.filled.array[filled] = True

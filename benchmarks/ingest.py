@@ -97,6 +97,8 @@ INGEST = (
     _PEAK_RSS
     + """
 import sys
+import metadist
+print("metadist_from", metadist.__file__)
 from metadist.cli import main
 code = main(sys.argv[1:])
 print("peak_rss_mb", _peak_rss_mb())
@@ -111,9 +113,12 @@ def _run_child(argv: list[str], source: Path | None = None) -> tuple[float, floa
     env = dict(os.environ)
     if source is not None:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(source), env.get("PYTHONPATH")]))
+    # `python -c` puts its working directory first on sys.path: run `source`'s children
+    # there, or a checkout in the current directory would be imported instead
+    cwd = str(source) if source is not None else None
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     began = time.perf_counter()
-    child = subprocess.run(argv, capture_output=True, text=True, env=env)
+    child = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd)
     wall = time.perf_counter() - began
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if child.returncode != 0:
@@ -310,8 +315,11 @@ def main(argv: list[str] | None = None) -> int:
         "an earlier commit), alternating with this one, with as many workers as cores",
     )
     args = parser.parse_args(argv)
-    if args.baseline is not None and not (args.baseline / "metadist" / "cli.py").is_file():
-        parser.error(f"--baseline {args.baseline} is not a metadist source tree")
+    args.work_dir = args.work_dir.resolve()  # children may run in another directory
+    if args.baseline is not None:
+        args.baseline = args.baseline.resolve()
+        if not (args.baseline / "metadist" / "cli.py").is_file():
+            parser.error(f"--baseline {args.baseline} is not a metadist source tree")
     if args.files is None:
         args.files = 16 if args.shape == "sensor" else 8
     worker_counts = sorted({int(w) for w in args.workers.split(",")})
@@ -344,6 +352,10 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(store, ignore_errors=True)
             wall, cpu, out = _run_child(_ingest_argv(args, panel, store, workers), source)
             rss = float(out.rsplit("peak_rss_mb", 1)[1])
+            imported = Path(out.split("metadist_from", 1)[1].split()[0])
+            expected = source or Path(__file__).resolve().parents[1]
+            if expected not in imported.parents:
+                raise RuntimeError(f"the ingest of {expected} imported {imported}")
             meta = json.loads((store / "metadata.json").read_text())
             runs[(label, workers)].append((wall, cpu, rss, meta["timings_s"]))
             line += f" | {label + ': ' if label else ''}{workers} workers {wall:.2f} s"

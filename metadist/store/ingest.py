@@ -107,8 +107,9 @@ def ingest(
             The store is the same byte for byte for any number.
         memory_limit_mb: results the workers have finished and the main thread has not
             merged yet (per-batch statistics, finished chunks) are held up to this many
-            MB; with the workers' current batches and the per-entity statistics, this
-            bounds the ingest's memory whatever the size of the input.
+            MB, and pass 2 keeps up to this many MB of store pages mapped (half for the
+            values); with the workers' current batches and the per-entity statistics,
+            this bounds the ingest's memory whatever the size or layout of the input.
         progress: show a progress bar on stderr; None shows it when stderr is a terminal.
 
     Returns:
@@ -328,8 +329,9 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
         type=int,
         default=256,
         metavar="MB",
-        help="MB of finished work waiting between the workers and the main thread "
-        "(default 256); with --batch-size and --workers it bounds memory",
+        help="MB of finished work waiting between the workers and the main thread, and "
+        "of store pages kept mapped (default 256); with --batch-size and --workers it "
+        "bounds memory",
     )
     parser.add_argument("--no-progress", action="store_true", help="never show a progress bar")
     parser.set_defaults(func=_run)

@@ -43,9 +43,10 @@ def test_rows_far_apart_stay_within_the_budget(tmp_path, stride_pages):
 
 
 def test_rows_together_are_counted_by_their_bytes(tmp_path):
-    """Dense rows: a page holds many of them, and releases stay rare."""
+    """The count of pages written (the measure where resident memory cannot be read):
+    a page holds many rows that lie together."""
     with MappedFile(
-        tmp_path / "values.bin", np.dtype(np.float32), (1 << 16, 8), release_bytes=1 << 20
+        tmp_path / "values.bin", np.dtype(np.float32), (1 << 16, 8), release_bytes=64 << 20
     ) as mapped:
         mapped.wrote(np.arange(1000, 1000 + 8192))  # 256 KB of rows: 65 pages
         assert mapped._pending == 65 * PAGE_BYTES

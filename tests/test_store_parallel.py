@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from metadist.store.parallel import ordered_streams, thread_cache
+from metadist.store.parallel import ThreadCache, _cache_size, ordered_streams, thread_cache
 
 
 @pytest.mark.timeout(60)
@@ -74,9 +74,9 @@ def test_a_pool_of_workers_threads_keeps_its_cache_across_items(workers):
         assert cache is not None
         with lock:
             threads.add(threading.get_ident())
-        if "file" not in cache:
-            cache["file"] = _Handle(opened)
-        yield item, cache["file"]
+        if cache.get("file") is None:
+            cache.put("file", _Handle(opened))
+        yield item, cache.get("file")
 
     results = list(ordered_streams(range(50), produce, workers, 100))
     assert [item for item, _ in results] == list(range(50))
@@ -98,3 +98,26 @@ def test_closing_the_stream_early_stops_the_pool():
     assert next(stream) == (0, (0, 0))
     stream.close()
     assert not [t for t in threading.enumerate() if t.name == "metadist-ingest-worker"]
+
+
+def test_a_thread_cache_closes_the_least_recently_used_beyond_its_size():
+    opened: list[_Handle] = []
+    cache = ThreadCache(2)
+    for key in ("a", "b"):
+        cache.put(key, _Handle(opened))
+    assert cache.get("a") is opened[0]  # "b" is now the least recently used
+    cache.put("c", _Handle(opened))
+    assert [handle.closed for handle in opened] == [False, True, False]
+    assert cache.get("b") is None and cache.get("a") is opened[0]
+    cache.clear()
+    assert all(handle.closed for handle in opened)
+
+
+def test_open_files_per_thread_stay_within_the_process_limit():
+    import resource
+
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    for threads in (1, 2, 16, 64):
+        size = _cache_size(threads)
+        assert 2 <= size <= 256
+        assert threads * size <= max(soft // 4, 2 * threads)

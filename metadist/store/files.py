@@ -57,10 +57,12 @@ def temp_sibling(out: Path) -> Path:
 class MappedFile:
     """A file of fixed size, memory-mapped read-write as a numpy array.
 
-    Pages touched through the mapping are dropped from this process's page tables every
-    `release_bytes` of pages touched (`MADV_DONTNEED` on a shared file mapping keeps their
-    contents in the page cache), so resident memory does not grow with the size of the
-    file. Closing
+    Pages touched through the mapping are dropped from this process's page tables once
+    about `release_bytes` of them are resident (`MADV_DONTNEED` on a shared file mapping
+    keeps their contents in the page cache), so resident memory does not grow with the
+    size of the file. Resident memory is read from the kernel where it can be (the
+    process's, so one mapping's growth may make another release early); the bound is
+    approximate by what the writers add between two checks. Closing
     does not flush: the caller makes the file durable once its contents are final.
     """
 
@@ -218,6 +220,18 @@ class RawFile:
 
 _statm: dict[int, int | None] = {}  # process id -> open /proc/self/statm (after a fork,
 # an inherited descriptor would still read the parent's)
+
+
+def _forget_statm() -> None:
+    for fd in _statm.values():
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+    _statm.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_statm)
 
 
 def _resident_file_bytes() -> int | None:

@@ -17,7 +17,8 @@ per-entity statistics, never by the size of the input:
 When the input is already in store order (entities sorted by id, each entity's rows
 together and in time order) and its values are float32, passes 2 and 3 are one pass
 that scales pass 1's copy in place (`order.finish_in_place`). Every pass runs on a pool
-of `workers` threads; results and error messages do not depend on their number.
+of `workers` threads (pass 2 with two or more also on the early finisher's); results and
+error messages do not depend on their number.
 
 Everything is written into a temporary sibling of OUT, fsynced, and renamed into place
 (an existing store at OUT is swapped atomically), so OUT holds either a whole store or

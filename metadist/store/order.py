@@ -10,6 +10,7 @@ order.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from pathlib import Path
@@ -209,13 +210,14 @@ class EarlyFinisher:
     def start(self) -> None:
         """Starts the thread; pass 2 has created the store files."""
         row_bytes = len(self.settings.value_names) * VALUES_DTYPE.itemsize
-        self._files = (
-            RawFile(self.temp / VALUES_FILE, row_bytes),
-            RawFile(self.temp / TIMES_FILE, TIMES_DTYPE.itemsize),
-            MappedFile(
+        with contextlib.ExitStack() as opened:  # all three, or none left open
+            values_file = opened.enter_context(RawFile(self.temp / VALUES_FILE, row_bytes))
+            times_file = opened.enter_context(RawFile(self.temp / TIMES_FILE, TIMES_DTYPE.itemsize))
+            filled = MappedFile(
                 self.temp / FILLED_FILE, np.dtype(bool), (self.plan.num_rows,), existing=True
-            ),
-        )
+            )
+            opened.pop_all()
+        self._files = (values_file, times_file, filled)
         self._thread = threading.Thread(
             target=self._run, name="metadist-ingest-finisher", daemon=True
         )
@@ -249,11 +251,11 @@ class EarlyFinisher:
                 values, times = _order_chunk(
                     self.settings, self.plan, filled, vf, tf, *self.chunks[self.done]
                 )
+                self.values_sum.update(values)
+                self.times_sum.update(times)
             except BaseException as error:  # raised by `order_rows`, in store order
                 self.error = error
                 return
-            self.values_sum.update(values)
-            self.times_sum.update(times)
             self.num_rows_done += times.size
             with self._cond:
                 self.done += 1
@@ -270,10 +272,11 @@ class EarlyFinisher:
             self._thread = None
         if self._files is not None:
             values_file, times_file, filled = self._files
-            values_file.close()
-            times_file.close()
-            filled.__exit__(None, None, None)
             self._files = None
+            with contextlib.ExitStack() as closing:  # each is closed whatever the others do
+                closing.callback(values_file.close)
+                closing.callback(times_file.close)
+                closing.callback(filled.__exit__, None, None, None)
 
 
 def order_rows(
@@ -291,11 +294,12 @@ def order_rows(
         ValueError: a duplicate (entity, time), naming the two source rows.
     """
     began = time.perf_counter()
+    if early is not None:
+        early.stop()  # first: nothing of it may outlive this call
     sources.check_unchanged(list(settings.files))
     sums = (Checksum(), Checksum())
     skip, num_rows_done = 0, 0
     if early is not None:
-        early.stop()
         if early.error is not None:
             raise early.error
         sums = (early.values_sum, early.times_sum)

@@ -12,12 +12,18 @@ Memory is bounded by a budget for the results in flight, never by the input.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import threading
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
+
+try:
+    import resource
+except ImportError:  # not Unix
+    resource = None  # type: ignore[assignment]
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
@@ -103,17 +109,15 @@ def ordered_streams(
         except BaseException as error:  # handed to the caller, in item order
             put(_DONE, error, 0)
 
+    num_threads = max(1, workers)
+
     def serve() -> None:
-        _THREAD_STATE.cache = {}
+        _THREAD_STATE.cache = ThreadCache(_cache_size(num_threads))
         try:
             while (task := work.get()) is not None and not stop.is_set():
                 run(*task)
         finally:
-            cache = _THREAD_STATE.__dict__.pop("cache")
-            for value in cache.values():  # e.g. the Parquet files this thread opened
-                close = getattr(value, "close", None)
-                if close is not None:
-                    close()
+            _THREAD_STATE.__dict__.pop("cache").clear()
 
     def start_next() -> bool:
         for item in source:
@@ -125,7 +129,7 @@ def ordered_streams(
 
     threads = [
         threading.Thread(target=serve, name="metadist-ingest-worker", daemon=True)
-        for _ in range(max(1, workers))
+        for _ in range(num_threads)
     ]
     for thread in threads:
         thread.start()
@@ -164,8 +168,52 @@ def ordered_streams(
 _THREAD_STATE = threading.local()
 
 
-def thread_cache() -> dict | None:
-    """A dict private to the calling thread of an `ordered_streams` pool, or None in any
-    other thread. Its values (e.g. the Parquet files a worker keeps open across the row
-    groups it decodes) are closed when the stream ends."""
+class ThreadCache:
+    """Values a pool thread keeps across items (e.g. the Parquet files it reads), at
+    most `size` of them: the least recently used is closed to make room, and all are
+    closed when the stream ends. The size keeps the threads' open files well within
+    the process's limit, whatever the number of input files."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._values: OrderedDict = OrderedDict()
+
+    def get(self, key):
+        value = self._values.get(key)
+        if value is not None:
+            self._values.move_to_end(key)
+        return value
+
+    def put(self, key, value) -> None:
+        self._values[key] = value
+        while len(self._values) > self.size:
+            _close(self._values.popitem(last=False)[1])
+
+    def clear(self) -> None:
+        while self._values:
+            _close(self._values.popitem(last=False)[1])
+
+
+def _close(value) -> None:
+    close = getattr(value, "close", None)
+    if close is not None:
+        with contextlib.suppress(Exception):  # one failing close must not stop the rest
+            close()
+
+
+def _cache_size(num_threads: int) -> int:
+    """Open files each pool thread may keep: a quarter of the process's limit on open
+    files, shared by the threads (between 2 and 256 each)."""
+    limit = 1024
+    if resource is not None:
+        with contextlib.suppress(OSError, ValueError):
+            limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+            if limit == resource.RLIM_INFINITY or limit <= 0:
+                limit = 1 << 16
+    return max(2, min(256, limit // (4 * num_threads)))
+
+
+def thread_cache() -> ThreadCache | None:
+    """The cache of the calling thread of an `ordered_streams` pool, or None in any
+    other thread."""
     return getattr(_THREAD_STATE, "cache", None)

@@ -363,7 +363,7 @@ def iter_unit(
             unit.file.path, dictionary_columns, unit.metadata, _READ_BUFFER_BYTES
         )
         if cache is not None:  # a pool thread: kept open for its next row groups
-            cache[key] = parquet
+            cache.put(key, parquet)
     offset = unit.first_row
     try:
         for batch in parquet.iter_batches(

@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from metadist.store import sources
 from metadist.store.batch_stats import dictionary_of, lookup, nonfinite
-from metadist.store.files import MappedFile
+from metadist.store.files import PAGE_BYTES, MappedFile
 from metadist.store.format import TIMES_DTYPE, TIMES_FILE, VALUES_DTYPE, VALUES_FILE
 from metadist.store.order import FILLED_FILE, EarlyFinisher
 from metadist.store.parallel import ordered_streams
@@ -28,8 +28,6 @@ from metadist.store.plan import IngestPlan
 from metadist.store.progress import Bar
 from metadist.store.scan import ScanResult
 from metadist.store.settings import IngestSettings
-
-_SLICE_ROWS = 8192
 
 
 class Demoted(Exception):
@@ -119,7 +117,9 @@ def _write_all(
                 settings.units, writer.unit_batches, settings.workers, 1, lambda found: 0
             ):
                 bar.advance(task, num_rows)
-                if early is not None:
+                # not once a misfit is known: the pass is redone, and the misfit's
+                # chunk would look like a duplicate to the finisher
+                if early is not None and not shared.misfits:
                     early.written(entities, counts)
             if shared.misfits:
                 raise Demoted(np.unique(np.concatenate(shared.misfits)))
@@ -140,6 +140,10 @@ class _Writer:
         self.scan = scan
         self.plan = plan
         self.shared = shared
+        # rows scattered between checks of the resident pages: each may make a page
+        # resident, and the workers together stay within about half the values' budget
+        pages = shared.values.release_bytes // (2 * settings.workers * PAGE_BYTES)
+        self.slice_rows = max(1024, min(8192, pages))
 
     def unit_batches(self, unit: sources.Unit):
         settings = self.settings
@@ -205,15 +209,16 @@ class _Writer:
         row_type = np.dtype((np.void, scaled.shape[1] * scaled.itemsize))
         target = shared.values.array.view(row_type).reshape(-1)
         rows = scaled.view(row_type).reshape(-1)
-        # in slices, so that the resident pages are checked at least every
-        # _SLICE_ROWS pages (rows a page apart each make one resident)
-        for a in range(0, destination.size, _SLICE_ROWS):
-            target[destination[a : a + _SLICE_ROWS]] = rows[a : a + _SLICE_ROWS]
-            shared.values.wrote(destination[a : a + _SLICE_ROWS])
+        # in slices, so that the resident pages are checked every few MB of pages per
+        # worker (rows a page apart each make a page resident)
+        step = self.slice_rows
+        for a in range(0, destination.size, step):
+            target[destination[a : a + step]] = rows[a : a + step]
+            shared.values.wrote(destination[a : a + step])
         filled = destination if placed is None else destination[placed]
-        if filled.size:
-            shared.filled.array[filled] = True
-            shared.filled.wrote(filled)
+        for a in range(0, filled.size, step):
+            shared.filled.array[filled[a : a + step]] = True
+            shared.filled.wrote(filled[a : a + step])
         if placed is not None:
             sorted_later = destination[~placed]
             shared.times.array[sorted_later] = times[~placed]

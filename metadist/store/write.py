@@ -223,9 +223,9 @@ class _Writer:
             sorted_later = destination[~placed]
             shared.times.array[sorted_later] = times[~placed]
             shared.times.wrote(sorted_later)
-        rows = np.bincount(local, minlength=entity.size)
-        present = np.flatnonzero(rows)
-        return entity[present], rows[present]
+        per_entity = np.bincount(local, minlength=entity.size)
+        present = np.flatnonzero(per_entity)
+        return entity[present], per_entity[present]
 
     def _destinations(
         self, local: np.ndarray, entity: np.ndarray, times: np.ndarray

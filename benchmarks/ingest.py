@@ -270,7 +270,10 @@ def _ingest_argv(args: argparse.Namespace, panel: Path, store: Path, workers: in
     else:
         features = ",".join(f"x{j}" for j in range(args.features))
         argv += ["--entity-col", "entity", "--time-col", "t", "--features", features]
-    return argv + ["--batch-size", str(args.batch_size), "--workers", str(workers), "--no-progress"]
+    argv += ["--batch-size", str(args.batch_size), "--workers", str(workers), "--no-progress"]
+    if args.memory_limit is not None:
+        argv += ["--memory-limit", str(args.memory_limit)]
+    return argv
 
 
 def _columns(args: argparse.Namespace) -> list[str]:
@@ -306,6 +309,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--regenerate", action="store_true", help="do not reuse a panel")
     parser.add_argument("--keep-store", action="store_true", help="keep the last store")
     parser.add_argument("--json", type=Path, default=None, help="also write results here")
+    parser.add_argument(
+        "--memory-limit", type=int, default=None, metavar="MB", help="ingest's --memory-limit"
+    )
     parser.add_argument(
         "--baseline",
         type=Path,

@@ -182,7 +182,8 @@ class _Writer:
             raise ValueError(f"{unit.file.path} changed while it was being ingested")
         entity = plan.new_index[mapping]  # [U] store index, -1 if dropped
         times = sources.to_int64_time(batch.column(settings.columns.time))
-        values = sources.float_columns(batch, settings.value_names)
+        # float32 columns stay float32: the scaling below computes in float64 all the same
+        values = sources.float_columns(batch, settings.value_names, keep_float32=True)
         keep = (entity >= 0)[local] if (entity < 0).any() else None
         if settings.nan == "drop":
             masks = nonfinite(values)
@@ -197,11 +198,13 @@ class _Writer:
         scaled = np.empty((local.size, len(values)), VALUES_DTYPE)
         for j, column in enumerate(values):
             if settings.scaling == "global":
-                scaled[:, j] = (column - plan.global_mean[j]) / plan.global_std[j]
+                centred = np.subtract(column, plan.global_mean[j], dtype=np.float64)
+                scaled[:, j] = np.divide(centred, plan.global_std[j], out=centred)
             elif settings.scaling == "per-entity":
                 mean = plan.entity_mean[entity, j]
                 std = plan.entity_std[entity, j]
-                scaled[:, j] = (column - mean[local]) / std[local]
+                centred = np.subtract(column, mean[local], dtype=np.float64)
+                scaled[:, j] = np.divide(centred, std[local], out=centred)
             else:
                 scaled[:, j] = column
         destination, placed = self._destinations(local, entity, times)

@@ -287,3 +287,28 @@ def test_a_duplicate_found_during_pass_2_is_the_one_worker_error(tmp_path, small
     assert "part-1.parquet row" in messages[0]
     [(done, _, error)] = small_chunks  # found by the early finisher, raised by pass 3
     assert isinstance(error, ValueError) and str(error) == messages[1]
+
+
+@pytest.mark.parametrize("nan", ["ffill", "drop"])  # the panel has NaN values
+def test_a_dictionary_listing_absent_entities_gives_the_plain_store(tmp_path, nan):
+    """A column written from a categorical keeps its whole category list in every row
+    group, entities without a row included: they are no entities of the store (not
+    stored empty, not reported dropped), and the store is the one of plain strings."""
+    src = _dealt_panel(tmp_path / "plain")
+    categorical = tmp_path / "categorical"
+    categorical.mkdir()
+    categories = pa.array([f"ent{i:03d}" for i in range(-3, 45)])  # 8 without rows
+    for path in sorted(src.glob("*.parquet")):
+        table = pq.read_table(path)
+        codes = pa.compute.index_in(table.column("entity"), value_set=categories)
+        entity = pa.DictionaryArray.from_arrays(codes.combine_chunks(), categories)
+        table = table.set_column(table.schema.get_field_index("entity"), "entity", entity)
+        pq.write_table(table, categorical / path.name, row_group_size=50)
+    stores = [
+        _ingest(path, tmp_path / f"out-{path.name}", 2, nan=nan, batch_size=32)
+        for path in (src, categorical)
+    ]
+    assert stores[1].metadata["dropped"]["num_entities"] == 0
+    assert stores[1].num_entities == stores[0].num_entities == 40
+    for name in ("values.bin", "times.bin", "index.arrow", "entity_stats.npz"):
+        assert (stores[0].path / name).read_bytes() == (stores[1].path / name).read_bytes()

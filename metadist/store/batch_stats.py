@@ -97,6 +97,22 @@ def dictionary_of(column: pa.Array) -> tuple[np.ndarray, pa.Array]:
     return to_numpy(column.indices).astype(np.int64), column.dictionary
 
 
+def used_entries(local: np.ndarray, dictionary: pa.Array) -> tuple[np.ndarray, pa.Array]:
+    """`(local, dictionary)` with the dictionary reduced to the entries that rows use.
+
+    A Parquet column written from a categorical keeps the whole category list in every
+    row group: a batch of 167 entities may come with a dictionary of all 20,720. Only
+    the entries in use are looked up, given statistics and registered (an entity that
+    has no row is not an entity of the input)."""
+    used = np.bincount(local, minlength=len(dictionary)) > 0
+    if used.all():
+        return local, dictionary
+    entries = np.flatnonzero(used)
+    position = np.full(len(dictionary), -1, np.int64)
+    position[entries] = np.arange(entries.size)
+    return position[local], dictionary.take(int64_array(entries))
+
+
 def first_false(mask: np.ndarray) -> int:
     return int(np.argmin(mask))
 

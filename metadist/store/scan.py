@@ -35,6 +35,7 @@ from metadist.store.batch_stats import (
     nonfinite,
     run_moments,
     runs_of,
+    used_entries,
 )
 from metadist.store.files import RawFile
 from metadist.store.parallel import ordered_streams
@@ -178,6 +179,7 @@ class _Scanner:
                 local, dictionary = dictionary_of(entity_column.dictionary_decode())
             else:
                 self._last_dictionary[unit] = dictionary
+        local, dictionary = used_entries(local, dictionary)
         found.dictionary = dictionary
         found.codes = lookup(self.result.entities.codes, dictionary)
         num_local = len(dictionary)

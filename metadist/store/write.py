@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from metadist.store import sources
-from metadist.store.batch_stats import dictionary_of, lookup, nonfinite
+from metadist.store.batch_stats import dictionary_of, lookup, nonfinite, used_entries
 from metadist.store.files import PAGE_BYTES, MappedFile
 from metadist.store.format import TIMES_DTYPE, TIMES_FILE, VALUES_DTYPE, VALUES_FILE
 from metadist.store.order import FILLED_FILE, EarlyFinisher
@@ -161,13 +161,13 @@ class _Writer:
         the same batch where kept and its dictionary is the same size, else found by
         looking the ids up again."""
         column = batch.column(self.settings.columns.entity)
-        local, dictionary = dictionary_of(column)
+        local, dictionary = used_entries(*dictionary_of(column))
         mapping = self.scan.batch_maps.get((unit.number, number))
         if mapping is not None and len(mapping) == len(dictionary):
             return local, mapping
         mapping = lookup(self.scan.entities.codes, dictionary)
         if len(np.unique(mapping)) != len(mapping):  # a dictionary with repeated entries
-            local, dictionary = dictionary_of(column.dictionary_decode())
+            local, dictionary = used_entries(*dictionary_of(column.dictionary_decode()))
             mapping = lookup(self.scan.entities.codes, dictionary)
         return local, mapping
 

@@ -152,15 +152,15 @@ def _panel(args: argparse.Namespace) -> Path:
     return panel
 
 
-def _ordered_panel(args: argparse.Namespace) -> Path:
-    """Writes the ordered panel file by file, a few entities at a time (bounded memory):
-    entity ids `e000000`, ..., times 0, 1, ..., random-walk values. Each file is written
-    under a temporary name and renamed when complete, and drawn from its own seed, so an
-    interrupted generation resumes with the files it has not finished."""
-    name = (
-        f"ordered-{args.entities}x{args.rows_per_entity}x{args.features}-{args.dtype}-"
-        f"{args.files}f-seed{args.seed}"
-    )
+def _generated_panel(
+    args: argparse.Namespace, name: str, entity_type: pa.DataType, file_parts
+) -> Path:
+    """The panel `name` in `--work-dir`: reused when there (unless `--regenerate`), else
+    written file by file in bounded memory. `file_parts(k)` yields `(entity ids, times)`
+    pieces of file k in order, each written as one or more row groups of at most
+    `--row-group-rows` rows with random-walk values of `--features` columns. Each file
+    is drawn from its own seed and written under a temporary name renamed when
+    complete, so an interrupted generation resumes with the files it has not finished."""
     panel = args.work_dir / name
     if panel.exists() and not args.regenerate:
         print(f"reusing {panel}")
@@ -171,30 +171,22 @@ def _ordered_panel(args: argparse.Namespace) -> Path:
     partial.mkdir(parents=True, exist_ok=True)
     began = time.perf_counter()
     dtype = np.dtype(args.dtype)
-    per_file = np.array_split(np.arange(args.entities), args.files)
-    step = max(1, (1 << 21) // args.rows_per_entity)  # about 2 M rows per write
+    draw = np.float64 if dtype == np.float64 else np.float32
     schema = pa.schema(
-        [("entity", pa.string()), ("t", pa.int64())]
+        [("entity", entity_type), ("t", pa.int64())]
         + [(f"x{j}", pa.from_numpy_dtype(dtype)) for j in range(args.features)]
     )
-    for k, entities in enumerate(per_file):
+    for k in range(args.files):
         path = partial / f"part-{k:04d}.parquet"
         if path.exists():
             continue
         rng = np.random.default_rng([args.seed, k])
         writing = partial / f".{path.name}.writing"
         with pq.ParquetWriter(writing, schema) as writer:
-            for first in range(0, len(entities), step):
-                chosen = entities[first : first + step]
-                rows = len(chosen) * args.rows_per_entity
-                ids = np.repeat(np.array([f"e{e:06d}" for e in chosen]), args.rows_per_entity)
-                columns = {
-                    "entity": pa.array(ids),
-                    "t": pa.array(np.tile(np.arange(args.rows_per_entity), len(chosen))),
-                }
+            for entity, times in file_parts(k):
+                columns = {"entity": entity, "t": pa.array(times)}
                 for j in range(args.features):
-                    draw = np.float64 if dtype == np.float64 else np.float32
-                    walk = rng.standard_normal(rows, dtype=draw).cumsum(dtype=draw)
+                    walk = rng.standard_normal(len(times), dtype=draw).cumsum(dtype=draw)
                     columns[f"x{j}"] = pa.array(walk.astype(dtype, copy=False))
                 writer.write_table(
                     pa.table(columns, schema=schema), row_group_size=args.row_group_rows
@@ -205,58 +197,49 @@ def _ordered_panel(args: argparse.Namespace) -> Path:
     return panel
 
 
+def _ordered_panel(args: argparse.Namespace) -> Path:
+    """The ordered panel: entity ids `e000000`, ... split over the files in id order, each
+    entity's rows together with times 0, 1, ..., a few entities (about 2 M rows) per
+    write."""
+    name = (
+        f"ordered-{args.entities}x{args.rows_per_entity}x{args.features}-{args.dtype}-"
+        f"{args.files}f-seed{args.seed}"
+    )
+    per_file = np.array_split(np.arange(args.entities), args.files)
+    step = max(1, (1 << 21) // args.rows_per_entity)
+
+    def file_parts(k: int):
+        for first in range(0, len(per_file[k]), step):
+            chosen = per_file[k][first : first + step]
+            ids = np.repeat(np.array([f"e{e:06d}" for e in chosen]), args.rows_per_entity)
+            yield pa.array(ids), np.tile(np.arange(args.rows_per_entity), len(chosen))
+
+    return _generated_panel(args, name, pa.string(), file_parts)
+
+
 def _dealt_panel(args: argparse.Namespace) -> Path:
-    """Writes the dealt panel: the rows of every entity dealt among `--files` files side
-    by side (file k holds times k, k + files, k + 2 files, ... of every entity, entities
-    in id order), in row groups of exactly `--row-group-rows` rows; random-walk values.
-    Each file is written on its own, from its own seed, `--row-group-rows` at a time
-    (bounded memory), under a temporary name renamed when complete."""
+    """The dealt panel: the rows of every entity dealt among `--files` files side by
+    side (file k holds times k, k + files, k + 2 files, ... of every entity, entities in
+    id order), in row groups of exactly `--row-group-rows` rows. The entity column is a
+    dictionary of all ids in every row group, as a categorical column is written."""
     if args.rows_per_entity % args.files:
         raise SystemExit("--shape float32-dealt: --rows-per-entity must be a multiple of --files")
     name = (
         f"dealt-{args.entities}x{args.rows_per_entity}x{args.features}-{args.dtype}-"
         f"{args.files}f-{args.row_group_rows}rg-seed{args.seed}"
     )
-    panel = args.work_dir / name
-    if panel.exists() and not args.regenerate:
-        print(f"reusing {panel}")
-        return panel
-    if panel.exists():
-        shutil.rmtree(panel)
-    partial = panel.with_name(panel.name + ".partial")
-    partial.mkdir(parents=True, exist_ok=True)
-    began = time.perf_counter()
-    dtype = np.dtype(args.dtype)
     per_entity = args.rows_per_entity // args.files  # rows of each entity in each file
     file_rows = args.entities * per_entity
     ids = pa.array([f"e{e:06d}" for e in range(args.entities)])
-    schema = pa.schema(
-        [("entity", pa.dictionary(pa.int32(), pa.string())), ("t", pa.int64())]
-        + [(f"x{j}", pa.from_numpy_dtype(dtype)) for j in range(args.features)]
-    )
-    for k in range(args.files):
-        path = partial / f"part-{k:04d}.parquet"
-        if path.exists():
-            continue
-        rng = np.random.default_rng([args.seed, k])
-        writing = partial / f".{path.name}.writing"
-        with pq.ParquetWriter(writing, schema) as writer:
-            for first in range(0, file_rows, args.row_group_rows):
-                row = np.arange(first, min(first + args.row_group_rows, file_rows))
-                entity, step = np.divmod(row, per_entity)
-                columns = {
-                    "entity": pa.DictionaryArray.from_arrays(pa.array(entity, pa.int32()), ids),
-                    "t": pa.array(k + args.files * step),
-                }
-                for j in range(args.features):
-                    draw = np.float64 if dtype == np.float64 else np.float32
-                    walk = rng.standard_normal(row.size, dtype=draw).cumsum(dtype=draw)
-                    columns[f"x{j}"] = pa.array(walk.astype(dtype, copy=False))
-                writer.write_table(pa.table(columns, schema=schema), row_group_size=row.size)
-        writing.rename(path)
-    partial.rename(panel)
-    print(f"generated {panel} in {time.perf_counter() - began:.0f} s")
-    return panel
+
+    def file_parts(k: int):
+        for first in range(0, file_rows, args.row_group_rows):
+            row = np.arange(first, min(first + args.row_group_rows, file_rows))
+            entity, step = np.divmod(row, per_entity)
+            codes = pa.array(entity, pa.int32())
+            yield pa.DictionaryArray.from_arrays(codes, ids), k + args.files * step
+
+    return _generated_panel(args, name, pa.dictionary(pa.int32(), pa.string()), file_parts)
 
 
 def _ingest_argv(args: argparse.Namespace, panel: Path, store: Path, workers: int) -> list[str]:

@@ -12,6 +12,7 @@ import secrets
 import shutil
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -98,34 +99,43 @@ class MappedFile:
         read or written."""
         low, high = first_row * self.row_bytes, end_row * self.row_bytes
         pages = (high - low) // PAGE_BYTES + 1
-        self._add(low, high, min(num_rows * self.row_bytes + PAGE_BYTES, pages * PAGE_BYTES))
+        self._add(
+            low, high, lambda: min(num_rows * self.row_bytes + PAGE_BYTES, pages * PAGE_BYTES)
+        )
 
     def wrote(self, rows: np.ndarray) -> None:
-        """Notes that the rows `rows` (`[N]`, any order) were written. Counts the pages
-        they lie on: rows far apart (input dealt among files, so that a batch writes
-        every 64th row of its entities) each make a page resident, and a count of rows
-        alone would let resident memory grow to the size of the file."""
+        """Notes that the rows `rows` (`[N]`, any order) were written. Where resident
+        memory cannot be read, counts the pages they lie on: rows far apart (input dealt
+        among files, so that a batch writes every 64th row of its entities) each make a
+        page resident, and a count of rows alone would let resident memory grow to the
+        size of the file."""
         if rows.size == 0:
             return
-        page = rows * self.row_bytes // PAGE_BYTES
-        first, last = int(page.min()), int(page.max())
-        span = last - first + 1
-        if span <= 64 * rows.size:  # a bitmap of the pages spanned is cheap
-            on = np.zeros(span, bool)
-            on[page - first] = True
-            num_pages = int(np.count_nonzero(on))
-        else:  # sparse: at most one page per row
-            num_pages = min(rows.size, span)
-        self._add(first * PAGE_BYTES, (last + 1) * PAGE_BYTES, num_pages * PAGE_BYTES)
+        first = int(rows.min()) * self.row_bytes // PAGE_BYTES
+        last = int(rows.max()) * self.row_bytes // PAGE_BYTES
 
-    def _add(self, low: int, high: int, num_bytes: int) -> None:
+        def num_bytes() -> int:
+            span = last - first + 1
+            if span > 64 * rows.size:  # sparse: at most one page per row
+                return min(rows.size, span) * PAGE_BYTES
+            on = np.zeros(span, bool)  # a bitmap of the pages spanned is cheap
+            on[rows * self.row_bytes // PAGE_BYTES - first] = True
+            return int(np.count_nonzero(on)) * PAGE_BYTES
+
+        self._add(first * PAGE_BYTES, (last + 1) * PAGE_BYTES, num_bytes)
+
+    def _add(self, low: int, high: int, num_bytes: Callable[[], int]) -> None:
+        """Widens the touched range to `[low, high)` and releases it once about
+        `release_bytes` are resident: as the kernel reads it where it can (a fault may
+        map a page-cache folio of up to 2 MB), else as `num_bytes()` estimates."""
         with self._lock:
-            self._pending += num_bytes
             self._low, self._high = min(self._low, low), max(self._high, high)
-            # What the kernel made resident is the measure where it can be read: a fault
-            # may map more than the page written (page cache folios of up to 2 MB)
             resident = _resident_file_bytes()
-            grown = self._pending if resident is None else resident - self._resident_base
+            if resident is None:
+                self._pending += num_bytes()
+                grown = self._pending
+            else:
+                grown = resident - self._resident_base
             if grown >= self.release_bytes:
                 self._release()
 

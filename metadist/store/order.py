@@ -11,6 +11,7 @@ order.
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 import time
 from pathlib import Path
@@ -297,8 +298,7 @@ def order_rows(
     if early is not None:
         early.stop()  # first: nothing of it may outlive this call
     sources.check_unchanged(list(settings.files))
-    sums = (Checksum(), Checksum())
-    skip, num_rows_done = 0, 0
+    sums, skip, num_rows_done = (Checksum(), Checksum()), 0, 0
     if early is not None:
         if early.error is not None:
             raise early.error
@@ -306,10 +306,7 @@ def order_rows(
         skip, num_rows_done = early.done, early.num_rows_done
     filled_path = temp / FILLED_FILE
     with MappedFile(filled_path, np.dtype(bool), (plan.num_rows,), existing=True) as filled:
-
-        def work(vf: RawFile, tf: RawFile, first: int, last: int):
-            return _order_chunk(settings, plan, filled, vf, tf, first, last)
-
+        work = functools.partial(_order_chunk, settings, plan, filled)
         checksums = _checksum_chunks(
             settings, plan, temp, bar, "order", work, skip, num_rows_done, sums
         )

@@ -134,7 +134,7 @@ def ordered_streams(
     for thread in threads:
         thread.start()
     try:
-        for _ in range(max(1, workers)):
+        for _ in range(num_threads):
             if not start_next():
                 break
         while pending:

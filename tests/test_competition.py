@@ -165,12 +165,64 @@ def test_the_whole_protocol_on_a_data_set_unlike_m3(data_dir, tmp_path):
     units = {str(store.entity_ids[i]) for i in sampler.unit_entities()}
     assert short and set(short) <= units
     assert min(lengths[e] for e in set(points[points.frequency == "ANNUAL"].entity)) < 4 + 8
-    # Rerun: the runs found finished, not retrained; evaluated again to the same figures.
-    again = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    # Each horizon's adapted and unadapted figures and the winner; a test run's choice
+    # may not choose a test run's reported model.
+    written = json.loads((out / "adaptation.json").read_text())
+    assert written["protocol"] == "test" and set(written["horizons"]) == {"4", "13", "24"}
+    entry = written["horizons"]["13"]
+    assert entry["choice"] == ("adapted" if entry["adapted"] < entry["unadapted"] else "unadapted")
+    from metadist.commands.competition import main as competition
+
+    assert competition([str(data_dir), "--out", str(out), "--adaptation-from", str(out)]) == 1
+    # Rerun: the runs found finished, not retrained; evaluated again to the same figures,
+    # with the model reported per horizon as a validation run chose.
+    validation = tmp_path / "val"
+    validation.mkdir()
+    picks = {"4": "unadapted", "13": "adapted", "24": "unadapted"}
+    (validation / "adaptation.json").write_text(
+        json.dumps(
+            {"protocol": "validation", "horizons": {h: {"choice": c} for h, c in picks.items()}}
+        )
+    )
+    again = subprocess.run(
+        [*command, "--adaptation-from", str(validation)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     rerun = json.loads((out / "metrics.json").read_text())
-    assert rerun["overall"] == result["overall"]
-    assert rerun["settings"]["runs"] == result["settings"]["runs"]
+    assert {k: v for k, v in rerun["overall"].items() if k != "chosen"} == result["overall"]
+    assert [r["run_dir"] for r in rerun["settings"]["runs"]] == [
+        r["run_dir"] for r in result["settings"]["runs"]
+    ]
+    tasks = pq.read_table(out / "tasks.parquet").to_pandas()
+    horizon_of = {label: str(h) for label, (h, *_) in LABELS.items()}
+    for label, rows in tasks.groupby("group:frequency"):
+        pick = picks[horizon_of[label]]
+        np.testing.assert_array_equal(rows["chosen:smape"], rows[f"{pick}:smape"])
+    assert "adaptation as chosen on validation" in (out / "metrics.md").read_text()
+
+
+def test_an_adaptation_choice_comes_from_a_validation_run_with_every_horizon(tmp_path):
+    from metadist.commands.competition import read_adaptation_choice
+
+    with pytest.raises(FileNotFoundError, match="run the validation protocol first"):
+        read_adaptation_choice(tmp_path, [6])
+    path = tmp_path / "adaptation.json"
+    path.write_text("[1]")
+    with pytest.raises(ValueError, match="is not an adaptation choice"):
+        read_adaptation_choice(tmp_path, [6])
+    horizons = {"6": {"choice": "adapted"}, "8": {"choice": "unadapted"}}
+    path.write_text(json.dumps({"protocol": "test", "horizons": horizons}))
+    with pytest.raises(ValueError, match="written by a test run"):
+        read_adaptation_choice(tmp_path, [6])
+    path.write_text(json.dumps({"protocol": "validation", "horizons": horizons}))
+    assert read_adaptation_choice(tmp_path, [8, 6]) == {8: "unadapted", 6: "adapted"}
+    with pytest.raises(ValueError, match="no choice for horizon 18"):
+        read_adaptation_choice(tmp_path, [6, 18])
 
 
 def test_an_override_taken_for_a_lookback_says_where_overrides_go(data_dir, capsys):

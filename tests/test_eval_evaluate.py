@@ -387,6 +387,29 @@ def test_combined_runs_pool_like_one_evaluation(panel_and_store, tmp_path):
     with pytest.raises(ValueError, match="at least two"):
         combine_runs([tmp_path / "a"])
 
+    # The model as chosen per run: a's adapted tasks and points, b's unadapted ones.
+    picked = combine_runs([tmp_path / "a", tmp_path / "b"], chosen=["adapted", "unadapted"])
+    assert next(iter(picked["methods"])) == "chosen"
+    rows = picked["per_task"]
+    sums = np.r_[rows["adapted:smape"][:5], rows["unadapted:smape"][5:]]
+    assert rows["chosen:smape"] == sums.tolist()
+    expected = sums.sum() / np.sum(rows["num_points"])
+    assert picked["overall"]["chosen"]["smape"]["value"] == pytest.approx(expected)
+    assert picked["overall"]["adapted"] == combined["overall"]["adapted"]
+    points = picked["forecasts"]
+    first = sum(1 for e in points["entity"] if e in set(rows["group:entity"][:5]))
+    assert points["chosen"] == points["adapted"][:first] + points["unadapted"][first:]
+    assert picked["settings"]["chosen"] == {
+        str(tmp_path / "a"): "adapted",
+        str(tmp_path / "b"): "unadapted",
+    }
+    alone = combine_runs([tmp_path / "b"], chosen=["unadapted"])
+    assert alone["overall"]["chosen"]["mase"] == alone["overall"]["unadapted"]["mase"]
+    with pytest.raises(ValueError, match="scored no method 'tuned'"):
+        combine_runs([tmp_path / "a", tmp_path / "b"], chosen=["adapted", "tuned"])
+    with pytest.raises(ValueError, match="1 chosen method"):
+        combine_runs([tmp_path / "a", tmp_path / "b"], chosen=["adapted"])
+
 
 # ---------------------------------------------------------------- seasonal adjustment
 def _seasonal_with_zeros(n=40, m=4):

@@ -18,7 +18,11 @@ published references of that data set (see `CompetitionSpec`). One command then 
 
 With `--validation` the same protocol runs one horizon earlier, on the training parts
 alone (each series' last h training values become the holdout; `test.parquet` is not
-read): settings are chosen there, never on the test holdout.
+read): settings are chosen there, never on the test holdout. Every run writes
+`OUT/adaptation.json`: per horizon, the primary metric of the adapted and the unadapted
+ensemble and which won. `--adaptation-from VAL_OUT` reads a validation run's file and
+adds the column the competition reports as the model alone: per horizon, the adapted
+forecast where adaptation won on validation, the unadapted one where it did not.
 
 Steps whose output exists are skipped (a finished run is confirmed, not retrained), so
 an interrupted pipeline resumes where it stopped.
@@ -43,6 +47,7 @@ import numpy as np
 TRAIN_FILE = "train.parquet"
 TEST_FILE = "test.parquet"
 SPEC_FILE = "competition.yaml"
+ADAPTATION_FILE = "adaptation.json"
 
 
 @dataclass
@@ -346,6 +351,14 @@ def build_parser(prog: str = "metadist competition") -> argparse.ArgumentParser:
     )
     parser.add_argument("--horizons", type=int, nargs="+", default=None, help="only these")
     parser.add_argument(
+        "--adaptation-from",
+        type=Path,
+        default=None,
+        metavar="VAL_OUT",
+        help="a --validation run's output: per horizon, report the adapted or the unadapted "
+        f"forecast as the model, whichever won there ({ADAPTATION_FILE})",
+    )
+    parser.add_argument(
         "overrides", nargs="*", help="training overrides (key=value) and eval.KEY=VALUE"
     )
     return parser
@@ -400,6 +413,11 @@ def run_pipeline(args: argparse.Namespace, prog: str) -> int:
         if missing:
             raise ValueError(f"--horizons {missing[0]}: the data set's horizons are {horizons}")
         horizons = sorted(args.horizons)
+    chosen = None
+    if args.adaptation_from is not None:
+        if args.validation:
+            raise ValueError("--adaptation-from chooses for a test run; leave out --validation")
+        chosen = read_adaptation_choice(args.adaptation_from, horizons)
     train_overrides, eval_overrides = split_eval_overrides(args.overrides)
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")
@@ -475,10 +493,21 @@ def run_pipeline(args: argparse.Namespace, prog: str) -> int:
         if not _step(title, lambda rd=run_dirs[0], ov=overrides: _evaluate(rd, ov)):
             return 1
         firsts.append(run_dirs[0])
+    decisions = write_adaptation_choice(
+        out, dict(zip(horizons, firsts, strict=True)), args.validation
+    )
     title = f"{args.experiment} on {name}" + (" (validation protocol)" if args.validation else "")
     title += f": {len(ensembles[horizons[0]])} model(s) per horizon, one ensemble per horizon"
-    table = _combine(firsts, out, title)
+    if chosen is not None:
+        title += "; adaptation per horizon as chosen on validation"
+    table = _combine(firsts, out, title, None if chosen is None else [chosen[h] for h in horizons])
     print(table.read_text(), end="")
+    for key, entry in decisions.items():
+        print(
+            f"== H={key}: adapted {entry['adapted']:.3f}, unadapted {entry['unadapted']:.3f} "
+            f"{entry['metric']}: {entry['choice']} wins"
+            + (f"; reported as the model: {chosen[int(key)]} (validation)" if chosen else "")
+        )
     print(f"== all steps: {time.perf_counter() - started:.1f} s; table: {table}")
     return 0
 
@@ -544,16 +573,87 @@ def _evaluate(run_dir: Path, overrides: list[str]) -> None:
     evaluate_run(run_dir, overrides=overrides, progress=False)
 
 
-def _combine(firsts: list[Path], out: Path, title: str) -> Path:
+def write_adaptation_choice(
+    out: Path, evaluated: dict[int, Path], validation: bool
+) -> dict[str, dict[str, Any]]:
+    """`OUT/adaptation.json`: for each horizon (its evaluated run), the primary metric of
+    the adapted and the unadapted forecast and which won (`adapted` only where it is
+    strictly better). A learner without an inner loop has no unadapted forecast: there,
+    nothing is written for that horizon."""
+    from metadist.durable import atomic_write_text
+    from metadist.eval.report import EVAL_DIR, JSON_NAME
+
+    decisions: dict[str, dict[str, Any]] = {}
+    for horizon, run_dir in evaluated.items():
+        result = json.loads((run_dir / EVAL_DIR / JSON_NAME).read_text())
+        metric = result["primary_metric"]
+        overall = result["overall"]
+        if "unadapted" not in overall or "adapted" not in overall:
+            continue
+        adapted = float(overall["adapted"][metric]["value"])
+        unadapted = float(overall["unadapted"][metric]["value"])
+        better = (adapted > unadapted) if metric == "accuracy" else (adapted < unadapted)
+        decisions[str(horizon)] = {
+            "metric": metric,
+            "adapted": adapted,
+            "unadapted": unadapted,
+            # not finite (diverged) is never a win
+            "choice": "adapted" if better and np.isfinite(adapted) else "unadapted",
+        }
+    document = {"protocol": "validation" if validation else "test", "horizons": decisions}
+    atomic_write_text(out / ADAPTATION_FILE, json.dumps(document, indent=1) + "\n")
+    return decisions
+
+
+def read_adaptation_choice(val_out: Path, horizons: Sequence[int]) -> dict[int, str]:
+    """Per horizon, `adapted` or `unadapted`, from a validation run's `adaptation.json`.
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: a file written by a test run (settings are chosen on validation
+            only), not valid, or without one of `horizons`.
+    """
+    path = val_out / ADAPTATION_FILE
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"no {ADAPTATION_FILE} in {val_out}; run the validation protocol first: "
+            f"metadist competition DATA_DIR --validation --out {val_out}"
+        )
+    try:
+        document = json.loads(path.read_text())
+        protocol, decisions = document["protocol"], document["horizons"]
+        choices = {int(h): str(e["choice"]) for h, e in decisions.items()}
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise ValueError(
+            f"{path} is not an adaptation choice written by metadist competition"
+        ) from None
+    if protocol != "validation":
+        raise ValueError(
+            f"{path} was written by a {protocol} run; --adaptation-from takes a --validation "
+            "run's output (settings are never chosen on the test holdout)"
+        )
+    missing = [h for h in horizons if h not in choices]
+    if missing:
+        raise ValueError(
+            f"{path} has no choice for horizon {missing[0]} (it has "
+            f"{', '.join(map(str, sorted(choices))) or 'none'})"
+        )
+    bad = [c for c in choices.values() if c not in ("adapted", "unadapted")]
+    if bad:
+        raise ValueError(f"{path}: choice {bad[0]!r} is neither adapted nor unadapted")
+    return {h: choices[h] for h in horizons}
+
+
+def _combine(firsts: list[Path], out: Path, title: str, chosen: list[str] | None = None) -> Path:
     from metadist.eval.combine import combine_runs
     from metadist.eval.report import EVAL_DIR, write_report
 
-    if len(firsts) == 1:
+    if len(firsts) == 1 and chosen is None:
         for path in (firsts[0] / EVAL_DIR).iterdir():
             if path.is_file():
                 shutil.copy2(path, out / path.name)
         return out / "metrics.md"
-    result = combine_runs(list[str | os.PathLike](firsts), title=title)
+    result = combine_runs(list[str | os.PathLike](firsts), title=title, chosen=chosen)
     write_report(result, out, directory=out)
     return out / "metrics.md"
 

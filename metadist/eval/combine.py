@@ -22,29 +22,48 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from metadist.eval.report import EVAL_DIR, FORECASTS_NAME, JSON_NAME, TASKS_NAME, read_tasks
 from metadist.eval.scoring import TaskScores, group_summaries, overall_summary
 
+# The method a combine adds when each run names one of its own methods (`chosen`): the
+# meta-trained model's forecast, adapted or not as a validation run decided per run.
+CHOSEN = "chosen"
+CHOSEN_LABEL = "meta-trained model (adaptation as chosen on validation)"
 # Settings of each run shown in the combined table's settings line.
 _RUN_SETTINGS = ("experiment", "checkpoint", "learner", "model", "inner_steps", "tasks")
 
 
-def combine_runs(run_dirs: list[str | os.PathLike], title: str | None = None) -> dict[str, Any]:
+def combine_runs(
+    run_dirs: list[str | os.PathLike],
+    title: str | None = None,
+    chosen: list[str] | None = None,
+) -> dict[str, Any]:
     """The pooled evaluation of `run_dirs` (each evaluated with `metadist eval`,
     or itself the output directory of a combine).
+
+    Args:
+        chosen: one method of each run (`adapted` or `unadapted`, say): the pooled
+            result gains the method `chosen`, whose tasks and forecast points are those
+            of each run's chosen method (a competition's model alone, adapted on the
+            horizons where adaptation won on validation). With it, one run is enough.
 
     Returns:
         A result dict like `evaluate_run`'s (`overall`, `groups`, `per_task`, ...), whose
         `settings.runs` lists each run's own settings.
 
     Raises:
-        ValueError: fewer than two runs, a run twice, runs with different methods,
-            metrics or groupings, or a task (entity) evaluated by two runs.
+        ValueError: fewer than two runs (without `chosen`), a run twice, runs with
+            different methods, metrics or groupings, a task (entity) evaluated by two
+            runs, or a `chosen` that does not name one scored method per run.
         FileNotFoundError: a run without `eval/metrics.json` and `eval/tasks.parquet`.
     """
     paths = [Path(p) for p in run_dirs]
-    if len(paths) < 2:
+    if len(paths) < (1 if chosen is not None else 2):
         raise ValueError("combine needs at least two run directories")
+    if chosen is not None and len(chosen) != len(paths):
+        raise ValueError(f"combine: {len(chosen)} chosen method(s) for {len(paths)} run(s)")
     if len({p.resolve() for p in paths}) != len(paths):
         raise ValueError("combine: a run directory is given twice")
     results, tables = [], []
@@ -93,6 +112,18 @@ def combine_runs(run_dirs: list[str | os.PathLike], title: str | None = None) ->
         point_tables = [read_tasks(f) for f in point_files]
         if all(sorted(t) == sorted(point_tables[0]) for t in point_tables):
             forecasts = {k: [v for t in point_tables for v in t[k]] for k in point_tables[0]}
+    methods = dict(first["methods"])
+    if chosen is not None:
+        for path, method in zip(paths, chosen, strict=True):
+            if method not in methods or method == CHOSEN:
+                raise ValueError(
+                    f"combine: {path} scored no method {method!r}; it scored "
+                    f"{', '.join(m for m in methods if m != CHOSEN)}"
+                )
+        _add_chosen(columns, [len(t["num_points"]) for t in tables], chosen)
+        if forecasts is not None:
+            _add_chosen(forecasts, [len(next(iter(t.values()))) for t in point_tables], chosen)
+        methods = {CHOSEN: CHOSEN_LABEL, **{k: v for k, v in methods.items() if k != CHOSEN}}
     scores = TaskScores.from_table(columns)
     groupings = {g[len("group:") :]: g[len("group:") :] for g in columns if g.startswith("group:")}
     groupings.pop("entity", None)
@@ -103,7 +134,7 @@ def combine_runs(run_dirs: list[str | os.PathLike], title: str | None = None) ->
         "title": title or "Combined evaluation of " + ", ".join(str(p) for p in paths),
         "kind": first.get("kind"),
         "num_tasks": scores.num_tasks,
-        "methods": first["methods"],
+        "methods": methods,
         "metrics": first["metrics"],
         "primary_metric": first["primary_metric"],
         "primary_metric_label": first.get("primary_metric_label", first["primary_metric"]),
@@ -123,6 +154,7 @@ def combine_runs(run_dirs: list[str | os.PathLike], title: str | None = None) ->
                 }
                 for path, result in zip(paths, results, strict=True)
             ],
+            **({"chosen": dict(zip(map(str, paths), chosen, strict=True))} if chosen else {}),
             "aggregation": first.get("settings", {}).get("aggregation"),
             "seconds": round(
                 sum(float(r.get("settings", {}).get("seconds") or 0) for r in results), 2
@@ -131,6 +163,20 @@ def combine_runs(run_dirs: list[str | os.PathLike], title: str | None = None) ->
         "per_task": columns,
         **({"forecasts": forecasts} if forecasts else {}),
     }
+
+
+def _add_chosen(columns: dict[str, list], rows: list[int], chosen: list[str]) -> None:
+    """Adds (or replaces) the `chosen` method's columns of concatenated tables: each
+    table's `rows` rows taken from its own chosen method's columns (`<method>:<metric>`
+    in per-task tables, `<method>` in forecast points)."""
+    bounds = np.cumsum([0, *rows])
+    sources = [key for key in columns if key == chosen[0] or key.startswith(f"{chosen[0]}:")]
+    for key in sources:
+        suffix = key[len(chosen[0]) :]
+        values: list = []
+        for method, start, stop in zip(chosen, bounds[:-1], bounds[1:], strict=True):
+            values += columns[method + suffix][start:stop]
+        columns[CHOSEN + suffix] = values
 
 
 def _merge_into(into: dict[str, Any], other: dict[str, Any]) -> None:

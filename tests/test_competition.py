@@ -233,3 +233,30 @@ def test_an_override_taken_for_a_lookback_says_where_overrides_go(data_dir, caps
     assert stop.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert "'trainer.meta_steps=6' is not a number" in err and "after --" in err
+
+
+def test_adaptation_wins_only_where_it_is_better_and_finite(tmp_path):
+    from metadist.commands.competition import read_adaptation_choice, write_adaptation_choice
+
+    figures = {4: (9.0, 9.5), 13: (9.5, 9.0), 24: (float("nan"), 9.0), 7: (9.0, float("nan"))}
+    runs = {}
+    for horizon, (adapted, unadapted) in figures.items():
+        run = tmp_path / f"h{horizon}"
+        (run / "eval").mkdir(parents=True)
+        overall = {
+            "adapted": {"mase": {"value": adapted}},
+            "unadapted": {"mase": {"value": unadapted}},
+        }
+        (run / "eval" / "metrics.json").write_text(
+            json.dumps({"primary_metric": "mase", "overall": overall})
+        )
+        runs[horizon] = run
+    decisions = write_adaptation_choice(tmp_path, runs, validation=True)
+    assert {h: e["choice"] for h, e in decisions.items()} == {
+        "4": "adapted",
+        "13": "unadapted",
+        "24": "unadapted",
+        "7": "adapted",
+    }
+    assert decisions["4"]["metric"] == "mase" and decisions["13"]["adapted"] == 9.5
+    assert read_adaptation_choice(tmp_path, [4, 24]) == {4: "adapted", 24: "unadapted"}

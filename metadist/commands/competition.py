@@ -592,13 +592,13 @@ def write_adaptation_choice(
             continue
         adapted = float(overall["adapted"][metric]["value"])
         unadapted = float(overall["unadapted"][metric]["value"])
-        better = (adapted > unadapted) if metric == "accuracy" else (adapted < unadapted)
+        # a figure that is not finite (diverged) never wins
+        better = np.isfinite(adapted) and (not np.isfinite(unadapted) or adapted < unadapted)
         decisions[str(horizon)] = {
             "metric": metric,
             "adapted": adapted,
             "unadapted": unadapted,
-            # not finite (diverged) is never a win
-            "choice": "adapted" if better and np.isfinite(adapted) else "unadapted",
+            "choice": "adapted" if better else "unadapted",
         }
     document = {"protocol": "validation" if validation else "test", "horizons": decisions}
     atomic_write_text(out / ADAPTATION_FILE, json.dumps(document, indent=1) + "\n")

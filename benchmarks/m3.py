@@ -2,11 +2,14 @@
 
     python benchmarks/m3.py [--validation] [COMPETITION OPTIONS ...] [TRAINING OVERRIDES ...]
 
-Writes M3 in the long format when it is missing (`metadist datasets m3 data/m3`, or
-`data/m3val` with `--validation`: each series' training part one horizon earlier, the
-competition holdout not read), then runs
+Writes M3 in the long format when it is missing (`metadist datasets m3 data/m3`), then
+runs
 
     metadist competition data/m3 --out runs/m3 [OPTIONS ...]
+
+or, with `--validation`, `metadist competition data/m3 --validation --out runs/m3_val`
+(each series' training part one horizon earlier; the competition holdout is not read),
+whose `adaptation.json` a test run takes with `--adaptation-from runs/m3_val`.
 
 which ingests the training parts, meta-trains one ensemble per M3 horizon (6, 8, 18,
 read from the data's `horizon` column) on the training parts of all series, evaluates
@@ -16,7 +19,8 @@ here is specific to M3 but the data: the published references come from the
 
 The configuration of BENCHMARKS.md (M3):
 
-    python benchmarks/m3.py --lookbacks 2 3 --jobs 2
+    python benchmarks/m3.py --validation --lookbacks 2 3 --jobs 2
+    python benchmarks/m3.py --lookbacks 2 3 --seeds 2 --jobs 2 --adaptation-from runs/m3_val
 """
 
 from __future__ import annotations
@@ -31,21 +35,13 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] in ("-h", "--help"):
         print(__doc__)
         return 0
-    validation = "--validation" in argv
-    data = Path("data/m3val" if validation else "data/m3")
-    metadist = [sys.executable, "-m", "metadist.cli"]
+    data = Path("data/m3")
     if not (data / "train.parquet").is_file():
-        command = [*metadist, "datasets", "m3", str(data)]
-        if validation:
-            command.append("--validation")
+        command = [sys.executable, "-m", "metadist.cli", "datasets", "m3", str(data)]
         if subprocess.run(command, check=False).returncode != 0:
             return 1
-    if validation:  # the data are already the validation split
-        argv.remove("--validation")
-        if "--out" not in argv:
-            argv += ["--out", "runs/m3_val"]
-    elif "--out" not in argv:
-        argv += ["--out", "runs/m3"]
+    if "--out" not in argv:
+        argv += ["--out", "runs/m3_val" if "--validation" in argv else "runs/m3"]
     from metadist.commands.competition import main as competition
 
     return competition([str(data), *argv], prog="benchmarks/m3.py")

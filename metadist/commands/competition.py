@@ -24,8 +24,9 @@ ensemble and which won. `--adaptation-from VAL_OUT` reads a validation run's fil
 adds the column the competition reports as the model alone: per horizon, the adapted
 forecast where adaptation won on validation, the unadapted one where it did not.
 
-Steps whose output exists are skipped (a finished run is confirmed, not retrained), so
-an interrupted pipeline resumes where it stopped.
+The ingest, the validation split and finished training runs are confirmed, not redone,
+so an interrupted pipeline resumes where it stopped; the evaluation and the pooled table
+are redone on every call.
 """
 
 from __future__ import annotations
@@ -324,7 +325,13 @@ def build_parser(prog: str = "metadist competition") -> argparse.ArgumentParser:
     parser.add_argument(
         "data_dir", metavar="DATA_DIR", type=Path, help="train.parquet, test.parquet"
     )
-    parser.add_argument("--out", type=Path, default=None, help="default: runs/<data set name>")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="default: runs/NAME (runs/NAME_val with --validation; NAME: competition.yaml's "
+        "name or the data directory's)",
+    )
     parser.add_argument("--experiment", default="competition", help="the experiment meta-trained")
     parser.add_argument(
         "--lookbacks",

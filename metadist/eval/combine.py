@@ -9,8 +9,9 @@ every method's sum of every metric over them); combining concatenates those rows
 the runs' `forecasts.parquet`, every forecast point) and
 pools them exactly as one evaluation of all the tasks would: the scores are means over
 all forecast points, the ± is the 95% CI of the per-task mean, groups (frequency,
-category) are recomputed across runs. `OUT_DIR` gets `metrics.json`, `metrics.md` and
-`tasks.parquet`; each run keeps its own figure.
+category) are recomputed across runs. `OUT_DIR` gets `metrics.json`, `metrics.md`,
+`tasks.parquet` and (when every run kept its points) `forecasts.parquet`; each run keeps
+its own figure.
 """
 
 from __future__ import annotations
@@ -193,8 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m metadist.eval.combine",
         description=__doc__.splitlines()[0],
-        epilog="example: python -m metadist.eval.combine runs/m3 runs/m3/h6/seed1 "
-        "runs/m3/h8/seed1 runs/m3/h18/seed1",
+        epilog="example: python -m metadist.eval.combine runs/all runs/yearly runs/monthly",
     )
     parser.add_argument("out_dir", metavar="OUT_DIR", type=Path, help="where the table goes")
     parser.add_argument("run_dirs", metavar="RUN_DIR", nargs="+", help="evaluated runs")

@@ -30,6 +30,7 @@ Few-shot classification, on the same episodes:
 from __future__ import annotations
 
 import sys
+import warnings
 from collections.abc import Callable
 
 import numpy as np
@@ -204,7 +205,11 @@ def ets_forecast(history, horizon: int, seasonal_period: int) -> np.ndarray:
     def column(y: np.ndarray, h: int, m: int) -> np.ndarray:
         season = m if m > 1 and len(y) >= 2 * m else 1
         try:
-            fitted = AutoETS(season_length=season).forecast(y=y.astype(np.float64), h=h)
+            # the fit's own numerical warnings (a zero-degree-of-freedom variance, say)
+            # are not the user's business: a forecast that is not finite is replaced below
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                fitted = AutoETS(season_length=season).forecast(y=y.astype(np.float64), h=h)
             forecast = np.asarray(fitted["mean"], dtype=np.float64)
         except Exception:  # no admissible model for this series
             return np.full(h, y[-1])

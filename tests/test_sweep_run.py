@@ -225,7 +225,14 @@ def test_an_interrupted_sweep_runs_the_cut_off_trial_again(tmp_path):
         "--poll-seconds=0.2",
     ]
     driver = subprocess.Popen(
-        command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        command,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        # Ctrl-C as at a terminal, also where the tests run in the background (SIGINT
+        # ignored, which a child would inherit)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     # Interrupt the sweep while its trial is starting (its log is opened just before the
     # training process starts, which then takes seconds to import torch).

@@ -2,6 +2,7 @@
 
 import io
 import json
+import warnings
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -470,3 +471,11 @@ def test_ets_baseline_is_statsforecast_autoets():
     np.testing.assert_allclose(ets_forecast(y, 8, 12), expected)
     two = ets_forecast(np.stack([y, y + 10], axis=1), 8, 12)
     assert two.shape == (8, 2)
+    # A short series on which statsforecast's fit divides by zero degrees of freedom: its
+    # numerical warnings are not passed on (the forecast is checked for finiteness).
+    short = np.random.default_rng(0).random(7) * 10 + 1
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        forecast = ets_forecast(short, 4, 1)
+    assert not [w for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert forecast.shape == (4,) and np.isfinite(forecast).all()

@@ -479,3 +479,39 @@ def test_ets_baseline_is_statsforecast_autoets():
         forecast = ets_forecast(short, 4, 1)
     assert not [w for w in caught if issubclass(w.category, RuntimeWarning)]
     assert forecast.shape == (4,) and np.isfinite(forecast).all()
+
+
+def test_markdown_has_mase_and_owa_by_group_with_references_only_for_the_primary_metric():
+    def score(value):
+        return {"value": value, "ci95": 0.0}
+
+    def scores(smape, mase, owa):
+        return {"smape": smape, "mase": mase, "owa": owa, "mae": 1.0}
+
+    groups = {
+        "A": {"num_tasks": 2, "scores": {"model": scores(10.0, 0.71, 0.81), "theta": scores(11.0, 0.72, 0.82)}},
+        "B": {"num_tasks": 1, "scores": {"model": scores(20.0, 1.31, 0.91), "theta": scores(19.0, 1.32, 0.92)}},
+    }  # fmt: skip
+    result = {
+        "kind": "forecast",
+        "num_tasks": 3,
+        "metrics": ["smape", "mase", "owa", "mae"],
+        "primary_metric": "smape",
+        "primary_metric_label": "sMAPE",
+        "methods": {"model": "the model", "theta": "Theta method"},
+        "overall": {
+            m: {k: score(v) for k, v in scores(12.0, 0.91, 0.85).items()} for m in ("model", "theta")
+        },
+        "groups": {"group": groups},
+        "references": {"Theta": {"all": 13.01, "group": {"A": 9.5, "B": 18.5}}},
+    }
+    text = markdown_report(result)
+    sections = {s.split("\n", 1)[0]: s for s in text.split("\n## ")[1:]}
+    assert list(sections) == ["sMAPE by group", "MASE by group", "OWA by group"]
+    assert "Theta (published)" in sections["sMAPE by group"]
+    assert "| A | 2 | 10.00 | 11.00 | 9.500 |" in sections["sMAPE by group"]
+    assert "(published)" not in sections["MASE by group"] + sections["OWA by group"]
+    assert "| A | 2 | 0.710 | 0.720 |" in sections["MASE by group"]
+    assert "| B | 1 | 0.910 | 0.920 |" in sections["OWA by group"]
+    # MAE is not scale-free: no table of it by group
+    assert "MAE by" not in text

@@ -41,6 +41,9 @@ TASKS_NAME = "tasks.parquet"
 # Every forecast point (forecasting on a store): entity, groups, step, target, truth and
 # each method's forecast, so that any other metric can be computed later.
 FORECASTS_NAME = "forecasts.parquet"
+# Beside the primary metric, the per-group tables a forecasting competition reports: the
+# scale-free MASE and OWA (M4's two), where the evaluation has them.
+GROUP_METRICS = ("mase", "owa")
 
 
 def write_report(
@@ -84,16 +87,22 @@ def write_report(
 
 
 def markdown_report(result: dict[str, Any]) -> str:
-    """The evaluation as markdown: a settings line, the main table, one table per group."""
+    """The evaluation as markdown: a settings line, the main table, and per grouping a
+    table of the primary metric (with the published references) and of MASE and OWA."""
     lines = [f"# {result.get('title', 'Meta-test evaluation')}", ""]
     settings = result.get("settings", {})
     if settings:
         lines.append("; ".join(f"{k}: {_plain(v)}" for k, v in settings.items()))
         lines.append("")
     lines += metric_table(result).splitlines()
+    primary = result.get("primary_metric")
+    extra = [m for m in GROUP_METRICS if m != primary and m in result.get("metrics", ())]
     for grouping, groups in result.get("groups", {}).items():
         lines += ["", f"## {result.get('primary_metric_label', 'sMAPE')} by {grouping}", ""]
         lines += group_table(result, grouping, groups).splitlines()
+        for metric in extra:
+            lines += ["", f"## {METRIC_LABELS[metric]} by {grouping}", ""]
+            lines += group_table(result, grouping, groups, metric).splitlines()
     return "\n".join(lines) + "\n"
 
 
@@ -121,12 +130,19 @@ def metric_table(result: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
-def group_table(result: dict[str, Any], grouping: str, groups: dict[str, Any]) -> str:
-    """Rows: groups and `all`; columns: task count, each method, each reference."""
-    metric = result["primary_metric"]
+def group_table(
+    result: dict[str, Any], grouping: str, groups: dict[str, Any], metric: str | None = None
+) -> str:
+    """Rows: groups and `all`; columns: task count, each method's `metric` (default: the
+    primary metric) and, for the primary metric, each published reference (references are
+    figures of the primary metric)."""
+    primary = result["primary_metric"]
+    metric = primary if metric is None else metric
     methods = result["methods"]
     references = {
-        name: ref for name, ref in result.get("references", {}).items() if grouping in ref
+        name: ref
+        for name, ref in result.get("references", {}).items()
+        if grouping in ref and metric == primary
     }
     header = (
         f"| {grouping} | tasks | "

@@ -500,7 +500,8 @@ def test_markdown_has_mase_and_owa_by_group_with_references_only_for_the_primary
         "primary_metric_label": "sMAPE",
         "methods": {"model": "the model", "theta": "Theta method"},
         "overall": {
-            m: {k: score(v) for k, v in scores(12.0, 0.91, 0.85).items()} for m in ("model", "theta")
+            m: {k: score(v) for k, v in scores(12.0, 0.91, 0.85).items()}
+            for m in ("model", "theta")
         },
         "groups": {"group": groups},
         "references": {"Theta": {"all": 13.01, "group": {"A": 9.5, "B": 18.5}}},

@@ -102,7 +102,7 @@ def test_ensemble_members_span_lookbacks_losses_and_seeds():
 
 @pytest.mark.integration
 @pytest.mark.timeout(600)
-def test_the_whole_protocol_on_a_data_set_unlike_m3(data_dir, tmp_path):
+def test_the_whole_protocol_on_a_data_set_unlike_m3(data_dir, tmp_path, capsys):
     out = tmp_path / "out"
     data_dir = Path(shutil.copytree(data_dir, tmp_path / "data"))
     # published figures per label: each horizon's table holds its own, the pooled one all
@@ -204,6 +204,12 @@ def test_the_whole_protocol_on_a_data_set_unlike_m3(data_dir, tmp_path):
         pick = picks[horizon_of[label]]
         np.testing.assert_array_equal(rows["chosen:smape"], rows[f"{pick}:smape"])
     assert "adaptation as chosen on validation" in (out / "metrics.md").read_text()
+    # The training file edited since: its store and models are not reused.
+    capsys.readouterr()
+    stat = (data_dir / "train.parquet").stat()
+    os.utime(data_dir / "train.parquet", ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    assert competition([str(data_dir), "--out", str(out), "--ets", "no"]) == 1
+    assert f"{out / 'store'} was not made from" in capsys.readouterr().err
 
 
 def test_an_adaptation_choice_comes_from_a_validation_run_with_every_horizon(tmp_path):
@@ -260,3 +266,102 @@ def test_adaptation_wins_only_where_it_is_better_and_finite(tmp_path):
     }
     assert decisions["4"]["metric"] == "mase" and decisions["13"]["adapted"] == 9.5
     assert read_adaptation_choice(tmp_path, [4, 24]) == {4: "adapted", 24: "unadapted"}
+
+
+def test_the_holdout_is_checked_against_each_series_horizon_before_anything_runs(
+    data_dir, tmp_path, capsys
+):
+    import pyarrow as pa
+
+    from metadist.commands.competition import check_holdout, main
+
+    data = Path(shutil.copytree(data_dir, tmp_path / "data"))
+    spec = load_spec(data)
+    info = scan_series(data / "train.parquet", spec)
+    horizons = sorted(set(info.horizons.values()))
+    check_holdout(data / "test.parquet", spec, info, horizons, partial=False)  # as written
+    test = pq.read_table(data / "test.parquet").to_pandas()
+    monthly = sorted(test[test.frequency == "MONTHLY"].series_id.unique())
+    annual = sorted(test[test.frequency == "ANNUAL"].series_id.unique())
+
+    def write(frame):
+        pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), data / "test.parquet")
+
+    # a holdout one value short
+    write(test.drop(test.index[test.series_id == monthly[0]][-1:]))
+    with pytest.raises(
+        ValueError,
+        match=rf"'{monthly[0]}' \(frequency MONTHLY, horizon 24\) has 23 holdout values, not 24 \(1 of 28",
+    ):
+        check_holdout(data / "test.parquet", spec, info, horizons, partial=False)
+    # only the horizons run are checked
+    check_holdout(data / "test.parquet", spec, info, [4, 13], partial=False)
+    # a series without a holdout: refused, or left out where a partial holdout is asked for
+    write(test[test.series_id != annual[0]])
+    with pytest.raises(ValueError, match=r"has 0 holdout values.*eval.holdout.partial=true"):
+        check_holdout(data / "test.parquet", spec, info, horizons, partial=False)
+    check_holdout(data / "test.parquet", spec, info, horizons, partial=True)
+    # a holdout series with no training part
+    extra = test[test.series_id == annual[0]].assign(series_id="NEW")
+    write(pd_concat(test, extra))
+    with pytest.raises(ValueError, match="series 'NEW' has holdout values but no training part"):
+        check_holdout(data / "test.parquet", spec, info, horizons, partial=False)
+    # a horizon given in competition.yaml that the holdout does not have: refused through
+    # the command, before any output exists
+    write(test)
+    table = pq.read_table(data / "train.parquet").drop(["horizon"])
+    pq.write_table(table, data / "train.parquet")
+    (data / "competition.yaml").write_text(
+        "horizon_col: null\nhorizons: {ANNUAL: 4, WEEKLY: 13, MONTHLY: 12}\n"
+    )
+    out = tmp_path / "out"
+    assert main([str(data), "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "(frequency MONTHLY, horizon 12) has 24 holdout values, not 12" in err
+    assert not out.exists()
+
+
+def pd_concat(*frames):
+    import pandas as pd
+
+    return pd.concat(frames, ignore_index=True)
+
+
+def test_a_missing_horizon_column_says_to_unset_it_and_give_horizons(data_dir, tmp_path):
+    data = Path(shutil.copytree(data_dir, tmp_path / "data"))
+    pq.write_table(pq.read_table(data / "train.parquet").drop(["horizon"]), data / "train.parquet")
+    with pytest.raises(
+        ValueError, match=r"set horizon_col: null in competition.yaml and give horizons"
+    ):
+        scan_series(data / "train.parquet", load_spec(data))
+
+
+def test_a_rerun_refuses_outputs_made_from_another_version_of_the_data(
+    data_dir, tmp_path, monkeypatch, capsys
+):
+    """The validation split and the store are reused only while the training file is
+    the one they were made from; the banner describes the training parts in use."""
+    from metadist.commands import competition
+
+    data = Path(shutil.copytree(data_dir, tmp_path / "data"))
+    out = tmp_path / "val"
+    # stop the pipeline at its first subprocess (the ingest): what comes before is tested
+    monkeypatch.setattr(competition, "_run", lambda title, command, env: 1)
+    assert competition.main([str(data), "--validation", "--out", str(out)]) == 1
+    printed = capsys.readouterr().out
+    annual = LABELS["ANNUAL"]
+    # the validation training parts are one horizon shorter than the data's
+    shortest, longest = annual[3] - annual[0], annual[4] - annual[0]
+    assert "(validation protocol)" in printed
+    train = pq.read_table(out / "validation_data" / "train.parquet").to_pandas()
+    lengths = train[train.frequency == "ANNUAL"].groupby("series_id").size()
+    assert f"{lengths.min()}..{lengths.max()} training values" in printed
+    assert shortest <= lengths.min() and lengths.max() <= longest
+    assert competition.main([str(data), "--validation", "--out", str(out)]) == 1  # reused
+    assert "validation split of" not in capsys.readouterr().out
+    stat = (data / "train.parquet").stat()
+    os.utime(data / "train.parquet", ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    assert competition.main([str(data), "--validation", "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert f"{out / 'validation_data'} was not made from {data / 'train.parquet'}" in err
+    assert "give another --out" in err

@@ -97,6 +97,7 @@ def test_naive_baselines_are_scored_in_original_units(panel_and_store):
     )
     (result, examples), sampler = _evaluate(store, options)
     assert result["num_tasks"] == sampler.num_units == 16
+    assert "scratch" in result["methods"]
     naive_abs, snaive_smape, theta_mae, mase_terms, count = 0.0, 0.0, 0.0, 0.0, 0
     for entity in sampler.unit_entity:
         name = str(store.entity_ids[entity])
@@ -121,6 +122,8 @@ def test_naive_baselines_are_scored_in_original_units(panel_and_store):
     # per-stratum tables cover every task once; examples are drawn in original units
     strata = result["groups"]["stratum"]
     assert sum(g["num_tasks"] for g in strata.values()) == 16
+    for group in strata.values():  # every metric is defined on every task here
+        assert group["num_scored"] == {m: group["num_tasks"] for m in result["metrics"]}
     assert len(examples) == 2
     first = examples[0]
     assert np.allclose(first["truth"], raw[first["title"].split(" ")[0]][-HORIZON:], rtol=1e-5)
@@ -231,6 +234,8 @@ def test_zero_inner_steps_make_adapted_equal_unadapted_and_report_files(panel_an
     )
     (result, examples), _ = _evaluate(store, options)
     assert result["overall"]["adapted"] == result["overall"]["unadapted"]
+    # no from-scratch row with no steps: it would be an untrained network
+    assert "scratch" not in result["methods"] and "scratch" not in result["overall"]
     paths = write_report(result, tmp_path, examples)
     saved = json.loads(paths["json"].read_text())
     assert saved["overall"]["naive"]["mae"]["value"] == pytest.approx(
@@ -482,14 +487,14 @@ def test_ets_baseline_is_statsforecast_autoets():
 
 
 def test_markdown_has_mase_and_owa_by_group_with_references_only_for_the_primary_metric():
-    def score(value):
-        return {"value": value, "ci95": 0.0}
+    def score(value, num_tasks=3):
+        return {"value": value, "ci95": 0.0, "num_tasks": num_tasks}
 
     def scores(smape, mase, owa):
         return {"smape": smape, "mase": mase, "owa": owa, "mae": 1.0}
 
     groups = {
-        "A": {"num_tasks": 2, "scores": {"model": scores(10.0, 0.71, 0.81), "theta": scores(11.0, 0.72, 0.82)}},
+        "A": {"num_tasks": 2, "num_scored": {"mase": 1}, "scores": {"model": scores(10.0, 0.71, 0.81), "theta": scores(11.0, 0.72, 0.82)}},
         "B": {"num_tasks": 1, "scores": {"model": scores(20.0, 1.31, 0.91), "theta": scores(19.0, 1.32, 0.92)}},
     }  # fmt: skip
     result = {
@@ -500,7 +505,7 @@ def test_markdown_has_mase_and_owa_by_group_with_references_only_for_the_primary
         "primary_metric_label": "sMAPE",
         "methods": {"model": "the model", "theta": "Theta method"},
         "overall": {
-            m: {k: score(v) for k, v in scores(12.0, 0.91, 0.85).items()}
+            m: {k: score(v, 2 if k == "mase" else 3) for k, v in scores(12.0, 0.91, 0.85).items()}
             for m in ("model", "theta")
         },
         "groups": {"group": groups},
@@ -512,7 +517,10 @@ def test_markdown_has_mase_and_owa_by_group_with_references_only_for_the_primary
     assert "Theta (published)" in sections["sMAPE by group"]
     assert "| A | 2 | 10.00 | 11.00 | 9.500 |" in sections["sMAPE by group"]
     assert "(published)" not in sections["MASE by group"] + sections["OWA by group"]
-    assert "| A | 2 | 0.710 | 0.720 |" in sections["MASE by group"]
+    # each table counts the tasks its metric is defined on (a constant history has no MASE)
+    assert "| A | 1 | 0.710 | 0.720 |" in sections["MASE by group"]
+    assert "| **all** | 2 |" in sections["MASE by group"]
+    assert "| **all** | 3 |" in sections["sMAPE by group"]
     assert "| B | 1 | 0.910 | 0.920 |" in sections["OWA by group"]
     # MAE is not scale-free: no table of it by group
     assert "MAE by" not in text

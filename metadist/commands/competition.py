@@ -49,6 +49,8 @@ TRAIN_FILE = "train.parquet"
 TEST_FILE = "test.parquet"
 SPEC_FILE = "competition.yaml"
 ADAPTATION_FILE = "adaptation.json"
+# in a validation split: the fingerprint of the training file it was cut from
+SOURCE_FILE = "source.json"
 
 
 @dataclass
@@ -119,6 +121,7 @@ class SeriesInfo:
     counts: dict[str, int]  # label -> number of series
     lengths: dict[str, tuple[int, int]]  # label -> (shortest, longest) training part
     strata: dict[str, int]  # stratum -> number of series
+    series: dict[str, str] = field(default_factory=dict, compare=False)  # id -> label
 
     def labels_of(self, horizon: int) -> list[str]:
         return sorted(label for label, h in self.horizons.items() if h == horizon)
@@ -154,7 +157,7 @@ def scan_series(path: Path, spec: CompetitionSpec) -> SeriesInfo:
     for key in ("horizon_col", "period_col", "stratum_col"):
         if key in wanted and wanted[key] not in names:
             kind = key.split("_")[0]
-            fallback = f", or give {kind}s: {{LABEL: value}}" if kind != "stratum" else ""
+            fallback = f" and give {kind}s: {{LABEL: value}}" if kind != "stratum" else ""
             raise ValueError(
                 f"{path} has no column {wanted[key]!r} ({key} in {SPEC_FILE}); set {key}: "
                 f"null in {SPEC_FILE}{fallback}"
@@ -229,7 +232,82 @@ def scan_series(path: Path, spec: CompetitionSpec) -> SeriesInfo:
             for label in label_set
         },
         strata=strata,
+        series=dict(zip(entity[starts].tolist(), labels.tolist(), strict=True)),
     )
+
+
+def check_holdout(
+    path: Path, spec: CompetitionSpec, info: SeriesInfo, horizons: Sequence[int], partial: bool
+) -> None:
+    """Checks the holdout file before anything is trained: every series of `horizons`
+    has exactly its horizon's number of holdout values (none where `partial`), and every
+    series of the holdout is in the training file.
+
+    Raises:
+        ValueError: naming the first series that differs and how many do.
+    """
+    import pyarrow.parquet as pq
+
+    names = pq.read_schema(path).names
+    if spec.entity_col not in names:
+        raise ValueError(
+            f"{path} has no column {spec.entity_col!r} (entity_col in {SPEC_FILE}); its "
+            f"columns: {', '.join(names)}"
+        )
+    column = pq.read_table(path, columns=[spec.entity_col]).column(spec.entity_col)
+    ids, counts = np.unique(
+        np.asarray(column.to_pylist(), dtype=object).astype(str), return_counts=True
+    )
+    found = dict(zip(ids.tolist(), counts.tolist(), strict=True))
+    unknown = [series for series in found if series not in info.series]
+    if unknown:
+        raise ValueError(
+            f"{path}: series {unknown[0]!r} has holdout values but no training part "
+            f"({len(unknown)} such series); every holdout series must be in {spec.train}"
+        )
+    wanted = set(horizons)
+    wrong = []
+    for series, label in info.series.items():
+        horizon = info.horizons[label]
+        if horizon not in wanted:
+            continue
+        count = found.get(series, 0)
+        if count != horizon and not (partial and count == 0):
+            wrong.append((series, label, horizon, count))
+    if wrong:
+        total = sum(info.horizons[label] in wanted for label in info.series.values())
+        series, label, horizon, count = wrong[0]
+        fix = "" if count else "; or set eval.holdout.partial=true to score only the others"
+        raise ValueError(
+            f"{path}: series {series!r} ({spec.label_col} {label}, horizon {horizon}) has "
+            f"{count} holdout values, not {horizon} ({len(wrong)} of "
+            f"{total} series differ); "
+            f"each series needs its horizon's number of holdout values{fix}"
+        )
+
+
+def file_fingerprint(path: Path) -> str:
+    """The fingerprint `metadist ingest` records of an input file (its resolved path,
+    size and modification time)."""
+    from metadist.store.sources import SourceFile, fingerprint
+
+    stat = path.stat()
+    return fingerprint([SourceFile(path, 0, stat.st_size, stat.st_mtime_ns)])
+
+
+def check_same_source(made: Path, recorded: str | None, source: Path, out: Path) -> None:
+    """Refuses to reuse `made` (a store, a validation split) if `source` is not the file
+    it was made from: it changed or moved since, and what was built on it is stale.
+
+    Raises:
+        ValueError: naming both and what to do.
+    """
+    if recorded != file_fingerprint(source):
+        raise ValueError(
+            f"{made} was not made from {source} as it is now (the file changed or moved "
+            f"since); its models and tables would be of the old data: give another --out, "
+            f"or remove {out}"
+        )
 
 
 def write_validation_split(
@@ -269,6 +347,8 @@ def write_validation_split(
             k: v for k, v in _spec_dict(spec).items() if k not in ("train", "test", "references")
         }
         (staging / SPEC_FILE).write_text(json.dumps(spec_values, indent=1) + "\n")
+        source = {"fingerprint": file_fingerprint(data_dir / spec.train)}
+        (staging / SOURCE_FILE).write_text(json.dumps(source) + "\n")
     if dropped:
         print(f"note: validation split: {dropped} series no longer than their horizon left out")
 
@@ -332,23 +412,36 @@ def build_parser(prog: str = "metadist competition") -> argparse.ArgumentParser:
         help="default: runs/NAME (runs/NAME_val with --validation; NAME: competition.yaml's "
         "name or the data directory's)",
     )
-    parser.add_argument("--experiment", default="competition", help="the experiment meta-trained")
+    parser.add_argument(
+        "--experiment",
+        default="competition",
+        help="the experiment meta-trained (default: competition: MAML on an MLP forecaster, "
+        "3,000 meta-steps of 64 tasks; overrides such as trainer.meta_steps=N change it)",
+    )
     parser.add_argument(
         "--lookbacks",
         type=_multiple,
         nargs="+",
         default=[2.0],
-        help="lookback multiples of the horizon, one ensemble member each (N-BEATS: 2..7)",
+        help="lookback multiples of the horizon, one ensemble member each (default: 2; "
+        "N-BEATS: 2..7)",
     )
     parser.add_argument(
         "--losses",
         nargs="+",
         default=["smape"],
         choices=["smape", "mape", "mae", "mse"],
-        help="training losses, one ensemble member each",
+        help="training losses, one ensemble member each (default: smape)",
     )
-    parser.add_argument("--seeds", type=int, default=1, help="seeds per lookback and loss")
-    parser.add_argument("--jobs", type=int, default=2, help="training processes at a time")
+    parser.add_argument(
+        "--seeds", type=int, default=1, help="seeds per lookback and loss (default: 1)"
+    )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=2,
+        help="training processes at a time, each on one core (default: 2)",
+    )
     parser.add_argument("--validation", action="store_true", help="the validation protocol")
     parser.add_argument(
         "--ets",
@@ -399,40 +492,54 @@ def run_pipeline(args: argparse.Namespace, prog: str) -> int:
     name = spec.name or data_dir.resolve().name
     info = scan_series(data_dir / spec.train, spec)
     out: Path = args.out or Path("runs") / (name + ("_val" if args.validation else ""))
-    out.mkdir(parents=True, exist_ok=True)
-    if args.validation:
-        data_dir = out / "validation_data"
-        if not (data_dir / TRAIN_FILE).is_file():
-            _step(
-                f"validation split of {args.data_dir}",
-                lambda: write_validation_split(args.data_dir, spec, info, data_dir),
-            )
-        spec = CompetitionSpec(
-            **{**_spec_dict(spec), "train": TRAIN_FILE, "test": TEST_FILE, "references": {}}
-        )
-    test_path = data_dir / spec.test
-    if not test_path.is_file():
-        raise FileNotFoundError(f"no holdout file at {test_path}")
-    _describe(name, info, spec, args.validation)
     horizons = sorted(set(info.horizons.values()))
     if args.horizons:
         missing = sorted(set(args.horizons) - set(horizons))
         if missing:
             raise ValueError(f"--horizons {missing[0]}: the data set's horizons are {horizons}")
         horizons = sorted(args.horizons)
+    if args.validation:
+        source = data_dir / spec.train
+        data_dir = out / "validation_data"
+        if not (data_dir / TRAIN_FILE).is_file():
+            out.mkdir(parents=True, exist_ok=True)
+            _step(
+                f"validation split of {args.data_dir}",
+                lambda: write_validation_split(args.data_dir, spec, info, data_dir),
+            )
+        else:
+            check_same_source(data_dir, _recorded(data_dir / SOURCE_FILE), source, out)
+        spec = CompetitionSpec(
+            **{**_spec_dict(spec), "train": TRAIN_FILE, "test": TEST_FILE, "references": {}}
+        )
+        info = scan_series(data_dir / spec.train, spec)  # the shorter training parts
+    test_path = data_dir / spec.test
+    if not test_path.is_file():
+        raise FileNotFoundError(f"no holdout file at {test_path}")
+    _describe(name, info, spec, args.validation)
     chosen = None
     if args.adaptation_from is not None:
         if args.validation:
             raise ValueError("--adaptation-from chooses for a test run; leave out --validation")
         chosen = read_adaptation_choice(args.adaptation_from, horizons)
     train_overrides, eval_overrides = split_eval_overrides(args.overrides)
+    partial = any(
+        o.split("=", 1)[0] == "eval.holdout.partial" and o.split("=", 1)[1].lower() in ("true", "1")
+        for o in eval_overrides
+    )
+    check_holdout(test_path, spec, info, horizons, partial)
+    out.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")
     env.setdefault("WANDB_MODE", "disabled")
     metadist = [sys.executable, "-m", "metadist.cli"]
 
     store = out / "store"
-    if not (store / "metadata.json").is_file():
+    if (store / "metadata.json").is_file():
+        check_same_source(
+            store, _recorded(store / "metadata.json", "source"), data_dir / spec.train, out
+        )
+    else:
         ingest = [
             *metadist,
             "ingest",
@@ -517,6 +624,15 @@ def run_pipeline(args: argparse.Namespace, prog: str) -> int:
         )
     print(f"== all steps: {time.perf_counter() - started:.1f} s; table: {table}")
     return 0
+
+
+def _recorded(path: Path, key: str | None = None) -> str | None:
+    """The `fingerprint` of a JSON file (under `key`), None where there is none."""
+    try:
+        document = json.loads(path.read_text())
+        return str((document[key] if key else document)["fingerprint"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _describe(name: str, info: SeriesInfo, spec: CompetitionSpec, validation: bool) -> None:
@@ -712,8 +828,17 @@ def _run_parallel(jobs: list[tuple[str, list[str], Path]], env: dict[str, str], 
             if process.returncode != 0:
                 tail = Path(log.name).read_text().strip().splitlines()[-3:]
                 failed.append(f"{title} (see {log.name}): " + " / ".join(tail))
+                if pending:  # the others would most likely fail alike: stop starting them
+                    print(f"== not started: {len(pending)} training(s), after a failure")
+                    pending.clear()
     for line in failed:
         print(f"failed: {line}", file=sys.stderr)
+    if any("run_dir=" in line for line in failed):
+        print(
+            "note: in metadist competition, a run with other settings needs another --out "
+            "(never run_dir=)",
+            file=sys.stderr,
+        )
     return 1 if failed else 0
 
 

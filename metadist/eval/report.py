@@ -42,8 +42,9 @@ TASKS_NAME = "tasks.parquet"
 # each method's forecast, so that any other metric can be computed later.
 FORECASTS_NAME = "forecasts.parquet"
 # Beside the primary metric, the per-group tables a forecasting competition reports: the
-# scale-free MASE and OWA (M4's two), where the evaluation has them.
-GROUP_METRICS = ("mase", "owa")
+# scale-free metrics (M3's sMAPE, the MAPE of others, M4's MASE and OWA), where the
+# evaluation has them.
+GROUP_METRICS = ("smape", "mape", "mase", "owa")
 
 
 def write_report(
@@ -88,7 +89,8 @@ def write_report(
 
 def markdown_report(result: dict[str, Any]) -> str:
     """The evaluation as markdown: a settings line, the main table, and per grouping a
-    table of the primary metric (with the published references) and of MASE and OWA."""
+    table of the primary metric (with the published references) and of each other
+    scale-free metric (`GROUP_METRICS`)."""
     lines = [f"# {result.get('title', 'Meta-test evaluation')}", ""]
     settings = result.get("settings", {})
     if settings:
@@ -155,12 +157,19 @@ def group_table(
     names = list(groups) + ["all"]
     for name in names:
         if name == "all":
-            count = result["num_tasks"]
+            # the tasks the metric is defined on (every method has the same)
+            count = min(
+                (
+                    result["overall"][m][metric].get("num_tasks", result["num_tasks"])
+                    for m in methods
+                ),
+                default=result["num_tasks"],
+            )
             cells = [_group_cell(result["overall"][m][metric]) for m in methods]
             refs = [_number(ref.get("all")) for ref in references.values()]
             name_cell = "**all**"
         else:
-            count = groups[name]["num_tasks"]
+            count = groups[name].get("num_scored", {}).get(metric, groups[name]["num_tasks"])
             failed = groups[name].get("diverged", {})
             cells = [
                 f"diverged ({failed[m]})"

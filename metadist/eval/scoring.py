@@ -233,7 +233,8 @@ def evaluate_tasks(
             original units and the naive baselines are added.
         target_columns: store column index of each of the T targets.
         fresh_model: builds a freshly initialised model of the same architecture for the
-            from-scratch baseline; `None` leaves that baseline out.
+            from-scratch baseline; `None` (or `options.scratch_steps == 0`) leaves that
+            baseline out.
         progress: show tasks done (`metadist.progress`: `None` also shows it, as a bar on a
             terminal, else a line every 15 s; `False` shows nothing).
         num_tasks: tasks expected, for the progress display.
@@ -255,6 +256,8 @@ def evaluate_tasks(
     with_store = store is not None and not classification
     if with_store and target_columns is None:
         raise ValueError("evaluate_tasks: a store needs target_columns (the store columns of T)")
+    if options.scratch_steps == 0:
+        fresh_model = None  # with no steps, that row would be an untrained network
     methods = [m for m in MODEL_METHODS if m != "scratch" or fresh_model is not None]
     if not getattr(learner, "has_inner_loop", True):
         methods.remove("unadapted")  # nothing to compare adaptation with
@@ -274,8 +277,8 @@ def evaluate_tasks(
             if missing:
                 raise ValueError(
                     f"eval.combinations: {combination} needs {missing[0]!r}, which this "
-                    "evaluation does not score (an embedding model has no from-scratch "
-                    "baseline)"
+                    "evaluation does not score (there is no from-scratch baseline for an "
+                    "embedding model or with eval.scratch_steps=0)"
                 )
         methods += [combination_key(c) for c in combinations]
         metric_names = FORECAST_METRICS
@@ -549,7 +552,8 @@ def overall_summary(scores: TaskScores, classification: bool) -> dict[str, Any]:
 
 
 def group_summaries(scores: TaskScores, groupings: dict[str, str]) -> dict[str, Any]:
-    """`{name: {group value: {num_tasks, scores: {method: {metric: value}}}}}` for each
+    """`{name: {group value: {num_tasks, num_scored: {metric: tasks}, scores: {method:
+    {metric: value}}}}}` for each
     `{grouping: name}` of `groupings` that splits the tasks into at least two groups."""
     out: dict[str, Any] = {}
     for grouping, name in groupings.items():
@@ -563,8 +567,14 @@ def group_summaries(scores: TaskScores, groupings: dict[str, str]) -> dict[str, 
         for value in names:
             keep = values == value
             summary = scores.summary(keep)
+            metric_names = next(iter(summary.values())).keys()
             table[value] = {
                 "num_tasks": int(keep.sum()),
+                # tasks each metric is defined on (MAPE needs a truth without zeros, MASE
+                # a history that is not constant); the same for every method
+                "num_scored": {
+                    k: min(int(s[k]["num_tasks"]) for s in summary.values()) for k in metric_names
+                },
                 "scores": {m: {k: v["value"] for k, v in s.items()} for m, s in summary.items()},
                 "diverged": {
                     m: next(iter(s.values()))["num_diverged"]

@@ -62,7 +62,8 @@ class EvalOptions:
     Attributes:
         inner_steps: adaptation steps on each support set; `None` uses the learner's
             `eval_inner_steps`.
-        scratch_steps: Adam steps of the from-scratch baseline on each support set.
+        scratch_steps: Adam steps of the from-scratch baseline on each support set (0:
+            no such baseline).
         scratch_lr: its learning rate.
         pretrain_steps: Adam steps of the pretrained-embedding classification baseline
             (the backbone trained as an ordinary classifier of the meta-train classes);

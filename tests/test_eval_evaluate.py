@@ -390,8 +390,14 @@ def test_combined_runs_pool_like_one_evaluation(panel_and_store, tmp_path):
         combine_runs([tmp_path / "a", tmp_path / "both"])
     with pytest.raises(FileNotFoundError, match="metadist eval run_dir="):
         combine_runs([tmp_path / "a", tmp_path / "missing"])
-    with pytest.raises(ValueError, match="at least two"):
-        combine_runs([tmp_path / "a"])
+    with pytest.raises(ValueError, match="at least one run directory"):
+        combine_runs([])
+    # one run pools to its own figures (a competition of one horizon)
+    one = combine_runs([tmp_path / "a"])
+    alone_eval = json.loads((tmp_path / "a" / "eval" / "metrics.json").read_text())
+    for method, scores in alone_eval["overall"].items():
+        for metric, score in scores.items():
+            assert one["overall"][method][metric]["value"] == pytest.approx(score["value"])
 
     # The model as chosen per run: a's adapted tasks and points, b's unadapted ones.
     picked = combine_runs([tmp_path / "a", tmp_path / "b"], chosen=["adapted", "unadapted"])
@@ -514,6 +520,9 @@ def test_markdown_has_mase_and_owa_by_group_with_references_only_for_the_primary
     text = markdown_report(result)
     sections = {s.split("\n", 1)[0]: s for s in text.split("\n## ")[1:]}
     assert list(sections) == ["sMAPE by group", "MASE by group", "OWA by group"]
+    # the main table carries the published overall figure, in the primary metric's column
+    main_rows = text.split("\n## ")[0].splitlines()
+    assert "| Theta (published) | 13.01 |  |  |  |  |" in main_rows
     assert "Theta (published)" in sections["sMAPE by group"]
     assert "| A | 2 | 10.00 | 11.00 | 9.500 |" in sections["sMAPE by group"]
     assert "(published)" not in sections["MASE by group"] + sections["OWA by group"]

@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -769,13 +768,9 @@ def read_adaptation_choice(val_out: Path, horizons: Sequence[int]) -> dict[int, 
 
 def _combine(firsts: list[Path], out: Path, title: str, chosen: list[str] | None = None) -> Path:
     from metadist.eval.combine import combine_runs
-    from metadist.eval.report import EVAL_DIR, write_report
+    from metadist.eval.report import write_report
 
-    if len(firsts) == 1 and chosen is None:
-        for path in (firsts[0] / EVAL_DIR).iterdir():
-            if path.is_file():
-                shutil.copy2(path, out / path.name)
-        return out / "metrics.md"
+    # one horizon too: the same table, title and references as several
     result = combine_runs(list[str | os.PathLike](firsts), title=title, chosen=chosen)
     write_report(result, out, directory=out)
     return out / "metrics.md"

@@ -61,8 +61,8 @@ def combine_runs(
         FileNotFoundError: a run without `eval/metrics.json` and `eval/tasks.parquet`.
     """
     paths = [Path(p) for p in run_dirs]
-    if len(paths) < (1 if chosen is not None else 2):
-        raise ValueError("combine needs at least two run directories")
+    if not paths:
+        raise ValueError("combine needs at least one run directory")
     if chosen is not None and len(chosen) != len(paths):
         raise ValueError(f"combine: {len(chosen)} chosen method(s) for {len(paths)} run(s)")
     if len({p.resolve() for p in paths}) != len(paths):

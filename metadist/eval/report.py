@@ -129,6 +129,12 @@ def metric_table(result: dict[str, Any]) -> str:
             score = scores[primary]
             cells.append(_group_cell({**score, "value": score.get("task_mean")}))
         rows.append(f"| {label} | " + " | ".join(cells) + " |")
+    # published figures of the data set (of the primary metric), where they give one
+    for name, reference in result.get("references", {}).items():
+        if isinstance(reference, dict) and reference.get("all") is not None:
+            cells = [_number(reference["all"]) if m == primary else "" for m in metrics]
+            cells += [""] if per_series else []
+            rows.append(f"| {name} (published) | " + " | ".join(cells) + " |")
     return "\n".join(rows)
 
 

@@ -121,3 +121,20 @@ def test_open_files_per_thread_stay_within_the_process_limit():
         size = _cache_size(threads)
         assert 2 <= size <= 256
         assert threads * size <= max(soft // 4, 2 * threads)
+
+
+@pytest.mark.timeout(60)
+def test_a_thread_done_early_goes_on_while_the_caller_waits_on_a_slow_item():
+    started: dict[int, float] = {}
+    finished: dict[int, float] = {}
+
+    def produce(item: int):
+        started[item] = time.perf_counter()
+        if item == 0:
+            time.sleep(0.5)  # the caller waits on this one
+        finished[item] = time.perf_counter()
+        yield item
+
+    assert [item for item, _ in ordered_streams(range(8), produce, 2, 100)] == list(range(8))
+    # the second thread ran items 1, 2 and 3 during item 0, not after it
+    assert all(started[k] < finished[0] for k in (1, 2, 3))

@@ -29,6 +29,9 @@ Item = TypeVar("Item")
 Result = TypeVar("Result")
 
 _DONE = object()
+# items handed out per thread ahead of the caller (the results waiting stay within the
+# budget whatever this is: only the item the caller is on may exceed it)
+_LOOKAHEAD = 2
 
 
 def default_workers() -> int:
@@ -65,6 +68,11 @@ def ordered_streams(
     """Yields `(item, result)` for every result of `produce(item)`, items in the order
     given and each item's results in the order produced, while up to `workers` items are
     produced at once by a pool of `workers` threads.
+
+    Up to `2 * workers` items are handed out ahead of the one the caller is taking
+    results from, so that a thread done with its item starts the next at once rather
+    than waiting for the caller to reach it (the caller takes items in order; one slow
+    item would otherwise leave the other threads idle).
 
     The threads live as long as the stream: per-thread state that `produce` keeps (an
     open file, see `thread_cache`) is reused across items and dropped at the end.
@@ -134,7 +142,7 @@ def ordered_streams(
     for thread in threads:
         thread.start()
     try:
-        for _ in range(num_threads):
+        for _ in range(_LOOKAHEAD * num_threads):
             if not start_next():
                 break
         while pending:

@@ -132,6 +132,11 @@ def test_index_strata_labels_and_layout(tmp_path, panel, source):
     assert np.shares_memory(series, store.values)
     strata = store.metadata["strata"]
     assert sum(entry["entities"] for entry in strata.values()) == store.num_entities
+    for name, entry in strata.items():  # entities and rows of each, in store order
+        mine = store.strata == name
+        assert entry == {"entities": int(mine.sum()), "rows": int(store.lengths[mine].sum())}
+    first_seen = list(dict.fromkeys(store.strata.tolist()))
+    assert list(strata) == first_seen
     assert store.column_index(["y", "a"]) == [2, 0]
     with pytest.raises(ValueError, match="'nope'"):
         store.column_index("nope")
@@ -225,3 +230,11 @@ def test_pickled_store_reads_same_values_in_spawned_process(tmp_path, source):
     assert child.exitcode == 0
     for i, series in enumerate(received):
         np.testing.assert_array_equal(series, store.series(i))
+
+
+def test_string_arrays_of_any_text_round_trip():
+    from metadist.store.arrow import string_array
+
+    for values in (["e1", "entity_22", ""], ["é", "ab", "日本", ""], []):
+        array = string_array(values)
+        assert array.type == pa.string() and array.to_pylist() == values

@@ -52,9 +52,16 @@ def int64_array(values: np.ndarray) -> pa.Array:
 
 def string_array(values: list[str]) -> pa.Array:
     """An Arrow string array of Python strings (`pa.array` imports pandas)."""
-    encoded = [value.encode("utf-8") for value in values]
-    offsets = np.zeros(len(encoded) + 1, np.int64)
-    np.cumsum([len(item) for item in encoded], out=offsets[1:])
+    joined = "".join(values)
+    if joined.isascii():  # one encode for all: a character is a byte
+        data = joined.encode("ascii")
+        lengths = np.fromiter(map(len, values), np.int64, count=len(values))
+    else:
+        encoded = [value.encode("utf-8") for value in values]
+        data = b"".join(encoded)
+        lengths = np.fromiter(map(len, encoded), np.int64, count=len(encoded))
+    offsets = np.zeros(len(values) + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
     return pa.LargeStringArray.from_buffers(
-        len(encoded), pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))
+        len(values), pa.py_buffer(offsets), pa.py_buffer(data)
     ).cast(pa.string())

@@ -76,11 +76,16 @@ def metadata(
     timings: dict[str, float],
 ) -> dict[str, Any]:
     columns = settings.columns
-    strata: dict[str, dict[str, int]] = {}
-    for name, length in zip(plan.category_of["stratum"], plan.lengths, strict=True):
-        entry = strata.setdefault(str(name), {"entities": 0, "rows": 0})
-        entry["entities"] += 1
-        entry["rows"] += int(length)
+    # per stratum, in the order the strata first come in the store
+    names, first, inverse = np.unique(
+        np.asarray(plan.category_of["stratum"]).astype(str), return_index=True, return_inverse=True
+    )
+    entities = np.bincount(inverse, minlength=len(names))
+    rows = np.bincount(inverse, weights=plan.lengths, minlength=len(names))
+    strata = {
+        str(names[k]): {"entities": int(entities[k]), "rows": int(rows[k])}
+        for k in np.argsort(first, kind="stable")
+    }
     reasons = Counter(kind for _, (kind, _) in plan.dropped)
     return {
         "format": FORMAT_NAME,

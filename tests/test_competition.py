@@ -365,3 +365,6 @@ def test_a_rerun_refuses_outputs_made_from_another_version_of_the_data(
     err = capsys.readouterr().err
     assert f"{out / 'validation_data'} was not made from {data / 'train.parquet'}" in err
     assert "give another --out" in err
+    (out / "validation_data" / "source.json").unlink()  # as an earlier version wrote it
+    assert competition.main([str(data), "--validation", "--out", str(out)]) == 1
+    assert "does not record which file it was made from" in capsys.readouterr().err

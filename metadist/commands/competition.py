@@ -301,6 +301,11 @@ def check_same_source(made: Path, recorded: str | None, source: Path, out: Path)
     Raises:
         ValueError: naming both and what to do.
     """
+    if recorded is None:
+        raise ValueError(
+            f"{made} does not record which file it was made from (an earlier version made "
+            f"it), so it may be stale: give another --out, or remove {out}"
+        )
     if recorded != file_fingerprint(source):
         raise ValueError(
             f"{made} was not made from {source} as it is now (the file changed or moved "

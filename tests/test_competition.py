@@ -193,6 +193,7 @@ def test_the_whole_protocol_on_a_data_set_unlike_m3(data_dir, tmp_path, capsys):
         timeout=300,
     )
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert again.stdout.count("confirmed, trained before") == 6  # 3 horizons x 2 lookbacks
     rerun = json.loads((out / "metrics.json").read_text())
     assert {k: v for k, v in rerun["overall"].items() if k != "chosen"} == result["overall"]
     assert [r["run_dir"] for r in rerun["settings"]["runs"]] == [

@@ -821,12 +821,15 @@ def _run_parallel(jobs: list[tuple[str, list[str], Path]], env: dict[str, str], 
                 continue
             running.remove(entry)
             log.close()
-            print(
-                f"== {title}: {time.perf_counter() - began:.1f} s (exit status {process.returncode})",
-                flush=True,
-            )
+            # a run that had all its steps already says so in its log: nothing was trained
+            seconds = time.perf_counter() - began
+            log_text = Path(log.name).read_text(errors="replace")
+            if process.returncode == 0 and "nothing to train" in log_text:
+                print(f"== {title}: confirmed, trained before ({seconds:.1f} s)", flush=True)
+            else:
+                print(f"== {title}: {seconds:.1f} s (exit status {process.returncode})", flush=True)
             if process.returncode != 0:
-                tail = Path(log.name).read_text().strip().splitlines()[-3:]
+                tail = log_text.strip().splitlines()[-3:]
                 failed.append(f"{title} (see {log.name}): " + " / ".join(tail))
                 if pending:  # the others would most likely fail alike: stop starting them
                     print(f"== not started: {len(pending)} training(s), after a failure")

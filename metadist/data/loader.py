@@ -373,6 +373,26 @@ class BatchMetaDataLoader:
             self.epoch += 1
             self.tasks_consumed = 0
 
+    def close(self) -> None:
+        """Stops the worker processes now (a no-op without workers or when none run).
+
+        Persistent workers otherwise stop when the loader is garbage-collected, and a
+        collection of the reference cycle they sit in can stall about 5 seconds per
+        worker (PyTorch's shutdown waits that long for a worker that never gets its
+        stop signal). The loader starts new workers if it is iterated again.
+        """
+        iterator = getattr(self._loader, "_iterator", None)
+        shutdown = getattr(iterator, "_shutdown_workers", None)
+        if shutdown is not None:
+            shutdown()
+        self._loader._iterator = None
+
+    def __enter__(self) -> BatchMetaDataLoader:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
     def state_dict(self) -> dict[str, Any]:
         """`{"epoch", "tasks_consumed", "seed", "num_tasks_per_epoch", "order", "version"}`.
 

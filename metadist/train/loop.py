@@ -172,6 +172,9 @@ def _run(config: TrainConfig, env: DistEnv, parts: RunParts, on_eval) -> TrainRe
             context = _Context(config, env, parts, model, logger, stop, run_id, on_eval)
             return _loop(context, step, checkpoint)
     finally:
+        for loader in (parts.train_loader, parts.val_loader):
+            if loader is not None:
+                loader.close()  # persistent workers stop now, not at a later collection
         logger.close()
 
 

@@ -320,6 +320,10 @@ def test_the_holdout_is_checked_against_each_series_horizon_before_anything_runs
     err = capsys.readouterr().err
     assert "(frequency MONTHLY, horizon 12) has 24 holdout values, not 12" in err
     assert not out.exists()
+    # an evaluation override is checked before the training too
+    assert main([str(data), "--out", str(out), "eval.bogus=1"]) == 1
+    assert "eval.bogus: unknown field" in capsys.readouterr().err
+    assert not out.exists()
 
 
 def pd_concat(*frames):

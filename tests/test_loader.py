@@ -1,7 +1,5 @@
 """BatchMetaDataLoader: epochs, ranks, workers, resume, errors, user samplers."""
 
-import time
-
 import numpy as np
 import pytest
 import torch
@@ -174,10 +172,10 @@ def test_spawned_persistent_workers_give_the_same_stream(encoded_store, order):
         _assert_same(list(reference), list(spawned))
     workers = spawned._loader._iterator._workers
     assert all(w.is_alive() for w in workers)
-    began = time.perf_counter()
-    spawned.close()  # stops them now (a garbage collection of the loader stalled 10 s)
+    # close() stops them when it returns, not at a later garbage collection (which
+    # waited out PyTorch's shutdown timeout for every worker)
+    spawned.close()
     assert not any(w.is_alive() for w in workers)
-    assert time.perf_counter() - began < 4.0
     spawned.close()  # twice: nothing left to stop
 
 

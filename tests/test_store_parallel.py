@@ -125,16 +125,17 @@ def test_open_files_per_thread_stay_within_the_process_limit():
 
 @pytest.mark.timeout(60)
 def test_a_thread_done_early_goes_on_while_the_caller_waits_on_a_slow_item():
-    started: dict[int, float] = {}
-    finished: dict[int, float] = {}
+    later_done = threading.Semaphore(0)
 
     def produce(item: int):
-        started[item] = time.perf_counter()
-        if item == 0:
-            time.sleep(0.5)  # the caller waits on this one
-        finished[item] = time.perf_counter()
-        yield item
+        if item == 0:  # the caller waits on this one until items 1-3 have run
+            yield all(later_done.acquire(timeout=10) for _ in range(3))
+            return
+        if item in (1, 2, 3):
+            later_done.release()
+        yield True
 
-    assert [item for item, _ in ordered_streams(range(8), produce, 2, 100)] == list(range(8))
-    # the second thread ran items 1, 2 and 3 during item 0, not after it
-    assert all(started[k] < finished[0] for k in (1, 2, 3))
+    results = list(ordered_streams(range(8), produce, 2, 100))
+    assert [item for item, _ in results] == list(range(8))
+    # the second thread ran items 1, 2 and 3 while item 0 was still being produced
+    assert results[0][1] is True

@@ -486,7 +486,7 @@ def main(argv: list[str] | None = None, prog: str = "metadist competition") -> i
 
 
 def run_pipeline(args: argparse.Namespace, prog: str) -> int:
-    from metadist.eval.settings import split_eval_overrides
+    from metadist.eval.settings import load_eval_options, split_eval_overrides
 
     started = time.perf_counter()
     data_dir: Path = args.data_dir
@@ -527,10 +527,9 @@ def run_pipeline(args: argparse.Namespace, prog: str) -> int:
             raise ValueError("--adaptation-from chooses for a test run; leave out --validation")
         chosen = read_adaptation_choice(args.adaptation_from, horizons)
     train_overrides, eval_overrides = split_eval_overrides(args.overrides)
-    partial = any(
-        o.split("=", 1)[0] == "eval.holdout.partial" and o.split("=", 1)[1].lower() in ("true", "1")
-        for o in eval_overrides
-    )
+    # the user's eval overrides, checked now rather than after the training
+    holdout = load_eval_options(args.experiment, eval_overrides).holdout or {}
+    partial = bool(holdout.get("partial"))
     check_holdout(test_path, spec, info, horizons, partial)
     out.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)

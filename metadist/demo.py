@@ -169,7 +169,7 @@ def meta_train(store: Path, run_dir: Path, args: argparse.Namespace, overrides: 
     command = [
         sys.executable,
         "-m",
-        "torch.distributed.run",
+        "metadist.launch.torchrun",
         "--standalone",
         f"--nproc_per_node={args.nproc}",
         "-m",

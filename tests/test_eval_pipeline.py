@@ -68,7 +68,7 @@ def test_make_run_pipeline_at_toy_size(tmp_path):
     assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert str(figure.resolve()) in done.stdout
     assert "4 meta-steps" in table
-    assert "\n$ python -m torch.distributed.run --standalone --nproc_per_node=2" in done.stdout
+    assert "\n$ python -m metadist.launch.torchrun --standalone --nproc_per_node=2" in done.stdout
 
     # The evaluation CLI on the same run: with 0 inner steps, adapting changes nothing.
     done = subprocess.run(

@@ -59,7 +59,7 @@ def test_dry_run_prints_a_script_with_torchrun_on_every_node(capsys, tmp_path):
         assert expected in directives, (expected, directives)
     command = _torchrun_line(script)
     assert "--ntasks-per-node=1" in command
-    assert "-m torch.distributed.run" in command
+    assert "-m metadist.launch.torchrun" in command
     assert '--nnodes="$SLURM_NNODES" --nproc_per_node=8' in command
     assert '--rdzv_backend=c10d --rdzv_endpoint="$head_node:$rdzv_port"' in command
     assert command.endswith('-m metadist.train "${train_args[@]}" &')

@@ -136,7 +136,6 @@ def main(argv: list[str] | None = None, prog: str = "metadist train") -> int:
 def _launch(argv: list[str], nproc: int) -> int:
     """Runs this command under torchrun on `nproc` local processes (the config is already
     checked); returns torchrun's exit status."""
-    import os
     import subprocess
 
     forwarded = []
@@ -151,19 +150,17 @@ def _launch(argv: list[str], nproc: int) -> int:
         if item.startswith("--nproc-per-node="):
             continue
         forwarded.append(item)
-    env = dict(os.environ)
-    env.setdefault("OMP_NUM_THREADS", "1")  # torchrun's own default, without its notice
     command = [
         sys.executable,
         "-m",
-        "torch.distributed.run",
+        "metadist.launch.torchrun",
         "--standalone",
         f"--nproc_per_node={nproc}",
         "-m",
         "metadist.train",
         *forwarded,
     ]
-    return subprocess.call(command, env=env)
+    return subprocess.call(command)
 
 
 def _local_rank() -> int:

@@ -259,6 +259,7 @@ train_args=({train_args})
 
 srun_pid=""
 requeue_requested=0
+term_received=0
 # SIGTERM to the job's steps (not this shell): torchrun passes it to its workers, which
 # checkpoint and exit. Signalling srun itself would make it kill the step at once.
 forward_term() {{
@@ -269,16 +270,19 @@ on_usr1() {{
     requeue_requested=1
     forward_term
 }}
+# A cancel, requeue, preemption or time limit: Slurm sends SIGTERM to every step itself.
+# Nothing to forward: a scancel now is refused and retried until Slurm kills this shell
+# (KillWait), which held each requeue back by half a minute.
 on_term() {{
     echo "metadist: SIGTERM received: checkpointing and stopping"
-    forward_term
+    term_received=1
 }}
 trap on_usr1 USR1
 trap on_term TERM
 
 export PYTHONUNBUFFERED=1
 srun --nodes="$SLURM_NNODES" --ntasks-per-node=1 --cpus-per-task={cpus} --kill-on-bad-exit=1 \
-    {python} -m torch.distributed.run \
+    {python} -m metadist.launch.torchrun \
         --nnodes="$SLURM_NNODES" --nproc_per_node={nproc} \
         --rdzv_backend=c10d --rdzv_endpoint="$head_node:$rdzv_port" --rdzv_id="$SLURM_JOB_ID" \
         --max_restarts={max_restarts} \
@@ -299,7 +303,11 @@ if (( requeue_requested )); then
     scontrol requeue "$SLURM_JOB_ID"
     exit 0
 fi
-echo "metadist: training finished with status $status"
+if (( term_received )); then
+    echo "metadist: training stopped by SIGTERM with status $status"
+else
+    echo "metadist: training finished with status $status"
+fi
 exit "$status"
 """
 

@@ -126,7 +126,7 @@ class TrialPlan:
         if settings.nproc_per_node > 1:
             head += [
                 "-m",
-                "torch.distributed.run",
+                "metadist.launch.torchrun",
                 "--standalone",
                 f"--nproc_per_node={settings.nproc_per_node}",
             ]

@@ -122,6 +122,8 @@ def test_the_whole_protocol_on_a_data_set_unlike_m3(data_dir, tmp_path, capsys):
         "2",
         "--ets",
         "no",
+        "--jobs",
+        "2",
         "trainer.meta_steps=6",
         "trainer.meta_batch_size=8",
         "trainer.eval_every=3",
@@ -194,6 +196,9 @@ def test_the_whole_protocol_on_a_data_set_unlike_m3(data_dir, tmp_path, capsys):
     )
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert again.stdout.count("confirmed, trained before") == 6  # 3 horizons x 2 lookbacks
+    # confirmed in-process: no training command was started, its log is the training's
+    log = (out / "h4" / "L8-smape-s1.log").read_text()
+    assert "finished 6 meta-steps" in log and "nothing to train" not in log
     rerun = json.loads((out / "metrics.json").read_text())
     assert {k: v for k, v in rerun["overall"].items() if k != "chosen"} == result["overall"]
     assert [r["run_dir"] for r in rerun["settings"]["runs"]] == [
@@ -211,6 +216,32 @@ def test_the_whole_protocol_on_a_data_set_unlike_m3(data_dir, tmp_path, capsys):
     os.utime(data_dir / "train.parquet", ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
     assert competition([str(data_dir), "--out", str(out), "--ets", "no"]) == 1
     assert f"{out / 'store'} was not made from" in capsys.readouterr().err
+
+
+def test_a_finished_run_is_confirmed_without_starting_its_training(tmp_path):
+    from metadist.commands.competition import trained_before
+    from metadist.train import load_config, train
+
+    run = tmp_path / "run"
+    overrides = [
+        "experiment=sinusoid_maml",
+        "sampler.options.num_tasks=40",
+        "model.options.hidden_sizes=[8]",
+        "trainer.meta_batch_size=4",
+        "trainer.meta_steps=2",
+        "logging.progress=false",
+        "logging.wandb.mode=disabled",
+        f"run_dir={run}",
+    ]
+    assert not trained_before(overrides, run)  # nothing there yet
+    train(load_config(overrides, world_size=1))
+    assert trained_before(overrides, run)
+    assert not trained_before([*overrides, "trainer.meta_steps=3"], run)  # a step to go
+    assert not trained_before([*overrides, "trainer.seed=7"], run)  # other settings
+    assert not trained_before([*overrides, "model.options.hidden_sizes=[4]"], run)
+    assert not trained_before([*overrides, "no_such_key=1"], run)  # the command will say
+    (run / "checkpoints" / "latest").write_text("{")  # unreadable: the command will say
+    assert not trained_before(overrides, run)
 
 
 def test_an_adaptation_choice_comes_from_a_validation_run_with_every_horizon(tmp_path):

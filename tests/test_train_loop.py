@@ -111,18 +111,18 @@ def test_resuming_with_another_model_is_refused(tmp_path):
 def test_a_run_resumes_when_a_new_option_is_null(tmp_path):
     # A run saved before an upgrade added a sampler option (null by default) resumes; a
     # value that is not the default is still refused.
-    from metadist.train.loop import _check_same_run
+    from metadist.train.loop import check_same_run
 
     saved = tiny_config(tmp_path / "run").to_dict()
     upgraded = copy.deepcopy(saved)
     upgraded["sampler"]["options"]["new_option"] = None
-    _check_same_run(saved, upgraded, tmp_path / "run")
+    check_same_run(saved, upgraded, tmp_path / "run")
     upgraded["sampler"]["options"]["new_option"] = 3
     with pytest.raises(
         ValueError,
         match=r"holds a run with sampler.options.new_option=\(not set\), but this command has sampler.options.new_option=3",
     ):
-        _check_same_run(saved, upgraded, tmp_path / "run")
+        check_same_run(saved, upgraded, tmp_path / "run")
 
 
 def test_nan_meta_loss_stops_with_last_good_checkpoint_intact(tmp_path):

@@ -399,7 +399,7 @@ def _resume(config: TrainConfig, env: DistEnv, parts: RunParts) -> tuple[int, st
         return 0, run_id, None
     path, pointer = found
     state = load_checkpoint(path, pointer)
-    _check_same_run(state.get("config", {}), config.to_dict(), run_dir)
+    check_same_run(state.get("config", {}), config.to_dict(), run_dir)
     if parts.store is not None:
         from metadist.store.identity import check_store_identity
 
@@ -415,7 +415,7 @@ def _resume(config: TrainConfig, env: DistEnv, parts: RunParts) -> tuple[int, st
     return int(state["step"]), str(state.get("run_id", "")), path
 
 
-def _check_same_run(saved: dict, current: dict, run_dir: Path) -> None:
+def check_same_run(saved: dict, current: dict, run_dir: Path) -> None:
     """Refuses to resume a run under other settings, naming the first setting that differs
     and a run directory for a new run with it.
 

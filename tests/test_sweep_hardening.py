@@ -65,7 +65,7 @@ def test_a_killed_driver_takes_its_trial_along_and_the_restart_resumes_it(tmp_pa
         *TINY,
         # enough steps that the kill lands while it trains (60 finished before it on an
         # idle machine)
-        "trainer.meta_steps=2000",
+        "trainer.meta_steps=600",
         "trainer.eval_every=10",
         "--trials=1",
         "--pruner=none",
@@ -105,7 +105,7 @@ def test_a_killed_driver_takes_its_trial_along_and_the_restart_resumes_it(tmp_pa
     assert rerun.params == cut.params and rerun.user_attrs["seed"] == cut.user_attrs["seed"]
     assert rerun.user_attrs["run_dir"] == cut.user_attrs["run_dir"]  # one run directory
     log = (sweep_dir / "trials" / "0000" / "train.log").read_text()
-    assert "resumed from" in log and log.count("finished 2000 meta-steps") == 1, log
+    assert "resumed from" in log and log.count("finished 600 meta-steps") == 1, log
 
 
 def _settings(tmp_path: Path) -> SweepSettings:

@@ -136,6 +136,7 @@ def main(argv: list[str] | None = None, prog: str = "metadist train") -> int:
 def _launch(argv: list[str], nproc: int) -> int:
     """Runs this command under torchrun on `nproc` local processes (the config is already
     checked); returns torchrun's exit status."""
+    import os
     import subprocess
 
     forwarded = []
@@ -150,6 +151,8 @@ def _launch(argv: list[str], nproc: int) -> int:
         if item.startswith("--nproc-per-node="):
             continue
         forwarded.append(item)
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", "1")  # torchrun's own default, without its notice
     command = [
         sys.executable,
         "-m",
@@ -160,7 +163,7 @@ def _launch(argv: list[str], nproc: int) -> int:
         "metadist.train",
         *forwarded,
     ]
-    return subprocess.call(command)
+    return subprocess.call(command, env=env)
 
 
 def _local_rank() -> int:

@@ -8,19 +8,16 @@ Ctrl-C left in a job's log. Here the workers are stopped the same way; the launc
 says which signal stopped it and exits with 128 + the signal's number, as a shell does.
 A training process that fails is named in one line too (rank and exit status; its own
 message comes before), with exit status 1, where torchrun prints a traceback and a table.
-Every argument is torchrun's. Unless set, `OMP_NUM_THREADS` is 1: torchrun's own default,
-without the notice it prints about it.
+Every argument is torchrun's.
 """
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import main as torchrun_main

@@ -186,6 +186,14 @@ def meta_train(store: Path, run_dir: Path, args: argparse.Namespace, overrides: 
     ]
     _section(f"3. meta-training {EXPERIMENT} on {args.nproc} CPU processes (torchrun)")
     print("$ " + shlex.join(["python", *command[1:]]))
+    from metadist.train.loop import finished_before
+
+    if finished_before([item for item in command[8:] if item != "--no-eval"], run_dir):
+        print(
+            f"meta-training: {run_dir} already holds all {args.meta_steps} meta-steps of this "
+            "run (same settings and store): confirmed, not trained again"
+        )
+        return 0
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")
     env.setdefault("WANDB_MODE", "disabled")

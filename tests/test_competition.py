@@ -219,8 +219,8 @@ def test_the_whole_protocol_on_a_data_set_unlike_m3(data_dir, tmp_path, capsys):
 
 
 def test_a_finished_run_is_confirmed_without_starting_its_training(tmp_path):
-    from metadist.commands.competition import trained_before
     from metadist.train import load_config, train
+    from metadist.train.loop import finished_before
 
     run = tmp_path / "run"
     overrides = [
@@ -233,15 +233,15 @@ def test_a_finished_run_is_confirmed_without_starting_its_training(tmp_path):
         "logging.wandb.mode=disabled",
         f"run_dir={run}",
     ]
-    assert not trained_before(overrides, run)  # nothing there yet
+    assert not finished_before(overrides, run)  # nothing there yet
     train(load_config(overrides, world_size=1))
-    assert trained_before(overrides, run)
-    assert not trained_before([*overrides, "trainer.meta_steps=3"], run)  # a step to go
-    assert not trained_before([*overrides, "trainer.seed=7"], run)  # other settings
-    assert not trained_before([*overrides, "model.options.hidden_sizes=[4]"], run)
-    assert not trained_before([*overrides, "no_such_key=1"], run)  # the command will say
+    assert finished_before(overrides, run)
+    assert not finished_before([*overrides, "trainer.meta_steps=3"], run)  # a step to go
+    assert not finished_before([*overrides, "trainer.seed=7"], run)  # other settings
+    assert not finished_before([*overrides, "model.options.hidden_sizes=[4]"], run)
+    assert not finished_before([*overrides, "no_such_key=1"], run)  # the command will say
     (run / "checkpoints" / "latest").write_text("{")  # unreadable: the command will say
-    assert not trained_before(overrides, run)
+    assert not finished_before(overrides, run)
 
 
 def test_an_adaptation_choice_comes_from_a_validation_run_with_every_horizon(tmp_path):

@@ -111,6 +111,7 @@ def test_make_run_pipeline_at_toy_size(tmp_path):
     assert latest["settings"]["inner_steps"] == result["settings"]["inner_steps"] != 0
     assert latest["overall"]["adapted"] == result["overall"]["adapted"]
     assert "written at the end of training" not in rerun.stdout
+    assert "confirmed, not trained again" in rerun.stdout  # no torchrun for a finished run
 
 
 @pytest.mark.integration

@@ -23,10 +23,10 @@ CLUSTER_SCRIPT = REPO / "tests" / "slurm" / "cluster.sh"
 SLURM_DIR = Path(os.environ.get("METADIST_SLURM_DIR", "/tmp/metadist-slurm"))
 
 # A sinusoid run with a checkpoint every 10 steps, long enough to be interrupted twice
-# even on a fast machine: 2000 steps take about 11 s of training on an idle 2-core CPU
-# (600 steps, 3 s, once finished before a requeue took effect), and each interruption
-# takes effect within a few seconds.
-NUM_STEPS = 2000
+# even on a fast machine: both interruptions come by step 40 or so, and each takes effect
+# within a second (the step is cancelled at once; 600 steps, 3 s on an idle 2-core CPU,
+# once finished before a requeue took effect, when it waited for KillWait).
+NUM_STEPS = 1200
 TRAIN_OVERRIDES = [
     "experiment=sinusoid_maml",
     f"trainer.meta_steps={NUM_STEPS}",

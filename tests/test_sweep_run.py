@@ -64,14 +64,14 @@ def _metadist(*args: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.integration
 @pytest.mark.timeout(400)
-def test_four_trial_sweep_on_a_toy_store(toy_store, tmp_path):
+def test_three_trial_sweep_two_at_a_time_on_a_toy_store(toy_store, tmp_path):
     sweep_dir = tmp_path / "sweep"
     (tmp_path / "space.yaml").write_text(SPACE)
     finished = _metadist(
         "sweep",
         *TOY_OVERRIDES,
         f"data.store={toy_store}",
-        "--trials=4",
+        "--trials=3",
         f"--space={tmp_path / 'space.yaml'}",
         f"--sweep-dir={sweep_dir}",
         "--parallel=2",
@@ -84,8 +84,8 @@ def test_four_trial_sweep_on_a_toy_store(toy_store, tmp_path):
         study_name="metadist-sweep", storage=f"sqlite:///{sweep_dir}/study.db"
     )
     trials = study.get_trials()
-    assert [t.state for t in trials] == [optuna.trial.TrialState.COMPLETE] * 4
-    assert sorted(t.user_attrs["seed"] for t in trials) == [0, 1, 2, 3]
+    assert [t.state for t in trials] == [optuna.trial.TrialState.COMPLETE] * 3
+    assert sorted(t.user_attrs["seed"] for t in trials) == [0, 1, 2]
 
     # Every trial's value is the last meta-val metric its run wrote.
     for t in trials:
@@ -117,7 +117,7 @@ def test_four_trial_sweep_on_a_toy_store(toy_store, tmp_path):
     assert f"trainer.seed={winner.user_attrs['seed']}" in best["overrides"]
     table = (sweep_dir / "trials.md").read_text()
     rows = [line for line in table.splitlines() if line.startswith("| ") and "complete" in line]
-    assert len(rows) == 4
+    assert len(rows) == 3
 
     # A rerun of a trial with its seed reproduces its metric exactly.
     rerun = _metadist("sweep", f"--sweep-dir={sweep_dir}", "--rerun=1", "--poll-seconds=0.2")
@@ -131,7 +131,7 @@ def test_four_trial_sweep_on_a_toy_store(toy_store, tmp_path):
         "sweep",
         *TOY_OVERRIDES,
         f"data.store={toy_store}",
-        "--trials=4",
+        "--trials=3",
         f"--space={tmp_path / 'space.yaml'}",
         f"--sweep-dir={sweep_dir}",
     )
@@ -142,7 +142,7 @@ def test_four_trial_sweep_on_a_toy_store(toy_store, tmp_path):
                 study_name="metadist-sweep", storage=f"sqlite:///{sweep_dir}/study.db"
             ).trials
         )
-        == 4
+        == 3
     )
 
 

@@ -561,6 +561,8 @@ def run_pipeline(args: argparse.Namespace, prog: str) -> int:
         if _run("ingest the training parts", ingest, env) != 0:
             return 1
 
+    from metadist.train.loop import finished_before
+
     ensembles = {h: members_of(h, args.lookbacks, args.losses, args.seeds) for h in horizons}
     jobs = []
     for horizon, members in ensembles.items():
@@ -583,7 +585,7 @@ def run_pipeline(args: argparse.Namespace, prog: str) -> int:
             ]
             title = f"meta-train H={horizon} L={member.lookback} {member.loss} seed {member.seed}"
             began = time.perf_counter()
-            if trained_before([o for o in command[4:] if o != "--no-eval"], run_dir):
+            if finished_before([o for o in command[4:] if o != "--no-eval"], run_dir):
                 seconds = time.perf_counter() - began
                 print(f"== {title}: confirmed, trained before ({seconds:.1f} s)", flush=True)
             else:
@@ -790,38 +792,6 @@ def _step(title: str, action: Any) -> bool:
     began = time.perf_counter()
     action()
     print(f"== {title}: {time.perf_counter() - began:.1f} s", flush=True)
-    return True
-
-
-def trained_before(overrides: list[str], run_dir: Path) -> bool:
-    """Whether `run_dir` holds a finished run of the training `overrides` describe: all
-    its meta-steps, the same settings and the same store, as the training command itself
-    would find before saying "nothing to train". Checked here, in a fraction of a second,
-    instead of starting that command for it. Any doubt answers False: the training
-    command then runs, and it resumes the run or says what is wrong."""
-    from metadist.store import SeriesStore
-    from metadist.store.identity import check_store_identity
-    from metadist.train.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint
-    from metadist.train.compose import load_config
-    from metadist.train.loop import check_same_run
-
-    try:
-        found = latest_checkpoint(run_dir)
-        if found is None:
-            return False
-        path, pointer = found
-        config = load_config(overrides)
-        if int(pointer.get("step", -1)) < config.trainer.meta_steps:
-            return False
-        state = load_checkpoint(path, pointer)
-        if int(state.get("step", -1)) < config.trainer.meta_steps:
-            return False
-        check_same_run(state.get("config", {}), config.to_dict(), run_dir)
-        if config.data.store is not None:
-            store = SeriesStore.open(config.data.store)
-            check_store_identity(state.get("store_identity"), store, f"the run in {run_dir}")
-    except (ValueError, TypeError, KeyError, OSError, CheckpointError):
-        return False
     return True
 
 

@@ -22,6 +22,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from metadist.train.build import RunParts, build_parts, scheduled_lr
 from metadist.train.checkpoint import (
+    CheckpointError,
     checkpoint_path,
     latest_checkpoint,
     load_checkpoint,
@@ -438,6 +439,37 @@ def check_same_run(saved: dict, current: dict, run_dir: Path) -> None:
                 f"has {name}={_shown(wanted)}; resume with the same settings, or start a new "
                 f"run with run_dir={_new_run_dir(run_dir, path[-1], wanted)}"
             )
+
+
+def finished_before(overrides: list[str], run_dir: Path) -> bool:
+    """Whether `run_dir` holds a finished run of the training `overrides` describe: all
+    its meta-steps, the same settings and the same store, as the training command itself
+    would find before saying "nothing to train". Checked in a fraction of a second,
+    where starting the training for it takes seconds (`metadist competition`, the demo).
+    Any doubt answers False: the training then runs, and it resumes the run or says what
+    is wrong."""
+    from metadist.store import SeriesStore
+    from metadist.store.identity import check_store_identity
+    from metadist.train.compose import load_config
+
+    try:
+        found = latest_checkpoint(run_dir)
+        if found is None:
+            return False
+        path, pointer = found
+        config = load_config(overrides)
+        if int(pointer.get("step", -1)) < config.trainer.meta_steps:
+            return False
+        state = load_checkpoint(path, pointer)
+        if int(state.get("step", -1)) < config.trainer.meta_steps:
+            return False
+        check_same_run(state.get("config", {}), config.to_dict(), run_dir)
+        if config.data.store is not None:
+            store = SeriesStore.open(config.data.store)
+            check_store_identity(state.get("store_identity"), store, f"the run in {run_dir}")
+    except (ValueError, TypeError, KeyError, OSError, CheckpointError):
+        return False
+    return True
 
 
 def _first_difference(path: list[str], before: Any, now: Any) -> tuple[list[str], Any, Any]:

@@ -19,12 +19,11 @@ here is specific to M3 but the data: the published references come from the
 
 The configuration of BENCHMARKS.md (M3), as it was run:
 
-    python benchmarks/m3.py --validation --lookbacks 2 3 --seeds 1 --jobs 2
+    python benchmarks/m3.py --validation --lookbacks 2 3 --seeds 2 --jobs 2
     python benchmarks/m3.py --lookbacks 2 3 --seeds 2 --jobs 2 --adaptation-from runs/m3_val
 
-The validation run there had one seed per lookback (its adaptation choice serves the
-two-seed test run; a two-seed validation run did not fit the time of a 2-core machine).
-With the time, give the validation run the same options as the test run.
+The validation run has the test run's options (twelve models); its `adaptation.json`
+says, per horizon, whether the test run reports the model adapted or not.
 """
 
 from __future__ import annotations

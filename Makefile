@@ -21,7 +21,7 @@ run: setup
 	$(BIN)/metadist demo --out $(RUN_DIR)
 
 test: setup
-	$(BIN)/python -m pytest -m "not slow" -q --durations=15
+	$(BIN)/python -m pytest -m "not slow" -q -n 2 --dist loadfile --durations=15
 
 test-slow: setup
 	$(BIN)/python -m pytest -m "slow" -q

@@ -166,15 +166,7 @@ def _print_store(store) -> None:
 
 def meta_train(store: Path, run_dir: Path, args: argparse.Namespace, overrides: list[str]) -> int:
     """Runs `synthetic_maml` under torchrun with `args.nproc` CPU ranks; returns its status."""
-    command = [
-        sys.executable,
-        "-m",
-        "metadist.launch.torchrun",
-        "--standalone",
-        f"--nproc_per_node={args.nproc}",
-        "-m",
-        "metadist.train",
-        "--no-eval",  # step 4 evaluates, with the demo's evaluation overrides
+    train_overrides = [
         f"experiment={EXPERIMENT}",
         f"data.store={store}",
         f"run_dir={run_dir}",
@@ -184,11 +176,22 @@ def meta_train(store: Path, run_dir: Path, args: argparse.Namespace, overrides: 
         *DEMO_OVERRIDES,
         *overrides,
     ]
+    command = [
+        sys.executable,
+        "-m",
+        "metadist.launch.torchrun",
+        "--standalone",
+        f"--nproc_per_node={args.nproc}",
+        "-m",
+        "metadist.train",
+        "--no-eval",  # step 4 evaluates, with the demo's evaluation overrides
+        *train_overrides,
+    ]
     _section(f"3. meta-training {EXPERIMENT} on {args.nproc} CPU processes (torchrun)")
     print("$ " + shlex.join(["python", *command[1:]]))
     from metadist.train.loop import finished_before
 
-    if finished_before([item for item in command[8:] if item != "--no-eval"], run_dir):
+    if finished_before(train_overrides, run_dir):
         print(
             f"meta-training: {run_dir} already holds all {args.meta_steps} meta-steps of this "
             "run (same settings and store): confirmed, not trained again"

@@ -568,9 +568,7 @@ def run_pipeline(args: argparse.Namespace, prog: str) -> int:
     for horizon, members in ensembles.items():
         for member in members:
             run_dir = member.run_dir(out)
-            command = [
-                *metadist,
-                "train",
+            overrides = [
                 f"experiment={args.experiment}",
                 f"data.store={store}",
                 f"sampler.options.horizon={horizon}",
@@ -580,16 +578,15 @@ def run_pipeline(args: argparse.Namespace, prog: str) -> int:
                 f"trainer.seed={member.seed}",
                 f"run_dir={run_dir}",
                 "logging.progress=false",
-                "--no-eval",
                 *train_overrides,
             ]
             title = f"meta-train H={horizon} L={member.lookback} {member.loss} seed {member.seed}"
             began = time.perf_counter()
-            if finished_before([o for o in command[4:] if o != "--no-eval"], run_dir):
+            if finished_before(overrides, run_dir):
                 seconds = time.perf_counter() - began
                 print(f"== {title}: confirmed, trained before ({seconds:.1f} s)", flush=True)
             else:
-                jobs.append((title, command, run_dir))
+                jobs.append((title, [*metadist, "train", "--no-eval", *overrides], run_dir))
     if _run_parallel(jobs, env, args.jobs) != 0:
         return 1
 

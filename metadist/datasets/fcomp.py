@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -168,13 +169,9 @@ def write_competition(
             "#   references: {METHOD: {all: X, label: {FREQUENCY: X}}}\n"
             f"name: {name}\n"
         )
-    labels: dict[str, tuple[int, int, int]] = {}
-    for s in series:
-        count = labels.get(s.frequency, (0, s.horizon, s.period))[0]
-        labels[s.frequency] = (count + 1, s.horizon, s.period)
-    categories: dict[str, int] = {}
-    for s in series:
-        categories[s.category] = categories.get(s.category, 0) + 1
+    counts = Counter(s.frequency for s in series)
+    labels = {s.frequency: (counts[s.frequency], s.horizon, s.period) for s in series}
+    categories = dict(Counter(s.category for s in series))
     return CompetitionSummary(
         name=name,
         out_dir=out_dir,

@@ -460,9 +460,7 @@ def finished_before(overrides: list[str], run_dir: Path) -> bool:
         config = load_config(overrides)
         if int(pointer.get("step", -1)) < config.trainer.meta_steps:
             return False
-        state = load_checkpoint(path, pointer)
-        if int(state.get("step", -1)) < config.trainer.meta_steps:
-            return False
+        state = load_checkpoint(path, pointer)  # the pointer's size and SHA-256 checked
         check_same_run(state.get("config", {}), config.to_dict(), run_dir)
         if config.data.store is not None:
             store = SeriesStore.open(config.data.store)

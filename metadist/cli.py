@@ -37,6 +37,7 @@ _COMMAND_MODULES = {
     "slurm": "metadist.launch.slurm",
     "sweep": "metadist.launch.sweep",
     "forecast": "metadist.api",
+    "experiments": "metadist.commands.experiments",
 }
 
 

@@ -12,42 +12,10 @@ import re
 from pathlib import Path
 from typing import Any
 
+from metadist.configs import EXPERIMENTS_ENV as EXPERIMENTS_ENV
+from metadist.configs import find_experiments_dir
 from metadist.options import unknown_key_error
 from metadist.train.config import TrainConfig, build_config
-
-EXPERIMENTS_ENV = "METADIST_EXPERIMENTS_DIR"
-
-
-def find_experiments_dir(config_dir: str | os.PathLike | None = None) -> Path:
-    """The directory holding `config.yaml` and the config groups.
-
-    Looked up in order: `config_dir`; the `METADIST_EXPERIMENTS_DIR` environment variable;
-    `./experiments` in the working directory; `experiments/` next to the `metadist`
-    package (a source checkout or an editable install); the configs shipped in the
-    installed package (`metadist/_experiments`, copied from `experiments/` when the wheel
-    is built).
-
-    Raises:
-        FileNotFoundError: none of those holds a `config.yaml`; the message lists them.
-    """
-    candidates: list[tuple[str, Path]] = []
-    if config_dir is not None:
-        candidates.append(("--config-dir", Path(config_dir)))
-    elif os.environ.get(EXPERIMENTS_ENV):
-        candidates.append((EXPERIMENTS_ENV, Path(os.environ[EXPERIMENTS_ENV])))
-    else:
-        candidates.append(("working directory", Path.cwd() / "experiments"))
-        package = Path(__file__).resolve().parents[1]
-        candidates.append(("source checkout", package.parent / "experiments"))
-        candidates.append(("installed package", package / "_experiments"))
-    for _, path in candidates:
-        if (path / "config.yaml").is_file():
-            return path.resolve()
-    tried = "; ".join(f"{where}: {path}" for where, path in candidates)
-    raise FileNotFoundError(
-        f"no experiments directory with a config.yaml found ({tried}); pass "
-        f"--config-dir PATH or set {EXPERIMENTS_ENV}"
-    )
 
 
 def compose_dict(overrides: list[str], config_dir: str | os.PathLike | None = None) -> dict:

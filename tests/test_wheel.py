@@ -56,6 +56,9 @@ def test_the_wheel_runs_a_shipped_experiment_from_any_directory(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     assert "metadist/_experiments/config.yaml" in names
     assert "metadist/_experiments/experiment/sinusoid_maml.yaml" in names
+    (metadata,) = [n for n in names if n.endswith(".dist-info/METADATA")]
+    requires = zipfile.ZipFile(wheel).read(metadata).decode()
+    assert "Requires-Dist: pandas" in requires  # Run.forecast(...).to_pandas() in the README
 
     venv = tmp_path / "venv"
     made = _run([sys.executable, "-m", "venv", venv], cwd=tmp_path)
@@ -79,6 +82,9 @@ def test_the_wheel_runs_a_shipped_experiment_from_any_directory(tmp_path):
     assert str(venv) in where.stdout, where.stdout + where.stderr  # the installed copy
     version = _run([metadist, "--version"], cwd=work)
     assert version.returncode == 0 and version.stdout.startswith("metadist ")
+    listed = _run([metadist, "experiments", "list"], cwd=work)
+    assert listed.returncode == 0, listed.stderr
+    assert "_experiments" in listed.stdout and "  sinusoid_maml " in listed.stdout
 
     run_dir = work / "run"
     trained = _run(

@@ -1,0 +1,159 @@
+"""Processes a command starts, stopped with it: a stop signal reaches every one.
+
+`metadist train --nproc-per-node`, `metadist competition` and the demo start torchrun or
+trainings of their own. Stopped by SIGTERM or Ctrl-C, the command forwards the signal to
+each child (torchrun stops its ranks, a training checkpoints), waits a grace period, then
+kills whatever of the children and their descendants is still alive — ranks run in
+sessions of their own, so they are found through `/proc`, not by process group. The
+command then says in one line what it stopped and exits with 128 + the signal's number.
+
+Example:
+    with OwnedChildren("metadist train") as children:
+        status = children.call(["python", "-m", "metadist.launch.torchrun", ...])
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+class StopRequested(BaseException):
+    """A stop signal reached the command; its children are stopped (see `summary`)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+        self.summary = f"stopped by {signal.Signals(signum).name}"
+
+    @property
+    def exit_status(self) -> int:
+        return 128 + self.signum
+
+
+def descendants(pid: int) -> list[int]:
+    """Every living process below `pid` (children, their children, ...), from `/proc`."""
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:  # the process ended while we looked
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        parents.setdefault(ppid, []).append(int(entry.name))
+    found: list[int] = []
+    frontier = [pid]
+    while frontier:
+        children = parents.get(frontier.pop(), [])
+        found += children
+        frontier += children
+    return found
+
+
+def alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie, dead but not yet reaped, counts as ended)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+class OwnedChildren:
+    """Starts subprocesses and stops them all when a stop signal reaches this process.
+
+    Use it as a context manager in the main thread: on entry it takes SIGTERM, SIGINT and
+    SIGHUP; a signal raises `StopRequested` in the command, and leaving the block
+    forwards it to every running child and waits for them (`StopRequested.summary` then
+    says how many processes were stopped). On exit (also by an error) every
+    child still running is stopped the same way, and the old handlers come back.
+
+    Args:
+        name: the command, for messages (`metadist train`).
+        grace_s: how long children may take to stop after the signal before SIGKILL.
+    """
+
+    def __init__(self, name: str, grace_s: float = 60.0) -> None:
+        self.name = name
+        self.grace_s = grace_s
+        self._running: list[subprocess.Popen] = []
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> OwnedChildren:
+        for signum in STOP_SIGNALS:
+            self._previous[signum] = signal.signal(signum, self._on_signal)
+        return self
+
+    def __exit__(self, kind: Any, error: Any, trace: Any) -> None:
+        try:
+            if isinstance(error, StopRequested):
+                count = self.stop_all(error.signum)
+                plural = "es" if count != 1 else ""
+                error.summary += f"; {count} process{plural} it started stopped"
+            else:
+                self.stop_all(signal.SIGTERM)
+        finally:
+            for signum, handler in self._previous.items():
+                signal.signal(signum, handler)
+
+    def popen(self, command: Sequence[str], **kwargs: Any) -> subprocess.Popen:
+        """`subprocess.Popen(command, **kwargs)`, owned: stopped with this command."""
+        process = subprocess.Popen(list(command), **kwargs)
+        self._running.append(process)
+        return process
+
+    def call(self, command: Sequence[str], **kwargs: Any) -> int:
+        """Runs `command` to its end (as `subprocess.call`) and returns its exit status."""
+        process = self.popen(command, **kwargs)
+        status = process.wait()
+        self._running.remove(process)
+        return status
+
+    def forget(self, process: subprocess.Popen) -> None:
+        """`process` ended and was waited for by the caller."""
+        if process in self._running:
+            self._running.remove(process)
+
+    def stop_all(self, signum: int) -> int:
+        """Sends `signum` to every running child, waits up to `grace_s` for them and
+        everything below them, then kills what is left. Returns how many processes were
+        running (children and their descendants)."""
+        running = [p for p in self._running if p.poll() is None]
+        self._running = []
+        if not running:
+            return 0
+        below = {pid for p in running for pid in descendants(p.pid)}
+        for process in running:
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(signum)
+        deadline = time.monotonic() + self.grace_s
+        while time.monotonic() < deadline:
+            below |= {pid for p in running if p.poll() is None for pid in descendants(p.pid)}
+            if all(p.poll() is not None for p in running) and not any(map(alive, below)):
+                break
+            time.sleep(0.1)
+        for pid in [p.pid for p in running if p.poll() is None] + sorted(below):
+            if alive(pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        for process in running:
+            process.wait()
+        return len(running) + len(below)
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        # Only raise here: the handler may run inside `Popen.wait`, which holds a lock
+        # that `stop_all` needs. The children are stopped in `__exit__`.
+        for handled in STOP_SIGNALS:  # a second signal must not interrupt the stopping
+            signal.signal(handled, signal.SIG_IGN)
+        raise StopRequested(signum)

@@ -1,0 +1,98 @@
+"""A stop signal reaches every process a command started, even those in new sessions."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from metadist.launch.children import alive, descendants
+
+pytestmark = pytest.mark.integration
+
+# The command: starts a child that starts a grandchild in a session of its own (as
+# torchrun starts its ranks) and ignores SIGTERM (a rank busy in a collective).
+COMMAND = textwrap.dedent(
+    """
+    import json, subprocess, sys, time
+    from metadist.launch.children import OwnedChildren, StopRequested
+    CHILD = '''
+    import signal, subprocess, sys, time
+    grandchild = subprocess.Popen([sys.executable, "-c",
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"],
+        start_new_session=True)
+    print(grandchild.pid, flush=True)
+    time.sleep(600)
+    '''
+    try:
+        with OwnedChildren("demo-command", grace_s=1.0) as children:
+            child = children.popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL, text=True)
+            grandchild = int(child.stdout.readline())
+            with open(sys.argv[1], "w") as out:
+                json.dump({"child": child.pid, "grandchild": grandchild}, out)
+            child.wait()
+    except StopRequested as stop:
+        print(f"demo-command: {stop.summary}", file=sys.stderr)
+        sys.exit(stop.exit_status)
+    """
+)
+
+
+def _wait_for(path, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_text():
+            return json.loads(path.read_text())
+        time.sleep(0.05)
+    raise AssertionError(f"{path} never written")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_signal_stops_children_and_their_sessions(tmp_path, signum):
+    pids_file = tmp_path / "pids.json"
+    command = subprocess.Popen(
+        [sys.executable, "-c", COMMAND, str(pids_file)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        pids = _wait_for(pids_file)
+        assert set(pids.values()) <= set(descendants(command.pid))
+        command.send_signal(signum)
+        out, err = command.communicate(timeout=60)
+    finally:
+        if command.poll() is None:
+            command.kill()
+    assert command.returncode == 128 + signum
+    name = signal.Signals(signum).name
+    assert err.strip().splitlines() == [
+        f"demo-command: stopped by {name}; 2 processes it started stopped"
+    ]
+    for pid in pids.values():
+        assert not alive(pid), f"process {pid} outlived the command"
+
+
+def test_descendants_sees_a_process_tree():
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import subprocess, sys; subprocess.run(['sleep', '30'])"]
+    )
+    try:
+        deadline = time.monotonic() + 20
+        found: list[int] = []
+        while time.monotonic() < deadline and len(found) < 2:
+            found = descendants(os.getpid())
+            found = [pid for pid in found if pid == child.pid or pid in descendants(child.pid)]
+            time.sleep(0.05)
+        assert child.pid in found and len(found) == 2
+    finally:
+        for pid in descendants(child.pid):
+            os.kill(pid, signal.SIGKILL)
+        child.kill()
+        child.wait()

@@ -334,8 +334,8 @@ def test_classification_accuracy_with_confidence_interval(panel_and_store):
 
 
 def test_combined_runs_pool_like_one_evaluation(panel_and_store, tmp_path):
+    from metadist.commands.combine import main as combine_main
     from metadist.eval.combine import combine_runs
-    from metadist.eval.combine import main as combine_main
 
     store, _ = panel_and_store
     options = EvalOptions(

@@ -11,12 +11,12 @@ pools them exactly as one evaluation of all the tasks would: the scores are mean
 all forecast points, the ± is the 95% CI of the per-task mean, groups (frequency,
 category) are recomputed across runs. `OUT_DIR` gets `metrics.json`, `metrics.md`,
 `tasks.parquet` and (when every run kept its points) `forecasts.parquet`; each run keeps
-its own figure.
+its own figure. The command line is `metadist.commands.combine` (on the top floor).
 """
 
 from __future__ import annotations
 
-import argparse
+import importlib
 import json
 import os
 import sys
@@ -67,10 +67,42 @@ def combine_runs(
         raise ValueError(f"combine: {len(chosen)} chosen method(s) for {len(paths)} run(s)")
     if len({p.resolve() for p in paths}) != len(paths):
         raise ValueError("combine: a run directory is given twice")
+    results, tables = _read_runs(paths)
+    _check_alike(paths, results, tables)
+    columns = {key: [v for table in tables for v in table[key]] for key in tables[0]}
+    if "group:entity" in columns:
+        _check_one_run_per_entity(paths, tables)
+    forecasts, point_rows = _read_forecasts(paths)
+    methods = dict(results[0]["methods"])
+    if chosen is not None:
+        for path, method in zip(paths, chosen, strict=True):
+            if method not in methods or method == CHOSEN:
+                raise ValueError(
+                    f"combine: {path} scored no method {method!r}; it scored "
+                    f"{', '.join(m for m in methods if m != CHOSEN)}"
+                )
+        _add_chosen(columns, [len(t["num_points"]) for t in tables], chosen)
+        if forecasts is not None:
+            _add_chosen(forecasts, point_rows, chosen)
+        methods = {CHOSEN: CHOSEN_LABEL, **{k: v for k, v in methods.items() if k != CHOSEN}}
+    return _pooled(paths, results, columns, forecasts, methods, title, chosen)
+
+
+def _evaluation_dir(path: Path) -> Path:
+    """Where a run's evaluation files are: `<run_dir>/eval`, or the directory itself for
+    the output of an earlier combine (files directly inside)."""
+    return path if (path / JSON_NAME).is_file() else path / EVAL_DIR
+
+
+def _read_runs(paths: list[Path]) -> tuple[list[dict[str, Any]], list[dict[str, list]]]:
+    """Each run's summary (`metrics.json`) and per-task table (`tasks.parquet`).
+
+    Raises:
+        FileNotFoundError: a run without either, saying how to evaluate it.
+    """
     results, tables = [], []
     for path in paths:
-        # A run directory, or the output of an earlier combine (files directly inside).
-        where = path if (path / JSON_NAME).is_file() else path / EVAL_DIR
+        where = _evaluation_dir(path)
         summary, tasks = where / JSON_NAME, where / TASKS_NAME
         if not summary.is_file() or not tasks.is_file():
             missing = summary if not summary.is_file() else tasks
@@ -80,6 +112,17 @@ def combine_runs(
             )
         results.append(json.loads(summary.read_text()))
         tables.append(read_tasks(tasks))
+    return results, tables
+
+
+def _check_alike(
+    paths: list[Path], results: list[dict[str, Any]], tables: list[dict[str, list]]
+) -> None:
+    """Refuses runs that were not evaluated alike (kind, methods, metrics, task columns).
+
+    Raises:
+        ValueError: naming the first run that differs from the first and how.
+    """
     first = results[0]
     for path, result, table in zip(paths[1:], results[1:], tables[1:], strict=True):
         for key in ("kind", "methods", "metrics", "primary_metric"):
@@ -93,38 +136,49 @@ def combine_runs(
                 f"combine: the tasks of {path} have columns {sorted(table)}, "
                 f"{paths[0]}'s has {sorted(tables[0])}"
             )
-    columns = {key: [v for table in tables for v in table[key]] for key in tables[0]}
-    if "group:entity" in columns:
-        owner: dict[str, Path] = {}
-        for path, table in zip(paths, tables, strict=True):
-            for entity in table["group:entity"]:
-                if entity in owner:
-                    raise ValueError(
-                        f"combine: entity {entity!r} is evaluated by both {owner[entity]} and "
-                        f"{path}; each task may be scored by one run only"
-                    )
-                owner[entity] = path
-    # Every run's forecast points, when every run kept them.
-    point_files = [
-        (p if (p / JSON_NAME).is_file() else p / EVAL_DIR) / FORECASTS_NAME for p in paths
-    ]
-    forecasts = None
-    if all(f.is_file() for f in point_files):
-        point_tables = [read_tasks(f) for f in point_files]
-        if all(sorted(t) == sorted(point_tables[0]) for t in point_tables):
-            forecasts = {k: [v for t in point_tables for v in t[k]] for k in point_tables[0]}
-    methods = dict(first["methods"])
-    if chosen is not None:
-        for path, method in zip(paths, chosen, strict=True):
-            if method not in methods or method == CHOSEN:
+
+
+def _check_one_run_per_entity(paths: list[Path], tables: list[dict[str, list]]) -> None:
+    """Refuses a task (entity) scored by two runs.
+
+    Raises:
+        ValueError: naming the entity and both runs.
+    """
+    owner: dict[str, Path] = {}
+    for path, table in zip(paths, tables, strict=True):
+        for entity in table["group:entity"]:
+            if entity in owner:
                 raise ValueError(
-                    f"combine: {path} scored no method {method!r}; it scored "
-                    f"{', '.join(m for m in methods if m != CHOSEN)}"
+                    f"combine: entity {entity!r} is evaluated by both {owner[entity]} and "
+                    f"{path}; each task may be scored by one run only"
                 )
-        _add_chosen(columns, [len(t["num_points"]) for t in tables], chosen)
-        if forecasts is not None:
-            _add_chosen(forecasts, [len(next(iter(t.values()))) for t in point_tables], chosen)
-        methods = {CHOSEN: CHOSEN_LABEL, **{k: v for k, v in methods.items() if k != CHOSEN}}
+            owner[entity] = path
+
+
+def _read_forecasts(paths: list[Path]) -> tuple[dict[str, list] | None, list[int]]:
+    """Every run's forecast points concatenated, when every run kept them with the same
+    columns (else None), and each run's number of points."""
+    point_files = [_evaluation_dir(p) / FORECASTS_NAME for p in paths]
+    if not all(f.is_file() for f in point_files):
+        return None, []
+    point_tables = [read_tasks(f) for f in point_files]
+    rows = [len(next(iter(t.values()))) for t in point_tables]
+    if not all(sorted(t) == sorted(point_tables[0]) for t in point_tables):
+        return None, rows
+    return {k: [v for t in point_tables for v in t[k]] for k in point_tables[0]}, rows
+
+
+def _pooled(
+    paths: list[Path],
+    results: list[dict[str, Any]],
+    columns: dict[str, list],
+    forecasts: dict[str, list] | None,
+    methods: dict[str, str],
+    title: str | None,
+    chosen: list[str] | None,
+) -> dict[str, Any]:
+    """The pooled result of the runs' concatenated task `columns` and `forecasts`."""
+    first = results[0]
     scores = TaskScores.from_table(columns)
     groupings = {g[len("group:") :]: g[len("group:") :] for g in columns if g.startswith("group:")}
     groupings.pop("entity", None)
@@ -142,27 +196,32 @@ def combine_runs(
         "overall": overall_summary(scores, first.get("kind") == "classification"),
         "groups": group_summaries(scores, groupings),
         "references": references,
-        "settings": {
-            "runs": [
-                {
-                    "run_dir": str(path),
-                    "num_tasks": result.get("num_tasks"),
-                    **{
-                        k: result.get("settings", {}).get(k)
-                        for k in _RUN_SETTINGS
-                        if k in result.get("settings", {})
-                    },
-                }
-                for path, result in zip(paths, results, strict=True)
-            ],
-            **({"chosen": dict(zip(map(str, paths), chosen, strict=True))} if chosen else {}),
-            "aggregation": first.get("settings", {}).get("aggregation"),
-            "seconds": round(
-                sum(float(r.get("settings", {}).get("seconds") or 0) for r in results), 2
-            ),
-        },
+        "settings": _settings(paths, results, chosen),
         "per_task": columns,
         **({"forecasts": forecasts} if forecasts else {}),
+    }
+
+
+def _settings(
+    paths: list[Path], results: list[dict[str, Any]], chosen: list[str] | None
+) -> dict[str, Any]:
+    """The pooled result's settings: each run's own, the chosen methods, the seconds."""
+    return {
+        "runs": [
+            {
+                "run_dir": str(path),
+                "num_tasks": result.get("num_tasks"),
+                **{
+                    k: result.get("settings", {}).get(k)
+                    for k in _RUN_SETTINGS
+                    if k in result.get("settings", {})
+                },
+            }
+            for path, result in zip(paths, results, strict=True)
+        ],
+        **({"chosen": dict(zip(map(str, paths), chosen, strict=True))} if chosen else {}),
+        "aggregation": results[0].get("settings", {}).get("aggregation"),
+        "seconds": round(sum(float(r.get("settings", {}).get("seconds") or 0) for r in results), 2),
     }
 
 
@@ -190,29 +249,8 @@ def _merge_into(into: dict[str, Any], other: dict[str, Any]) -> None:
             into[key] = json.loads(json.dumps(value)) if isinstance(value, dict) else value
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m metadist.eval.combine",
-        description=__doc__.splitlines()[0],
-        epilog="example: python -m metadist.eval.combine runs/all runs/yearly runs/monthly",
-    )
-    parser.add_argument("out_dir", metavar="OUT_DIR", type=Path, help="where the table goes")
-    parser.add_argument("run_dirs", metavar="RUN_DIR", nargs="+", help="evaluated runs")
-    parser.add_argument("--title", default=None, help="the table's title")
-    args = parser.parse_args(argv)
-    from metadist.eval.report import markdown_report, write_report
-
-    try:
-        result = combine_runs(args.run_dirs, title=args.title)
-    except (ValueError, FileNotFoundError) as error:
-        print(f"metadist.eval.combine: error: {error}", file=sys.stderr)
-        return 1
-    paths = write_report(result, args.out_dir, directory=args.out_dir)
-    print(markdown_report(result), end="")
-    for kind, path in paths.items():
-        print(f"{kind}: {path}")
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    # `python -m metadist.eval.combine`: the command line lives on the top floor. It is
+    # looked up by name only when this file runs as a script: importing this module
+    # never loads the layer above it.
+    sys.exit(importlib.import_module("metadist.commands.combine").main())

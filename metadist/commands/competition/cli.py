@@ -1,0 +1,109 @@
+"""`metadist competition DATA_DIR`: the forecasting-competition protocol on any data set.
+
+The command line: its options, checked, then the pipeline (`pipeline.run_pipeline`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from metadist.commands.competition.pipeline import run_pipeline
+from metadist.commands.competition.spec import ADAPTATION_FILE
+
+
+def build_parser(prog: str = "metadist competition") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description=__doc__.splitlines()[0],
+        epilog="example: metadist competition data/m3 --out runs/m3 --lookbacks 2 3 --seeds 2",
+    )
+    parser.add_argument(
+        "data_dir", metavar="DATA_DIR", type=Path, help="train.parquet, test.parquet"
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="default: runs/NAME (runs/NAME_val with --validation; NAME: competition.yaml's "
+        "name or the data directory's)",
+    )
+    parser.add_argument(
+        "--experiment",
+        default="competition",
+        help="the experiment meta-trained (default: competition: MAML on an MLP forecaster, "
+        "3,000 meta-steps of 64 tasks; overrides such as trainer.meta_steps=N change it)",
+    )
+    parser.add_argument(
+        "--lookbacks",
+        type=_multiple,
+        nargs="+",
+        default=[2.0],
+        help="lookback multiples of the horizon, one ensemble member each (default: 2; "
+        "N-BEATS: 2..7)",
+    )
+    parser.add_argument(
+        "--losses",
+        nargs="+",
+        default=["smape"],
+        choices=["smape", "mape", "mae", "mse"],
+        help="training losses, one ensemble member each (default: smape)",
+    )
+    parser.add_argument(
+        "--seeds", type=int, default=1, help="seeds per lookback and loss (default: 1)"
+    )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=2,
+        help="training processes at a time, each on one core (default: 2)",
+    )
+    parser.add_argument("--validation", action="store_true", help="the validation protocol")
+    parser.add_argument(
+        "--ets",
+        choices=["auto", "yes", "no"],
+        default="auto",
+        help="score AutoETS (statsforecast, the `ets` extra); auto: when installed",
+    )
+    parser.add_argument("--horizons", type=int, nargs="+", default=None, help="only these")
+    parser.add_argument(
+        "--adaptation-from",
+        type=Path,
+        default=None,
+        metavar="VAL_OUT",
+        help="a --validation run's output: per horizon, report the adapted or the unadapted "
+        f"forecast as the model, whichever won there ({ADAPTATION_FILE})",
+    )
+    parser.add_argument(
+        "overrides", nargs="*", help="training overrides (key=value) and eval.KEY=VALUE"
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None, prog: str = "metadist competition") -> int:
+    parser = build_parser(prog)
+    args = parser.parse_intermixed_args(argv)
+    if args.seeds < 1 or args.jobs < 1 or any(k <= 0 for k in args.lookbacks):
+        parser.error("--seeds and --jobs must be >= 1, --lookbacks > 0")
+    try:
+        return run_pipeline(args, prog)
+    except (ValueError, FileNotFoundError) as error:
+        print(f"{prog}: error: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(
+            f"{prog}: interrupted (finished steps are kept; run it again to go on)", file=sys.stderr
+        )
+        return 130
+
+
+def _multiple(text: str) -> float:
+    """A `--lookbacks` value; an override there was taken for one (nargs="+")."""
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a number; put overrides before --lookbacks, after another "
+            "option, or after --"
+        ) from None

@@ -1,0 +1,119 @@
+"""Each horizon's ensemble evaluated on the series of that horizon (their labels),
+forecasting the holdout, next to the baselines."""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from metadist.commands.competition.members import Member
+from metadist.commands.competition.series import SeriesInfo
+from metadist.commands.competition.spec import SPEC_FILE, CompetitionSpec
+from metadist.commands.competition.steps import step
+from metadist.eval import evaluate_run
+
+
+def evaluate_horizons(
+    ensembles: dict[int, list[Member]],
+    out: Path,
+    spec: CompetitionSpec,
+    info: SeriesInfo,
+    test_path: Path,
+    ets: bool,
+    extra: Sequence[str],
+) -> list[Path]:
+    """Evaluates each horizon's ensemble (the eval overrides `extra` last); returns the
+    evaluated run of each horizon, in the order of `ensembles`."""
+    firsts = []
+    for horizon, members in ensembles.items():
+        labels = info.labels_of(horizon)
+        # the evaluated run must look back furthest; the others are cut from its windows
+        ordered = sorted(members, key=lambda m: -m.lookback)
+        run_dirs = [m.run_dir(out) for m in ordered]
+        overrides = evaluation_overrides(spec, info, labels, test_path, run_dirs[1:], ets, extra)
+        title = f"evaluate H={horizon} ({len(run_dirs)} model(s)) on {', '.join(labels)}"
+        step(title, functools.partial(_evaluate, run_dirs[0], overrides))
+        firsts.append(run_dirs[0])
+    return firsts
+
+
+def evaluation_overrides(
+    spec: CompetitionSpec,
+    info: SeriesInfo,
+    labels: list[str],
+    test_path: Path,
+    others: list[Path],
+    ets: bool,
+    extra: Sequence[str],
+) -> list[str]:
+    """The `metadist eval` overrides of one horizon: its `labels`' series scored on the
+    holdout in `test_path`, with the runs `others` in the ensemble; then `extra`."""
+    ensemble = json.dumps([str(d) for d in others]) if others else "null"
+    return [
+        "eval.split=all",
+        f"eval.labels={json.dumps(labels)}",
+        f"eval.holdout={json.dumps(_holdout(test_path, spec))}",
+        f"eval.seasonal_period={json.dumps({k: info.periods[k] for k in labels})}",
+        "eval.seasonal_period_from=label",
+        f"eval.group_by={json.dumps(['label'] + (['stratum'] if spec.stratum_col else []))}",
+        f"eval.group_names={json.dumps(_group_names(spec))}",
+        f"eval.references={json.dumps(_references(spec.references, labels))}",
+        f"eval.ensemble={ensemble}",
+        *(["eval.extra_baselines=[ets]"] if ets else []),
+        *extra,
+    ]
+
+
+def want_ets(choice: str) -> bool:
+    """Whether AutoETS is scored (`--ets auto|yes|no`).
+
+    Raises:
+        ValueError: `yes` without statsforecast installed.
+    """
+    if choice == "no":
+        return False
+    try:
+        import statsforecast  # noqa: F401
+    except ImportError:
+        if choice == "yes":
+            raise ValueError("--ets yes needs statsforecast: pip install 'metadist[ets]'") from None
+        print("note: statsforecast is not installed: no ETS row (pip install 'metadist[ets]')")
+        return False
+    return True
+
+
+def _evaluate(run_dir: Path, overrides: list[str]) -> None:
+    evaluate_run(run_dir, overrides=overrides, progress=False)
+
+
+def _holdout(path: Path, spec: CompetitionSpec) -> dict[str, Any]:
+    return {
+        "path": str(path),
+        "entity_col": spec.entity_col,
+        "time_col": spec.time_col,
+        "value_cols": [spec.value_col],
+    }
+
+
+def _group_names(spec: CompetitionSpec) -> dict[str, str]:
+    names = {"label": spec.label_col}
+    if spec.stratum_col:
+        names["stratum"] = spec.stratum_col
+    return {**names, **spec.group_names}
+
+
+def _references(references: dict[str, Any], labels: list[str]) -> dict[str, Any]:
+    """Each reference's figures for `labels` only (its overall figure is kept for the
+    pooled table; a horizon's own table shows the labels it scores)."""
+    out = {}
+    for method, figures in references.items():
+        if not isinstance(figures, dict):
+            raise ValueError(f"{SPEC_FILE}: references.{method} must map all/label to figures")
+        kept = {k: v for k, v in figures.items() if k != "label"}
+        if isinstance(figures.get("label"), dict):
+            kept["label"] = {k: v for k, v in figures["label"].items() if k in labels}
+        out[method] = kept
+    return out

@@ -1,0 +1,110 @@
+"""The holdout: the test file checked against every series' horizon before anything
+runs, or (the validation protocol) cut from the end of each series' training part."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from metadist.commands.competition.series import SeriesInfo
+from metadist.commands.competition.sources import file_fingerprint
+from metadist.commands.competition.spec import (
+    SOURCE_FILE,
+    SPEC_FILE,
+    TEST_FILE,
+    TRAIN_FILE,
+    CompetitionSpec,
+    spec_dict,
+)
+from metadist.durable import atomic_directory
+
+
+def check_holdout(
+    path: Path, spec: CompetitionSpec, info: SeriesInfo, horizons: Sequence[int], partial: bool
+) -> None:
+    """Checks the holdout file before anything is trained: every series of `horizons`
+    has exactly its horizon's number of holdout values (none where `partial`), and every
+    series of the holdout is in the training file.
+
+    Raises:
+        ValueError: naming the first series that differs and how many do.
+    """
+    names = pq.read_schema(path).names
+    if spec.entity_col not in names:
+        raise ValueError(
+            f"{path} has no column {spec.entity_col!r} (entity_col in {SPEC_FILE}); its "
+            f"columns: {', '.join(names)}"
+        )
+    column = pq.read_table(path, columns=[spec.entity_col]).column(spec.entity_col)
+    ids, counts = np.unique(
+        np.asarray(column.to_pylist(), dtype=object).astype(str), return_counts=True
+    )
+    found = dict(zip(ids.tolist(), counts.tolist(), strict=True))
+    unknown = [series for series in found if series not in info.series]
+    if unknown:
+        raise ValueError(
+            f"{path}: series {unknown[0]!r} has holdout values but no training part "
+            f"({len(unknown)} such series); every holdout series must be in {spec.train}"
+        )
+    wanted = set(horizons)
+    wrong = []
+    for series, label in info.series.items():
+        horizon = info.horizons[label]
+        if horizon not in wanted:
+            continue
+        count = found.get(series, 0)
+        if count != horizon and not (partial and count == 0):
+            wrong.append((series, label, horizon, count))
+    if wrong:
+        total = sum(info.horizons[label] in wanted for label in info.series.values())
+        series, label, horizon, count = wrong[0]
+        fix = "" if count else "; or set eval.holdout.partial=true to score only the others"
+        raise ValueError(
+            f"{path}: series {series!r} ({spec.label_col} {label}, horizon {horizon}) has "
+            f"{count} holdout values, not {horizon} ({len(wrong)} of "
+            f"{total} series differ); "
+            f"each series needs its horizon's number of holdout values{fix}"
+        )
+
+
+def write_validation_split(
+    data_dir: Path, spec: CompetitionSpec, info: SeriesInfo, out: Path
+) -> None:
+    """`out/train.parquet` and `out/test.parquet`: each series' training part without its
+    last h values, and those h values (h its label's horizon). Series with no more than
+    h training values are left out of both, with a note. Written atomically."""
+    table = pq.read_table(data_dir / spec.train)
+    entity = np.asarray(table.column(spec.entity_col).to_pylist(), dtype=object).astype(str)
+    times = np.asarray(pc.cast(table.column(spec.time_col), "int64").to_numpy(), dtype=np.int64)
+    labels = np.asarray(table.column(spec.label_col).to_pylist(), dtype=object).astype(str)
+    order = np.lexsort((times, entity))
+    table, entity, labels = table.take(pa.array(order)), entity[order], labels[order]
+    starts = np.r_[0, np.flatnonzero(entity[1:] != entity[:-1]) + 1]
+    ends = np.r_[starts[1:], len(entity)]
+    is_test = np.zeros(len(entity), dtype=bool)
+    keep = np.ones(len(entity), dtype=bool)
+    dropped = 0
+    for start, end in zip(starts, ends, strict=True):
+        h = info.horizons[labels[start]]
+        if end - start <= h:
+            keep[start:end] = False
+            dropped += 1
+        else:
+            is_test[end - h : end] = True
+    with atomic_directory(out) as staging:
+        pq.write_table(table.filter(pa.array(keep & ~is_test)), staging / TRAIN_FILE)
+        pq.write_table(table.filter(pa.array(keep & is_test)), staging / TEST_FILE)
+        spec_values = {
+            k: v for k, v in spec_dict(spec).items() if k not in ("train", "test", "references")
+        }
+        (staging / SPEC_FILE).write_text(json.dumps(spec_values, indent=1) + "\n")
+        source = {"fingerprint": file_fingerprint(data_dir / spec.train)}
+        (staging / SOURCE_FILE).write_text(json.dumps(source) + "\n")
+    if dropped:
+        print(f"note: validation split: {dropped} series no longer than their horizon left out")

@@ -1,0 +1,235 @@
+"""The pipeline driver: the protocol's steps in order (plan and checks, ingest, training,
+evaluation, pooled table), each confirmed rather than redone where it can be."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from metadist.commands.competition.adaptation import (
+    read_adaptation_choice,
+    write_adaptation_choice,
+)
+from metadist.commands.competition.evaluation import evaluate_horizons, want_ets
+from metadist.commands.competition.holdout import check_holdout, write_validation_split
+from metadist.commands.competition.members import Member, members_of, train_members
+from metadist.commands.competition.series import SeriesInfo, scan_series
+from metadist.commands.competition.sources import check_same_source, recorded_fingerprint
+from metadist.commands.competition.spec import (
+    SOURCE_FILE,
+    TEST_FILE,
+    TRAIN_FILE,
+    CompetitionSpec,
+    load_spec,
+    spec_dict,
+)
+from metadist.commands.competition.steps import METADIST, run_command, step
+from metadist.commands.competition.table import pooled_table, table_title
+from metadist.eval.settings import load_eval_options, split_eval_overrides
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one call runs on, checked before any work.
+
+    Attributes:
+        name: the data set's name.
+        data_dir: where the training and holdout files are (the validation split's
+            directory under the validation protocol).
+        spec, info: the data set's settings and what the scan found in its training file.
+        out: the output directory.
+        horizons: the horizons run, ascending.
+        chosen: per horizon, the method a validation run chose (`--adaptation-from`).
+        train_overrides, eval_overrides: the user's overrides, split.
+    """
+
+    name: str
+    data_dir: Path
+    spec: CompetitionSpec
+    info: SeriesInfo
+    out: Path
+    horizons: list[int]
+    chosen: dict[int, str] | None
+    train_overrides: list[str]
+    eval_overrides: list[str]
+
+    @property
+    def test_path(self) -> Path:
+        return self.data_dir / self.spec.test
+
+
+def run_pipeline(args: argparse.Namespace, prog: str) -> int:
+    """Runs the whole protocol `args` describe; 1 where a step failed, else 0.
+
+    Raises:
+        ValueError, FileNotFoundError: the data, settings or outputs do not fit.
+    """
+    started = time.perf_counter()
+    plan = plan_run(args)
+    plan.out.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.setdefault("WANDB_MODE", "disabled")
+    store = plan.out / "store"
+    if _ingest(plan, store, env) != 0:
+        return 1
+    ensembles = {h: members_of(h, args.lookbacks, args.losses, args.seeds) for h in plan.horizons}
+    trained = train_members(
+        ensembles, args.experiment, store, plan.out, plan.train_overrides, env, args.jobs
+    )
+    if trained != 0:
+        return 1
+    ets = want_ets(args.ets)
+    firsts = evaluate_horizons(
+        ensembles, plan.out, plan.spec, plan.info, plan.test_path, ets, plan.eval_overrides
+    )
+    _report(plan, args, ensembles, firsts)
+    print(f"== all steps: {time.perf_counter() - started:.1f} s; table: {plan.out / 'metrics.md'}")
+    return 0
+
+
+def plan_run(args: argparse.Namespace) -> Plan:
+    """The data set, its horizons, the holdout and the user's settings, all checked
+    (the holdout against every series' horizon) before any work; under the validation
+    protocol, the validation split is written (or confirmed) first.
+
+    Raises:
+        ValueError, FileNotFoundError: naming what does not fit.
+    """
+    data_dir: Path = args.data_dir
+    if not data_dir.is_dir():
+        raise FileNotFoundError(f"no data directory at {data_dir}")
+    spec = load_spec(data_dir)
+    name = spec.name or data_dir.resolve().name
+    info = scan_series(data_dir / spec.train, spec)
+    out: Path = args.out or Path("runs") / (name + ("_val" if args.validation else ""))
+    horizons = _horizons(info, args.horizons)
+    if args.validation:
+        data_dir, spec, info = _validation_data(data_dir, spec, info, out)
+    test_path = data_dir / spec.test
+    if not test_path.is_file():
+        raise FileNotFoundError(f"no holdout file at {test_path}")
+    _describe(name, info, spec, args.validation)
+    chosen = None
+    if args.adaptation_from is not None:
+        if args.validation:
+            raise ValueError("--adaptation-from chooses for a test run; leave out --validation")
+        chosen = read_adaptation_choice(args.adaptation_from, horizons)
+    train_overrides, eval_overrides = split_eval_overrides(args.overrides)
+    # the user's eval overrides, checked now rather than after the training
+    holdout = load_eval_options(args.experiment, eval_overrides).holdout or {}
+    partial = bool(holdout.get("partial"))
+    check_holdout(test_path, spec, info, horizons, partial)
+    return Plan(name, data_dir, spec, info, out, horizons, chosen, train_overrides, eval_overrides)
+
+
+def _horizons(info: SeriesInfo, wanted: list[int] | None) -> list[int]:
+    """The data set's horizons, or those of them `--horizons` names.
+
+    Raises:
+        ValueError: a horizon the data set does not have.
+    """
+    horizons = sorted(set(info.horizons.values()))
+    if wanted:
+        missing = sorted(set(wanted) - set(horizons))
+        if missing:
+            raise ValueError(f"--horizons {missing[0]}: the data set's horizons are {horizons}")
+        horizons = sorted(wanted)
+    return horizons
+
+
+def _validation_data(
+    source_dir: Path, spec: CompetitionSpec, info: SeriesInfo, out: Path
+) -> tuple[Path, CompetitionSpec, SeriesInfo]:
+    """The validation split of `source_dir` (written to `out/validation_data`, or
+    confirmed made from the same training file), its settings and its scan.
+
+    Raises:
+        ValueError: an existing split not made from the training file as it is now.
+    """
+    source = source_dir / spec.train
+    data_dir = out / "validation_data"
+    if not (data_dir / TRAIN_FILE).is_file():
+        out.mkdir(parents=True, exist_ok=True)
+        step(
+            f"validation split of {source_dir}",
+            lambda: write_validation_split(source_dir, spec, info, data_dir),
+        )
+    else:
+        check_same_source(data_dir, recorded_fingerprint(data_dir / SOURCE_FILE), source, out)
+    spec = CompetitionSpec(
+        **{**spec_dict(spec), "train": TRAIN_FILE, "test": TEST_FILE, "references": {}}
+    )
+    info = scan_series(data_dir / spec.train, spec)  # the shorter training parts
+    return data_dir, spec, info
+
+
+def _ingest(plan: Plan, store: Path, env: dict[str, str]) -> int:
+    """The training parts ingested into `store` (raw values), or the store there
+    confirmed made from the same training file; the ingest's exit status.
+
+    Raises:
+        ValueError: an existing store not made from the training file as it is now.
+    """
+    spec, train = plan.spec, plan.data_dir / plan.spec.train
+    if (store / "metadata.json").is_file():
+        recorded = recorded_fingerprint(store / "metadata.json", "source")
+        check_same_source(store, recorded, train, plan.out)
+        return 0
+    ingest = [
+        *METADIST,
+        "ingest",
+        str(train),
+        str(store),
+        f"--entity-col={spec.entity_col}",
+        f"--time-col={spec.time_col}",
+        f"--features={spec.value_col}",
+        f"--targets={spec.value_col}",
+        f"--label-col={spec.label_col}",
+        "--scaling=none",
+        "--no-progress",
+    ]
+    if spec.stratum_col:
+        ingest.append(f"--stratum-col={spec.stratum_col}")
+    return run_command("ingest the training parts", ingest, env)
+
+
+def _report(
+    plan: Plan, args: argparse.Namespace, ensembles: dict[int, list[Member]], firsts: list[Path]
+) -> None:
+    """Writes each horizon's adaptation choice and the pooled table, and prints both."""
+    horizons, chosen = plan.horizons, plan.chosen
+    decisions = write_adaptation_choice(
+        plan.out, dict(zip(horizons, firsts, strict=True)), args.validation
+    )
+    title = table_title(
+        args.experiment,
+        plan.name,
+        args.validation,
+        len(ensembles[horizons[0]]),
+        chosen is not None,
+    )
+    picks = None if chosen is None else [chosen[h] for h in horizons]
+    table = pooled_table(firsts, plan.out, title, picks)
+    print(table.read_text(), end="")
+    for key, entry in decisions.items():
+        print(
+            f"== H={key}: adapted {entry['adapted']:.3f}, unadapted {entry['unadapted']:.3f} "
+            f"{entry['metric']}: {entry['choice']} wins"
+            + (f"; reported as the model: {chosen[int(key)]} (validation)" if chosen else "")
+        )
+
+
+def _describe(name: str, info: SeriesInfo, spec: CompetitionSpec, validation: bool) -> None:
+    print(
+        f"== {name}{' (validation protocol)' if validation else ''}: {sum(info.counts.values())} series"
+    )
+    for label in info.counts:
+        short, long = info.lengths[label]
+        print(
+            f"   {spec.label_col} {label}: {info.counts[label]} series, horizon "
+            f"{info.horizons[label]}, period {info.periods[label]}, {short}..{long} training values"
+        )

@@ -1,0 +1,78 @@
+"""What a competition data set is: `DATA_DIR/competition.yaml` and the file names."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from metadist.options import from_mapping
+
+TRAIN_FILE = "train.parquet"
+TEST_FILE = "test.parquet"
+SPEC_FILE = "competition.yaml"
+ADAPTATION_FILE = "adaptation.json"
+# in a validation split: the fingerprint of the training file it was cut from
+SOURCE_FILE = "source.json"
+
+
+@dataclass
+class CompetitionSpec:
+    """What a competition data set is (`DATA_DIR/competition.yaml`; every key optional).
+
+    Attributes:
+        name: the data set's name, in the table's title (default: the directory's name).
+        train, test: the two files, relative to DATA_DIR.
+        entity_col, time_col, value_col: series id, integer time step, value.
+        label_col: the frequency (or any) label of each series; the tables group by it,
+            and every series of one label must share one horizon and one period.
+        stratum_col: the category of each series (null: none); the tables group by it,
+            and the meta-train/meta-val split is stratified by it.
+        horizon_col, period_col: per-row columns holding each series' horizon and
+            seasonal period (null: use `horizons` / `periods`).
+        horizons, periods: `{label: value}`, for data without those columns.
+        references: published figures of this data set, shown next to the primary
+            metric: `{method: {all: x, label: {LABEL: x}}}`.
+        group_names: what labels and strata are called in the tables.
+    """
+
+    name: str | None = None
+    train: str = TRAIN_FILE
+    test: str = TEST_FILE
+    entity_col: str = "series_id"
+    time_col: str = "t"
+    value_col: str = "value"
+    label_col: str = "frequency"
+    stratum_col: str | None = "category"
+    horizon_col: str | None = "horizon"
+    period_col: str | None = "period"
+    horizons: dict[str, int] = field(default_factory=dict)
+    periods: dict[str, int] = field(default_factory=dict)
+    references: dict[str, Any] = field(default_factory=dict)
+    group_names: dict[str, str] = field(default_factory=dict)
+
+
+def load_spec(data_dir: Path) -> CompetitionSpec:
+    """`DATA_DIR/competition.yaml` read (defaults where it is absent).
+
+    Raises:
+        ValueError: an unknown key (naming the closest) or a value of the wrong type.
+    """
+    path = data_dir / SPEC_FILE
+    values: dict[str, Any] = {}
+    if path.is_file():
+        try:
+            loaded = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+        except Exception as error:  # a YAML syntax error, named with its file
+            raise ValueError(f"{path}: not valid YAML ({str(error).splitlines()[0]})") from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ValueError(f"{path} must hold a mapping of settings")
+        values = {str(k): v for k, v in (loaded or {}).items()}
+    return from_mapping(CompetitionSpec, values, str(path))
+
+
+def spec_dict(spec: CompetitionSpec) -> dict[str, Any]:
+    """Every setting of `spec`, as a plain dict."""
+    return asdict(spec)

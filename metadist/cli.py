@@ -36,7 +36,7 @@ _COMMAND_MODULES = {
     "datasets": "metadist.datasets.cli",
     "slurm": "metadist.launch.slurm",
     "sweep": "metadist.launch.sweep",
-    "forecast": "metadist.api",
+    "forecast": "metadist.commands.forecast",
     "experiments": "metadist.commands.experiments",
 }
 

@@ -36,6 +36,7 @@ from metadist.tasks.base import (
 )
 from metadist.tasks.options import check_positive, resolve_columns
 from metadist.tasks.registry import register_task_sampler
+from metadist.tasks.series_end import SeriesEndWindows
 from metadist.tasks.windows import WindowGatherer
 
 
@@ -390,6 +391,19 @@ class ForecastSampler(TaskSampler):
         assert self._times is not None
         return self._times
 
+    @property
+    def end_windows(self) -> SeriesEndWindows:
+        """A task's K support windows ending at its split row and its query windows from
+        there (inputs padded by up to `pad_inputs` rows)."""
+        return SeriesEndWindows(
+            self.lookback,
+            self.horizon,
+            self.num_support,
+            self.stride,
+            padding="inputs",
+            pad_inputs=self.pad_inputs,
+        )
+
     def _windows(self) -> tuple[WindowGatherer, WindowGatherer]:
         if self._gatherers is None:
             values = self.store.values
@@ -407,9 +421,8 @@ class ForecastSampler(TaskSampler):
         task seed itself (task seeds are already well mixed; one draw per task does not
         need the counter-based `task_uniform`).
         """
-        k, q, s = self.num_support, self.num_query, self.stride
-        low = self.lookback + self.horizon + (k - 1) * s - self.pad_inputs
-        high = self.unit_length[units] - self.horizon - (q - 1) * s
+        low = self.end_windows.rows_needed
+        high = self.unit_length[units] - self.horizon - (self.num_query - 1) * self.stride
         if self.split == "end":
             return high
         if self.recent_splits is not None:
@@ -425,34 +438,31 @@ class ForecastSampler(TaskSampler):
         clipped to the unit) to the last query target row, plus one."""
         units = np.asarray(units, dtype=np.int64)
         base = self.unit_start[units] + self.split_rows(units, seeds)
-        k, q, s = self.num_support, self.num_query, self.stride
-        first = base - self.lookback - self.horizon - (k - 1) * s
-        return np.maximum(first, self.unit_start[units]), base + (q - 1) * s + self.horizon
+        first = self.end_windows.support_starts(base)[:, 0]
+        # the last query window's first target row
+        last = self.end_windows.query_starts(base, self.num_query)[:, -1] + self.lookback
+        return np.maximum(first, self.unit_start[units]), last + self.horizon
 
     def sample(self, units: np.ndarray, seeds: np.ndarray) -> MetaBatch:
         units = np.asarray(units, dtype=np.int64)
         inputs, targets = self._windows()
         tau = self.split_rows(units, seeds)
         base = self.unit_start[units] + tau  # store row of tau
-        k, q, s = self.num_support, self.num_query, self.stride
-        big_l, big_h = self.lookback, self.horizon
-        support_start = (base - big_l - big_h)[:, None] - (k - 1 - np.arange(k)) * s  # [B, K]
-        query_start = (base - big_l)[:, None] + np.arange(q) * s  # [B, Q]
+        windows = self.end_windows
+        support_start = windows.support_starts(base)  # [B, K]
+        query_start = windows.query_starts(base, self.num_query)  # [B, Q]
         entity = self.unit_entity[units]
-        if self.pad_inputs:
-            first_row = self.unit_start[units][:, None]
-            support_x = inputs.gather(support_start, first_row)
-            query_x = inputs.gather(query_start, first_row)
-        else:
-            support_x, query_x = inputs.gather(support_start), inputs.gather(query_start)
+        first_row = self.unit_start[units][:, None]
+        support_x = windows.inputs(inputs, support_start, first_row)
+        query_x = windows.inputs(inputs, query_start, first_row)
         return MetaBatch(
             support=TaskSet(
                 torch.from_numpy(support_x),
-                torch.from_numpy(targets.gather(support_start + big_l)),
+                torch.from_numpy(windows.targets(targets, support_start, first_row)),
             ),
             query=TaskSet(
                 torch.from_numpy(query_x),
-                torch.from_numpy(targets.gather(query_start + big_l)),
+                torch.from_numpy(windows.targets(targets, query_start, first_row)),
             ),
             entity_index=torch.from_numpy(entity),
             stratum=torch.from_numpy(self._unit_strata[units]),

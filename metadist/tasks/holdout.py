@@ -1,7 +1,9 @@
 """Forecast tasks whose query truth comes from a separate holdout (the competition protocol).
 
 See `metadist.eval.holdout` for reading the holdout file; this module turns the training
-part of each entity and its holdout values into tasks.
+part of each entity and its holdout values into tasks: the support windows end where the
+training part ends, the query input is its last L rows (`metadist.tasks.series_end`,
+padding `"series"`), the query targets are the holdout.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import numpy as np
 import torch
 
 from metadist.batch import MetaBatch, TaskSet
+from metadist.tasks.series_end import SeriesEndWindows
 
 
 def holdout_batches(
@@ -38,8 +41,8 @@ def holdout_batches(
     Raises:
         ValueError: an entity without holdout rows.
     """
-    window = lookback + horizon
-    inputs = list(input_columns)
+    # a short series is front-filled with its first row; it gives fewer windows
+    windows = SeriesEndWindows(lookback, horizon, num_support, stride, padding="series")
     targets = list(target_columns)
     groups: dict[tuple[int, int], list[int]] = {}
     for entity in np.asarray(entities, dtype=np.int64):
@@ -49,25 +52,19 @@ def holdout_batches(
                 f"entity {store.entity_ids[entity]!r} has no rows in the holdout; evaluate only "
                 "entities that have one"
             )
-        length = max(int(store.lengths[entity]), window)
-        num_windows = min(num_support, (length - window) // stride + 1)
+        num_windows = windows.num_windows(int(store.lengths[entity]))
         groups.setdefault((num_windows, len(holdout[entity][0])), []).append(entity)
     scaler = store.scaler
-    for (num_windows, _), members in sorted(groups.items()):
+    for _, members in sorted(groups.items()):
         for first in range(0, len(members), batch_size):
             chunk = np.asarray(members[first : first + batch_size], dtype=np.int64)
             support_x, support_y, query_x, query_y, split_time = [], [], [], [], []
             for entity in chunk:
                 series = np.asarray(store.series(int(entity)))
-                if series.shape[0] < window:
-                    pad = np.repeat(series[:1], window - series.shape[0], axis=0)
-                    series = np.concatenate([pad, series])
-                length = series.shape[0]
-                starts = length - window - stride * np.arange(num_windows)[::-1]
-                rows = starts[:, None] + np.arange(window)[None, :]  # [K, L + H]
-                support_x.append(series[rows[:, :lookback]][:, :, inputs])
-                support_y.append(series[rows[:, lookback:]][:, :, targets])
-                query_x.append(series[length - lookback :, inputs][None])
+                x, y, query = windows.cut(series, input_columns, targets)
+                support_x.append(x)
+                support_y.append(y)
+                query_x.append(query)
                 times, values = holdout[int(entity)]
                 truth = scaler.transform(values, int(entity), targets)
                 query_y.append(truth[None])

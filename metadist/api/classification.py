@@ -1,0 +1,117 @@
+"""Classifying new examples with a few-shot classifier run (what `Run.classify` does).
+
+Each example, in the store's columns and original units, is scaled with its own
+statistics (per-entity scaling) or the store's, then cut to the run's window (its last L
+rows) or linearly resampled to L rows, as the N-way sampler reads a series. The learner
+adapts on the labelled examples and labels the others.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from typing import TypeAlias
+
+import numpy as np
+import numpy.typing as npt
+import torch
+
+from metadist.api.history import Entity, scale_entity
+from metadist.api.protocols import AdaptingLearner, WindowedSampler
+from metadist.batch import TaskSet
+from metadist.store.reader import SeriesStore
+
+# a list of `[T, C]` (or `[T]`) arrays of the store's C columns, or one `[M, T, C]` array
+Examples: TypeAlias = np.ndarray | Sequence[npt.ArrayLike]
+
+
+def classify(
+    learner: AdaptingLearner,
+    sampler: WindowedSampler,
+    store: SeriesStore,
+    support_x: Examples,
+    support_labels: Sequence[Hashable],
+    query_x: Examples,
+    steps: int | None,
+) -> np.ndarray:
+    """`Run.classify` of a classifier run's parts (see there for the arguments).
+
+    Returns:
+        `[M]` object array of the predicted labels (values of `support_labels`).
+    """
+    support = classifier_inputs(sampler, store, support_x, "support_x")
+    query = classifier_inputs(sampler, store, query_x, "query_x")
+    labels = list(support_labels)
+    if len(labels) != len(support):
+        raise ValueError(
+            f"support_labels has {len(labels)} labels for {len(support)} support examples"
+        )
+    classes = sorted(set(labels), key=str)
+    if len(classes) < 2:
+        raise ValueError(f"classify needs at least two classes, got {classes}")
+    codes = torch.tensor([classes.index(label) for label in labels], dtype=torch.int64)
+    learner.eval()
+    device = next(learner.parameters()).device
+    support_set = TaskSet(torch.from_numpy(support)[None].to(device), codes[None].to(device))
+    with torch.no_grad():
+        params = learner.adapt(support_set, steps=steps)
+        logits = learner.predict(params, torch.from_numpy(query)[None].to(device))
+    predicted = logits[0, :, : len(classes)].argmax(-1).cpu().numpy()
+    return np.asarray([classes[i] for i in predicted], dtype=object)
+
+
+def classifier_inputs(
+    sampler: WindowedSampler, store: SeriesStore, examples: Examples, field: str
+) -> np.ndarray:
+    """`[M, L, F]` float32 examples, scaled and cut (or resampled) as the sampler does.
+
+    Args:
+        examples: a list of `[T, C]` (or `[T]`) arrays of the store's C columns, or one
+            `[M, T, C]` array.
+        field: the argument's name, for the errors.
+
+    Raises:
+        ValueError: no examples, a wrong number of columns, a non-finite value, or an
+            example shorter than the run's window.
+    """
+    if isinstance(examples, np.ndarray) and examples.ndim in (2, 3) and examples.dtype != object:
+        items = list(examples if examples.ndim == 3 else examples[None])
+    else:
+        items = [np.asarray(e, dtype=np.float64) for e in examples]
+    if not items:
+        raise ValueError(f"{field} is empty")
+    columns = np.asarray(sampler.input_columns, dtype=np.int64)
+    num_columns = len(store.column_names)
+    length = int(sampler.lookback)
+    out = []
+    for i, item in enumerate(items):
+        item = np.asarray(item, dtype=np.float64)
+        if item.ndim == 1:
+            item = item[:, None]
+        if item.shape[1] != num_columns:
+            raise ValueError(
+                f"{field}[{i}] has {item.shape[1]} columns; the run's store has {num_columns} "
+                f"({', '.join(store.column_names)})"
+            )
+        if not np.isfinite(item).all():
+            raise ValueError(f"{field}[{i}] has NaN or infinite values")
+        entity = scale_entity(store, Entity(str(i), np.arange(len(item)), item))
+        assert entity.scaled is not None
+        scaled = entity.scaled[:, columns]
+        if getattr(sampler, "resample", False):
+            scaled = resample(scaled, length)
+        elif len(scaled) < length:
+            raise ValueError(f"{field}[{i}] has {len(scaled)} rows; the run reads {length}")
+        else:
+            scaled = scaled[-length:]
+        out.append(scaled)
+    return np.ascontiguousarray(np.stack(out), dtype=np.float32)
+
+
+def resample(series: np.ndarray, length: int) -> np.ndarray:
+    """`series [n, F]` linearly resampled to `[length, F]` (as the N-way sampler does)."""
+    n = len(series)
+    position = np.arange(length, dtype=np.float64) / max(length - 1, 1) * (n - 1)
+    low = np.floor(position).astype(np.int64)
+    high = np.minimum(low + 1, n - 1)
+    weight = (position - low)[:, None].astype(np.float32)
+    return series[low] * (1 - weight) + series[high] * weight

@@ -1,0 +1,244 @@
+"""Forecasting new entities with a trained run (what `Run.forecast` does).
+
+Each entity, scaled by the store's rule (`metadist.api.history`), becomes the task
+evaluation would cut from it with `split="end"`: support windows ending where its history
+ends, the query input its last L rows (`metadist.tasks.series_end`). The learner adapts
+on the support windows and forecasts the next steps, which go back to the entity's
+original units; the baselines forecast from the history in original units.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from metadist.api.history import Entity, History, read_history, scale_entity, unscale
+from metadist.api.protocols import AdaptingLearner, ForecastingSampler
+from metadist.batch import MetaBatch, TaskSet
+from metadist.eval import baselines
+from metadist.eval.scoring import _forecast
+from metadist.eval.settings import EvalOptions
+from metadist.learners.base import Params
+from metadist.store.reader import SeriesStore
+from metadist.tasks.series_end import SeriesEndWindows
+
+MODEL_METHODS = ("adapted", "unadapted")
+BASELINE_METHODS = ("naive", "seasonal_naive", "theta")
+
+
+def forecast(
+    learner: AdaptingLearner,
+    sampler: ForecastingSampler,
+    store: SeriesStore,
+    options: EvalOptions,
+    history: History,
+    *,
+    horizon: int | None,
+    methods: Sequence[str],
+    period: int | None,
+    steps: int | None,
+) -> pa.Table:
+    """`Run.forecast` of a forecasting run's parts (see there for the arguments)."""
+    horizon = int(sampler.horizon) if horizon is None else int(horizon)
+    if horizon < 1:
+        raise ValueError(f"horizon must be >= 1, got {horizon}")
+    wanted = check_methods(methods)
+    entities = [scale_entity(store, entity) for entity in read_history(history, store)]
+    batch = forecast_batch(sampler, entities, horizon)
+    target_columns = list(sampler.target_columns)
+    forecasts: dict[str, np.ndarray] = {}
+    model_methods = [m for m in MODEL_METHODS if m in wanted]
+    if model_methods:
+        if steps is None:
+            steps = options.inner_steps
+        scaled = model_forecasts(learner, batch, model_methods, steps)
+        for method, values in scaled.items():
+            forecasts[method] = np.stack(
+                [
+                    unscale(store, entity, values[b], target_columns)
+                    for b, entity in enumerate(entities)
+                ]
+            )
+    baseline_methods = [m for m in BASELINE_METHODS if m in wanted]
+    if baseline_methods:
+        forecasts.update(
+            baseline_forecasts(options, entities, target_columns, horizon, baseline_methods, period)
+        )
+    for method in methods:
+        if "+" in method:
+            forecasts[method] = np.mean([forecasts[m] for m in method.split("+")], axis=0)
+    return forecast_table(store, entities, target_columns, horizon, methods, forecasts)
+
+
+def check_methods(methods: Sequence[str]) -> set[str]:
+    """The single methods `methods` names (`adapted+theta` names two).
+
+    Raises:
+        ValueError: no methods, a string instead of a list, or an unknown method.
+    """
+    known = {*MODEL_METHODS, *BASELINE_METHODS}
+    if isinstance(methods, str) or not methods:
+        raise ValueError(f"methods must be a non-empty list of names, got {methods!r}")
+    wanted: set[str] = set()
+    for method in methods:
+        parts = method.split("+")
+        unknown = [p for p in parts if p not in known]
+        if unknown:
+            raise ValueError(
+                f"unknown forecast method {unknown[0]!r}; use {', '.join(sorted(known))} or a "
+                "combination such as adapted+theta"
+            )
+        wanted.update(parts)
+    return wanted
+
+
+def forecast_batch(sampler: ForecastingSampler, entities: list[Entity], horizon: int) -> MetaBatch:
+    """The evaluation's task for each entity, with its query window past the history's
+    end: support windows ending at the history's end, query input its last L rows.
+
+    Returns:
+        `MetaBatch` with `support.x [B, K, L, F]`, `support.y [B, K, H, T]`,
+        `query.x [B, 1, L, F]` and zeros for `query.y [B, 1, horizon, T]`.
+
+    Raises:
+        ValueError: an entity too short for the run's windows.
+    """
+    windows = SeriesEndWindows(
+        int(sampler.lookback),
+        int(sampler.horizon),
+        int(sampler.num_support),
+        int(sampler.stride),
+        padding="inputs",
+        pad_inputs=int(sampler.pad_inputs),
+    )
+    support_x, support_y, query_x = [], [], []
+    for entity in entities:
+        assert entity.scaled is not None
+        num_rows = len(entity.scaled)
+        if num_rows < windows.rows_needed:
+            raise ValueError(
+                f"history: entity {entity.key!r} has {num_rows} rows; the run adapts on "
+                f"{windows.num_support} windows of {windows.lookback} + {windows.horizon} rows "
+                f"(stride {windows.stride}, up to {windows.pad_inputs} padded), so it needs at "
+                f"least {windows.rows_needed}"
+            )
+        x, y, query = windows.cut(entity.scaled, sampler.input_columns, sampler.target_columns)
+        support_x.append(x)
+        support_y.append(y)
+        query_x.append(query)
+    num = len(entities)
+    num_targets = len(sampler.target_columns)
+    return MetaBatch(
+        support=TaskSet(
+            torch.from_numpy(np.stack(support_x)), torch.from_numpy(np.stack(support_y))
+        ),
+        query=TaskSet(
+            torch.from_numpy(np.stack(query_x)),
+            torch.zeros(num, 1, horizon, num_targets),  # unknown: only its shape is read
+        ),
+        entity_index=torch.full((num,), -1, dtype=torch.int64),
+        stratum=torch.zeros(num, dtype=torch.int64),
+        split_time=torch.full((num,), -1, dtype=torch.int64),
+    )
+
+
+def model_forecasts(
+    learner: AdaptingLearner, batch: MetaBatch, methods: list[str], steps: int | None
+) -> dict[str, np.ndarray]:
+    """`{method: [B, horizon, T] float64}` scaled forecasts of the learner, adapted on the
+    support windows (`adapted`) or not (`unadapted`)."""
+    learner.eval()
+    parameter = next(learner.parameters(), None)
+    if parameter is not None:
+        batch = batch.to(parameter.device)
+    out = {}
+    with torch.no_grad():
+        for method in methods:
+            params = learner.adapt(batch.support, steps=steps if method == "adapted" else 0)
+            prediction = _forecast(_predictor(learner, params), batch)
+            out[method] = prediction[:, 0].double().cpu().numpy()  # [B, horizon, T]
+    return out
+
+
+def _predictor(learner: AdaptingLearner, params: Params) -> Callable[[torch.Tensor], torch.Tensor]:
+    def predict(x: torch.Tensor) -> torch.Tensor:
+        return learner.predict(params, x)
+
+    return predict
+
+
+def baseline_forecasts(
+    options: EvalOptions,
+    entities: list[Entity],
+    target_columns: list[int],
+    horizon: int,
+    methods: list[str],
+    period: int | None,
+) -> dict[str, np.ndarray]:
+    """`{method: [B, horizon, T] float64}` baseline forecasts from each entity's history in
+    original units; the seasonal period is `period`, else the run's `eval.seasonal_period`.
+
+    Raises:
+        ValueError: a seasonal method, no `period`, and a run whose seasonal period is a
+            mapping the entity's stratum or label does not key.
+    """
+    needs_period = sorted({"seasonal_naive", "theta"} & set(methods))
+    out: dict[str, list[np.ndarray]] = {m: [] for m in methods}
+    for entity in entities:
+        history = entity.values[:, target_columns]
+        m = period
+        if m is None and needs_period:
+            keyed_by = options.seasonal_period_from
+            known = entity.stratum if keyed_by == "stratum" else entity.label
+            if isinstance(options.seasonal_period, dict) and not known:
+                raise ValueError(
+                    f"{needs_period[0]} needs the seasonal period of entity "
+                    f"{entity.key!r}: the run's eval.seasonal_period is a mapping by "
+                    f"{keyed_by}, which the history does not hold; pass period=M"
+                )
+            m = options.period_of(entity.stratum, entity.label)
+        if "naive" in methods:
+            out["naive"].append(baselines.naive_forecast(history, horizon))
+        if "seasonal_naive" in methods:
+            out["seasonal_naive"].append(
+                baselines.seasonal_naive_forecast(history, horizon, int(m or 1))
+            )
+        if "theta" in methods:
+            out["theta"].append(baselines.theta_forecast(history, horizon, int(m or 1)))
+    return {m: np.stack(v).astype(np.float64) for m, v in out.items()}
+
+
+def forecast_table(
+    store: SeriesStore,
+    entities: list[Entity],
+    target_columns: list[int],
+    horizon: int,
+    methods: Sequence[str],
+    forecasts: dict[str, np.ndarray],
+) -> pa.Table:
+    """The long-format table `Run.forecast` returns (one row per entity, step and method)."""
+    meta = store.metadata
+    names = [store.column_names[c] for c in target_columns]
+    columns: dict[str, list] = {meta["entity_col"]: [], "step": [], meta["time_col"]: []}
+    columns["method"] = []
+    for name in names:
+        columns[name] = []
+    for b, entity in enumerate(entities):
+        spacing = np.diff(entity.times)
+        regular = len(spacing) > 0 and (spacing == spacing[0]).all() and spacing[0] > 0
+        for step in range(1, horizon + 1):
+            for method in methods:
+                columns[meta["entity_col"]].append(entity.key)
+                columns["step"].append(step)
+                columns[meta["time_col"]].append(
+                    int(entity.times[-1] + step * spacing[0]) if regular else None
+                )
+                columns["method"].append(method)
+                for t, name in enumerate(names):
+                    columns[name].append(float(forecasts[method][b, step - 1, t]))
+    out = {key: pa.array(value) for key, value in columns.items()}
+    out[meta["time_col"]] = pa.array(columns[meta["time_col"]], type=pa.int64())
+    return pa.table(out)

@@ -1,0 +1,180 @@
+"""A trained run, loaded to adapt to new data: `load_run` and the `Run` it returns."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import cast
+
+import numpy as np
+import pyarrow as pa
+
+from metadist.api import classification, forecasting
+from metadist.api.classification import Examples
+from metadist.api.history import History
+from metadist.api.protocols import AdaptingLearner
+from metadist.eval.run import load_trained
+from metadist.eval.settings import EvalOptions
+from metadist.train.build import TaskSource
+from metadist.train.config import TrainConfig
+
+
+def load_run(
+    run_dir: str | os.PathLike,
+    *,
+    ensemble: Sequence[str | os.PathLike] | None = None,
+    store: str | os.PathLike | None = None,
+) -> Run:
+    """The latest checkpoint of a training run, ready to adapt and predict.
+
+    Args:
+        run_dir: a run directory written by `metadist train`.
+        ensemble: other runs of the same data and sampler to average with it (as
+            `eval.ensemble`); default: the run's own evaluation settings.
+        store: the series store to read the scaling rule and columns from, if it moved
+            since training (default: the run's `data.store`).
+
+    Raises:
+        FileNotFoundError: no run, no checkpoint, or no store.
+        ValueError: a run whose store no longer matches its checkpoint.
+    """
+    try:
+        path, config, learner, source, options = load_trained(
+            Path(run_dir), ensemble=ensemble, store=store
+        )
+    except FileNotFoundError as error:
+        if store is not None or not str(error).startswith("data.store"):
+            raise
+        # A relative data.store is relative to where the run was trained.
+        raise FileNotFoundError(
+            f"{error}; run_dir {run_dir} reads the store its config names (relative paths "
+            "from where it was trained): pass store=PATH (metadist forecast --store PATH) "
+            "if it is elsewhere"
+        ) from None
+    # a Learner or a LearnerEnsemble: both adapt and predict
+    return Run(path, config, cast(AdaptingLearner, learner), source, options)
+
+
+@dataclass
+class Run:
+    """A trained run (what `load_run` returns).
+
+    Attributes:
+        run_dir: where it lives.
+        config: its `TrainConfig`.
+        learner: the meta-trained learner (an ensemble with `ensemble`), in eval mode.
+        source: its store, sampler and shapes (`metadist.train.build.TaskSource`).
+        eval_options: its evaluation settings (`EvalOptions`): adaptation steps, seasonal
+            periods of the baselines.
+    """
+
+    run_dir: Path
+    config: TrainConfig
+    learner: AdaptingLearner
+    source: TaskSource
+    eval_options: EvalOptions
+
+    @property
+    def kind(self) -> str:
+        """`forecast` for forecasting runs on a store, `classification` for few-shot
+        classifiers, `other` for anything else (e.g. sinusoid regression)."""
+        if getattr(self.learner, "loss", "mse") == "cross_entropy":
+            return "classification"
+        if hasattr(self.source.sampler, "horizon") and self.source.store is not None:
+            return "forecast"
+        return "other"
+
+    def forecast(
+        self,
+        history: History,
+        *,
+        horizon: int | None = None,
+        methods: Sequence[str] = ("adapted",),
+        period: int | None = None,
+        steps: int | None = None,
+    ) -> pa.Table:
+        """Forecasts of the next `horizon` steps of every entity in `history`.
+
+        Args:
+            history: the entities' history in long format: a pandas DataFrame, a pyarrow
+                Table, a mapping of column name to values, or the path of a Parquet file or
+                directory.
+                It needs the store's entity and time columns and every value column the
+                run reads or forecasts.
+            horizon: steps to forecast (default: the run's H). Longer than H only where
+                the model reads exactly the columns it forecasts (forecasts are fed back).
+            methods: what to forecast with: `adapted` (adapted on the entity's own
+                windows), `unadapted`, `naive`, `seasonal_naive`, `theta`, or a
+                combination such as `adapted+theta` (the mean of those forecasts, as
+                `eval.combinations` scores it).
+            period: the seasonal period m of `seasonal_naive` and `theta` (default: the
+                run's `eval.seasonal_period`; a mapping by stratum or label is looked up
+                with the entity's stratum or label column, where the history has it).
+            steps: adaptation steps (default: the run's evaluation setting, else the
+                learner's `eval_inner_steps`).
+
+        Returns:
+            A pyarrow Table in long format, one row per entity, step and method: the
+            entity column, `step` (1..horizon), the time column (the last time plus `step` times the history's regular spacing,
+            where it is regular), `method`, and one column per forecast target in the
+            entity's original units.
+
+        Raises:
+            ValueError: a missing column, a duplicated time, a non-finite value the store's
+                NaN rule does not allow, a history too short for the run's windows, an
+                unknown method, or a run that does not forecast; the message names it.
+        """
+        if self.kind != "forecast":
+            raise ValueError(
+                f"run {self.run_dir} is a {self.kind} run; forecast() needs a forecasting "
+                "run (a forecast sampler on a series store)"
+            )
+        return forecasting.forecast(
+            self.learner,
+            self.source.sampler,
+            self.source.store,
+            self.eval_options,
+            history,
+            horizon=horizon,
+            methods=methods,
+            period=period,
+            steps=steps,
+        )
+
+    def classify(
+        self,
+        support_x: Examples,
+        support_labels: Sequence[Hashable],
+        query_x: Examples,
+        *,
+        steps: int | None = None,
+    ) -> np.ndarray:
+        """Labels of `query_x`, learned from a few labelled examples of new classes.
+
+        Args:
+            support_x: the labelled examples: a list of `[T, F]` (or `[T]`) arrays of the
+                store's columns in original units, or one `[N, T, F]` array.
+            support_labels: their labels (any hashable values; at least two classes).
+            query_x: the examples to label, in the same form.
+            steps: adaptation steps (default: the run's evaluation setting).
+
+        Returns:
+            `[M]` array of the predicted labels (values of `support_labels`).
+
+        Raises:
+            ValueError: a run that does not classify, mismatched lengths, fewer than two
+                classes, or examples too short for the run's windows.
+        """
+        if self.kind != "classification":
+            raise ValueError(f"run {self.run_dir} is a {self.kind} run, not a classifier")
+        return classification.classify(
+            self.learner,
+            self.source.sampler,
+            self.source.store,
+            support_x,
+            support_labels,
+            query_x,
+            self.eval_options.inner_steps if steps is None else steps,
+        )

@@ -1,0 +1,66 @@
+"""`metadist forecast RUN_DIR HISTORY.parquet --out FORECASTS.parquet`: `Run.forecast`
+from the command line (`metadist.api`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from metadist.api import load_run
+from metadist.durable import atomic_file
+
+
+def register_cli(subparsers: argparse._SubParsersAction) -> None:
+    """Adds `metadist forecast RUN_DIR HISTORY.parquet --out FORECASTS.parquet`."""
+    parser = subparsers.add_parser(
+        "forecast",
+        help="forecast new entities from their own history with a trained run",
+        description=(
+            "Adapt a trained run on each entity's own history (long format, as ingest "
+            "takes it) and write its forecasts in original units."
+        ),
+    )
+    parser.add_argument("run_dir", help="a run directory written by metadist train")
+    parser.add_argument("history", help="Parquet file of the new entities' history")
+    parser.add_argument("--out", required=True, help="where to write the forecasts (Parquet)")
+    parser.add_argument("--horizon", type=int, default=None, help="steps (default: the run's)")
+    parser.add_argument(
+        "--methods",
+        default="adapted",
+        help="comma-separated: adapted, unadapted, naive, seasonal_naive, theta, or "
+        "combinations such as adapted+theta (default: adapted)",
+    )
+    parser.add_argument("--period", type=int, default=None, help="seasonal period m")
+    parser.add_argument(
+        "--ensemble", nargs="*", default=None, help="other run directories to average with"
+    )
+    parser.add_argument(
+        "--store",
+        default=None,
+        help="the run's series store, if it is not where the run's data.store says",
+    )
+    parser.set_defaults(func=run_cli)
+
+
+def run_cli(args: argparse.Namespace) -> int:
+    """Loads the run, forecasts the history and writes the forecasts atomically."""
+    run = load_run(args.run_dir, ensemble=args.ensemble, store=args.store)
+    table = run.forecast(
+        args.history,
+        horizon=args.horizon,
+        methods=[m.strip() for m in args.methods.split(",") if m.strip()],
+        period=args.period,
+    )
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_file(out) as temporary:
+        pq.write_table(table, temporary)
+    entities = len(set(table.column(0).to_pylist()))
+    print(
+        f"forecasts of {entities} {'entity' if entities == 1 else 'entities'} written to {out}",
+        file=sys.stderr,
+    )
+    return 0

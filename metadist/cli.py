@@ -31,8 +31,8 @@ _WORKFLOWS = {
 # being run is imported (`metadist ingest` loads neither torch nor the learners).
 _COMMAND_MODULES = {
     "synth": "metadist.datasets.synthetic.cli",
-    "ingest": "metadist.store.ingest",
-    "verify": "metadist.store.verify",
+    "ingest": "metadist.commands.ingest",
+    "verify": "metadist.commands.verify",
     "datasets": "metadist.datasets.cli",
     "slurm": "metadist.launch.slurm",
     "sweep": "metadist.launch.sweep",

@@ -333,11 +333,11 @@ def test_vmap_equals_the_per_task_loop(learner_name, model_name, caplog):
 
 def test_fallback_to_the_loop_is_announced_once(caplog):
     """Batch norm updating running statistics cannot be vmapped: loop, one notice."""
-    from metadist.learners import base
+    from metadist.learners import dispatch
 
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(1, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 1))
-    base._WARNED_FALLBACK.clear()
+    dispatch._WARNED_FALLBACK.clear()
     learner = build_learner("maml", model, first_order=True)
     batch = make_batch()
     with caplog.at_level(logging.WARNING, logger="metadist.learners"):
@@ -359,9 +359,9 @@ def test_fused_norms_second_order_stays_batched_and_exact(norm, inner_steps, cap
     """A vmapped double backward through fused norm kernels is wrong
     (pytorch/functorch#534); the batched inner loop nests no transform around a gradient,
     so these models stay batched, with no fallback notice, and match finite differences."""
-    from metadist.learners import base
+    from metadist.learners import dispatch
 
-    base._WARNED_FALLBACK.clear()
+    dispatch._WARNED_FALLBACK.clear()
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(1, 6), norm, nn.Tanh(), nn.Linear(6, 1)).double()
     learner = build_learner("maml", model, inner_steps=inner_steps, inner_lr=0.5)

@@ -424,13 +424,13 @@ def test_order_settings_are_checked_and_kept_in_the_state(encoded_store):
 
 
 def test_read_ahead_defaults_on_where_the_store_outgrows_the_page_cache(encoded_store, monkeypatch):
-    import metadist.data.loader as loader_module
+    import metadist.data.loader_settings as settings_module
 
     sampler = build_task_sampler("forecast", encoded_store, **FORECAST)
     make = lambda **kw: BatchMetaDataLoader(sampler, np.arange(36), batch_size=2, **kw)  # noqa: E731
-    assert not loader_module._larger_than_page_cache(encoded_store)  # a few KB
+    assert not settings_module.larger_than_page_cache(encoded_store)  # a few KB
     assert make().read_ahead == 0 and make(**BLOCKED).read_ahead == 4
-    monkeypatch.setattr(loader_module, "_larger_than_page_cache", lambda store: True)
+    monkeypatch.setattr(settings_module, "larger_than_page_cache", lambda store: True)
     assert make().read_ahead == 4 and make(read_ahead=0).read_ahead == 0
     sinusoid = build_task_sampler("sinusoid", num_tasks=20)
     assert BatchMetaDataLoader(sinusoid, np.arange(20), batch_size=2).read_ahead == 0

@@ -10,18 +10,20 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from metadist.batch import MetaBatch
-from metadist.data.partition import (
-    DEFAULT_BLOCK_BYTES,
-    DEFAULT_WINDOW_BLOCKS,
-    ORDERS,
-    StratifiedTaskPartitioner,
-    UnitDealer,
+from metadist.data.loader_settings import (
+    LoaderSettings,
+    check_batch_fits,
+    confined_sampler,
+    ordered_dealer,
+    resolve_dealer,
+    resolve_read_ahead,
+    resolve_sampler,
 )
+from metadist.data.orders import DEFAULT_BLOCK_BYTES, DEFAULT_WINDOW_BLOCKS
+from metadist.data.partition import StratifiedTaskPartitioner
+from metadist.data.position import position_state, read_position_state
 from metadist.tasks.base import TaskSampler, derive_task_seeds
-from metadist.tasks.registry import build_task_sampler
 
-_STATE_VERSION = 1
-DEFAULT_READ_AHEAD = 4
 _NO_RELEASE = np.empty((0, 2), dtype=np.int64)
 
 
@@ -65,26 +67,18 @@ def _identity(batch: Any) -> Any:
     return batch
 
 
-def _larger_than_page_cache(store: Any) -> bool:
-    """Whether the store's files exceed the memory available now (Linux `MemAvailable`);
-    False where that is unknown."""
-    try:
-        with open("/proc/meminfo") as info:
-            fields = dict(line.split(":", 1) for line in info)
-        available = int(fields["MemAvailable"].split()[0]) * 1024
-    except (OSError, KeyError, ValueError):
-        return False
-    return int(store.values.nbytes) + int(store.times.nbytes) > available
-
-
 class BatchMetaDataLoader:
     """Yields `MetaBatch`es of `batch_size` tasks for one rank, one epoch per `iter()`.
 
     Each step, the `world_size` ranks together consume the next `world_size * batch_size`
-    tasks of the split's global order (see `metadist.data.partition`), so the whole run's
-    position is one integer. Task i of the order is drawn from unit `order[i]` with seed
+    tasks of the split's global order (see `metadist.data.dealing`), so the whole run's
+    position is one integer (`metadist.data.position`). Task i of the order is drawn from unit `order[i]` with seed
     `derive_task_seeds(seed, epoch, i)`, so the stream does not depend on the number of
     workers, the multiprocessing context, the rank count or the batch size.
+
+    The two arguments that come in two forms are resolved once into one type each (a
+    `TaskSampler`, a `UnitDealer`: `metadist.data.loader_settings`); every other argument
+    is a field of the frozen `LoaderSettings` (`loader.settings`), checked when built.
 
     Args:
         sampler: a `TaskSampler`, or the registered name of one (built with `store` and
@@ -97,16 +91,17 @@ class BatchMetaDataLoader:
         rank: this process's rank in 0..world_size-1.
         world_size: number of ranks.
         num_workers, pin_memory, persistent_workers, prefetch_factor, multiprocessing_context:
-            passed to `torch.utils.data.DataLoader` (one item per task batch). With `num_workers=0` the same items are computed in this process
-            without DataLoader's per-item bookkeeping; `pin_memory` then pins each batch
-            when CUDA is available.
+            passed to `torch.utils.data.DataLoader` (one item per task batch). With
+            `num_workers=0` the same items are computed in this process without
+            DataLoader's per-item bookkeeping; `pin_memory` then pins each batch when CUDA
+            is available.
         store: the store a sampler given by name reads.
         sampler_options: options of a sampler given by name.
         order: "random" (default: the split's units shuffled, strata interleaved) or
             "blocked" (for stores larger than the memory free for the page cache: blocks
             of about `block_bytes` of the store, in file order, shuffled; the tasks of
             `window_blocks` blocks at a time interleaved at random, each block read front
-            to back; see `metadist.data.partition`). Needs a sampler whose
+            to back; see `metadist.data.orders`). Needs a sampler whose
             `unit_rows()` says where its units lie in the store.
         block_bytes, window_blocks: the blocked order's block size and window.
         read_ahead: with a sampler that has `unit_rows()`, how many batches ahead of the
@@ -146,7 +141,7 @@ class BatchMetaDataLoader:
     def __init__(
         self,
         sampler: TaskSampler | str,
-        partitioner_or_units: StratifiedTaskPartitioner | np.ndarray | Any,
+        partitioner_or_units: StratifiedTaskPartitioner | np.ndarray,
         *,
         batch_size: int,
         split: str = "train",
@@ -166,115 +161,42 @@ class BatchMetaDataLoader:
         read_ahead: int | None = None,
         release: bool = False,
     ) -> None:
-        if isinstance(sampler, str):
-            sampler = build_task_sampler(sampler, store, **(sampler_options or {}))
-        elif not isinstance(sampler, TaskSampler):
-            raise ValueError(
-                f"sampler must be a TaskSampler or a registered sampler name, got "
-                f"{type(sampler).__name__}"
-            )
-        if isinstance(batch_size, bool) or int(batch_size) < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        if isinstance(world_size, bool) or int(world_size) < 1:
-            raise ValueError(f"world_size must be >= 1, got {world_size}")
-        if not 0 <= int(rank) < int(world_size):
-            raise ValueError(f"rank must be in 0..{int(world_size) - 1}, got {rank}")
-        if isinstance(seed, bool) or int(seed) < 0:
-            raise ValueError(f"seed must be a non-negative integer, got {seed}")
-        if order not in ORDERS:
-            raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
-        if read_ahead is not None and (isinstance(read_ahead, bool) or int(read_ahead) < 0):
-            raise ValueError(f"read_ahead must be an integer >= 0, got {read_ahead!r}")
-        self.sampler = sampler
-        self.batch_size = int(batch_size)
-        self.world_size = int(world_size)
-        self.rank = int(rank)
-        self.seed = int(seed)
+        sampler = resolve_sampler(sampler, store, sampler_options)
+        settings = LoaderSettings(
+            batch_size=batch_size,
+            split=split,
+            seed=seed,
+            rank=rank,
+            world_size=world_size,
+            num_workers=num_workers,
+            pin_memory=pin_memory,
+            persistent_workers=persistent_workers,
+            prefetch_factor=prefetch_factor,
+            multiprocessing_context=multiprocessing_context,
+            order=order,
+            block_bytes=block_bytes,
+            window_blocks=window_blocks,
+            read_ahead=read_ahead,
+            release=release,
+        )
+        self.settings = settings
+        self.batch_size = settings.batch_size
+        self.world_size = settings.world_size
+        self.rank = settings.rank
+        self.seed = settings.seed
         self.split = split
-        if isinstance(partitioner_or_units, StratifiedTaskPartitioner):
-            if partitioner_or_units.num_units != sampler.num_units:
-                raise ValueError(
-                    f"the partitioner deals {partitioner_or_units.num_units} units but the "
-                    f"sampler has {sampler.num_units}; build it from sampler.unit_strata()"
-                )
-            self.dealer: UnitDealer = partitioner_or_units.dealer(split)
-        else:
-            units = np.asarray(partitioner_or_units, dtype=np.int64).reshape(-1)
-            bad = units[(units < 0) | (units >= sampler.num_units)]
-            if len(bad):
-                raise ValueError(
-                    f"units {bad[:5].tolist()} are outside the sampler's 0..{sampler.num_units - 1}"
-                )
-            self.dealer = UnitDealer(units, sampler.unit_strata()[units], seed=self.seed)
+        dealer = resolve_dealer(partitioner_or_units, sampler, split, self.seed)
         unit_rows = sampler.unit_rows()
-        if read_ahead is None:
-            larger = unit_rows is not None and _larger_than_page_cache(sampler.store)
-            read_ahead = DEFAULT_READ_AHEAD if order == "blocked" or larger else 0
-        if unit_rows is None and (order == "blocked" or int(read_ahead) > 0):
-            raise ValueError(
-                f"order={order!r} with read_ahead={read_ahead} needs a sampler that says where "
-                f"its units lie in the store (unit_rows()); sampler {sampler.name or sampler!r} "
-                "does not: use order='random' and read_ahead=0"
-            )
-        self._block_rows: np.ndarray | None = None
-        if order == "blocked":
-            assert unit_rows is not None
-            row_bytes = sampler.store.num_columns * 4 + 8  # float32 values + int64 time
-            self.dealer = self.dealer.reordered(
-                "blocked",
-                unit_bytes=unit_rows[1][self.dealer.units] * row_bytes,
-                block_bytes=block_bytes,
-                window_blocks=window_blocks,
-            )
-            if release:
-                self._block_rows = self.dealer.block_rows(*unit_rows)
-        elif release:
-            raise ValueError("release=True needs order='blocked' (blocks are what it drops)")
-        self.read_ahead = int(read_ahead)
-        num_units = self.dealer.num_units
-        if self.world_size > num_units:
-            raise ValueError(
-                f"world_size={self.world_size} is larger than the {num_units} tasks of "
-                f"split {split!r}"
-            )
-        per_rank = num_units // self.world_size
-        if self.batch_size > per_rank:
-            raise ValueError(
-                f"batch_size={self.batch_size} is larger than the {per_rank} tasks each rank "
-                f"gets per epoch of split {split!r} ({num_units} tasks / world_size "
-                f"{self.world_size})"
-            )
-        # A sampler whose tasks read several units (N-way classification) sees only this
-        # split's units; one whose tasks read their own unit is returned as it is.
-        try:
-            self.sampler = sampler.confined_to(self.dealer.units)
-        except ValueError as error:
-            raise ValueError(f"split {split!r}: {error}") from None
+        self.read_ahead = resolve_read_ahead(settings, sampler, unit_rows)
+        self.dealer, self._block_rows = ordered_dealer(dealer, settings, sampler, unit_rows)
+        check_batch_fits(self.dealer.num_units, settings)
+        self.sampler = confined_sampler(sampler, self.dealer.units, split)
         self.epoch = 0
         self.tasks_consumed = 0
         self._deal_cache: tuple[tuple[int, int, int], np.ndarray, np.ndarray] | None = None
-        self._num_workers = int(num_workers)
+        self._num_workers = settings.num_workers
         self._pin_memory = bool(pin_memory) and torch.cuda.is_available()
-        kwargs: dict[str, Any] = {}
-        if num_workers > 0:
-            kwargs["persistent_workers"] = persistent_workers
-            kwargs["multiprocessing_context"] = multiprocessing_context
-            if prefetch_factor is not None:
-                kwargs["prefetch_factor"] = prefetch_factor
-        elif persistent_workers or prefetch_factor is not None:
-            raise ValueError(
-                "persistent_workers and prefetch_factor need num_workers > 0, "
-                f"got num_workers={num_workers}"
-            )
-        self._loader = DataLoader(
-            _TaskBatches(self.sampler),
-            batch_size=None,
-            sampler=_PlanSampler(self),
-            num_workers=num_workers,
-            pin_memory=pin_memory,
-            collate_fn=_identity,
-            **kwargs,
-        )
+        self._loader = _data_loader(self, settings)
 
     @property
     def tasks_per_step(self) -> int:
@@ -397,24 +319,9 @@ class BatchMetaDataLoader:
         """`{"epoch", "tasks_consumed", "seed", "num_tasks_per_epoch", "order", "version"}`.
 
         `tasks_consumed` counts the tasks of the epoch that all ranks together have been
-        given; it is the same on every rank.
+        given; it is the same on every rank (see `metadist.data.position`).
         """
-        return {
-            "version": _STATE_VERSION,
-            "epoch": self.epoch,
-            "tasks_consumed": self.tasks_consumed,
-            "seed": self.seed,
-            "num_tasks_per_epoch": self.dealer.num_units,
-            "order": self._order_text(),
-        }
-
-    def _order_text(self) -> str:
-        if self.dealer.order == "random":
-            return "random"
-        return (
-            f"blocked(block_bytes={self.dealer.block_bytes}, "
-            f"window_blocks={self.dealer.window_blocks})"
-        )
+        return position_state(self.epoch, self.tasks_consumed, self.seed, self.dealer)
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         """Continues from `state`, also one saved with another world size or batch size.
@@ -422,30 +329,34 @@ class BatchMetaDataLoader:
         Raises:
             ValueError: a state from another seed or split size, or a bad position.
         """
-        missing = {"epoch", "tasks_consumed"} - set(state)
-        if missing:
-            raise ValueError(f"loader state is missing {sorted(missing)}")
-        if "seed" in state and int(state["seed"]) != self.seed:
-            raise ValueError(
-                f"loader state was saved with seed={state['seed']}, this loader has "
-                f"seed={self.seed}"
-            )
-        saved_order = str(state.get("order", "random"))
-        if saved_order != self._order_text():
-            raise ValueError(
-                f"loader state was saved with order {saved_order}, this loader has "
-                f"{self._order_text()}; resume with the same data.order settings"
-            )
-        num_units = self.dealer.num_units
-        if "num_tasks_per_epoch" in state and int(state["num_tasks_per_epoch"]) != num_units:
-            raise ValueError(
-                f"loader state was saved for {state['num_tasks_per_epoch']} tasks per epoch, "
-                f"this loader's split {self.split!r} has {num_units}"
-            )
-        epoch, consumed = int(state["epoch"]), int(state["tasks_consumed"])
-        if epoch < 0 or not 0 <= consumed <= num_units:
-            raise ValueError(
-                f"loader state epoch={epoch}, tasks_consumed={consumed} is outside "
-                f"epoch >= 0, 0..{num_units}"
-            )
-        self.epoch, self.tasks_consumed = epoch, consumed
+        self.epoch, self.tasks_consumed = read_position_state(
+            state, self.seed, self.dealer, self.split
+        )
+
+
+def _data_loader(loader: BatchMetaDataLoader, settings: LoaderSettings) -> DataLoader:
+    """The `torch.utils.data.DataLoader` computing `loader`'s batches (one item each).
+
+    Raises:
+        ValueError: persistent_workers or prefetch_factor without workers.
+    """
+    kwargs: dict[str, Any] = {}
+    if settings.num_workers > 0:
+        kwargs["persistent_workers"] = settings.persistent_workers
+        kwargs["multiprocessing_context"] = settings.multiprocessing_context
+        if settings.prefetch_factor is not None:
+            kwargs["prefetch_factor"] = settings.prefetch_factor
+    elif settings.persistent_workers or settings.prefetch_factor is not None:
+        raise ValueError(
+            "persistent_workers and prefetch_factor need num_workers > 0, "
+            f"got num_workers={settings.num_workers}"
+        )
+    return DataLoader(
+        _TaskBatches(loader.sampler),
+        batch_size=None,
+        sampler=_PlanSampler(loader),
+        num_workers=settings.num_workers,
+        pin_memory=settings.pin_memory,
+        collate_fn=_identity,
+        **kwargs,
+    )

@@ -1,4 +1,4 @@
-"""`metadist ingest`: Parquet (any number of files, rows in any order) → series store.
+"""Ingest: Parquet (any number of files, rows in any order) → series store.
 
 Memory stays bounded by the record-batch size, the number of workers and the
 per-entity statistics, never by the size of the input:
@@ -22,23 +22,23 @@ error messages do not depend on their number.
 
 Everything is written into a temporary sibling of OUT, fsynced, and renamed into place
 (an existing store at OUT is swapped atomically), so OUT holds either a whole store or
-nothing.
+nothing. The command line, `metadist ingest`, is `metadist.commands.ingest`.
 """
 
 from __future__ import annotations
 
-import argparse
 import shutil
-import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
 
 from metadist.diskspace import needs_space
 from metadist.store import sources
 from metadist.store.files import (
     RawFile,
-    keep_heap_memory,
     publish,
     remove_stale_temps,
     temp_sibling,
@@ -125,9 +125,78 @@ def ingest(
             differing between files). The message names the file, column, entity and
             row where they apply; nothing is left at `out`.
     """
-    features = _names(features, "features")
-    targets = _names(targets, "targets")
-    if not features:
+    features, targets, workers = _check_arguments(
+        features, targets, scaling, nan, min_length, batch_size, workers, memory_limit_mb
+    )
+    columns = sources.Columns(
+        entity_col, time_col, tuple(features), tuple(targets), stratum_col, label_col
+    )
+    out = _check_out(Path(out))
+    remove_stale_temps(out)
+    files, schema, columns = _read_sources(src, out, columns)
+    options = {
+        "scaling": scaling,
+        "nan": nan,
+        "min_length": int(min_length),
+        "batch_size": int(batch_size),
+        "workers": workers,
+        "memory_limit": int(memory_limit_mb) << 20,
+    }
+    _write_store(out, src, files, schema, columns, options, progress)
+    return SeriesStore.open(out)
+
+
+def _write_store(
+    out: Path,
+    src: str | Path,
+    files: list[sources.SourceFile],
+    schema: pa.Schema,
+    columns: sources.Columns,
+    options: dict[str, Any],
+    progress: bool | None,
+) -> None:
+    """Runs the passes into a temporary sibling of `out` and publishes it at `out`.
+
+    `options` are `IngestSettings`'s (scaling, nan, min_length, batch_size, workers,
+    memory_limit). Whatever fails, no temporary directory is left behind.
+
+    Raises:
+        OutOfSpaceError: the disk filled up (naming `out` and the size needed).
+        ValueError: bad input found by a pass.
+    """
+    # values (float32 per column) and times (int64) of every row read: an upper bound
+    num_bytes = sum(f.num_rows for f in files) * (4 * len(columns.value_columns) + 8)
+    with needs_space(out, "the store", num_bytes):
+        temp = temp_sibling(out)
+        try:
+            settings = IngestSettings.of(files, schema, columns, **options)
+            with progress_bar(progress) as bar:
+                _build(settings, temp, src, bar)
+            publish(temp, out)
+        finally:
+            if temp.exists():
+                shutil.rmtree(temp, ignore_errors=True)
+
+
+def _check_arguments(
+    features: Sequence[str],
+    targets: Sequence[str],
+    scaling: str,
+    nan: str,
+    min_length: int,
+    batch_size: int,
+    workers: int | None,
+    memory_limit_mb: int,
+) -> tuple[list[str], list[str], int]:
+    """`(features, targets, workers)`: the column lists as lists, the workers resolved.
+
+    Raises:
+        ValueError: a column listed twice, no feature, or an option out of range (named
+            as its command-line flag).
+    """
+    feature_names = _names(features, "features")
+    target_names = _names(targets, "targets")
+    if not feature_names:
         raise ValueError("--features needs at least one column")
     if scaling not in SCALING_KINDS:
         raise ValueError(f"--scaling must be one of {list(SCALING_KINDS)}, not {scaling!r}")
@@ -142,18 +211,36 @@ def ingest(
         raise ValueError(f"--workers must be at least 1, not {workers}")
     if int(memory_limit_mb) < 1:
         raise ValueError(f"--memory-limit must be at least 1 (MB), not {memory_limit_mb}")
-    columns = sources.Columns(
-        entity_col, time_col, tuple(features), tuple(targets), stratum_col, label_col
-    )
+    return feature_names, target_names, int(workers)
 
-    out = Path(out)
+
+def _check_out(out: Path) -> Path:
+    """`out`, where a store may be written: nothing there yet or a store, in a directory.
+
+    Raises:
+        FileExistsError: `out` exists and is not a series store.
+        FileNotFoundError: its parent directory does not exist.
+    """
     if out.exists() and not is_store(out):
         raise FileExistsError(
             f"{out} exists and is not a series store; remove it or choose another output"
         )
     if not out.parent.is_dir():
         raise FileNotFoundError(f"the parent directory of {out} does not exist")
-    remove_stale_temps(out)
+    return out
+
+
+def _read_sources(
+    src: str | Path, out: Path, columns: sources.Columns
+) -> tuple[list[sources.SourceFile], pa.Schema, sources.Columns]:
+    """The input files of `src` and their common schema, checked against `columns`, and
+    `columns` with each name as the input spells it.
+
+    Raises:
+        FileNotFoundError: `src` matches nothing.
+        ValueError: a column given two roles, files that do not fit `columns` or one
+            another, or no rows at all.
+    """
     paths = sources.resolve_paths(src, exclude=out)
     columns = _spaced_names(columns, sources.open_parquet(paths[0]).schema_arrow.names)
     used = [name for name, _ in columns.roles()]
@@ -163,30 +250,7 @@ def ingest(
     files, schema = sources.check_sources(paths, columns)
     if sum(f.num_rows for f in files) == 0:
         raise ValueError(f"empty input: {src} has no rows")
-
-    # values (float32 per column) and times (int64) of every row read: an upper bound
-    num_bytes = sum(f.num_rows for f in files) * (4 * len(columns.value_columns) + 8)
-    with needs_space(out, "the store", num_bytes):
-        temp = temp_sibling(out)
-        try:
-            settings = IngestSettings.of(
-                files,
-                schema,
-                columns,
-                scaling=scaling,
-                nan=nan,
-                min_length=int(min_length),
-                batch_size=int(batch_size),
-                workers=int(workers),
-                memory_limit=int(memory_limit_mb) << 20,
-            )
-            with progress_bar(progress) as bar:
-                _build(settings, temp, src, bar)
-            publish(temp, out)
-        finally:
-            if temp.exists():
-                shutil.rmtree(temp, ignore_errors=True)
-    return SeriesStore.open(out)
+    return files, schema, columns
 
 
 def _build(settings: IngestSettings, temp, src: str | Path, bar) -> None:
@@ -266,73 +330,3 @@ def summary(store: SeriesStore) -> str:
     else:
         lines.append("dropped    none")
     return "\n".join(lines)
-
-
-def _run(args: argparse.Namespace) -> int:
-    keep_heap_memory()
-    progress = False if args.no_progress else None
-    began = time.perf_counter()
-    store = ingest(
-        args.src,
-        args.out,
-        entity_col=args.entity_col,
-        time_col=args.time_col,
-        features=args.features,
-        targets=args.targets or (),
-        stratum_col=args.stratum_col,
-        label_col=args.label_col,
-        scaling=args.scaling,
-        nan=args.nan,
-        min_length=args.min_length,
-        batch_size=args.batch_size,
-        workers=args.workers,
-        memory_limit_mb=args.memory_limit,
-        progress=progress,
-    )
-    elapsed = time.perf_counter() - began
-    print(summary(store))
-    rows_read = store.metadata["source"]["num_rows_read"]
-    print(f"took       {elapsed:.1f} s ({rows_read / max(elapsed, 1e-9):,.0f} rows/s)")
-    return 0
-
-
-def register_cli(subparsers: argparse._SubParsersAction) -> None:
-    """Adds `metadist ingest SRC OUT ...`."""
-    parser = subparsers.add_parser(
-        "ingest",
-        help="build a series store from Parquet files",
-        description="Build a memory-mapped series store from long-format Parquet "
-        "(one row per entity and time step). SRC is a Parquet file, a directory or a glob.",
-    )
-    parser.add_argument("src", metavar="SRC", help="Parquet file, directory or glob pattern")
-    parser.add_argument("out", metavar="OUT", help="store directory to create or replace")
-    parser.add_argument("--entity-col", required=True, help="column of entity ids")
-    parser.add_argument("--time-col", required=True, help="column of integer times or timestamps")
-    parser.add_argument("--features", required=True, help="comma-separated numeric columns")
-    parser.add_argument("--targets", default="", help="comma-separated numeric target columns")
-    parser.add_argument("--stratum-col", default=None, help="column constant within an entity")
-    parser.add_argument("--label-col", default=None, help="column constant within an entity")
-    parser.add_argument("--scaling", choices=SCALING_KINDS, default="global")
-    parser.add_argument("--nan", choices=NAN_POLICIES, default="error")
-    parser.add_argument("--min-length", type=int, default=1, help="drop shorter entities")
-    parser.add_argument(
-        "--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help="rows per record batch"
-    )
-    parser.add_argument(
-        "--workers",
-        type=int,
-        default=None,
-        help="threads that decode and process the input (default: one per core); the "
-        "store is the same for any number",
-    )
-    parser.add_argument(
-        "--memory-limit",
-        type=int,
-        default=256,
-        metavar="MB",
-        help="MB of finished work waiting between the workers and the main thread, and "
-        "of store pages kept mapped (default 256); with --batch-size and --workers it "
-        "bounds memory",
-    )
-    parser.add_argument("--no-progress", action="store_true", help="never show a progress bar")
-    parser.set_defaults(func=_run)

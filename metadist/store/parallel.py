@@ -17,8 +17,8 @@ import os
 import queue
 import threading
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable, Iterator
-from typing import TypeVar
+from collections.abc import Callable, Generator, Iterable, Iterator
+from typing import Generic, TypeVar
 
 try:
     import resource
@@ -50,14 +50,6 @@ class _Stream:
         self.queued = 0
 
 
-class _Shared:
-    """What the worker threads share: bytes of results waiting, and the head item."""
-
-    def __init__(self) -> None:
-        self.waiting = 0
-        self.head: _Stream | None = None
-
-
 def ordered_streams(
     items: Iterable[Item],
     produce: Callable[[Item], Iterator[Result]],
@@ -87,90 +79,132 @@ def ordered_streams(
     that item's results, so the first error in item order wins. Closing the generator
     (or an exception in the caller) stops the threads and waits for them.
     """
-    stop = threading.Event()
-    room = threading.Condition()
-    state = _Shared()
-    pending: deque[tuple[Item, _Stream]] = deque()
-    work: queue.SimpleQueue = queue.SimpleQueue()  # (item, stream), or None to end a thread
-    source = iter(items)
+    pool = _OrderedPool(items, produce, max(1, workers), budget, size_of)
+    pool.start()
+    try:
+        yield from pool.in_order()
+    finally:
+        pool.stop()
 
-    def run(item: Item, stream: _Stream) -> None:
-        def put(result: object, error: BaseException | None, size: int) -> bool:
-            with room:
-                while not stop.is_set() and state.waiting + size > budget:
-                    mine = stream.queued if state.head is stream else state.waiting
-                    if mine == 0:
-                        break
-                    room.wait(0.05)
-                if stop.is_set():
-                    return False
-                state.waiting += size
-                stream.queued += size
-            stream.results.put((result, error, size))
-            return True
 
-        try:
-            for result in produce(item):
-                if not put(result, None, size_of(result)):
-                    return
-            put(_DONE, None, 0)
-        except BaseException as error:  # handed to the caller, in item order
-            put(_DONE, error, 0)
+class _OrderedPool(Generic[Item, Result]):
+    """The threads, the items handed out and the results waiting of one `ordered_streams`.
 
-    num_threads = max(1, workers)
+    `waiting` (the size of all results queued) and `head` (the stream the caller is
+    taking results from) are guarded by `room`, which threads wait on for room in the
+    budget.
+    """
 
-    def serve() -> None:
-        _THREAD_STATE.cache = ThreadCache(_cache_size(num_threads))
-        try:
-            while (task := work.get()) is not None and not stop.is_set():
-                run(*task)
-        finally:
-            _THREAD_STATE.__dict__.pop("cache").clear()
+    def __init__(
+        self,
+        items: Iterable[Item],
+        produce: Callable[[Item], Iterator[Result]],
+        num_threads: int,
+        budget: int,
+        size_of: Callable[[Result], int],
+    ) -> None:
+        self.produce = produce
+        self.num_threads = num_threads
+        self.budget = budget
+        self.size_of = size_of
+        self.source = iter(items)
+        self.stopping = threading.Event()
+        self.room = threading.Condition()
+        self.waiting = 0
+        self.head: _Stream | None = None
+        self.pending: deque[tuple[Item, _Stream]] = deque()
+        self.work: queue.SimpleQueue = queue.SimpleQueue()  # (item, stream), or None to end
+        self.threads = [
+            threading.Thread(target=self._serve, name="metadist-ingest-worker", daemon=True)
+            for _ in range(num_threads)
+        ]
 
-    def start_next() -> bool:
-        for item in source:
+    def start(self) -> None:
+        for thread in self.threads:
+            thread.start()
+
+    def in_order(self) -> Iterator[tuple[Item, Result]]:
+        """The results, item after item; an item's error is raised once it is reached."""
+        for _ in range(_LOOKAHEAD * self.num_threads):
+            if not self._start_next():
+                break
+        while self.pending:
+            item, stream = self.pending[0]
+            with self.room:
+                self.head = stream
+                self.room.notify_all()
+            error = yield from self._take(item, stream)
+            self.pending.popleft()
+            if error is not None:
+                raise error
+            self._start_next()
+
+    def stop(self) -> None:
+        """Stops the threads (those waiting for room give up) and waits for them."""
+        self.stopping.set()
+        with self.room:
+            self.room.notify_all()
+        for _ in self.threads:
+            self.work.put(None)
+        for thread in self.threads:
+            thread.join()
+
+    def _take(
+        self, item: Item, stream: _Stream
+    ) -> Generator[tuple[Item, Result], None, BaseException | None]:
+        """Yields `stream`'s results as they come, freeing their room; returns the error
+        `produce` raised for `item`, if any."""
+        while True:
+            result, error, size = stream.results.get()
+            with self.room:
+                self.waiting -= size
+                stream.queued -= size
+                self.room.notify_all()
+            if result is _DONE:
+                return error
+            yield item, result
+
+    def _start_next(self) -> bool:
+        """Hands the next item to the threads; False when there is none."""
+        for item in self.source:
             stream = _Stream()
-            pending.append((item, stream))
-            work.put((item, stream))
+            self.pending.append((item, stream))
+            self.work.put((item, stream))
             return True
         return False
 
-    threads = [
-        threading.Thread(target=serve, name="metadist-ingest-worker", daemon=True)
-        for _ in range(num_threads)
-    ]
-    for thread in threads:
-        thread.start()
-    try:
-        for _ in range(_LOOKAHEAD * num_threads):
-            if not start_next():
-                break
-        while pending:
-            item, stream = pending[0]
-            with room:
-                state.head = stream
-                room.notify_all()
-            while True:
-                result, error, size = stream.results.get()
-                with room:
-                    state.waiting -= size
-                    stream.queued -= size
-                    room.notify_all()
-                if result is _DONE:
+    def _serve(self) -> None:
+        """One pool thread: items from `work` until told to end, with its own cache."""
+        _THREAD_STATE.cache = ThreadCache(_cache_size(self.num_threads))
+        try:
+            while (task := self.work.get()) is not None and not self.stopping.is_set():
+                self._run(*task)
+        finally:
+            _THREAD_STATE.__dict__.pop("cache").clear()
+
+    def _run(self, item: Item, stream: _Stream) -> None:
+        try:
+            for result in self.produce(item):
+                if not self._put(stream, result, None, self.size_of(result)):
+                    return
+            self._put(stream, _DONE, None, 0)
+        except BaseException as error:  # handed to the caller, in item order
+            self._put(stream, _DONE, error, 0)
+
+    def _put(self, stream: _Stream, result: object, error: BaseException | None, size: int) -> bool:
+        """Queues a result once it fits the budget; False if the stream is stopping."""
+        with self.room:
+            while not self.stopping.is_set() and self.waiting + size > self.budget:
+                mine = stream.queued if self.head is stream else self.waiting
+                if mine == 0:
                     break
-                yield item, result
-            pending.popleft()
-            if error is not None:
-                raise error
-            start_next()
-    finally:
-        stop.set()
-        with room:
-            room.notify_all()
-        for _ in threads:
-            work.put(None)
-        for thread in threads:
-            thread.join()
+                self.room.wait(0.05)
+            if self.stopping.is_set():
+                return False
+            self.waiting += size
+            stream.queued += size
+        stream.results.put((result, error, size))
+        return True
 
 
 _THREAD_STATE = threading.local()

@@ -9,7 +9,6 @@ within every entity and that every value is finite.
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import numpy as np
@@ -103,24 +102,3 @@ def _check_entity_stats(store: SeriesStore) -> None:
             )
         if not np.isfinite(array).all():
             raise ValueError(f"store {store.path}: {ENTITY_STATS_FILE} has non-finite {key}")
-
-
-def _run(args: argparse.Namespace) -> int:
-    store = verify(args.path)
-    print(
-        f"{store.path}: ok ({store.num_entities:,} entities, {store.num_rows:,} rows, "
-        f"checksums match)"
-    )
-    return 0
-
-
-def register_cli(subparsers: argparse._SubParsersAction) -> None:
-    """Adds `metadist verify PATH`."""
-    parser = subparsers.add_parser(
-        "verify",
-        help="check a series store in full (checksums, time order, finite values)",
-        description="Check a series store in full: recompute checksums, check time order "
-        "within every entity and that all values are finite. Exit 0 if it is sound.",
-    )
-    parser.add_argument("path", metavar="PATH", help="store directory")
-    parser.set_defaults(func=_run)

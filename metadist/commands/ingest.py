@@ -1,0 +1,84 @@
+"""`metadist ingest SRC OUT ...`: the command line of `metadist.store.ingest.ingest`.
+
+Imports only the store, so the command starts without torch (its start-up is part of
+every ingest's wall time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from metadist.store.files import keep_heap_memory
+from metadist.store.format import SCALING_KINDS
+from metadist.store.ingest import DEFAULT_BATCH_SIZE, NAN_POLICIES, ingest, summary
+
+
+def _run(args: argparse.Namespace) -> int:
+    keep_heap_memory()
+    progress = False if args.no_progress else None
+    began = time.perf_counter()
+    store = ingest(
+        args.src,
+        args.out,
+        entity_col=args.entity_col,
+        time_col=args.time_col,
+        features=args.features,
+        targets=args.targets or (),
+        stratum_col=args.stratum_col,
+        label_col=args.label_col,
+        scaling=args.scaling,
+        nan=args.nan,
+        min_length=args.min_length,
+        batch_size=args.batch_size,
+        workers=args.workers,
+        memory_limit_mb=args.memory_limit,
+        progress=progress,
+    )
+    elapsed = time.perf_counter() - began
+    print(summary(store))
+    rows_read = store.metadata["source"]["num_rows_read"]
+    print(f"took       {elapsed:.1f} s ({rows_read / max(elapsed, 1e-9):,.0f} rows/s)")
+    return 0
+
+
+def register_cli(subparsers: argparse._SubParsersAction) -> None:
+    """Adds `metadist ingest SRC OUT ...`."""
+    parser = subparsers.add_parser(
+        "ingest",
+        help="build a series store from Parquet files",
+        description="Build a memory-mapped series store from long-format Parquet "
+        "(one row per entity and time step). SRC is a Parquet file, a directory or a glob.",
+    )
+    parser.add_argument("src", metavar="SRC", help="Parquet file, directory or glob pattern")
+    parser.add_argument("out", metavar="OUT", help="store directory to create or replace")
+    parser.add_argument("--entity-col", required=True, help="column of entity ids")
+    parser.add_argument("--time-col", required=True, help="column of integer times or timestamps")
+    parser.add_argument("--features", required=True, help="comma-separated numeric columns")
+    parser.add_argument("--targets", default="", help="comma-separated numeric target columns")
+    parser.add_argument("--stratum-col", default=None, help="column constant within an entity")
+    parser.add_argument("--label-col", default=None, help="column constant within an entity")
+    parser.add_argument("--scaling", choices=SCALING_KINDS, default="global")
+    parser.add_argument("--nan", choices=NAN_POLICIES, default="error")
+    parser.add_argument("--min-length", type=int, default=1, help="drop shorter entities")
+    parser.add_argument(
+        "--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help="rows per record batch"
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="threads that decode and process the input (default: one per core); the "
+        "store is the same for any number",
+    )
+    parser.add_argument(
+        "--memory-limit",
+        type=int,
+        default=256,
+        metavar="MB",
+        help="MB of finished work waiting between the workers and the main thread, and "
+        "of store pages kept mapped (default 256); with --batch-size and --workers it "
+        "bounds memory",
+    )
+    parser.add_argument("--no-progress", action="store_true", help="never show a progress bar")
+    parser.set_defaults(func=_run)

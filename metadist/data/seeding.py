@@ -1,0 +1,29 @@
+"""Seeded random streams of the partitioner and the dealer, and the seed check they share."""
+
+from __future__ import annotations
+
+import numpy as np
+
+# Tags that keep the streams drawn from one seed apart.
+TAG_PARTITION = 0x5041525449
+TAG_ORDER = 0x4F52444552
+TAG_BLOCKED = 0x424C4F434B
+
+
+def seeded_rng(seed: int, *tags: int) -> np.random.Generator:
+    """The generator of `(seed, *tags)`: the same numbers on every machine and run."""
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence([int(seed), *tags])))
+
+
+def check_seed(seed: int, name: str = "seed") -> int:
+    """`seed` as an int; `ValueError` naming `name` unless it is a non-negative integer."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"{name} must be a non-negative integer, got {seed!r}")
+    return int(seed)
+
+
+def check_positive(value: int, name: str) -> int:
+    """`value` as an int; `ValueError` naming `name` unless it is a positive integer."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)

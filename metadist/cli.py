@@ -1,11 +1,16 @@
-"""`metadist` command line: one subcommand per module, each registered by that module.
+"""`metadist` command line: one subcommand per module, found in one dispatch table.
 
-A module named in `_COMMAND_MODULES` defines `register_cli(subparsers)`, which adds its
-parser(s) with `set_defaults(func=callable(args) -> int)`. The workflow commands in
-`_WORKFLOWS` (`metadist train`, `eval`, `demo`) own their whole argument list (Hydra
-overrides, their own `--help`): everything after the command name goes to their `main`.
-Optional dependencies are imported inside the command functions, so `metadist --help`
-works without extras.
+`COMMANDS` names the module of every command, one line each. Only the module of the
+command being run is imported, so `metadist --help` and `metadist --version` load no
+command module (nor torch), and a command module may import everything it needs at its
+top. A command module is one of two kinds:
+
+- it defines `register_cli(subparsers)`, which adds its parser(s) with
+  `set_defaults(func=callable(args) -> int)`; this module parses the arguments and turns
+  `ValueError`, `FileNotFoundError`, … into one line `metadist COMMAND: error: …`;
+- or it is a workflow (`metadist train`, `eval`, `demo`, `competition`) that owns its whole
+  argument list (Hydra overrides, its own `--help`): everything after the command name goes
+  to its `main(argv, prog=...)`.
 """
 
 from __future__ import annotations
@@ -13,66 +18,72 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from types import ModuleType
 
+from metadist import __version__
 from metadist.diskspace import OutOfSpaceError
+from metadist.options import closest
 
-# name -> (module with `main(argv, prog=...)`, one-line help)
-_WORKFLOWS = {
-    "train": ("metadist.commands.train", "meta-train an experiment, then evaluate it"),
-    "eval": ("metadist.commands.evaluate", "evaluate a training run on its held-out tasks"),
-    "demo": ("metadist.demo", "the end-to-end demo: panel, store, training, evaluation"),
-    "competition": (
-        "metadist.commands.competition",
-        "a forecasting competition's whole protocol on a long-format data set",
-    ),
-}
-
-# command -> the module whose `register_cli` adds it. Only the module of the command
-# being run is imported (`metadist ingest` loads neither torch nor the learners).
-_COMMAND_MODULES = {
-    "synth": "metadist.datasets.synthetic.cli",
+# command -> its module (imported only when that command runs). One line per command.
+COMMANDS = {
+    "train": "metadist.commands.train",
+    "eval": "metadist.commands.evaluate",
+    "demo": "metadist.demo",
+    "competition": "metadist.commands.competition",
+    "synth": "metadist.commands.synth",
     "ingest": "metadist.commands.ingest",
     "verify": "metadist.commands.verify",
-    "datasets": "metadist.datasets.cli",
-    "slurm": "metadist.launch.slurm",
-    "sweep": "metadist.launch.sweep",
+    "datasets": "metadist.commands.datasets",
+    "slurm": "metadist.commands.slurm",
+    "sweep": "metadist.commands.sweep",
     "forecast": "metadist.commands.forecast",
     "experiments": "metadist.commands.experiments",
 }
 
+# command -> its line in `metadist --help` (here, so that listing them imports nothing).
+COMMAND_HELP = {
+    "train": "meta-train an experiment, then evaluate it",
+    "eval": "evaluate a training run on its held-out tasks",
+    "demo": "the end-to-end demo: panel, store, training, evaluation",
+    "competition": "a forecasting competition's whole protocol on a long-format data set",
+    "synth": "write the synthetic sensor panel as Parquet",
+    "ingest": "build a series store from Parquet files",
+    "verify": "check a series store in full (checksums, time order, finite values)",
+    "datasets": "write a public data set (M3, M1, tourism, UCR/UEA) as Parquet",
+    "slurm": "run training as a Slurm job (torchrun on every node, checkpoint + requeue)",
+    "sweep": "hyper-parameter sweep: an Optuna study whose trials are training runs",
+    "forecast": "forecast new entities from their own history with a trained run",
+    "experiments": "list the shipped experiments, or copy them to a directory to edit",
+}
 
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """The whole command line, or (`command` given) only that command's parser and
-    the names of the others."""
-    from metadist import __version__
 
+def build_parser(
+    command: str | None = None, module: ModuleType | None = None
+) -> argparse.ArgumentParser:
+    """The `metadist` parser: every command listed with its help line, and (`module`
+    given) the parser(s) that `module.register_cli` adds for `command`."""
     parser = argparse.ArgumentParser(
         prog="metadist", description="metadist: meta-learning across many related time series."
     )
     parser.add_argument("--version", action="version", version=f"metadist {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, (_, help_text) in _WORKFLOWS.items():
-        subparsers.add_parser(name, help=help_text, add_help=False)
-    for name, module_name in _COMMAND_MODULES.items():
-        if command is not None and name != command:
-            subparsers.add_parser(name, add_help=False)
-            continue
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as error:
-            if error.name == module_name:  # command not built yet in this checkout
-                continue
-            raise
-        module.register_cli(subparsers)
+    for name in COMMANDS:
+        if name == command and module is not None:
+            module.register_cli(subparsers)
+        else:
+            subparsers.add_parser(name, help=COMMAND_HELP.get(name), add_help=False)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv and argv[0] in _WORKFLOWS:
-        module = importlib.import_module(_WORKFLOWS[argv[0]][0])
-        return int(module.main(argv[1:], prog=f"metadist {argv[0]}") or 0)
-    parser = build_parser(argv[0] if argv and argv[0] in _COMMAND_MODULES else None)
+    command = argv[0] if argv and argv[0] in COMMANDS else None
+    module = None
+    if command is not None:
+        module = importlib.import_module(COMMANDS[command])
+        if not hasattr(module, "register_cli"):  # a workflow: it parses its own arguments
+            return int(module.main(argv[1:], prog=f"metadist {command}") or 0)
+    parser = build_parser(command, module)
     args, extra = parser.parse_known_args(argv)
     if extra:
         print(_unrecognized(parser, args, extra), file=sys.stderr)
@@ -94,8 +105,6 @@ def _unrecognized(
     parser: argparse.ArgumentParser, args: argparse.Namespace, extra: list[str]
 ) -> str:
     """One line for arguments no parser took, with the closest flag of the command."""
-    from metadist.options import closest
-
     command = getattr(args, "command", None)
     flags: list[str] = []
     for action in parser._actions:  # the subcommand's own parser holds its flags

@@ -29,6 +29,14 @@ import sys
 import time
 from pathlib import Path
 
+from metadist.datasets.synthetic import SYNTHETIC_INGEST_ARGS, write_synthetic_panel
+from metadist.eval import evaluate_run
+from metadist.eval.report import EVAL_DIR, FIGURE_NAME, markdown_report
+from metadist.eval.settings import load_eval_options, split_eval_overrides
+from metadist.store import SeriesStore
+from metadist.store.ingest import ingest
+from metadist.train.loop import finished_before
+
 # Demo-size settings for a 2-core machine: at most two minutes of meta-training.
 DEFAULT_ENTITIES = 600
 DEFAULT_LENGTH_RANGE = (400, 1200)
@@ -90,8 +98,6 @@ def main(argv: list[str] | None = None, prog: str = "metadist demo") -> int:
     started = time.perf_counter()
     out = args.out
     try:
-        from metadist.eval.settings import load_eval_options, split_eval_overrides
-
         train_overrides, eval_overrides = split_eval_overrides(args.overrides)
         load_eval_options(EXPERIMENT, eval_overrides)  # bad eval.* settings: fail now
         out.mkdir(parents=True, exist_ok=True)
@@ -111,10 +117,6 @@ def main(argv: list[str] | None = None, prog: str = "metadist demo") -> int:
 
 def prepare_store(out: Path, args: argparse.Namespace) -> Path:
     """Writes the panel and ingests it (reusing what an earlier run left); returns the store."""
-    from metadist.datasets.synthetic import SYNTHETIC_INGEST_ARGS, write_synthetic_panel
-    from metadist.store import SeriesStore
-    from metadist.store.ingest import ingest
-
     panel = out / "data" / "panel"
     store_path = out / "data" / "store"
     spec = {
@@ -189,8 +191,6 @@ def meta_train(store: Path, run_dir: Path, args: argparse.Namespace, overrides: 
     ]
     _section(f"3. meta-training {EXPERIMENT} on {args.nproc} CPU processes (torchrun)")
     print("$ " + shlex.join(["python", *command[1:]]))
-    from metadist.train.loop import finished_before
-
     if finished_before(train_overrides, run_dir):
         print(
             f"meta-training: {run_dir} already holds all {args.meta_steps} meta-steps of this "
@@ -224,16 +224,12 @@ def evaluate(run_dir: Path, overrides: list[str]) -> dict:
     Always re-scored (a few seconds at demo size): a report left by an earlier
     `metadist eval` with other settings is replaced, never shown as this run's.
     """
-    from metadist.eval import evaluate_run
-
     _section("4. evaluation on held-out entities")
     return evaluate_run(run_dir, overrides=overrides)
 
 
 def report(result: dict, run_dir: Path, seconds: float) -> None:
     """Prints the table, whether adaptation paid off, and where the outputs are."""
-    from metadist.eval.report import EVAL_DIR, FIGURE_NAME, markdown_report
-
     print()
     print(markdown_report(result), end="")
     print()

@@ -69,7 +69,7 @@ def test_sweep_defaults_live_in_the_settings(tmp_path):
     import argparse
     import dataclasses
 
-    from metadist.launch.sweep import cli as sweep_cli
+    from metadist.commands import sweep as sweep_cli
     from metadist.launch.sweep.settings import SweepSettings
 
     (tmp_path / "space.yaml").write_text("optimizer.lr: {type: float, low: 0.001, high: 0.1}\n")

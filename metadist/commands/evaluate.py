@@ -12,6 +12,10 @@ from __future__ import annotations
 import argparse
 import sys
 
+from metadist.diskspace import OutOfSpaceError
+from metadist.eval import evaluate_run
+from metadist.eval.report import markdown_report
+
 EPILOG = """\
 examples:
   metadist eval run_dir=runs/demo/run      # the run of `make run`
@@ -50,10 +54,6 @@ def main(argv: list[str] | None = None, prog: str = "metadist eval") -> int:
     if not run_dir:
         print(f"{prog}: error: give the run as run_dir=PATH", file=sys.stderr)
         return 2
-    from metadist.diskspace import OutOfSpaceError
-    from metadist.eval import evaluate_run
-    from metadist.eval.report import markdown_report
-
     try:
         result = evaluate_run(run_dir, overrides=overrides, config_dir=args.config_dir)
     except (ValueError, FileNotFoundError, OutOfSpaceError) as error:

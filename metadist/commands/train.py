@@ -11,7 +11,18 @@ resumes the run from its directory's latest checkpoint.
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
 import sys
+
+from omegaconf import OmegaConf
+
+from metadist.diskspace import OutOfSpaceError
+from metadist.eval import EvalOptions, evaluate_run
+from metadist.eval.report import markdown_report
+from metadist.train.checkpoint import CheckpointError
+from metadist.train.compose import compose_dict, load_config
+from metadist.train.loop import NonFiniteLossError, train
 
 USAGE_EPILOG = """\
 examples:
@@ -71,15 +82,8 @@ def build_parser(prog: str = "metadist train") -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None, prog: str = "metadist train") -> int:
     """Runs the command; `prog` names it in messages (the aliases keep their own name)."""
     args = build_parser(prog).parse_intermixed_args(argv)
-    from metadist.diskspace import OutOfSpaceError
-    from metadist.train.checkpoint import CheckpointError
-    from metadist.train.compose import compose_dict, load_config
-    from metadist.train.loop import NonFiniteLossError, train
-
     try:
         if args.print_config:
-            from omegaconf import OmegaConf
-
             print(OmegaConf.to_yaml(compose_dict(args.overrides, args.config_dir)).rstrip())
             return 0
         eval_overrides = [
@@ -96,8 +100,6 @@ def main(argv: list[str] | None = None, prog: str = "metadist train") -> int:
         eval_options = None
         if not args.no_eval:
             # Bad evaluation settings fail now, not after hours of training.
-            from metadist.eval import EvalOptions
-
             eval_options = EvalOptions.from_dict(config.eval)
         if nproc is not None and nproc > 1:
             return _launch(argv if argv is not None else sys.argv[1:], nproc)
@@ -136,9 +138,6 @@ def main(argv: list[str] | None = None, prog: str = "metadist train") -> int:
 def _launch(argv: list[str], nproc: int) -> int:
     """Runs this command under torchrun on `nproc` local processes (the config is already
     checked); returns torchrun's exit status."""
-    import os
-    import subprocess
-
     forwarded = []
     skip = False
     for item in argv:
@@ -167,21 +166,13 @@ def _launch(argv: list[str], nproc: int) -> int:
 
 
 def _local_rank() -> int:
-    import os
-
     return int(os.environ.get("LOCAL_RANK", "0"))
 
 
 def _evaluate_at_end(run_dir, options, prog: str) -> None:
     """Rank 0 evaluates the finished run on its held-out tasks (metadist.eval)."""
-    import os
-
     if int(os.environ.get("RANK", "0")) != 0:
         return
-    from metadist.diskspace import OutOfSpaceError
-    from metadist.eval import evaluate_run
-    from metadist.eval.report import markdown_report
-
     try:
         result = evaluate_run(run_dir, options=options)
     except (ValueError, FileNotFoundError, OutOfSpaceError) as error:

@@ -2,7 +2,7 @@
 
 - `generator`: what the series are (strata, profiles, one entity's series);
 - `writer`: `write_synthetic_panel`, dealing chunks of entities to Parquet files;
-- `cli`: `metadist synth OUT_DIR ...`.
+- its command line, `metadist synth OUT_DIR ...`, is `metadist.commands.synth`.
 """
 
 from metadist.datasets.synthetic.generator import (

@@ -27,10 +27,10 @@ The package, one room per concern: `space` (the search space file), `settings` (
 sweep's settings, a trial's config, split and command), `study` (the Optuna study, its
 lock and interrupted trials), `runners` (local process groups, Slurm array elements),
 `metrics` (reading a trial's meta-val metric), `driver` (`run_sweep`), `reports`
-(`trials.md`, `best.yaml`), `rerun` and `cli`.
+(`trials.md`, `best.yaml`) and `rerun`. The command line, `metadist sweep`, is
+`metadist.commands.sweep`.
 """
 
-from metadist.launch.sweep.cli import register_cli
 from metadist.launch.sweep.driver import run_sweep
 from metadist.launch.sweep.metrics import read_val_metric
 from metadist.launch.sweep.rerun import rerun_trial
@@ -76,7 +76,6 @@ __all__ = [
     "open_study",
     "plan_trial",
     "read_val_metric",
-    "register_cli",
     "rerun_trial",
     "run_sweep",
 ]

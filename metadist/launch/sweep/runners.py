@@ -20,6 +20,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
+from metadist.launch.slurm import job_from_settings, submit_script, write_script
 from metadist.launch.sweep.settings import LOG_FILE, SweepSettings, TrialPlan
 
 _PR_SET_PDEATHSIG = 1
@@ -149,8 +150,6 @@ class SlurmArrayWave:
     """Trials submitted together as one Slurm array job, one element per trial."""
 
     def __init__(self, plans: list[TrialPlan], settings: SweepSettings, wave: int) -> None:
-        from metadist.launch.slurm import job_from_settings, submit_script, write_script
-
         wave_dir = settings.sweep_dir / "slurm" / f"wave{wave:04d}"
         wave_dir.mkdir(parents=True, exist_ok=True)
         for index, plan in enumerate(plans):

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from metadist.durable import atomic_write_json
+from metadist.launch.slurm import LAUNCH_KEYS, job_from_settings, parse_settings
 from metadist.launch.sweep.space import SWEEP_OWNED_KEYS, ParamSpec, format_override
+from metadist.train.build import build_task_source
+from metadist.train.compose import load_config
 
 STUDY_FILE = "study.db"
 STUDY_NAME = "metadist-sweep"
@@ -87,8 +93,6 @@ class SweepSettings:
             raise ValueError("--seed and --test-seed must be >= 0")
         if not any(t.partition("=")[0] == "experiment" for t in self.overrides):
             raise ValueError("experiment=NAME is required")
-        from metadist.launch.slurm import LAUNCH_KEYS, parse_settings
-
         # Training overrides among the launch settings would never reach the trials.
         _, stray = parse_settings(self.slurm_settings)
         if stray:
@@ -141,8 +145,6 @@ def trial_config(settings: SweepSettings, seed: int, params: dict[str, Any]) -> 
         ValueError: the composed config is invalid, or it has no meta-val evaluation
             (`trainer.eval_every` must be > 0 for a sweep).
     """
-    from metadist.train.compose import load_config
-
     param_overrides = [format_override(name, value) for name, value in params.items()]
     overrides = [*settings.overrides, *param_overrides, f"trainer.seed={seed}"]
     config = load_config(overrides, settings.config_dir, world_size=world_size(settings))
@@ -240,12 +242,6 @@ def compute_split(config: Any, test_seed: int) -> dict[str, list[int]]:
         `{"train", "val", "test": unit indices, "pins": the units to pin}`: with a class
         split one unit per meta-test class pins its whole class.
     """
-    import copy
-
-    import numpy as np
-
-    from metadist.train.build import build_task_source
-
     # The trials verify the store when they train; here only the split is computed.
     source = build_task_source(config, verify_store=False)
     store, sampler = source.store, source.sampler
@@ -269,8 +265,6 @@ def compute_split(config: Any, test_seed: int) -> dict[str, list[int]]:
 
 def world_size(settings: SweepSettings) -> int:
     if settings.launcher == "slurm":
-        from metadist.launch.slurm import job_from_settings
-
         job, _ = job_from_settings(["experiment=x", *settings.slurm_settings], workdir="/")
         return job.nodes * job.processes_per_node
     return settings.nproc_per_node

@@ -1,4 +1,7 @@
-"""`metadist synth OUT_DIR ...`: the command line of the synthetic panel."""
+"""`metadist synth OUT_DIR ...`: the command line of the synthetic panel.
+
+The panel itself is `metadist.datasets.synthetic.write_synthetic_panel`.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +9,7 @@ import argparse
 from pathlib import Path
 
 from metadist.datasets._output import OutputDirNotEmptyError
-from metadist.datasets.synthetic.writer import num_entities_for_size, write_synthetic_panel
+from metadist.datasets.synthetic import num_entities_for_size, write_synthetic_panel
 
 
 def register_cli(subparsers: argparse._SubParsersAction) -> None:

@@ -1,4 +1,4 @@
-"""`metadist sweep`: the command line of sweeps."""
+"""`metadist sweep`: the command line of sweeps (`metadist.launch.sweep`)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,14 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from metadist.launch.sweep.driver import run_sweep
-from metadist.launch.sweep.rerun import rerun_trial
-from metadist.launch.sweep.settings import BEST_FILE, TABLE_FILE, SweepSettings
-from metadist.launch.sweep.space import load_search_space
+from metadist.launch.sweep import (
+    BEST_FILE,
+    TABLE_FILE,
+    SweepSettings,
+    load_search_space,
+    rerun_trial,
+    run_sweep,
+)
 
 
 def _settings_from_args(args: argparse.Namespace) -> SweepSettings:

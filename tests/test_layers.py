@@ -16,7 +16,17 @@ PACKAGE = Path(__file__).resolve().parents[1] / "metadist"
 # Lowest first. The first entry is the package's foundation (plain modules under metadist/);
 # every other name is a subpackage or top-level module.
 LAYERS: list[tuple[str, ...]] = [
-    ("batch", "configs", "diskspace", "options", "registry", "durable", "progress", "__version__"),
+    (
+        "batch",
+        "configs",
+        "diskspace",
+        "options",
+        "registry",
+        "durable",
+        "progress",
+        "runlock",
+        "__version__",
+    ),
     ("store",),
     ("datasets",),
     ("tasks",),

@@ -48,9 +48,35 @@ def keep_heap_memory() -> bool:
     return kept
 
 
+def store_target(out: Path) -> Path:
+    """Where the store for `out` is written: `out`, or the path a symbolic link at `out`
+    leads to (followed to its end), so the link stays and its target is replaced.
+
+    Raises:
+        ValueError: `out` is a symbolic link loop.
+        FileNotFoundError: `out` is a link to a path whose parent directory is missing.
+    """
+    out = Path(out)
+    if not out.is_symlink():
+        return out
+    try:
+        target = out.resolve(strict=False)
+    except (RuntimeError, OSError):  # a loop (RuntimeError before Python 3.13)
+        raise ValueError(
+            f"{out} is a symbolic link loop; point it at the store directory or remove it"
+        ) from None
+    if not target.parent.is_dir():
+        raise FileNotFoundError(
+            f"{out} is a symbolic link to {target}, whose parent directory does not exist"
+        )
+    return target
+
+
 def temp_sibling(out: Path) -> Path:
-    """A fresh temporary directory next to `out`, named after `out` and this process."""
-    temp = out.parent / f".{out.name}{TEMP_MARKER}{os.getpid()}-{secrets.token_hex(4)}"
+    """A fresh temporary directory next to the store for `out` (`store_target`), named
+    after it and this process."""
+    target = store_target(out)
+    temp = target.parent / f".{target.name}{TEMP_MARKER}{os.getpid()}-{secrets.token_hex(4)}"
     temp.mkdir()
     return temp
 
@@ -322,7 +348,9 @@ def _exchange(a: Path, b: Path) -> bool:
 
 def publish(temp: Path, out: Path) -> None:
     """Moves the finished store into place; an existing store at `out` is replaced in
-    one atomic step where the OS allows it."""
+    one atomic step where the OS allows it. Where `out` is a symbolic link, its target is
+    (`store_target`): the link stays."""
+    out = store_target(out)
     if out.exists():
         if not is_store(out):
             raise FileExistsError(f"{out} appeared during ingest and is not a series store")
@@ -339,6 +367,7 @@ def publish(temp: Path, out: Path) -> None:
 
 def remove_stale_temps(out: Path) -> None:
     """Removes temporary directories left by ingests into `out` that were killed."""
+    out = store_target(out)
     prefix = f".{out.name}{TEMP_MARKER}"
     for candidate in out.parent.glob(f"{prefix}*"):
         pid_text = candidate.name[len(prefix) :].split("-")[0]

@@ -43,7 +43,7 @@ from metadist.store.files import (
     remove_stale_temps,
     temp_sibling,
 )
-from metadist.store.finish import write_index_and_metadata
+from metadist.store.finish import estimated_store_bytes, write_index_and_metadata
 from metadist.store.format import (
     SCALING_KINDS,
     TIMES_DTYPE,
@@ -164,9 +164,7 @@ def _write_store(
         OutOfSpaceError: the disk filled up (naming `out` and the size needed).
         ValueError: bad input found by a pass.
     """
-    # values (float32 per column) and times (int64) of every row read: an upper bound
-    num_bytes = sum(f.num_rows for f in files) * (4 * len(columns.value_columns) + 8)
-    with needs_space(out, "the store", num_bytes):
+    with needs_space(out, "the store", lambda: estimated_store_bytes(files, columns)):
         temp = temp_sibling(out)
         try:
             settings = IngestSettings.of(files, schema, columns, **options)

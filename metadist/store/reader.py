@@ -29,6 +29,7 @@ from metadist.store.scaler import Scaler
 
 # Variable-width strings for entity ids (numpy >= 2); Python objects on older numpy.
 _ID_DTYPE = getattr(getattr(np, "dtypes", None), "StringDType", lambda: object)()
+ENTITY_STATS_KEYS = ("count", "mean", "m2", "std")  # the arrays of entity_stats.npz
 
 
 def _codes_and_names(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
@@ -39,6 +40,40 @@ def _codes_and_names(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
     rank = np.empty(len(order), np.int64)
     rank[order] = np.arange(len(order))
     return rank[to_numpy(encoded.indices)], names[order]
+
+
+def _first_null(column: pa.ChunkedArray) -> int:
+    """Row of the first null of a column that has one."""
+    return int(np.flatnonzero(to_numpy(column.is_null().combine_chunks()))[0])
+
+
+def read_entity_stats(path: Path, shape: tuple[int, int]) -> dict[str, np.ndarray]:
+    """The four `[E, C]` arrays of the store `path`'s `entity_stats.npz`, read whole.
+
+    Raises:
+        FileNotFoundError: the file is missing.
+        ValueError: it is truncated, corrupt or not an archive of four `[E, C]` arrays
+            (`shape`), naming the file.
+    """
+    stats_path = Path(path) / ENTITY_STATS_FILE
+    if not stats_path.is_file():
+        raise FileNotFoundError(f"store {path} is damaged: {ENTITY_STATS_FILE} is missing")
+    try:
+        with np.load(stats_path, allow_pickle=False) as archive:
+            stats = {key: np.asarray(archive[key]) for key in ENTITY_STATS_KEYS}
+    except Exception as error:  # noqa: BLE001 - a truncated zip fails in many ways
+        text = str(error).strip().splitlines()
+        raise ValueError(
+            f"store {path} is damaged: {stats_path} is unreadable ({type(error).__name__}"
+            f"{': ' + text[0] if text else ''}); re-create the store with metadist ingest"
+        ) from None
+    for key, array in stats.items():
+        if array.shape != tuple(shape):
+            raise ValueError(
+                f"store {path} is damaged: {stats_path} holds {key} of shape {array.shape}, "
+                f"expected {tuple(shape)}; re-create the store with metadist ingest"
+            )
+    return stats
 
 
 @dataclass
@@ -96,6 +131,14 @@ class _Mapped:
                 f"store {path} is damaged: {INDEX_FILE} has columns {index.column_names} and "
                 f"{index.num_rows} rows; expected {list(INDEX_COLUMNS)} and {num_entities} rows"
             )
+        for name in INDEX_COLUMNS:
+            column = index[name]
+            if column.null_count:
+                row = _first_null(column)
+                raise ValueError(
+                    f"store {path} is damaged: {INDEX_FILE}: row {row}: column {name!r} is "
+                    "null; re-create the store with metadist ingest"
+                )
         starts = to_numpy(index["start"]).astype(np.int64)
         lengths = to_numpy(index["length"]).astype(np.int64)
         if num_entities and (
@@ -332,11 +375,7 @@ class SeriesStore:
     def entity_stats(self) -> dict[str, np.ndarray]:
         """Per-entity moments of each column in original units: `count`, `mean`, `m2`,
         `std`, each `[E, C]` float64 (`std` is the scale per-entity scaling uses)."""
-        stats_path = self.path / ENTITY_STATS_FILE
-        if not stats_path.is_file():
-            raise FileNotFoundError(f"store {self.path} is damaged: {ENTITY_STATS_FILE} is missing")
-        with np.load(stats_path) as archive:
-            return {key: archive[key] for key in ("count", "mean", "m2", "std")}
+        return read_entity_stats(self.path, (self.num_entities, self.num_columns))
 
     @cached_property
     def scaler(self) -> Scaler:

@@ -197,7 +197,11 @@ class _Scanner:
         found.late_error = null_error(file, offset, time_column, columns.time)
         if found.late_error:
             return found
-        times = sources.to_int64_time(time_column, file.path, offset, columns.time)
+        try:
+            times = sources.to_int64_time(time_column, file.path, offset, columns.time)
+        except pa.ArrowInvalid:  # a timestamp or date beyond int64 nanoseconds
+            found.late_error = _time_range_error(time_column, file, offset, columns.time)
+            return found
         values = sources.float_columns(batch, settings.value_names, keep_float32=True)
         masks = nonfinite(values)
         if masks and settings.nan == "error":
@@ -288,9 +292,10 @@ class _Scanner:
             self.abandon.set()
             return None
         starts, ends = runs
-        steps = np.diff(times)
-        steps[starts[1:] - 1] = 1  # a new run may start at any time
-        if (steps <= 0).any():
+        # compared, not subtracted: a difference of times far apart wraps around int64
+        increasing = times[1:] > times[:-1]
+        increasing[starts[1:] - 1] = True  # a new run may start at any time
+        if not increasing.all():
             self.abandon.set()
             return None
         raw = sources.raw_float32_rows(batch, self.settings.value_names)
@@ -386,7 +391,8 @@ def scan(settings: IngestSettings, bar: Bar, raw: tuple[RawFile, RawFile] | None
 
     Raises:
         ValueError: bad input (null entity or time, NaN under `--nan error`, a stratum or
-            label not constant within an entity, a corrupt file).
+            label not constant within an entity, a corrupt file, a timestamp beyond int64
+            nanoseconds, an entity's times further apart than int64 counts).
     """
     began = time.perf_counter()
     result = ScanResult(len(settings.value_names))
@@ -405,8 +411,60 @@ def scan(settings: IngestSettings, bar: Bar, raw: tuple[RawFile, RawFile] | None
         numbers[unit.number] = number + 1
         scanner.merge(unit, number, found)
         bar.advance(task, found.num_rows)
+    _check_time_spans(result, settings.columns.time)
     result.seconds = time.perf_counter() - began
     return result
+
+
+def _check_time_spans(result: ScanResult, name: str) -> None:
+    """Refuses an entity whose first and last times are further apart than int64 can
+    count: its time steps (`last - first`) would wrap around to negative numbers.
+
+    Raises:
+        ValueError: naming the entity, its first and last time and the column.
+    """
+    num_entities = len(result.entities)
+    first, last = result.first_time[:num_entities], result.last_time[:num_entities]
+    with np.errstate(over="ignore"):
+        span = last - first
+    wrapped = np.flatnonzero((result.rows[:num_entities] > 0) & (span < 0))
+    if wrapped.size:
+        entity = int(wrapped[0])
+        raise ValueError(
+            f"entity {result.entities.keys()[entity]!r} has times from {int(first[entity])} to "
+            f"{int(last[entity])} in column {name!r}: further apart than the int64 range "
+            f"({MAX_TIME}), so its time steps would wrap around; shift the times (subtract "
+            "an offset) before ingesting"
+        )
+
+
+# Nanoseconds per unit of the times `sources.to_int64_time` turns into int64 nanoseconds.
+_NS_PER_UNIT = {"s": 10**9, "ms": 10**6, "us": 10**3, "ns": 1}
+
+
+def _time_range_error(column: pa.Array, file: sources.SourceFile, offset: int, name: str) -> str:
+    """The message for the first timestamp or date of a batch beyond int64 nanoseconds."""
+    if pa.types.is_dictionary(column.type):
+        column = column.dictionary_decode()
+    kind = column.type
+    if pa.types.is_date32(kind):
+        per_unit, raw = 86_400 * 10**9, pc.cast(column, pa.int32())
+    elif pa.types.is_date64(kind):
+        per_unit, raw = 10**6, pc.cast(column, pa.int64())
+    else:
+        per_unit, raw = _NS_PER_UNIT.get(getattr(kind, "unit", "ns"), 1), column.view(pa.int64())
+    numbers = raw.to_numpy(zero_copy_only=False).astype(np.int64)
+    limit = 2**63 // per_unit
+    beyond = np.flatnonzero((numbers >= limit) | (numbers < -limit))
+    row = int(beyond[0]) if beyond.size else 0
+    try:
+        shown = str(column[row].as_py())
+    except (ValueError, OverflowError):  # beyond what Python's datetime holds, too
+        shown = f"{int(numbers[row])} ({kind})"
+    return (
+        f"{file.path}: row {offset + row}: time column {name!r} holds {shown}, beyond the "
+        "times a store can keep (int64 nanoseconds since 1970, the years 1677 to 2262)"
+    )
 
 
 # Values a store cannot hold: float32 stops at 3.4e38 (the store holds values unscaled with

@@ -1,8 +1,9 @@
 """`metadist verify PATH`: a full check of a store, beyond what `SeriesStore.open` does.
 
 Covers every file of a store: recomputes the checksums of `values.bin` and `times.bin`
-(streamed); reads `metadata.json` and `index.arrow` (opening the store) and checks that
-the index tiles the rows; reads `entity_stats.npz` whole (required with per-entity
+(streamed), and of `index.arrow` and `entity_stats.npz` where the store records them
+(stores ingested before it did lack them); reads `metadata.json` and `index.arrow`
+(opening the store) and checks that the index tiles the rows; reads `entity_stats.npz` whole (required with per-entity
 scaling) and checks its arrays' shapes and values; checks that times increase strictly
 within every entity and that every value is finite.
 """
@@ -13,8 +14,14 @@ from pathlib import Path
 
 import numpy as np
 
-from metadist.store.format import ENTITY_STATS_FILE, TIMES_FILE, VALUES_FILE, file_checksum
-from metadist.store.reader import SeriesStore
+from metadist.store.format import (
+    ENTITY_STATS_FILE,
+    INDEX_FILE,
+    TIMES_FILE,
+    VALUES_FILE,
+    file_checksum,
+)
+from metadist.store.reader import SeriesStore, read_entity_stats
 
 _CHUNK_ROWS = 1 << 20
 
@@ -32,17 +39,9 @@ def verify(path: str | Path) -> SeriesStore:
     """
     store = SeriesStore.open(path)
     meta = store.metadata
-    expected = meta.get("checksums", {})
-    for name in (VALUES_FILE, TIMES_FILE):
-        if name not in expected:
-            raise ValueError(f"store {store.path}: metadata.json has no checksum of {name}")
-        actual = file_checksum(store.path / name)
-        if actual != expected[name]:
-            raise ValueError(
-                f"store {store.path}: {name} is corrupt (checksum {actual[:16]}... differs "
-                f"from the recorded {expected[name][:16]}...); re-create it with metadist ingest"
-            )
+    _check_checksums(store, (VALUES_FILE, TIMES_FILE), required=True)
     _check_entity_stats(store)
+    _check_checksums(store, (INDEX_FILE, ENTITY_STATS_FILE), required=False)
     if len(meta["column_names"]) != len(
         dict.fromkeys([*meta["feature_names"], *meta["target_names"]])
     ):
@@ -74,6 +73,29 @@ def verify(path: str | Path) -> SeriesStore:
     return store
 
 
+def _check_checksums(store: SeriesStore, names: tuple[str, ...], *, required: bool) -> None:
+    """Recomputes the checksums of the files `names` and compares them with the ones
+    `metadata.json` records; a file without one is an error where `required` (stores
+    ingested before the checksums of `index.arrow` and `entity_stats.npz` were recorded
+    lack those)."""
+    expected = store.metadata.get("checksums", {})
+    for name in names:
+        if name not in expected:
+            if required:
+                raise ValueError(f"store {store.path}: metadata.json has no checksum of {name}")
+            continue
+        if not (store.path / name).is_file():
+            raise ValueError(
+                f"store {store.path}: {name} is missing; re-create the store with metadist ingest"
+            )
+        actual = file_checksum(store.path / name)
+        if actual != expected[name]:
+            raise ValueError(
+                f"store {store.path}: {name} is corrupt (checksum {actual[:16]}... differs "
+                f"from the recorded {expected[name][:16]}...); re-create it with metadist ingest"
+            )
+
+
 def _check_entity_stats(store: SeriesStore) -> None:
     """`entity_stats.npz`: present when per-entity scaling needs it, readable whole, four
     `[E, C]` arrays with positive counts and finite moments."""
@@ -85,20 +107,7 @@ def _check_entity_stats(store: SeriesStore) -> None:
                 "needs it; re-create the store with metadist ingest"
             )
         return
-    shape = (store.num_entities, store.num_columns)
-    try:
-        with np.load(path) as archive:
-            stats = {key: np.asarray(archive[key]) for key in ("count", "mean", "m2", "std")}
-    except Exception as error:  # noqa: BLE001 - a truncated zip fails in many ways
-        raise ValueError(
-            f"store {store.path}: {ENTITY_STATS_FILE} is unreadable ({type(error).__name__}: "
-            f"{error}); re-create the store with metadist ingest"
-        ) from None
+    stats = read_entity_stats(store.path, (store.num_entities, store.num_columns))
     for key, array in stats.items():
-        if array.shape != shape:
-            raise ValueError(
-                f"store {store.path}: {ENTITY_STATS_FILE} holds {key} of shape {array.shape}, "
-                f"expected {shape}"
-            )
         if not np.isfinite(array).all():
             raise ValueError(f"store {store.path}: {ENTITY_STATS_FILE} has non-finite {key}")

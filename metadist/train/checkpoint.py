@@ -5,21 +5,32 @@ Layout in a run directory::
     checkpoints/step_00000500.pt   torch.save of a dict (format, version, step, state...)
     checkpoints/latest             JSON: {"checkpoint": "step_00000500.pt", "step": 500,
                                           "num_bytes": ..., "sha256": ...}
+    checkpoints/run.json           JSON: {"run_id": ...}, the run the checkpoints belong to
 
 A checkpoint is written to a temporary sibling, fsynced and renamed into place; only then
 is `latest` rewritten the same way, so a crash at any moment leaves `latest` pointing at
 a complete file. Loading checks the size and SHA-256 recorded in `latest` and the
 format marker inside the file, so a truncated or foreign file gives a clear
 `CheckpointError` instead of a confusing unpickling traceback.
+
+Work is never lost to a damaged pointer: when `latest` is missing (or a dangling or
+looping link, or cannot be read) while checkpoints exist, the newest checkpoint that
+loads and verifies (the CRC-32 of every record of its zip archive, the format marker,
+the run it belongs to) is resumed from, with a note on stderr; when none verifies, the
+run is refused. A checkpoint is deleted only once a newer one has been written, and one
+copied in from another run (its `run_id` differs from `run.json`'s) is refused.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import json
 import os
 import re
+import sys
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -33,11 +44,18 @@ from metadist.store.files import pid_alive
 CHECKPOINT_FORMAT = "metadist-checkpoint"
 CHECKPOINT_VERSION = 1
 LATEST = "latest"
+RUN_RECORD = "run.json"
 _NAME = re.compile(r"^step_(\d{8,})\.pt$")
+# `durable.atomic_file`'s temporaries: `.NAME.tmp-PID-HEX` (`.NAME.tmp-PID` before it).
+_TEMPORARY = re.compile(r"^\..+\.tmp-(\d+)(?:-[0-9a-f]+)?$")
 
 
 class CheckpointError(ValueError):
     """A checkpoint file that is truncated, corrupt, foreign or from a newer version."""
+
+
+class ForeignCheckpointError(CheckpointError):
+    """A checkpoint of another run (its `run_id` is not the one `run.json` records)."""
 
 
 def checkpoint_dir(run_dir: str | os.PathLike) -> Path:
@@ -57,17 +75,24 @@ def save_checkpoint(
     Args:
         run_dir: the run directory (created if missing).
         step: the meta-step the state is at (steps completed).
-        state: tensors, numbers, strings, lists and dicts (numpy values are converted).
+        state: tensors, numbers, strings, lists and dicts (numpy values are converted);
+            its `run_id`, if any, is recorded in `run.json` by the first checkpoint.
         keep: how many most recent checkpoints to keep; older ones are deleted after
-            `latest` has moved.
+            `latest` has moved. Checkpoints of later steps than `step` are kept.
 
     Returns:
         The path of the new checkpoint file.
+
+    Raises:
+        CheckpointError: `checkpoints` or `latest` is not what it must be, or the
+            directory holds the checkpoints of another run.
     """
-    directory = checkpoint_dir(run_dir)
-    directory.mkdir(parents=True, exist_ok=True)
-    payload = {"format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION, "step": int(step)}
-    payload.update(_plain(state))
+    directory = _directory(run_dir, create=True)
+    assert directory is not None  # created
+    run_id = str(state.get("run_id") or "")
+    unclaimed = bool(run_id) and _claim_needed(directory, run_id)
+    payload = _plain(state)
+    payload.update({"format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION, "step": int(step)})
     buffer = io.BytesIO()
     torch.save(payload, buffer)
     data = buffer.getvalue()
@@ -75,6 +100,10 @@ def save_checkpoint(
     _check_pointer_is_a_file(directory / LATEST)
     with needs_space(path, f"the checkpoint of step {int(step)}", len(data)):
         _atomic_write(path, data)
+    if unclaimed:
+        record = (json.dumps({"run_id": run_id}) + "\n").encode()
+        with needs_space(directory / RUN_RECORD, "the record of the run's identity"):
+            _atomic_write(directory / RUN_RECORD, record)
     pointer = {
         "checkpoint": path.name,
         "step": int(step),
@@ -90,25 +119,38 @@ def save_checkpoint(
 def latest_checkpoint(run_dir: str | os.PathLike) -> tuple[Path, dict] | None:
     """`(path, pointer)` of the run's latest checkpoint, or `None` if it has none.
 
+    When `latest` is missing, a dangling or looping link, or cannot be read while
+    checkpoints exist, the newest checkpoint that verifies is returned instead (a note on
+    stderr says so), with a pointer holding its size and SHA-256.
+
     Raises:
-        CheckpointError: `latest` is unreadable or points at a missing file.
+        CheckpointError: `latest` is not a pointer or points at a missing file;
+            `checkpoints` is not a directory; no checkpoint verifies where `latest` is
+            gone; the newest checkpoint is another run's.
     """
-    remove_stale_temporaries(run_dir)
-    pointer_path = checkpoint_dir(run_dir) / LATEST
-    if not pointer_path.exists():
+    directory = _directory(run_dir, create=False)
+    if directory is None:
         return None
+    remove_stale_temporaries(run_dir)
+    pointer_path = directory / LATEST
+    gone = _absence(pointer_path)
+    if gone is not None:
+        return _newest_verified(directory, f"{pointer_path} {gone}")
     _check_pointer_is_a_file(pointer_path)
     try:
         pointer = json.loads(pointer_path.read_text())
         name = pointer["checkpoint"]
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as error:
+    except (ValueError, KeyError, TypeError) as error:
         raise CheckpointError(
-            f"{pointer_path} is not a metadist checkpoint pointer ({error}); "
-            "remove it or use another run_dir"
+            f"{pointer_path} is not a metadist checkpoint pointer ({error}); {_remedy(directory)}"
         ) from None
-    path = pointer_path.parent / name
-    if not _NAME.match(name) or not path.is_file():
-        raise CheckpointError(f"{pointer_path} points at {name!r}, which does not exist")
+    except OSError as error:
+        return _newest_verified(directory, f"{pointer_path} cannot be read ({error.strerror})")
+    path = pointer_path.parent / str(name)
+    if not isinstance(name, str) or not _NAME.match(name) or not path.is_file():
+        raise CheckpointError(
+            f"{pointer_path} points at {name!r}, which does not exist; {_remedy(directory)}"
+        )
     return path, pointer
 
 
@@ -117,11 +159,14 @@ def load_checkpoint(path: str | os.PathLike, pointer: dict | None = None) -> dic
 
     Args:
         path: the checkpoint file.
-        pointer: the `latest` record for it; its size and SHA-256 are checked.
+        pointer: the `latest` record for it; its size and SHA-256 are checked. Without
+            it, the CRC-32 of every record of the file's zip archive is.
 
     Raises:
         FileNotFoundError: no such file.
         CheckpointError: truncated, corrupt, not a metadist checkpoint, or a newer format.
+        ForeignCheckpointError: a checkpoint of another run than the one its directory's
+            `run.json` records.
     """
     path = Path(path)
     if not path.is_file():
@@ -135,12 +180,14 @@ def load_checkpoint(path: str | os.PathLike, pointer: dict | None = None) -> dic
             )
         if hashlib.sha256(data).hexdigest() != pointer.get("sha256"):
             raise CheckpointError(f"checkpoint {path} is corrupt: its SHA-256 does not match")
+    else:
+        _check_archive(path, data)
     try:
         payload = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as error:
         raise CheckpointError(
             f"checkpoint {path} cannot be read (truncated, corrupt or not a torch file): "
-            f"{str(error).splitlines()[0] if str(error) else type(error).__name__}"
+            f"{_first_line(error)}"
         ) from None
     if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
         raise CheckpointError(
@@ -151,7 +198,160 @@ def load_checkpoint(path: str | os.PathLike, pointer: dict | None = None) -> dic
             f"checkpoint {path} has format version {payload['version']}; this metadist "
             f"reads up to {CHECKPOINT_VERSION}"
         )
+    _check_belongs(path, payload)
     return payload
+
+
+def _check_archive(path: Path, data: bytes) -> None:
+    """The CRC-32 of every record of the checkpoint's zip archive (torch.load reads none)."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            bad = archive.testzip()
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError) as error:
+        raise CheckpointError(
+            f"checkpoint {path} cannot be read (truncated, corrupt or not a torch file): "
+            f"{_first_line(error)}"
+        ) from None
+    if bad is not None:
+        raise CheckpointError(f"checkpoint {path} is corrupt: the CRC-32 of {bad} does not match")
+
+
+def _check_belongs(path: Path, payload: dict[str, Any]) -> None:
+    """Refuses a checkpoint whose `run_id` is not the one its directory's `run.json` records."""
+    run_id = payload.get("run_id")
+    recorded = _recorded_run(path.parent)
+    if recorded is not None and isinstance(run_id, str) and run_id and run_id != recorded:
+        raise ForeignCheckpointError(
+            f"checkpoint {path} belongs to run {run_id}, but {path.parent / RUN_RECORD} "
+            f"records run {recorded}: it was copied in from another run; move it away, or "
+            "use another run_dir"
+        )
+
+
+def _recorded_run(directory: Path) -> str | None:
+    """The `run_id` of `directory/run.json`, or `None` where there is none."""
+    record_path = directory / RUN_RECORD
+    if not record_path.exists():
+        return None
+    try:
+        run_id = json.loads(record_path.read_text())["run_id"]
+        if not isinstance(run_id, str) or not run_id:
+            raise TypeError(f"run_id {run_id!r} is not a run id")
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise CheckpointError(
+            f"{record_path} is not a metadist run record ({_first_line(error)}); it names the "
+            "run the checkpoints beside it belong to: remove it to accept them as this run's"
+        ) from None
+    return run_id
+
+
+def _claim_needed(directory: Path, run_id: str) -> bool:
+    """Whether `run.json` must be (re)written to record `run_id` as the run the checkpoints
+    of `directory` belong to.
+
+    Raises:
+        CheckpointError: the directory holds checkpoints of another recorded run.
+    """
+    recorded = _recorded_run(directory)
+    if recorded == run_id:
+        return False
+    if recorded is not None and _checkpoint_names(directory):
+        raise CheckpointError(
+            f"{directory} holds the checkpoints of run {recorded} ({RUN_RECORD}), not of "
+            f"this run {run_id}; use another run_dir"
+        )
+    return True
+
+
+def _directory(run_dir: str | os.PathLike, *, create: bool) -> Path | None:
+    """The run's checkpoint directory (created with `create`), or `None` if there is none.
+
+    Raises:
+        CheckpointError: the run directory or `checkpoints` is a file or a dangling link.
+    """
+    directory = checkpoint_dir(run_dir)
+    for path, what in ((Path(run_dir), "the run directory"), (directory, "its checkpoints")):
+        if path.is_symlink() and not path.exists():
+            raise CheckpointError(
+                f"{path} is a dangling symbolic link: it must be a directory holding {what}; "
+                "remove it or use another run_dir"
+            )
+        if path.exists() and not path.is_dir():
+            raise CheckpointError(
+                f"{path} is not a directory: it must hold {what}; move it away or use "
+                "another run_dir"
+            )
+    if create:
+        directory.mkdir(parents=True, exist_ok=True)
+    return directory if directory.is_dir() else None
+
+
+def _absence(pointer_path: Path) -> str | None:
+    """How `latest` is gone (missing, a dangling or looping link, unreadable), or `None`."""
+    try:
+        os.stat(pointer_path)
+    except FileNotFoundError:
+        if os.path.islink(pointer_path):
+            return f"is a dangling symbolic link (to {os.readlink(pointer_path)})"
+        return "is missing"
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            return "is a symbolic link loop"
+        return f"cannot be read ({error.strerror})"
+    return None
+
+
+def _newest_verified(directory: Path, why: str) -> tuple[Path, dict] | None:
+    """`(path, pointer)` of the newest checkpoint in `directory` that loads and verifies,
+    where `latest` is gone (`why`); `None` where there is no checkpoint at all.
+
+    Raises:
+        CheckpointError: none verifies, or the newest that loads is another run's.
+    """
+    names = _checkpoint_names(directory)
+    if not names:
+        return None
+    skipped: list[str] = []
+    for name in reversed(names):
+        path = directory / name
+        try:
+            payload = load_checkpoint(path)
+            data = path.read_bytes()
+        except ForeignCheckpointError:
+            raise
+        except (OSError, CheckpointError) as error:
+            skipped.append(f"{name}: {_first_line(error)}")
+            continue
+        pointer = {
+            "checkpoint": name,
+            "step": step if isinstance(step := payload.get("step"), int) else _step_of(name),
+            "num_bytes": len(data),
+            "sha256": hashlib.sha256(data).hexdigest(),
+        }
+        if os.environ.get("RANK", "0") == "0":
+            passed = f" (skipped {'; '.join(skipped)})" if skipped else ""
+            print(
+                f"note: {why}; resuming from {path}, the newest checkpoint that verifies{passed}",
+                file=sys.stderr,
+            )
+        return path, pointer
+    raise CheckpointError(
+        f"{why}, and none of the {len(names)} checkpoint(s) in {directory} verifies "
+        f"({skipped[0]}); move them away to start the run afresh, or use another run_dir"
+    )
+
+
+def _remedy(directory: Path) -> str:
+    if _checkpoint_names(directory):
+        return (
+            "remove it to resume from the newest checkpoint that verifies, or use another run_dir"
+        )
+    return "remove it or use another run_dir"
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
 
 
 def _check_pointer_is_a_file(pointer_path: Path) -> None:
@@ -165,7 +365,8 @@ def _check_pointer_is_a_file(pointer_path: Path) -> None:
 def remove_stale_temporaries(run_dir: str | os.PathLike) -> list[Path]:
     """Deletes the temporaries of checkpoint writes whose process is dead (killed mid-write).
 
-    A temporary is `.NAME.tmp-PID`; those of live processes (a write in progress) stay.
+    A temporary is `.NAME.tmp-PID-HEX` (`durable.atomic_file`; `.NAME.tmp-PID` before);
+    those of live processes (a write in progress) stay.
 
     Returns:
         The paths deleted.
@@ -175,8 +376,8 @@ def remove_stale_temporaries(run_dir: str | os.PathLike) -> list[Path]:
         return []
     removed = []
     for candidate in directory.glob(".*.tmp-*"):
-        pid_text = candidate.name.rpartition(".tmp-")[2]
-        if pid_text.isdigit() and candidate.is_file() and not pid_alive(int(pid_text)):
+        match = _TEMPORARY.match(candidate.name)
+        if match and candidate.is_file() and not pid_alive(int(match.group(1))):
             candidate.unlink(missing_ok=True)
             removed.append(candidate)
     return removed
@@ -192,14 +393,17 @@ def _step_of(name: str) -> int:
     return int(match.group(1))
 
 
+def _checkpoint_names(directory: Path) -> list[str]:
+    """The names of the checkpoint files in `directory`, oldest step first."""
+    return sorted((p.name for p in directory.iterdir() if _NAME.match(p.name)), key=_step_of)
+
+
 def _prune(directory: Path, *, keep: int, current: str) -> None:
-    names = sorted(
-        (p.name for p in directory.iterdir() if _NAME.match(p.name)),
-        key=_step_of,
-    )
-    for name in names[:-keep]:
-        if name != current:
-            (directory / name).unlink(missing_ok=True)
+    """Deletes all but the `keep - 1` newest checkpoints older than `current`; the newer
+    ones (of steps a resumed run has not reached again) are never superseded, so stay."""
+    older = [n for n in _checkpoint_names(directory) if _step_of(n) < _step_of(current)]
+    for name in older[: max(len(older) - (keep - 1), 0)]:
+        (directory / name).unlink(missing_ok=True)
 
 
 def _plain(value: Any) -> Any:

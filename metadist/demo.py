@@ -33,6 +33,7 @@ from metadist.datasets.synthetic import SYNTHETIC_INGEST_ARGS, write_synthetic_p
 from metadist.eval import evaluate_run
 from metadist.eval.report import EVAL_DIR, FIGURE_NAME, markdown_report
 from metadist.eval.settings import load_eval_options, split_eval_overrides
+from metadist.launch.children import OwnedChildren, StopRequested
 from metadist.store import SeriesStore
 from metadist.store.ingest import ingest
 from metadist.train.loop import finished_before
@@ -111,6 +112,9 @@ def main(argv: list[str] | None = None, prog: str = "metadist demo") -> int:
     except (ValueError, FileNotFoundError, FileExistsError) as error:
         print(f"{prog}: error: {error}", file=sys.stderr)
         return 1
+    except StopRequested as stop:
+        print(f"{prog}: {stop.summary}; run it again to resume", file=sys.stderr)
+        return stop.exit_status
     report(result, run_dir, time.perf_counter() - started)
     return 0
 
@@ -201,19 +205,15 @@ def meta_train(store: Path, run_dir: Path, args: argparse.Namespace, overrides: 
     env.setdefault("OMP_NUM_THREADS", "1")
     env.setdefault("WANDB_MODE", "disabled")
     t0 = time.perf_counter()
-    process = subprocess.Popen(command, env=env)
-    try:
-        code = process.wait(timeout=args.train_seconds)
-    except subprocess.TimeoutExpired:
-        # torchrun forwards SIGTERM to the ranks, which finish the step, checkpoint and exit.
-        print(f"time limit of {args.train_seconds:.0f} s reached: stopping meta-training")
-        process.send_signal(signal.SIGTERM)
+    with OwnedChildren("metadist demo", grace_s=180) as children:
+        process = children.popen(command, env=env)
         try:
-            process.wait(timeout=180)
+            code = process.wait(timeout=args.train_seconds)
         except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        code = 0 if (run_dir / "checkpoints" / "latest").is_file() else 1
+            # torchrun forwards SIGTERM to the ranks, which finish the step, checkpoint and exit.
+            print(f"time limit of {args.train_seconds:.0f} s reached: stopping meta-training")
+            children.stop_all(signal.SIGTERM)
+            code = 0 if (run_dir / "checkpoints" / "latest").is_file() else 1
     print(f"meta-training took {time.perf_counter() - t0:.1f} s")
     return code
 

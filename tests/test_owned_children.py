@@ -96,3 +96,42 @@ def test_descendants_sees_a_process_tree():
             os.kill(pid, signal.SIGKILL)
         child.kill()
         child.wait()
+
+
+@pytest.mark.timeout(240)
+def test_sigterm_to_a_multi_process_train_stops_torchrun_and_every_rank(tmp_path):
+    command = [
+        sys.executable,
+        "-m",
+        "metadist.cli",
+        "train",
+        "--nproc-per-node=2",
+        "--no-eval",
+        "experiment=sinusoid_maml",
+        f"run_dir={tmp_path / 'run'}",
+        "trainer.meta_steps=1000000",
+        "trainer.meta_batch_size=4",
+        "trainer.checkpoint_every=1000000",
+    ]
+    env = dict(os.environ, WANDB_MODE="disabled")
+    train = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        below: set[int] = set()
+        deadline = time.monotonic() + 150
+        while time.monotonic() < deadline and not (tmp_path / "run" / "metrics.jsonl").exists():
+            below |= set(descendants(train.pid))
+            time.sleep(0.2)
+        below |= set(descendants(train.pid))
+        assert len(below) >= 3, "torchrun and two ranks never ran"  # launcher + 2 ranks
+        train.send_signal(signal.SIGTERM)
+        out, err = train.communicate(timeout=120)
+    finally:
+        if train.poll() is None:
+            train.kill()
+    assert train.returncode == 128 + signal.SIGTERM, err[-2000:]
+    assert "Traceback" not in err, err[-3000:]
+    assert err.strip().splitlines()[-1].startswith("metadist train: stopped by SIGTERM; ")
+    for pid in below:
+        assert not alive(pid), f"process {pid} outlived metadist train"

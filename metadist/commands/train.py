@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 
 from omegaconf import OmegaConf
@@ -20,6 +19,7 @@ from omegaconf import OmegaConf
 from metadist.diskspace import OutOfSpaceError
 from metadist.eval import EvalOptions, evaluate_run
 from metadist.eval.report import markdown_report
+from metadist.launch.children import OwnedChildren, StopRequested
 from metadist.train.checkpoint import CheckpointError
 from metadist.train.compose import compose_dict, load_config
 from metadist.train.loop import NonFiniteLossError, train
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None, prog: str = "metadist train") -> int:
             # Bad evaluation settings fail now, not after hours of training.
             eval_options = EvalOptions.from_dict(config.eval)
         if nproc is not None and nproc > 1:
-            return _launch(argv if argv is not None else sys.argv[1:], nproc)
+            return _launch(argv if argv is not None else sys.argv[1:], nproc, prog)
         result = train(config)
     except (
         ValueError,
@@ -135,9 +135,10 @@ def main(argv: list[str] | None = None, prog: str = "metadist train") -> int:
     return 0 if result is not None else 1
 
 
-def _launch(argv: list[str], nproc: int) -> int:
+def _launch(argv: list[str], nproc: int, prog: str) -> int:
     """Runs this command under torchrun on `nproc` local processes (the config is already
-    checked); returns torchrun's exit status."""
+    checked); returns torchrun's exit status. A stop signal to this command reaches
+    torchrun and every rank (`OwnedChildren`), and the command says so in one line."""
     forwarded = []
     skip = False
     for item in argv:
@@ -162,7 +163,12 @@ def _launch(argv: list[str], nproc: int) -> int:
         "metadist.train",
         *forwarded,
     ]
-    return subprocess.call(command, env=env)
+    try:
+        with OwnedChildren(prog) as children:
+            return children.call(command, env=env)
+    except StopRequested as stop:
+        print(f"{prog}: {stop.summary}; run the same command again to resume", file=sys.stderr)
+        return stop.exit_status
 
 
 def _local_rank() -> int:

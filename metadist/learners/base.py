@@ -38,6 +38,7 @@ from metadist.learners.batching import (
     has_batched_forward,
     is_vmap_limitation,
 )
+from metadist.learners.heads import expand_shared_rows, share_head_rows
 from metadist.learners.losses import LOSSES, _accuracy, task_loss, task_losses
 from metadist.options import from_mapping
 
@@ -179,6 +180,10 @@ class InnerLoopLearner(Learner):
                 sync per call).
             unadapted_metrics: also score the unadapted model on each query set for the
                 `query_loss_before` metric (one extra no-grad forward per task).
+            shared_head: classification: every way's row of the model's linear head starts
+                each task from one shared learned row and bias (Unicorn-MAML), so the
+                adapted predictions do not depend on the order of the way labels. The
+                model's head is replaced in place (`learners.heads.share_head_rows`).
 
         With `vectorize` (default) the tasks run batched. A model `vmap` cannot batch
         (recurrent layers, batch norm updating running statistics) runs a per-task loop
@@ -191,10 +196,13 @@ class InnerLoopLearner(Learner):
         first_order: bool = False
         check_finite: bool = True
         unadapted_metrics: bool = True
+        shared_head: bool = False
 
     def __init__(self, model: nn.Module, **options: Any) -> None:
         super().__init__(model, **options)
         opts = self.options
+        # (head name, N) when the head's N rows start from one shared row, else None
+        self.shared_head = share_head_rows(model, self.name) if opts.shared_head else None
         self.inner_steps = self._steps("inner_steps", opts.inner_steps)
         self.eval_inner_steps = (
             self.inner_steps
@@ -303,7 +311,11 @@ class InnerLoopLearner(Learner):
 
     # -------------------------------------------------------------- internals
     def _state(self) -> tuple[Params, Params]:
-        return dict(self.model.named_parameters()), dict(self.model.named_buffers())
+        """The initial parameters of every task's inner loop, and the model's buffers."""
+        params = dict(self.model.named_parameters())
+        if self.shared_head is not None:
+            params = expand_shared_rows(params, *self.shared_head)
+        return params, dict(self.model.named_buffers())
 
     def _score(
         self,
@@ -382,7 +394,7 @@ class InnerLoopLearner(Learner):
             with torch.enable_grad():
                 if not build_graph:
                     fast = {n: v.detach().requires_grad_() for n, v in fast.items()}
-                if step == 0 and build_graph and not batched:
+                if step == 0 and build_graph and not batched and self.shared_head is None:
                     # `fast` is still the model's own parameters: a plain call is the
                     # same function without functional_call's parameter swapping.
                     prediction = self.model(x)
@@ -440,7 +452,7 @@ class InnerLoopLearner(Learner):
         if not batched:
             return self.model(x)
         if self._native_batching:
-            return self._run_model({}, dict(self.model.named_parameters()), {}, x, True)
+            return self._run_model({}, self._state()[0], {}, x, True)
         return vmap(self.model, randomness="different")(x)
 
     def _losses(self, prediction: Tensor, target: Tensor, batched: bool) -> Tensor:

@@ -157,6 +157,13 @@ def test_every_learner_option_builds(learner, synthetic_store):
     assert type(parts.learner).name == config.learner.name
 
 
+def test_ucr_maml_builds_with_a_shared_head(ucr_store):
+    config, parts = instantiate(
+        ["experiment=ucr_maml", f"data.store={ucr_store}", "learner.options.shared_head=true"]
+    )
+    assert parts.learner.shared_head == ("head", config.sampler.options["num_ways"])
+
+
 @pytest.mark.parametrize("model", group_options("model"))
 def test_every_model_option_builds_on_forecast_tasks(model, synthetic_store):
     config, parts = instantiate(

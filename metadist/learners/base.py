@@ -312,7 +312,7 @@ class InnerLoopLearner(Learner):
     # -------------------------------------------------------------- internals
     def _state(self) -> tuple[Params, Params]:
         """The initial parameters of every task's inner loop, and the model's buffers."""
-        params = dict(self.model.named_parameters())
+        params: Params = dict(self.model.named_parameters())
         if self.shared_head is not None:
             params = expand_shared_rows(params, *self.shared_head)
         return params, dict(self.model.named_buffers())

@@ -19,6 +19,8 @@ do see them.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -91,7 +93,8 @@ class SharedRowLinear(nn.Module):
             )
 
     def forward(self, x: Tensor) -> Tensor:
-        weight, bias = self.weight, self.bias
+        weight: Tensor = self.weight
+        bias: Tensor | None = self.bias
         if weight.dim() == 1:
             weight = weight.expand(self.out_features, -1)
         if bias is not None and bias.dim() == 0:
@@ -126,7 +129,7 @@ def share_head_rows(model: nn.Module, learner: str) -> tuple[str, int]:
     return name, head.out_features
 
 
-def expand_shared_rows(params: Params, head: str, num_ways: int) -> Params:
+def expand_shared_rows(params: Mapping[str, Tensor], head: str, num_ways: int) -> Params:
     """`params` (by name) with the shared head's `weight [D]` and `bias []` expanded to
     the N rows `[N, D]` and biases `[N]` an inner loop adapts (views: the gradients flow
     back into the shared row)."""

@@ -122,24 +122,37 @@ def pretrain_classifier(
     model.train()
     losses = []
     for step in range(start, steps):
-        x, y = examples(batch_size, seed * 1_000_003 + step)
-        features = model(x)
-        if features.shape[-1] != embedding_size or features.dim() != 2:
-            raise ValueError(
-                f"{name}: the model must map [N, ...] to [N, {embedding_size}], got "
-                f"{tuple(features.shape)}"
-            )
-        loss = F.cross_entropy(head(features), y)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.detach())
+        batch = examples(batch_size, seed * 1_000_003 + step)
+        losses.append(_train_step(model, head, optimizer, batch, embedding_size, name))
         done = step + 1
         if state_path is not None and (done == steps or (save_every and done % save_every == 0)):
             _save(Path(state_path), model, head, optimizer, settings, done)
     model.train(was_training)
     history = torch.stack(losses) if losses else reference.new_zeros(0).detach()
     return Pretrained(head=head, step=steps, resumed_from=start, losses=history)
+
+
+def _train_step(
+    model: nn.Module,
+    head: nn.Linear,
+    optimizer: torch.optim.Optimizer,
+    batch: tuple[Tensor, Tensor],
+    embedding_size: int,
+    name: str,
+) -> Tensor:
+    """One Adam step on the cross-entropy of `batch`; returns the loss, detached."""
+    x, y = batch
+    features = model(x)
+    if features.shape[-1] != embedding_size or features.dim() != 2:
+        raise ValueError(
+            f"{name}: the model must map [N, ...] to [N, {embedding_size}], got "
+            f"{tuple(features.shape)}"
+        )
+    loss = F.cross_entropy(head(features), y)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+    return loss.detach()
 
 
 def _rng_state() -> dict[str, Any]:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from metadist.learners import get_learner, registered_learners
 from metadist.train.build import build_parts
 from metadist.train.compose import compose_dict, find_experiments_dir, load_config
 from metadist.train.config import build_config
@@ -141,8 +142,9 @@ def test_no_experiment_is_an_error_listing_them():
         compose_dict(["trainer.meta_steps=3"])
 
 
-# Learners for classification tasks are built on a classification experiment.
-CLASSIFICATION_LEARNERS = {"protonet"}
+# Learners for classification tasks are built on a classification experiment: those
+# without an inner loop (prototype learners) classify only.
+CLASSIFICATION_LEARNERS = {n for n in registered_learners() if not get_learner(n).has_inner_loop}
 
 
 @pytest.mark.parametrize("learner", group_options("learner"))
@@ -153,6 +155,13 @@ def test_every_learner_option_builds(learner, synthetic_store):
         base = ["experiment=sinusoid_maml"]
     config, parts = instantiate([*base, f"learner={learner}", "trainer.meta_batch_size=4"])
     assert type(parts.learner).name == config.learner.name
+
+
+def test_ucr_maml_builds_with_a_shared_head(ucr_store):
+    config, parts = instantiate(
+        ["experiment=ucr_maml", f"data.store={ucr_store}", "learner.options.shared_head=true"]
+    )
+    assert parts.learner.shared_head == ("head", config.sampler.options["num_ways"])
 
 
 @pytest.mark.parametrize("model", group_options("model"))

@@ -279,7 +279,7 @@ def test_protonet_errors():
 # -------------------------------------------------------- vmap against the loop
 def _model_and_batch(learner_name, model_name):
     torch.manual_seed(0)
-    if learner_name == "protonet":
+    if not get_learner(learner_name).has_inner_loop:  # an embedding network, classifying
         return build_model(model_name, (6, 2), (4,), **_small(model_name)), classification_batch()
     model = build_model(model_name, (6, 2), (2, 1), **_small(model_name))
     return model, make_batch(num_tasks=3, x_shape=(6, 2), y_shape=(2, 1))
@@ -312,14 +312,15 @@ def _run(learner):
 @pytest.mark.parametrize("learner_name", registered_learners())
 def test_vmap_equals_the_per_task_loop(learner_name, model_name, caplog):
     model, batch = _model_and_batch(learner_name, model_name)
-    options = {} if learner_name in ("protonet", "reptile") else {"inner_steps": 2}
+    inner_loop = get_learner(learner_name).has_inner_loop
+    options = {"inner_steps": 2} if inner_loop and learner_name != "reptile" else {}
     results = []
     for vectorize in (True, False):
         learner = build_learner(learner_name, model, vectorize=vectorize, **options)
         learner._test_batch = batch
         with caplog.at_level(logging.WARNING, logger="metadist.learners"):
             results.append(_run(learner))
-        if vectorize and learner_name != "protonet":
+        if vectorize and inner_loop:
             # The GRU has no vmap batching rule: the learner must fall back and say so.
             assert learner._vmap_failed == (model_name == "gru")
     (out_v, grads_v, pred_v), (out_l, grads_l, pred_l) = results
@@ -328,7 +329,10 @@ def test_vmap_equals_the_per_task_loop(learner_name, model_name, caplog):
         torch.testing.assert_close(out_v.metrics[key], out_l.metrics[key], rtol=1e-6, atol=1e-6)
     for key in grads_l:
         torch.testing.assert_close(grads_v[key], grads_l[key], rtol=1e-6, atol=1e-6)
-    torch.testing.assert_close(pred_v, pred_l, rtol=1e-6, atol=1e-6)
+    # float32 rounding near 0 scales with the largest output (metabaseline's logits are
+    # 10 x a cosine)
+    scale = max(1.0, pred_l.abs().max().item())
+    torch.testing.assert_close(pred_v, pred_l, rtol=1e-6, atol=1e-6 * scale)
 
 
 def test_fallback_to_the_loop_is_announced_once(caplog):

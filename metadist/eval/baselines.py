@@ -39,6 +39,7 @@ from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
 from metadist.learners import LOSSES, task_losses
+from metadist.train.pretrain import pretrain_classifier
 
 
 def naive_forecast(history, horizon: int) -> np.ndarray:
@@ -414,37 +415,24 @@ def pretrain_embedding(
     A linear head `embedding_size → num_classes` is put on the backbone and both are
     trained with cross-entropy and Adam for `steps` batches of `batch_size` labelled
     examples (`examples(num, seed) -> (x [num, ...], class [num])`); the head is then
-    dropped and the backbone, whose outputs are the features, returned in eval mode.
+    dropped and the backbone, whose outputs are the features, returned in eval mode
+    (`metadist.train.pretrain.pretrain_classifier`, which can also save and resume).
 
     Raises:
         ValueError: steps < 1, fewer than 2 classes, or a backbone whose output is not
             `[..., embedding_size]`.
     """
-    if steps < 1:
-        raise ValueError(f"pretrained-embedding baseline: steps must be >= 1, got {steps}")
-    if num_classes < 2:
-        raise ValueError(
-            f"pretrained-embedding baseline: the meta-train split has {num_classes} class; "
-            "it needs 2 or more"
-        )
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        head = nn.Linear(embedding_size, num_classes, dtype=torch.float32)
-    parameters = list(backbone.parameters()) + list(head.parameters())
-    optimizer = torch.optim.Adam(parameters, lr=lr)
-    backbone.train()
-    for step in range(steps):
-        x, y = examples(batch_size, seed * 1_000_003 + step)
-        features = backbone(x)
-        if features.shape[-1] != embedding_size or features.dim() != 2:
-            raise ValueError(
-                f"pretrained-embedding baseline: the backbone must map [N, ...] to "
-                f"[N, {embedding_size}], got {tuple(features.shape)}"
-            )
-        loss = torch.nn.functional.cross_entropy(head(features), y)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
+    pretrain_classifier(
+        backbone,
+        examples,
+        num_classes=num_classes,
+        embedding_size=embedding_size,
+        steps=steps,
+        lr=lr,
+        batch_size=batch_size,
+        seed=seed,
+        name="pretrained-embedding baseline",
+    )
     return backbone.eval()
 
 

@@ -1,4 +1,5 @@
-"""Learners: MAML, first-order MAML, Meta-SGD, ANIL, Reptile, Prototypical Networks.
+"""Learners: MAML, first-order MAML, Meta-SGD, ANIL, Reptile, Prototypical Networks,
+Meta-Baseline.
 
 Importing this package registers the built-in learners.
 
@@ -12,7 +13,14 @@ Example:
     >>> prediction = learner.predict(params, batch.query.x)
 """
 
-from metadist.learners import anil, maml, metasgd, protonet, reptile  # noqa: F401  (registers them)
+from metadist.learners import (  # noqa: F401  (registers them)
+    anil,
+    maml,
+    metabaseline,
+    metasgd,
+    protonet,
+    reptile,
+)
 from metadist.learners.base import InnerLoopLearner, Learner, MetaOutput
 from metadist.learners.losses import LOSSES, REGRESSION_LOSSES, task_loss, task_losses
 from metadist.learners.registry import (

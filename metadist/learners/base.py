@@ -33,6 +33,7 @@ from torch import Tensor, nn
 from metadist.batch import MetaBatch, TaskSet
 from metadist.learners.batching import _has_tied_tensors, has_batched_forward
 from metadist.learners.dispatch import TaskDispatch
+from metadist.learners.heads import expand_shared_rows, share_head_rows
 from metadist.learners.inner_loop import FunctionalInnerLoop, Params
 from metadist.learners.losses import LOSSES
 from metadist.options import from_mapping
@@ -170,6 +171,10 @@ class InnerLoopLearner(FunctionalInnerLoop, TaskDispatch, Learner):
                 sync per call).
             unadapted_metrics: also score the unadapted model on each query set for the
                 `query_loss_before` metric (one extra no-grad forward per task).
+            shared_head: classification: every way's row of the model's linear head starts
+                each task from one shared learned row and bias (Unicorn-MAML), so the
+                adapted predictions do not depend on the order of the way labels. The
+                model's head is replaced in place (`learners.heads.share_head_rows`).
 
         With `vectorize` (default) the tasks run batched. A model `vmap` cannot batch
         (recurrent layers, batch norm updating running statistics) runs a per-task loop
@@ -182,10 +187,13 @@ class InnerLoopLearner(FunctionalInnerLoop, TaskDispatch, Learner):
         first_order: bool = False
         check_finite: bool = True
         unadapted_metrics: bool = True
+        shared_head: bool = False
 
     def __init__(self, model: nn.Module, **options: Any) -> None:
         super().__init__(model, **options)
         opts = self.options
+        # (head name, N) when the head's N rows start from one shared row, else None
+        self.shared_head = share_head_rows(model, self.name) if opts.shared_head else None
         self.inner_steps = self._steps("inner_steps", opts.inner_steps)
         self.eval_inner_steps = (
             self.inner_steps
@@ -294,7 +302,11 @@ class InnerLoopLearner(FunctionalInnerLoop, TaskDispatch, Learner):
 
     # -------------------------------------------------------------- internals
     def _state(self) -> tuple[Params, Params]:
-        return dict(self.model.named_parameters()), dict(self.model.named_buffers())
+        """The initial parameters of every task's inner loop, and the model's buffers."""
+        params: Params = dict(self.model.named_parameters())
+        if self.shared_head is not None:
+            params = expand_shared_rows(params, *self.shared_head)
+        return params, dict(self.model.named_buffers())
 
     def _steps(self, field: str, value: Any) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:

@@ -43,6 +43,8 @@ class FunctionalInnerLoop:
     _tie_weights: bool
     _native_batching: bool
     _usage_checked: bool
+    shared_head: tuple[str, int] | None
+    _state: Callable[[], tuple[Params, Params]]
     # Hooks, defined (and documented) by `InnerLoopLearner`.
     adapted_names: Callable[..., list[str]]
     step_size: Callable[[int, str], Tensor | float]
@@ -124,7 +126,7 @@ class FunctionalInnerLoop:
             with torch.enable_grad():
                 if not build_graph:
                     fast = {n: v.detach().requires_grad_() for n, v in fast.items()}
-                if step == 0 and build_graph and not batched:
+                if step == 0 and build_graph and not batched and self.shared_head is None:
                     # `fast` is still the model's own parameters: a plain call is the
                     # same function without functional_call's parameter swapping.
                     prediction = self.model(x)
@@ -182,7 +184,7 @@ class FunctionalInnerLoop:
         if not batched:
             return self.model(x)
         if self._native_batching:
-            return self._run_model({}, dict(self.model.named_parameters()), {}, x, True)
+            return self._run_model({}, self._state()[0], {}, x, True)
         return vmap(self.model, randomness="different")(x)
 
     def _losses(self, prediction: Tensor, target: Tensor, batched: bool) -> Tensor:

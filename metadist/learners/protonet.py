@@ -43,7 +43,7 @@ class ProtoNet(Learner):
     def __init__(self, model: nn.Module, **options: Any) -> None:
         loss = self.read_options(options).loss
         if loss != "cross_entropy":
-            raise ValueError(f"learner 'protonet': loss must be 'cross_entropy', got {loss!r}")
+            raise ValueError(f"learner {self.name!r}: loss must be 'cross_entropy', got {loss!r}")
         super().__init__(model, **options)
         num_ways = self.options.num_ways
         if num_ways is not None and num_ways < 2:
@@ -84,12 +84,12 @@ class ProtoNet(Learner):
         labels = support.y
         if labels.dtype not in (torch.int64, torch.int32):
             raise ValueError(
-                f"learner 'protonet': support.y must hold class indices, got {labels.dtype}"
+                f"learner {self.name!r}: support.y must hold class indices, got {labels.dtype}"
             )
         num_ways = self.num_ways if self.num_ways is not None else int(labels.max()) + 1
         if int(labels.min()) < 0 or int(labels.max()) >= num_ways:
             raise ValueError(
-                f"learner 'protonet': support labels must lie in [0, {num_ways}), got "
+                f"learner {self.name!r}: support labels must lie in [0, {num_ways}), got "
                 f"[{int(labels.min())}, {int(labels.max())}]"
             )
         embeddings = self._embed(support.x)  # [B, NK, D]
@@ -98,7 +98,7 @@ class ProtoNet(Learner):
         if bool((counts == 0).any()):
             task_index, label = (counts == 0).nonzero()[0].tolist()
             raise ValueError(
-                f"learner 'protonet': class {label} has no support example in task {task_index}"
+                f"learner {self.name!r}: class {label} has no support example in task {task_index}"
             )
         prototypes = one_hot.transpose(1, 2) @ embeddings / counts.unsqueeze(-1)
         return {"prototypes": prototypes}
@@ -116,7 +116,7 @@ class ProtoNet(Learner):
             embeddings = torch.stack([self.model(x[i]) for i in range(x.shape[0])])
         if embeddings.dim() != 3 or embeddings.shape[:2] != x.shape[:2]:
             raise ValueError(
-                f"learner 'protonet': the model must map [B, K, ...] to [B, K, D], got "
+                f"learner {self.name!r}: the model must map [B, K, ...] to [B, K, D], got "
                 f"{tuple(embeddings.shape)}"
             )
         return embeddings

@@ -178,3 +178,15 @@ def signature_options(function: Any, skip: int, name: str) -> type:
             fields.append((parameter.name, hint, dataclasses.field(default=parameter.default)))
     fields.sort(key=lambda f: len(f) == 3)  # required before defaulted, as dataclasses need
     return dataclasses.make_dataclass(name, fields, frozen=True)
+
+
+def check_min(name: str, value: int, minimum: int) -> None:
+    """`ValueError` naming the setting `name` when `value` is below `minimum`."""
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+
+
+def check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+    """`ValueError` naming the setting `name` when `value` is not one of `choices`."""
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(choices)}; got {value!r}")

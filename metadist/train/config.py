@@ -18,8 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from metadist.data import StratifiedTaskPartitioner
 from metadist.data.splits import SPLIT_BY, STRATIFY_BY, build_partitioner
 from metadist.options import check_choice, check_min, from_mapping, to_plain
+from metadist.store import SeriesStore
+from metadist.tasks import TaskSampler
 from metadist.train.optim import OptimizerConfig  # re-exported: it lives with the optimizers
 
 _DEVICES = ("auto", "cpu", "cuda")
@@ -78,7 +81,9 @@ class DataConfig:
     read_ahead: int | None = None
     release: bool = False
 
-    def partitioner(self, sampler: Any, store: Any, seed: int) -> Any:
+    def partitioner(
+        self, sampler: TaskSampler, store: SeriesStore | None, seed: int
+    ) -> StratifiedTaskPartitioner:
         """The run's `StratifiedTaskPartitioner` of `sampler`'s units (see
         `metadist.data.splits.build_partitioner`)."""
         return build_partitioner(

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -197,7 +198,8 @@ def _loop(ctx: _Context, step: int, checkpoint: Path | None) -> TrainResult:
     steps and before every metrics record, evaluation and checkpoint.
     """
     trainer, env, parts = ctx.config.trainer, ctx.env, ctx.parts
-    val_start = parts.val_loader.state_dict() if parts.val_loader is not None else None
+    val_loader = parts.val_loader
+    val_start = val_loader.state_dict() if val_loader is not None else {}
     check_every = resolved_check_every(trainer.check_every, env.device)
     meta_step = MetaStep(
         ctx.model,
@@ -219,7 +221,7 @@ def _loop(ctx: _Context, step: int, checkpoint: Path | None) -> TrainResult:
             done = step + 1
             last = done == trainer.meta_steps
             logs = done % ctx.config.logging.log_every == 0 or last
-            evals = parts.val_loader is not None and (done % trainer.eval_every == 0 or last)
+            evals = val_loader is not None and (done % trainer.eval_every == 0 or last)
             saves = done % trainer.checkpoint_every == 0 or last
             sync = done % check_every == 0 or logs or evals or saves
             lr = scheduled_lr(ctx.config.optimizer, step, trainer.meta_steps)
@@ -243,8 +245,8 @@ def _loop(ctx: _Context, step: int, checkpoint: Path | None) -> TrainResult:
                 values = window.flush(step, trainer.meta_batch_size)
                 values["lr"] = parts.optimizer.param_groups[0]["lr"]
                 ctx.logger.log(step, "train", values)
-            if evals:
-                values = evaluate(parts.learner, parts.val_loader, val_start, env, trainer)
+            if evals and val_loader is not None:
+                values = evaluate(parts.learner, val_loader, val_start, env, trainer)
                 ctx.logger.log(step, "val", values)
                 if ctx.on_eval is not None:
                     ctx.on_eval(step, values)
@@ -299,7 +301,7 @@ def _check_inputs_finite(batch: MetaBatch, sampler: TaskSampler, step: int, env:
 def evaluate(
     learner: nn.Module,
     loader: BatchMetaDataLoader,
-    start_state: dict | None,
+    start_state: dict[str, Any],
     env: DistEnv,
     trainer: TrainerConfig,
 ) -> dict[str, float]:

@@ -24,11 +24,12 @@ import torch
 
 from metadist.batch import MetaBatch
 from metadist.data import BatchMetaDataLoader, StratifiedTaskPartitioner
-from metadist.learners import Learner, build_learner, registered_learners
-from metadist.models import build_model, registered_models
+from metadist.learners import LEARNERS, Learner, build_learner, registered_learners
+from metadist.models import MODELS, build_model, registered_models
 from metadist.store import SeriesStore
 from metadist.store.identity import check_store_integrity, store_identity
 from metadist.tasks import (
+    SAMPLERS,
     TaskSampler,
     build_task_sampler,
     derive_task_seeds,
@@ -111,7 +112,8 @@ def build_task_source(config: TrainConfig, *, verify_store: bool | None = None) 
     with _naming(
         "sampler", _unknown_hint("sampler", config.sampler.name, registered_task_samplers())
     ):
-        sampler = build_task_sampler(config.sampler.name, store, **config.sampler.options)
+        options = config.sampler.read_options(SAMPLERS)
+        sampler = build_task_sampler(config.sampler.name, store, options=options)
     seed = config.trainer.seed
     partitioner = config.data.partitioner(sampler, store, seed)
     _note_merged_strata(partitioner, store, config.data.fractions)
@@ -267,10 +269,12 @@ def build_run_learner(config: TrainConfig, env: DistEnv, source: TaskSource) -> 
     """
     torch.manual_seed(config.trainer.seed)
     with _naming("model", _unknown_hint("model", config.model.name, registered_models())):
+        options = config.model.read_options(MODELS)
         model = build_model(
-            config.model.name, source.input_shape, source.output_shape, **config.model.options
+            config.model.name, source.input_shape, source.output_shape, options=options
         )
     with _naming("learner", _unknown_hint("learner", config.learner.name, registered_learners())):
+        config.learner.read_options(LEARNERS)
         learner = build_learner(config.learner.name, model, **config.learner.options)
     learner.to(env.device)
     return learner

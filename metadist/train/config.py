@@ -21,6 +21,7 @@ from typing import Any
 from metadist.data import StratifiedTaskPartitioner
 from metadist.data.splits import SPLIT_BY, STRATIFY_BY, build_partitioner
 from metadist.options import check_choice, check_min, from_mapping, to_plain
+from metadist.registry import Registry
 from metadist.store import SeriesStore
 from metadist.tasks import TaskSampler
 from metadist.train.optim import OptimizerConfig  # re-exported: it lives with the optimizers
@@ -146,10 +147,34 @@ class DataConfig:
 
 @dataclass
 class ComponentConfig:
-    """A registered component chosen by name, with its keyword options."""
+    """A registered component chosen by name, with its options.
+
+    Attributes:
+        name: the registered name.
+        options: the options as composed: the plain mapping the config files and the
+            overrides give, and the run's saved config holds.
+
+    `typed_options` (an attribute, not a field: it is neither composed nor saved) is
+    `None` until `read_options` checks the options against the component's schema; it
+    then holds them typed (the component's `Options`), the object the component is
+    built from.
+    """
 
     name: str = ""
     options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.typed_options: Any = None
+
+    def read_options(self, registry: Registry) -> Any:
+        """The options read into `registry`'s schema of `name`, kept as `typed_options`.
+
+        Raises:
+            ValueError: an unknown name or option, or a value of the wrong type, naming
+                `<kind>.options.<key>` and the closest valid name.
+        """
+        self.typed_options = registry.read_options(self.name, self.options)
+        return self.typed_options
 
 
 @dataclass

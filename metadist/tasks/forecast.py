@@ -22,7 +22,6 @@ tasks then come from the recent past of every series, as N-BEATS' history limit 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -36,7 +35,8 @@ from metadist.tasks.base import (
     random_subset,
     repeated_unit_tasks,
 )
-from metadist.tasks.options import check_positive, resolve_columns
+from metadist.tasks.forecast_options import ForecastOptions
+from metadist.tasks.options import resolve_columns
 from metadist.tasks.registry import register_task_sampler
 from metadist.tasks.windows import WindowGatherer
 
@@ -47,9 +47,9 @@ class ForecastSampler(TaskSampler, Configurable):
 
     Args:
         store: an open `SeriesStore`.
-        options: the sampler's `ForecastSampler.Options` (below), or give its fields as
-            keywords (`ForecastSampler(store, lookback=32, horizon=8)`); kept as
-            `self.options`.
+        options: the sampler's `ForecastSampler.Options` (`ForecastOptions`, in
+            `metadist.tasks.forecast_options`), or give its fields as keywords
+            (`ForecastSampler(store, lookback=32, horizon=8)`); kept as `self.options`.
 
     Shapes: `support.x [B, K, L, F]`, `support.y [B, K, H, T]`, `query.x [B, Q, L, F]`,
     `query.y [B, Q, H, T]` (float32, contiguous); `entity_index`, `stratum`, `split_time`
@@ -69,123 +69,16 @@ class ForecastSampler(TaskSampler, Configurable):
             chunk_length that cannot hold one task; or no entity long enough for a task.
     """
 
-    @dataclass(frozen=True)
-    class Options:
-        """The forecast sampler's options (`sampler.options`).
-
-        Attributes:
-            lookback: L, input rows per window.
-            horizon: H, target rows per window.
-            num_support: K support windows per task.
-            num_query: Q query windows per task.
-            stride: s, rows between consecutive windows of a task.
-            input_columns: store columns fed as inputs (default: all columns).
-            target_columns: store columns to forecast (default: the store's targets).
-            split: "random" (tau uniform over the valid range) or "end" (tau as late as
-                possible, so the last query window's targets are the unit's last H rows:
-                the evaluation protocol).
-            unit: "entity" (one unit per entity) or "chunk" (one unit per `chunk_length`
-                rows of an entity, the last chunk taking the remainder, an entity shorter
-                than `chunk_length` but long enough for a task being one chunk; windows
-                never leave their chunk), for panels with few, long series.
-            chunk_length: rows per chunk with `unit="chunk"`.
-            pad_inputs: P, how many input rows of a window may lie before the unit's
-                first row (0 .. L-1); they repeat the unit's first value. Lets short
-                series (a competition's yearly data) give tasks; targets are always real
-                rows.
-            labels: keep only the entities whose store label is one of these (e.g. one
-                frequency of a forecasting competition, for a model per frequency); None
-                keeps every entity.
-            recent_splits: R, draw a random split row only among the last R of its valid
-                range (the most recent windows of each unit); None draws from all of it.
-                Ignored by `split="end"`, which takes the last one.
-        """
-
-        lookback: int = 32
-        horizon: int = 8
-        num_support: int = 8
-        num_query: int = 1
-        stride: int = 1
-        input_columns: Sequence[str] | None = None
-        target_columns: Sequence[str] | None = None
-        split: str = "random"
-        unit: str = "entity"
-        chunk_length: int | None = None
-        pad_inputs: int = 0
-        labels: Sequence[str] | None = None
-        recent_splits: int | None = None
-
-        def validate(self) -> None:
-            """Checks what needs no store; `ValueError` naming the option."""
-            check_positive(
-                "forecast",
-                lookback=self.lookback,
-                horizon=self.horizon,
-                num_support=self.num_support,
-                num_query=self.num_query,
-                stride=self.stride,
-            )
-            for field, value, choices in (
-                ("split", self.split, ("random", "end")),
-                ("unit", self.unit, ("entity", "chunk")),
-            ):
-                if value not in choices:
-                    raise ValueError(
-                        f"forecast sampler: {field} must be {choices[0]!r} or {choices[1]!r}, "
-                        f"got {value!r}"
-                    )
-            pad = self.pad_inputs
-            if isinstance(pad, bool) or not isinstance(pad, (int, np.integer)):
-                pad = -1
-            if not 0 <= pad < self.lookback:
-                raise ValueError(
-                    f"forecast sampler: pad_inputs must be an integer in [0, lookback - 1 = "
-                    f"{self.lookback - 1}], got {self.pad_inputs!r}"
-                )
-            if self.recent_splits is not None:
-                check_positive("forecast", recent_splits=self.recent_splits)
-            self._check_chunk_length()
-
-        def _check_chunk_length(self) -> None:
-            if self.unit != "chunk":
-                if self.chunk_length is not None:
-                    raise ValueError(
-                        "forecast sampler: chunk_length is only used with unit='chunk'"
-                    )
-                return
-            if self.chunk_length is None:
-                raise ValueError("forecast sampler: unit='chunk' needs chunk_length")
-            check_positive("forecast", chunk_length=self.chunk_length)
-            if self.chunk_length < self.rows_per_task:
-                raise ValueError(
-                    f"forecast sampler: chunk_length={self.chunk_length} cannot hold one "
-                    f"task, which needs {self.need_text()} = {self.rows_per_task} rows"
-                )
-
-        @property
-        def rows_per_task(self) -> int:
-            """Fewest rows a unit needs: L + 2H + (K + Q - 2)·stride - pad_inputs."""
-            return (
-                self.lookback
-                + 2 * self.horizon
-                + (self.num_support + self.num_query - 2) * self.stride
-                - self.pad_inputs
-            )
-
-        def need_text(self) -> str:
-            """`rows_per_task` spelt out with the options' names, for messages."""
-            return (
-                f"lookback {self.lookback} + 2·horizon {self.horizon} + "
-                f"(num_support {self.num_support} + num_query {self.num_query} - 2)·stride "
-                f"{self.stride}" + (f" - pad_inputs {self.pad_inputs}" if self.pad_inputs else "")
-            )
+    Options = ForecastOptions  # the options and their checks: metadist.tasks.forecast_options
 
     needs_store = True
     training_only_options = ("split", "num_query", "recent_splits", "labels")
     ensemble_may_shorten_lookback = True
 
-    def __init__(self, store: Any, *, options: Options | None = None, **keywords: Any) -> None:
-        self.options: ForecastSampler.Options = self.read_options(keywords, options)
+    def __init__(
+        self, store: Any, *, options: ForecastOptions | None = None, **keywords: Any
+    ) -> None:
+        self.options: ForecastOptions = self.read_options(keywords, options)
         opts = self.options
         self.store = store
         self.lookback, self.horizon = int(opts.lookback), int(opts.horizon)

@@ -146,14 +146,6 @@ class Registry(Generic[T]):
         what = f"option of {self.label} {name!r}"
         return from_mapping(schema, dict(options or {}), where, what=what)
 
-    def check_options(
-        self, name: str, options: Mapping[str, Any] | None, path: str | None = None
-    ) -> dict[str, Any]:
-        """The given options of `name` as a dict, each checked and coerced to its field's
-        type (`read_options`, keeping only the keys given)."""
-        checked = self.read_options(name, options, path)
-        return {key: getattr(checked, key) for key in options or {}}
-
     def build(
         self,
         name: str,

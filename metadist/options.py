@@ -5,7 +5,9 @@ builds a dataclass instance from a nested mapping, coercing each value to its fi
 annotation and raising `ValueError` that names the full field path
 (`model.options.hidden_sizes`), with the closest valid name for an unknown key. The
 training config, the evaluation settings, sweeps and every registered component's
-options (`metadist.registry`) go through it.
+options (`metadist.registry`) go through it. `Configurable` is the shape of a component
+that keeps its options typed: a nested `Options` dataclass, read once and kept as
+`self.options`.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import inspect
 import types
 import typing
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 
 def closest(name: str, choices: Iterable[str]) -> str | None:
@@ -178,3 +180,83 @@ def signature_options(function: Any, skip: int, name: str) -> type:
             fields.append((parameter.name, hint, dataclasses.field(default=parameter.default)))
     fields.sort(key=lambda f: len(f) == 3)  # required before defaulted, as dataclasses need
     return dataclasses.make_dataclass(name, fields, frozen=True)
+
+
+class Configurable:
+    """A component whose options are its nested frozen `Options` dataclass, kept typed.
+
+    A subclass's `Options` extends its parent's with only what it adds (it may also give
+    an inherited option another default). The constructor takes the options as keywords
+    (`ForecastSampler(store, lookback=32)`) or as one typed object (`options=...`, what
+    `metadist.registry.Registry.build` passes after reading a config's mapping), and keeps
+    them, checked, as `self.options`:
+
+        class MySampler(TaskSampler, Configurable):
+            @dataclass(frozen=True)
+            class Options:
+                width: int = 3
+
+                def validate(self) -> None:  # optional: value checks naming the option
+                    check_positive("my_sampler", width=self.width)
+
+            def __init__(self, *, options: Options | None = None, **keywords: Any) -> None:
+                self.options = self.read_options(keywords, options)
+    """
+
+    Options: ClassVar[type]
+    # Where the options sit in a config, and what the component is, for messages.
+    options_path: ClassVar[str] = "options"
+    options_label: ClassVar[str] = "component"
+
+    @classmethod
+    def read_options(cls, keywords: Mapping[str, Any], options: Any = None) -> Any:
+        """The checked `cls.Options` of one construction: `options` itself when given
+        (then no `keywords`), else `keywords` read with `from_mapping`; `validate()` run
+        where the `Options` class has one.
+
+        Raises:
+            ValueError: an unknown option (with the closest one), a value of the wrong type
+                (naming `<options_path>.<option>`), or one `validate` refuses.
+            TypeError: both `options` and keywords, or `options` of another class.
+        """
+        if options is None:
+            name = getattr(cls, "name", "") or cls.__name__
+            what = f"option of {cls.options_label} {name!r}"
+            options = from_mapping(cls.Options, keywords, cls.options_path, what=what)
+        elif keywords:
+            raise TypeError(
+                f"{cls.__name__}: give its options as keywords or as one options object, "
+                f"not both (got options and {sorted(keywords)})"
+            )
+        elif not isinstance(options, cls.Options):
+            raise TypeError(
+                f"{cls.__name__}: options must be a {cls.__name__}.Options, got "
+                f"{type(options).__name__}"
+            )
+        validate = getattr(options, "validate", None)
+        if validate is not None:
+            validate()
+        return options
+
+
+def keeps_typed_options(cls: Any, schema: type) -> bool:
+    """Whether `cls` takes its options as one typed `schema` object (`options=`): a
+    `Configurable` whose options are its nested `Options`, not (as for a subclass that
+    declares its own keyword constructor) a schema derived from a signature."""
+    return (
+        isinstance(cls, type)
+        and issubclass(cls, Configurable)
+        and getattr(cls, "Options", None) is schema
+    )
+
+
+def check_min(name: str, value: int, minimum: int) -> None:
+    """`ValueError` naming the setting `name` when `value` is below `minimum`."""
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+
+
+def check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+    """`ValueError` naming the setting `name` when `value` is not one of `choices`."""
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(choices)}; got {value!r}")

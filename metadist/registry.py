@@ -10,10 +10,14 @@
 
 A component's options are a dataclass: its nested `Options` class where it declares one
 (subclasses extend their parent's), else the keyword parameters of its constructor (after
-the positional arguments `build` passes). `build` reads the options through
-`metadist.options.from_mapping`, so a misspelt key or a value of the wrong type is one
-`ValueError` naming the field path (`sampler.options.lookbak`) and the closest valid name,
-raised before anything is constructed.
+the positional arguments `build` passes). `build` reads the options into that dataclass
+through `metadist.options.from_mapping`, so a misspelt key or a value of the wrong type is
+one `ValueError` naming the field path (`sampler.options.lookbak`) and the closest valid
+name, raised before anything is constructed. A component that keeps its options typed
+(`metadist.options.Configurable`: the built-in samplers and models) then receives that
+object itself (`cls(*args, options=typed)`) and keeps it as `self.options`; any other
+(a constructor declaring keywords, as user components may) receives the options given as
+keywords.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar
 
-from metadist.options import closest, from_mapping, signature_options
+from metadist.options import closest, from_mapping, keeps_typed_options, signature_options
 
 T = TypeVar("T")
 
@@ -127,30 +131,45 @@ class Registry(Generic[T]):
             self._schemas[name] = options_schema(cls, positional)
         return self._schemas[name]
 
-    def check_options(
+    def read_options(
         self, name: str, options: Mapping[str, Any] | None, path: str | None = None
-    ) -> dict[str, Any]:
-        """The given options of `name`, each checked and coerced to its field's type.
+    ) -> Any:
+        """`name`'s options as its typed schema (`options_schema`), every value checked and
+        coerced to its field's type, the missing ones at their defaults.
 
         Raises:
             ValueError: an unknown option (with the closest one) or a value of the wrong
                 type, naming `path.<option>` (default path: `<kind>.options`).
         """
-        options = dict(options or {})
         where = path or f"{self.kind}.options"
         schema = self.options_schema(name)
-        checked = from_mapping(schema, options, where, what=f"option of {self.label} {name!r}")
-        return {key: getattr(checked, key) for key in options}
+        what = f"option of {self.label} {name!r}"
+        return from_mapping(schema, dict(options or {}), where, what=what)
 
     def build(
         self,
         name: str,
         *args: Any,
-        options: Mapping[str, Any] | None = None,
+        options: Any = None,
         path: str | None = None,
         **extra: Any,
     ) -> Any:
-        """Constructs `name` as `cls(*args, **options, **extra)`, the options checked first;
-        returns the instance (the wrappers of each kind give it its type)."""
+        """Constructs `name` from `options`, read first (`read_options`): a mapping, or
+        the typed object `read_options` gave. A `Configurable` component receives the
+        typed object (`cls(*args, options=typed, **extra)`); any other the options as
+        keywords (those given, or every field of a typed object). Returns the instance
+        (the wrappers of each kind give it its type).
+
+        Raises:
+            ValueError: an unknown name or option, or a value of the wrong type (nothing
+                is constructed), or what the component's constructor raises.
+        """
         cls: Any = self.get(name)
-        return cls(*args, **self.check_options(name, options, path), **extra)
+        schema = self.options_schema(name)
+        if isinstance(options, schema):
+            typed, given = options, [f.name for f in dataclasses.fields(schema)]
+        else:
+            typed, given = self.read_options(name, options, path), list(options or {})
+        if keeps_typed_options(cls, schema):
+            return cls(*args, options=typed, **extra)
+        return cls(*args, **{key: getattr(typed, key) for key in given}, **extra)

@@ -6,6 +6,7 @@ group's own does not inherit that group's options; the learner decides once whet
 model runs batched and raises real errors after that.
 """
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -19,8 +20,15 @@ from torch import nn
 from metadist.batch import MetaBatch, TaskSet
 from metadist.cli import main as cli_main
 from metadist.learners import build_learner
+from metadist.models import get_model
 from metadist.registry import Registry
-from metadist.tasks import TaskSampler, register_task_sampler, task_uniform
+from metadist.tasks import (
+    SinusoidSampler,
+    TaskSampler,
+    build_task_sampler,
+    register_task_sampler,
+    task_uniform,
+)
 from metadist.train.compose import compose_dict, load_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -186,6 +194,106 @@ def test_learner_subclasses_declare_only_what_they_add():
     assert learner.inner_lr == 0.1 and learner.learn_inner_lr and learner.head
     with pytest.raises(ValueError, match="learner.options.first_order: Reptile is first order"):
         build_learner("reptile", model, first_order=False)
+
+
+# ---------------------------------------------------------------- typed options flow
+
+
+def test_typed_options_flow_from_the_config_to_the_component():
+    """The config's options are read once into the component's `Options`; that object is
+    what the component receives and keeps, and the saved config stays plain."""
+    import dataclasses
+
+    from metadist.models import MODELS, build_model
+    from metadist.train.build import build_task_source
+
+    config = load_config(["experiment=sinusoid_maml", "sampler.options.num_support=3"])
+    assert config.sampler.typed_options is None  # not read before the build
+    source = build_task_source(config)
+    typed = config.sampler.typed_options
+    assert source.sampler.options is typed
+    assert isinstance(typed, SinusoidSampler.Options) and typed.num_support == 3
+    options = config.model.read_options(MODELS)
+    model = build_model(config.model.name, (1,), (1,), options=options)
+    assert model.options is options is config.model.typed_options
+    saved = config.to_dict()
+    assert (
+        "typed_options" not in saved["sampler"] and saved["sampler"]["options"]["num_support"] == 3
+    )
+    assert dataclasses.replace(config).sampler.options == config.sampler.options
+
+
+def test_constructors_keep_their_keyword_interface():
+    by_keywords = SinusoidSampler(num_support=3, query_grid=True)
+    assert by_keywords.options == SinusoidSampler.Options(num_support=3, query_grid=True)
+    by_object = SinusoidSampler(options=SinusoidSampler.Options(num_support=3))
+    assert by_object.num_support == 3 and by_object.options.num_tasks == 10_000
+    with pytest.raises(TypeError, match="not both"):
+        SinusoidSampler(options=SinusoidSampler.Options(), num_support=3)
+    with pytest.raises(ValueError, match="sinusoid sampler: num_query must be >= 1"):
+        SinusoidSampler(options=SinusoidSampler.Options(num_query=0))  # validated too
+    with pytest.raises(
+        ValueError,
+        match=r"^sampler.options.num_suport: unknown option of task sampler 'sinusoid'; "
+        "did you mean 'num_support'",
+    ):
+        SinusoidSampler(num_suport=3)
+    with pytest.raises(ValueError, match=r"^model.options.hiden_sizes: .*'hidden_sizes'"):
+        get_model("mlp")((1,), (1,), hiden_sizes=(8,))
+
+
+@register_task_sampler("noisy_sinusoid_for_config_test")
+class NoisySinusoid(SinusoidSampler):
+    """A subclass that declares only the option it adds."""
+
+    @dataclasses.dataclass(frozen=True)
+    class Options(SinusoidSampler.Options):
+        noise: float = 0.0
+
+
+@register_task_sampler("keyword_sinusoid_for_config_test")
+class KeywordSinusoid(SinusoidSampler):
+    """A subclass in the plain-keyword style: its constructor's keywords are its options."""
+
+    def __init__(self, *, extra: int = 1) -> None:
+        super().__init__(num_tasks=20)
+        self.extra = extra
+
+
+def test_a_subclass_declares_only_the_options_it_adds():
+    def fields(cls):
+        return {f.name for f in dataclasses.fields(cls)}
+
+    assert fields(NoisySinusoid.Options) - fields(SinusoidSampler.Options) == {"noise"}
+    sampler = build_task_sampler("noisy_sinusoid_for_config_test", noise=0.5, num_support=4)
+    assert isinstance(sampler.options, NoisySinusoid.Options)
+    assert (sampler.options.noise, sampler.num_support) == (0.5, 4)
+    with pytest.raises(ValueError, match=r"sampler.options.noize: .*did you mean 'noise'"):
+        build_task_sampler("noisy_sinusoid_for_config_test", noize=0.5)
+    # the window forecaster extends the MLP's options (and widens its default)
+    forecaster, mlp = get_model("forecaster"), get_model("mlp")
+    assert fields(forecaster.Options) - fields(mlp.Options) == {"window_norm", "target_channels"}
+    assert forecaster.Options().hidden_sizes == (64, 64) != mlp.Options().hidden_sizes
+
+
+def test_a_keyword_subclass_of_a_typed_sampler_keeps_working():
+    """The signature-derived schema stays the fallback: a subclass whose constructor
+    declares keywords is built with them, even under a typed parent."""
+    sampler = build_task_sampler("keyword_sinusoid_for_config_test", extra=2)
+    assert sampler.extra == 2 and sampler.num_tasks == 20
+    assert isinstance(sampler.options, SinusoidSampler.Options)  # its parent's, typed
+    with pytest.raises(ValueError, match=r"sampler.options.num_tasks: unknown option"):
+        build_task_sampler("keyword_sinusoid_for_config_test", num_tasks=3)
+
+
+def test_with_options_rebuilds_a_typed_sampler_with_checked_values():
+    sampler = SinusoidSampler(num_support=3)
+    rebuilt = sampler.with_options(num_query=4)
+    assert rebuilt.options == SinusoidSampler.Options(num_support=3, num_query=4)
+    with pytest.raises(ValueError, match=r"eval.sampler_options.num_query must be an integer"):
+        sampler.with_options(num_query="4")
+    with pytest.raises(ValueError, match="has no option 'num_qeury'"):
+        sampler.with_options(num_qeury=4)
 
 
 # ---------------------------------------------------------------- explicit batching

@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from metadist.models import build_model, get_model, register_model, registered_models
+from metadist.models import MODELS, build_model, get_model, register_model, registered_models
 
 WINDOW = (6, 2)  # (L, F)
 HORIZON = (3, 2)  # (H, T)
@@ -63,6 +63,21 @@ def test_wrong_trailing_dims_name_the_model(name):
     model = build_model(name, WINDOW, HORIZON)
     with pytest.raises(ValueError, match=rf"model '{name}' expects inputs \[\.\.\., 6, 2\]"):
         model(torch.randn(4, 7, 2))
+
+
+BUILTIN_MODELS = ["mlp", "forecaster", "nbeats", "tcn", "transformer", "gru"]
+
+
+@pytest.mark.parametrize("name", BUILTIN_MODELS)
+def test_builtin_models_keep_their_options_typed(name):
+    """The registry reads a built-in model's options into its nested `Options` and the
+    model keeps that object; a constructor call with keywords gives an equal one."""
+    cls = get_model(name)
+    assert MODELS.options_schema(name) is cls.Options
+    options = MODELS.read_options(name, {})
+    model = build_model(name, WINDOW, HORIZON, options=options)
+    assert model.options is options
+    assert cls(WINDOW, HORIZON).options == cls.Options()
 
 
 def test_mlp_serves_the_sinusoid():

@@ -5,7 +5,13 @@ import pytest
 import torch
 from _task_stores import PANEL_LENGTHS, build_encoded_store
 
-from metadist.tasks import build_task_sampler, derive_task_seeds, registered_task_samplers
+from metadist.tasks import (
+    SAMPLERS,
+    build_task_sampler,
+    derive_task_seeds,
+    get_task_sampler,
+    registered_task_samplers,
+)
 
 # Options that make the built-ins small; a sampler registered elsewhere (a user's) is
 # built with its defaults.
@@ -34,6 +40,16 @@ def _draw(sampler, seed, units=None):
 
 def _tensors(batch):
     return [batch.support.x, batch.support.y, batch.query.x, batch.query.y]
+
+
+@pytest.mark.parametrize("name", sorted(OPTIONS))
+def test_builtins_keep_their_options_typed(encoded_store, name):
+    """A built-in sampler keeps the options it was built with as its own `Options`."""
+    cls = get_task_sampler(name)
+    assert SAMPLERS.options_schema(name) is cls.Options
+    sampler = _build(name, encoded_store)
+    assert isinstance(sampler.options, cls.Options)
+    assert {key: getattr(sampler.options, key) for key in OPTIONS[name]} == OPTIONS[name]
 
 
 def test_every_builtin_is_covered():

@@ -12,6 +12,7 @@ Importing this package registers the built-in models.
 from __future__ import annotations
 
 from metadist.models import forecaster, gru, mlp, nbeats, tcn, transformer  # noqa: E402, F401
+from metadist.models._common import ConfigurableModel
 from metadist.models.registry import (
     MODELS,
     build_model,
@@ -20,4 +21,11 @@ from metadist.models.registry import (
     registered_models,
 )
 
-__all__ = ["MODELS", "build_model", "get_model", "register_model", "registered_models"]
+__all__ = [
+    "MODELS",
+    "ConfigurableModel",
+    "build_model",
+    "get_model",
+    "register_model",
+    "registered_models",
+]

@@ -1,4 +1,4 @@
-"""Option checks and shape handling shared by the built-in models."""
+"""The built-in models' base (`ConfigurableModel`), option checks and shape handling."""
 
 from __future__ import annotations
 
@@ -7,6 +7,21 @@ from collections.abc import Sequence
 
 import torch
 from torch import Tensor, nn
+
+from metadist.options import Configurable
+
+
+class ConfigurableModel(nn.Module, Configurable):
+    """Base of the built-in models: an `nn.Module` whose options are its nested frozen
+    `Options` dataclass, kept typed as `self.options` (`metadist.options.Configurable`).
+
+    Its constructor is `cls(input_shape, output_shape, options=None, **keywords)`: the
+    options as one typed object (what `build_model` passes) or as keywords.
+    """
+
+    options_path = "model.options"
+    options_label = "model"
+
 
 _ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "gelu": nn.GELU, "silu": nn.SiLU}
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from torch import Tensor
 
@@ -31,13 +33,8 @@ class WindowForecaster(MLP):
         input_shape: `(L, F)`, window length and number of features.
         output_shape: `(H, T)`, horizon and number of targets (any shape works without
             window_norm, e.g. `(N,)` to classify windows).
-        hidden_sizes: widths of the hidden layers.
-        activation: "relu", "tanh", "gelu" or "silu".
-        dropout: dropout after each hidden activation.
-        window_norm: "none", "last" or "mean" (see above).
-        target_channels: with window_norm, the input feature index of each target (the
-            positions of the sampler's `target_columns` in its `input_columns`); may be
-            left out for one feature and one target.
+        options: `WindowForecaster.Options` (below; `MLP`'s and its own), or their
+            fields as keywords.
 
     Shapes: `[..., L, F]` → `[..., H, T]`.
 
@@ -45,22 +42,41 @@ class WindowForecaster(MLP):
         ValueError: an input_shape that is not `(L, F)`, or a bad option.
     """
 
+    @dataclass(frozen=True)
+    class Options(MLP.Options):
+        """The forecaster's options: `MLP.Options` (wider by default) and its own.
+
+        Attributes:
+            hidden_sizes: widths of the hidden layers (64, 64 here).
+            window_norm: "none", "last" or "mean" (see above).
+            target_channels: with window_norm, the input feature index of each target
+                (the positions of the sampler's `target_columns` in its
+                `input_columns`); may be left out for one feature and one target.
+        """
+
+        hidden_sizes: Sequence[int] = (64, 64)
+        window_norm: str = "none"
+        target_channels: Sequence[int] | None = None
+
+    options: WindowForecaster.Options
     model_name = "forecaster"
 
     def __init__(
         self,
         input_shape: tuple[int, ...],
         output_shape: tuple[int, ...],
-        hidden_sizes: Sequence[int] = (64, 64),
-        activation: str = "relu",
-        dropout: float = 0.0,
-        window_norm: str = "none",
-        target_channels: Sequence[int] | None = None,
+        *,
+        options: Options | None = None,
+        **keywords: Any,
     ) -> None:
         window_shape(self.model_name, tuple(input_shape))
-        super().__init__(input_shape, output_shape, hidden_sizes, activation, dropout)
+        super().__init__(input_shape, output_shape, options=options, **keywords)
         self.window_norm, self.target_channels = window_norm_options(
-            self.model_name, window_norm, target_channels, self.input_shape, self.output_shape
+            self.model_name,
+            self.options.window_norm,
+            self.options.target_channels,
+            self.input_shape,
+            self.output_shape,
         )
 
     def forward(self, x: Tensor) -> Tensor:

@@ -3,26 +3,26 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from metadist.models._common import ConfigurableModel, dropout_rate, numel, split_leading
 from metadist.models._common import activation as check_activation
-from metadist.models._common import dropout_rate, numel, split_leading
 from metadist.models._common import hidden_sizes as check_hidden_sizes
 from metadist.models.registry import register_model
 
 
 @register_model("mlp")
-class MLP(nn.Module):
+class MLP(ConfigurableModel):
     """Flattens one example, applies `hidden_sizes` Linear+activation layers and a linear head.
 
     Args:
         input_shape: shape of one example, e.g. `(1,)` or `(L, F)` (flattened).
         output_shape: shape of one prediction, e.g. `(1,)` or `(H, T)`.
-        hidden_sizes: widths of the hidden layers.
-        activation: "relu", "tanh", "gelu" or "silu".
-        dropout: dropout after each hidden activation (0 disables it).
+        options: `MLP.Options` (below), or its fields as keywords.
 
     Shapes: `[..., *input_shape]` → `[..., *output_shape]`. `batched_forward` runs B
     parameter sets at once (what the learners use for a batch of tasks).
@@ -32,22 +32,37 @@ class MLP(nn.Module):
             `input_shape`.
     """
 
+    @dataclass(frozen=True)
+    class Options:
+        """The MLP's options (`model.options`).
+
+        Attributes:
+            hidden_sizes: widths of the hidden layers.
+            activation: "relu", "tanh", "gelu" or "silu".
+            dropout: dropout after each hidden activation (0 disables it).
+        """
+
+        hidden_sizes: Sequence[int] = (40, 40)
+        activation: str = "relu"
+        dropout: float = 0.0
+
     model_name = "mlp"
 
     def __init__(
         self,
         input_shape: tuple[int, ...],
         output_shape: tuple[int, ...],
-        hidden_sizes: Sequence[int] = (40, 40),
-        activation: str = "relu",
-        dropout: float = 0.0,
+        *,
+        options: Options | None = None,
+        **keywords: Any,
     ) -> None:
         super().__init__()
+        self.options: MLP.Options = self.read_options(keywords, options)
         self.input_shape = tuple(input_shape)
         self.output_shape = tuple(output_shape)
-        widths = check_hidden_sizes(self.model_name, hidden_sizes)
-        act = check_activation(self.model_name, activation)
-        rate = dropout_rate(self.model_name, dropout)
+        widths = check_hidden_sizes(self.model_name, self.options.hidden_sizes)
+        act = check_activation(self.model_name, self.options.activation)
+        rate = dropout_rate(self.model_name, self.options.dropout)
         layers: list[nn.Module] = []
         width = numel(self.input_shape)
         for hidden in widths:

@@ -20,11 +20,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from metadist.models._common import (
+    ConfigurableModel,
     denormalise_forecast,
     normalise_window,
     numel,
@@ -40,23 +43,13 @@ Linear = Callable[[str, Tensor], Tensor]
 
 
 @register_model("nbeats")
-class NBeats(nn.Module):
+class NBeats(ConfigurableModel):
     """N-BEATS over one window `[L, F]`, forecasting `[H, T]` at once.
 
     Args:
         input_shape: `(L, F)` (or any example shape for generic stacks: it is flattened).
         output_shape: `(H, T)` (or any shape for generic stacks, e.g. `(N,)` to classify).
-        stacks: the kind of each stack, in order: "generic", "trend" or "seasonality"
-            (N-BEATS-G is `[generic]`, N-BEATS-I `[trend, seasonality]`).
-        blocks_per_stack: blocks in each stack.
-        layers: fully connected ReLU layers in each block.
-        width: units of each of those layers.
-        degree: polynomial degree of the trend basis (trend stacks).
-        harmonics: sine/cosine pairs of the seasonality basis, periods H/1 .. H/harmonics
-            steps; null: ⌊H/2⌋ (seasonality stacks).
-        window_norm: "none", "last" or "mean": each window relative to its own level and
-            scale, the forecast mapped back (as the windowed MLP forecaster does).
-        target_channels: with window_norm, the input feature of each target.
+        options: `NBeats.Options` (below), or its fields as keywords.
 
     Shapes: `[..., L, F]` → `[..., H, T]`; `batched_forward` runs B parameter sets at once
     as batched matmuls (what the learners use for a batch of tasks).
@@ -66,61 +59,66 @@ class NBeats(nn.Module):
             `(H, T)` output.
     """
 
+    @dataclass(frozen=True)
+    class Options:
+        """N-BEATS' options (`model.options`).
+
+        Attributes:
+            stacks: the kind of each stack, in order: "generic", "trend" or
+                "seasonality" (N-BEATS-G is `[generic]`, N-BEATS-I `[trend, seasonality]`).
+            blocks_per_stack: blocks in each stack.
+            layers: fully connected ReLU layers in each block.
+            width: units of each of those layers.
+            degree: polynomial degree of the trend basis (trend stacks).
+            harmonics: sine/cosine pairs of the seasonality basis, periods H/1 ..
+                H/harmonics steps; null: ⌊H/2⌋ (seasonality stacks).
+            window_norm: "none", "last" or "mean": each window relative to its own level
+                and scale, the forecast mapped back (as the windowed MLP forecaster does).
+            target_channels: with window_norm, the input feature of each target.
+        """
+
+        stacks: Sequence[str] = ("generic",)
+        blocks_per_stack: int = 3
+        layers: int = 2
+        width: int = 256
+        degree: int = 2
+        harmonics: int | None = None
+        window_norm: str = "none"
+        target_channels: Sequence[int] | None = None
+
     model_name = "nbeats"
 
     def __init__(
         self,
         input_shape: tuple[int, ...],
         output_shape: tuple[int, ...],
-        stacks: Sequence[str] = ("generic",),
-        blocks_per_stack: int = 3,
-        layers: int = 2,
-        width: int = 256,
-        degree: int = 2,
-        harmonics: int | None = None,
-        window_norm: str = "none",
-        target_channels: Sequence[int] | None = None,
+        *,
+        options: Options | None = None,
+        **keywords: Any,
     ) -> None:
         super().__init__()
+        self.options: NBeats.Options = self.read_options(keywords, options)
+        opts = self.options
         name = self.model_name
         self.input_shape = tuple(input_shape)
         self.output_shape = tuple(output_shape)
-        kinds = [str(kind) for kind in stacks]
+        kinds = [str(kind) for kind in opts.stacks]
         if not kinds or any(kind not in STACK_KINDS for kind in kinds):
             raise ValueError(
                 f"model {name!r}: stacks must be a non-empty list of {', '.join(STACK_KINDS)}, "
-                f"got {list(stacks)!r}"
+                f"got {list(opts.stacks)!r}"
             )
-        per_stack = positive_int(name, "blocks_per_stack", blocks_per_stack)
-        num_layers = positive_int(name, "layers", layers)
-        units = positive_int(name, "width", width)
-        if int(degree) < 0:
-            raise ValueError(f"model {name!r}: degree must be >= 0, got {degree!r}")
+        per_stack = positive_int(name, "blocks_per_stack", opts.blocks_per_stack)
+        num_layers = positive_int(name, "layers", opts.layers)
+        units = positive_int(name, "width", opts.width)
+        if int(opts.degree) < 0:
+            raise ValueError(f"model {name!r}: degree must be >= 0, got {opts.degree!r}")
         self.kinds = [kind for kind in kinds for _ in range(per_stack)]
         self.num_layers = num_layers
         if any(kind != "generic" for kind in kinds):
-            if len(self.input_shape) != 2 or len(self.output_shape) != 2:
-                raise ValueError(
-                    f"model {name!r}: trend and seasonality stacks need input_shape (L, F) and "
-                    f"output_shape (H, T), got {self.input_shape!r} and {self.output_shape!r}; "
-                    "use stacks: [generic]"
-                )
-            lookback, horizon = self.input_shape[0], self.output_shape[0]
-            past = torch.arange(lookback, dtype=torch.float64) - lookback
-            future = torch.arange(horizon, dtype=torch.float64)
-            count = horizon // 2 if harmonics is None else int(harmonics)
-            if count < 1:
-                if harmonics is not None:
-                    raise ValueError(f"model {name!r}: harmonics must be >= 1, got {harmonics!r}")
-                count = 1
-            for kind, basis in (
-                ("trend", lambda steps: _polynomial(steps / lookback, int(degree))),
-                ("seasonality", lambda steps: _fourier(steps / horizon, count)),
-            ):
-                self.register_buffer(f"{kind}_backcast", basis(past).float(), persistent=False)
-                self.register_buffer(f"{kind}_forecast", basis(future).float(), persistent=False)
+            self._register_bases(int(opts.degree), opts.harmonics)
         self.window_norm, self.target_channels = window_norm_options(
-            name, window_norm, target_channels, self.input_shape, self.output_shape
+            name, opts.window_norm, opts.target_channels, self.input_shape, self.output_shape
         )
         num_inputs, num_outputs = numel(self.input_shape), numel(self.output_shape)
         blocks = []
@@ -139,6 +137,35 @@ class NBeats(nn.Module):
         self.head = nn.Linear(units, self._coefficients(self.kinds[-1], "forecast"))
         if self.kinds[-1] == "generic":
             assert self.head.out_features == num_outputs
+
+    def _register_bases(self, degree: int, harmonics: int | None) -> None:
+        """The trend and seasonality bases over the window's and the horizon's steps, as
+        buffers `<kind>_backcast [P, L]` and `<kind>_forecast [P, H]`.
+
+        Raises:
+            ValueError: shapes other than `(L, F)` → `(H, T)`, or `harmonics` < 1.
+        """
+        name = self.model_name
+        if len(self.input_shape) != 2 or len(self.output_shape) != 2:
+            raise ValueError(
+                f"model {name!r}: trend and seasonality stacks need input_shape (L, F) and "
+                f"output_shape (H, T), got {self.input_shape!r} and {self.output_shape!r}; "
+                "use stacks: [generic]"
+            )
+        lookback, horizon = self.input_shape[0], self.output_shape[0]
+        past = torch.arange(lookback, dtype=torch.float64) - lookback
+        future = torch.arange(horizon, dtype=torch.float64)
+        count = horizon // 2 if harmonics is None else int(harmonics)
+        if count < 1:
+            if harmonics is not None:
+                raise ValueError(f"model {name!r}: harmonics must be >= 1, got {harmonics!r}")
+            count = 1
+        for kind, basis in (
+            ("trend", lambda steps: _polynomial(steps / lookback, degree)),
+            ("seasonality", lambda steps: _fourier(steps / horizon, count)),
+        ):
+            self.register_buffer(f"{kind}_backcast", basis(past).float(), persistent=False)
+            self.register_buffer(f"{kind}_forecast", basis(future).float(), persistent=False)
 
     def _coefficients(self, kind: str, side: str) -> int:
         """Outputs of a block's `side` layer: the values themselves (generic) or one

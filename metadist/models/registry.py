@@ -1,9 +1,12 @@
 """The model registry: `@register_model("name")`, `build_model`, `registered_models`.
 
-A model is constructed as `cls(input_shape, output_shape, **options)`; its options are the
-keyword parameters of its constructor after the two shapes (or its `Options` dataclass
-where it declares one), read through `metadist.registry.Registry`, so
-`model.options.hiden_sizes=[64]` is one error naming the path and `hidden_sizes`.
+A model's options are its nested `Options` dataclass where it declares one (the built-in
+models do: `models._common.ConfigurableModel`, constructed as
+`cls(input_shape, output_shape, options=typed)` and keeping it as `self.options`), else
+the keyword parameters of its constructor after the two shapes (constructed as
+`cls(input_shape, output_shape, **options)`). They are read through
+`metadist.registry.Registry`, so `model.options.hiden_sizes=[64]` is one error naming the
+path and `hidden_sizes`.
 """
 
 from __future__ import annotations
@@ -41,7 +44,12 @@ def get_model(name: str) -> type[nn.Module]:
 
 
 def build_model(
-    name: str, input_shape: Sequence[int], output_shape: Sequence[int], **options: Any
+    name: str,
+    input_shape: Sequence[int],
+    output_shape: Sequence[int],
+    *,
+    options: Any = None,
+    **keywords: Any,
 ) -> nn.Module:
     """Builds the model registered as `name`.
 
@@ -49,18 +57,22 @@ def build_model(
         name: registry name, e.g. "mlp", "forecaster", "tcn", "transformer", "gru".
         input_shape: shape of one example, e.g. `(1,)` or `(L, F)`.
         output_shape: shape of one prediction, e.g. `(1,)`, `(H, T)` or `(N,)`.
-        **options: model options (hidden sizes, ...): unknown keys and wrong types are
-            refused first (naming `model.options.<key>`), values by the model.
+        options: the model options as a mapping, or as the typed object
+            `MODELS.read_options` gives; or give them as `keywords` (hidden sizes, ...).
+            Unknown keys and wrong types are refused first (naming
+            `model.options.<key>`), values by the model.
 
     Raises:
         ValueError: unknown name, shapes the model cannot serve, or a bad option.
     """
+    if options is not None and keywords:
+        raise TypeError(f"build_model({name!r}): options or keywords, not both")
     get_model(name)
     return MODELS.build(
         name,
         tuple(_check_shape(name, "input_shape", input_shape)),
         tuple(_check_shape(name, "output_shape", output_shape)),
-        options=options,
+        options=keywords if options is None else options,
     )
 
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from metadist.models._common import activation as check_activation
 from metadist.models._common import (
+    ConfigurableModel,
     denormalise_forecast,
     normalise_window,
     numel,
@@ -17,6 +19,7 @@ from metadist.models._common import (
     window_norm_options,
     window_shape,
 )
+from metadist.models._common import activation as check_activation
 from metadist.models.registry import register_model
 
 
@@ -40,25 +43,14 @@ class _CausalBlock(nn.Module):
 
 
 @register_model("tcn")
-class TCN(nn.Module):
+class TCN(ConfigurableModel):
     """Stack of causal residual conv blocks with dilations 1, 2, 4, ...; the features of
     the last time step (or their mean over all steps) feed a linear head.
 
     Args:
         input_shape: `(L, F)`.
         output_shape: any, e.g. `(H, T)` or `(N,)`.
-        channels: width of every block.
-        kernel_size: temporal kernel size.
-        num_levels: number of blocks (receptive field `1 + (k-1)(2^levels - 1)`).
-        activation: "relu", "tanh", "gelu" or "silu".
-        window_norm: "none", "last" or "mean": make each window relative to its own level
-            (last value or mean) and scale, and map the forecast back, as the forecaster
-            does (needs `output_shape` `(H, T)`).
-        target_channels: with window_norm, the input feature index of each target; may be
-            left out for one feature and one target.
-        pool: which features feed the head: "last" (the last step's, for forecasting) or
-            "mean" (the mean over all steps, for classifying whole series, whose class
-            shows anywhere in them).
+        options: `TCN.Options` (below), or its fields as keywords.
 
     Shapes: `[..., L, F]` → `[..., *output_shape]`.
 
@@ -66,31 +58,56 @@ class TCN(nn.Module):
         ValueError: an input_shape that is not `(L, F)`, or a bad option.
     """
 
+    @dataclass(frozen=True)
+    class Options:
+        """The TCN's options (`model.options`).
+
+        Attributes:
+            channels: width of every block.
+            kernel_size: temporal kernel size.
+            num_levels: number of blocks (receptive field `1 + (k-1)(2^levels - 1)`).
+            activation: "relu", "tanh", "gelu" or "silu".
+            window_norm: "none", "last" or "mean": make each window relative to its own
+                level (last value or mean) and scale, and map the forecast back, as the
+                forecaster does (needs `output_shape` `(H, T)`).
+            target_channels: with window_norm, the input feature index of each target;
+                may be left out for one feature and one target.
+            pool: which features feed the head: "last" (the last step's, for
+                forecasting) or "mean" (the mean over all steps, for classifying whole
+                series, whose class shows anywhere in them).
+        """
+
+        channels: int = 32
+        kernel_size: int = 3
+        num_levels: int = 3
+        activation: str = "relu"
+        window_norm: str = "none"
+        target_channels: Sequence[int] | None = None
+        pool: str = "last"
+
     model_name = "tcn"
 
     def __init__(
         self,
         input_shape: tuple[int, ...],
         output_shape: tuple[int, ...],
-        channels: int = 32,
-        kernel_size: int = 3,
-        num_levels: int = 3,
-        activation: str = "relu",
-        window_norm: str = "none",
-        target_channels: Sequence[int] | None = None,
-        pool: str = "last",
+        *,
+        options: Options | None = None,
+        **keywords: Any,
     ) -> None:
         super().__init__()
-        if pool not in ("last", "mean"):
-            raise ValueError(f"model 'tcn': pool must be 'last' or 'mean', got {pool!r}")
-        self.pool = pool
+        self.options: TCN.Options = self.read_options(keywords, options)
+        opts = self.options
+        if opts.pool not in ("last", "mean"):
+            raise ValueError(f"model 'tcn': pool must be 'last' or 'mean', got {opts.pool!r}")
+        self.pool = opts.pool
         self.input_shape = tuple(input_shape)
         self.output_shape = tuple(output_shape)
         _, num_features = window_shape(self.model_name, self.input_shape)
-        channels = positive_int(self.model_name, "channels", channels)
-        kernel_size = positive_int(self.model_name, "kernel_size", kernel_size)
-        num_levels = positive_int(self.model_name, "num_levels", num_levels)
-        act = check_activation(self.model_name, activation)
+        channels = positive_int(self.model_name, "channels", opts.channels)
+        kernel_size = positive_int(self.model_name, "kernel_size", opts.kernel_size)
+        num_levels = positive_int(self.model_name, "num_levels", opts.num_levels)
+        act = check_activation(self.model_name, opts.activation)
         blocks = []
         width = num_features
         for level in range(num_levels):
@@ -99,7 +116,11 @@ class TCN(nn.Module):
         self.body = nn.Sequential(*blocks)
         self.head = nn.Linear(channels, numel(self.output_shape))
         self.window_norm, self.target_channels = window_norm_options(
-            self.model_name, window_norm, target_channels, self.input_shape, self.output_shape
+            self.model_name,
+            opts.window_norm,
+            opts.target_channels,
+            self.input_shape,
+            self.output_shape,
         )
 
     def forward(self, x: Tensor) -> Tensor:

@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from metadist.models._common import dropout_rate, numel, positive_int, split_leading, window_shape
+from metadist.models._common import (
+    ConfigurableModel,
+    dropout_rate,
+    numel,
+    positive_int,
+    split_leading,
+    window_shape,
+)
 from metadist.models.registry import register_model
 
 
@@ -63,18 +72,14 @@ class _EncoderLayer(nn.Module):
 
 
 @register_model("transformer")
-class TransformerEncoder(nn.Module):
+class TransformerEncoder(ConfigurableModel):
     """Linear embedding of each time step + learned positions, `num_layers` encoder
     layers, and a linear head on the last time step.
 
     Args:
         input_shape: `(L, F)`.
         output_shape: any, e.g. `(H, T)` or `(N,)`.
-        d_model: embedding width (divisible by `num_heads`).
-        num_heads: attention heads.
-        num_layers: encoder layers.
-        ff_size: feed-forward width.
-        dropout: dropout rate (0 by default: inner loops want deterministic forwards).
+        options: `TransformerEncoder.Options` (below), or its fields as keywords.
 
     Shapes: `[..., L, F]` → `[..., *output_shape]`.
 
@@ -83,32 +88,50 @@ class TransformerEncoder(nn.Module):
             `num_heads`, or a bad option.
     """
 
+    @dataclass(frozen=True)
+    class Options:
+        """The Transformer's options (`model.options`).
+
+        Attributes:
+            d_model: embedding width (divisible by `num_heads`).
+            num_heads: attention heads.
+            num_layers: encoder layers.
+            ff_size: feed-forward width.
+            dropout: dropout rate (0 by default: inner loops want deterministic forwards).
+        """
+
+        d_model: int = 32
+        num_heads: int = 4
+        num_layers: int = 2
+        ff_size: int = 64
+        dropout: float = 0.0
+
     model_name = "transformer"
 
     def __init__(
         self,
         input_shape: tuple[int, ...],
         output_shape: tuple[int, ...],
-        d_model: int = 32,
-        num_heads: int = 4,
-        num_layers: int = 2,
-        ff_size: int = 64,
-        dropout: float = 0.0,
+        *,
+        options: Options | None = None,
+        **keywords: Any,
     ) -> None:
         super().__init__()
+        self.options: TransformerEncoder.Options = self.read_options(keywords, options)
+        opts = self.options
         self.input_shape = tuple(input_shape)
         self.output_shape = tuple(output_shape)
         length, num_features = window_shape(self.model_name, self.input_shape)
-        d_model = positive_int(self.model_name, "d_model", d_model)
-        num_heads = positive_int(self.model_name, "num_heads", num_heads)
-        num_layers = positive_int(self.model_name, "num_layers", num_layers)
-        ff_size = positive_int(self.model_name, "ff_size", ff_size)
+        d_model = positive_int(self.model_name, "d_model", opts.d_model)
+        num_heads = positive_int(self.model_name, "num_heads", opts.num_heads)
+        num_layers = positive_int(self.model_name, "num_layers", opts.num_layers)
+        ff_size = positive_int(self.model_name, "ff_size", opts.ff_size)
         if d_model % num_heads:
             raise ValueError(
                 f"model 'transformer': d_model ({d_model}) must be divisible by "
                 f"num_heads ({num_heads})"
             )
-        rate = dropout_rate(self.model_name, dropout)
+        rate = dropout_rate(self.model_name, opts.dropout)
         self.embed = nn.Linear(num_features, d_model)
         self.position = nn.Parameter(torch.randn(length, d_model) * 0.02)
         self.body = nn.Sequential(

@@ -9,6 +9,7 @@ worker or rank it lands in.
 
 from __future__ import annotations
 
+import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from metadist.batch import MetaBatch
+from metadist.options import Configurable, from_mapping
 
 
 @dataclass
@@ -49,9 +51,11 @@ class EvaluationTasks:
 class TaskSampler(ABC):
     """Base class of every task sampler.
 
-    Subclasses set `needs_store` and implement `num_units` and `sample`. Constructor
-    options are keyword arguments validated in `__init__` (raise `ValueError` naming the
-    option).
+    Subclasses set `needs_store` and implement `num_units` and `sample`. Their options are
+    either a nested `Options` dataclass, kept typed as `self.options` (subclass
+    `metadist.options.Configurable` too, as the built-in samplers do), or plain keyword
+    arguments of the constructor; either way they are checked when the sampler is built
+    (raise `ValueError` naming the option).
 
     Splits and evaluation. A task drawn from unit u must only read data of u, or of the
     units of u's split: meta-train, meta-val and meta-test never share an example. A
@@ -74,9 +78,13 @@ class TaskSampler(ABC):
     # Whether an ensemble member may look back over fewer rows than the evaluated run
     # (it then reads the most recent `lookback` rows of each input window).
     ensemble_may_shorten_lookback: ClassVar[bool] = False
-    # The constructor's keyword options, where the sampler records them (the built-in ones
-    # do): `with_options` then rebuilds it with some replaced (`eval.sampler_options`).
-    options: dict[str, Any] | None = None
+    # The sampler's options, where it records them: its typed `Options` (a `Configurable`
+    # sampler, as the built-in ones are) or a dict of its constructor's keywords.
+    # `with_options` then rebuilds it with some replaced (`eval.sampler_options`).
+    options: Any = None
+    # Where a sampler's options sit in a config, and what it is called, in messages.
+    options_path: ClassVar[str] = "sampler.options"
+    options_label: ClassVar[str] = "task sampler"
     # The series store the sampler reads (`needs_store`), which the loader asks to drop
     # pages it has used; None for samplers without one.
     store: Any = None
@@ -214,17 +222,26 @@ class TaskSampler(ABC):
                 f"eval.sampler_options: task sampler {self.name!r} does not record its options "
                 f"(self.options), so it cannot be rebuilt with {sorted(options)}"
             )
-        unknown = sorted(set(options) - set(self.options))
+        typed = dataclasses.is_dataclass(self.options)
+        current = (
+            {f.name: getattr(self.options, f.name) for f in dataclasses.fields(self.options)}
+            if typed
+            else dict(self.options)
+        )
+        unknown = sorted(set(options) - set(current))
         if unknown:
             raise ValueError(
                 f"eval.sampler_options: task sampler {self.name!r} has no option {unknown[0]!r}; "
-                f"its options: {', '.join(sorted(self.options))}"
+                f"its options: {', '.join(sorted(current))}"
             )
-        merged = {**self.options, **options}
+        merged = {**current, **options}
         rebuild: Any = type(self)  # a concrete sampler, whose constructor takes the options
-        if self.needs_store:
-            return rebuild(self.store, **merged)
-        return rebuild(**merged)
+        args = (self.store,) if self.needs_store else ()
+        if typed and isinstance(self, Configurable):
+            what = f"option of task sampler {self.name!r}"
+            checked = from_mapping(self.Options, merged, "eval.sampler_options", what=what)
+            return rebuild(*args, options=checked)
+        return rebuild(*args, **merged)
 
     def units_of_entities(self, units: np.ndarray, entity_mask: np.ndarray | None) -> np.ndarray:
         """The `units` whose store entity is in `entity_mask` (all of them without one).

@@ -28,48 +28,29 @@ import numpy as np
 import torch
 
 from metadist.batch import MetaBatch, TaskSet
+from metadist.options import Configurable
 from metadist.tasks.base import (
     EvaluationTasks,
     TaskSampler,
     random_subset,
     repeated_unit_tasks,
 )
-from metadist.tasks.options import check_positive, resolve_columns
+from metadist.tasks.forecast_options import ForecastOptions
+from metadist.tasks.options import resolve_columns
 from metadist.tasks.registry import register_task_sampler
 from metadist.tasks.series_end import SeriesEndWindows
 from metadist.tasks.windows import WindowGatherer
 
 
 @register_task_sampler("forecast")
-class ForecastSampler(TaskSampler):
+class ForecastSampler(TaskSampler, Configurable):
     """Few-shot forecasting episodes from a series store.
 
     Args:
         store: an open `SeriesStore`.
-        lookback: L, input rows per window.
-        horizon: H, target rows per window.
-        num_support: K support windows per task.
-        num_query: Q query windows per task.
-        stride: s, rows between consecutive windows of a task.
-        input_columns: store columns fed as inputs (default: all columns).
-        target_columns: store columns to forecast (default: the store's targets).
-        split: "random" (tau uniform over the valid range) or "end" (tau as late as
-            possible, so the last query window's targets are the unit's last H rows: the
-            evaluation protocol).
-        unit: "entity" (one unit per entity) or "chunk" (one unit per `chunk_length` rows
-            of an entity, the last chunk taking the remainder, an entity shorter than
-            `chunk_length` but long enough for a task being one chunk; windows never
-            leave their chunk), for panels with few, long series.
-        chunk_length: rows per chunk with `unit="chunk"`.
-        pad_inputs: P, how many input rows of a window may lie before the unit's first
-            row (0 .. L-1); they repeat the unit's first value. Lets short series (a
-            competition's yearly data) give tasks; targets are always real rows.
-        labels: keep only the entities whose store label is one of these (e.g. one
-            frequency of a forecasting competition, for a model per frequency); None keeps
-            every entity.
-        recent_splits: R, draw a random split row only among the last R of its valid
-            range (the most recent windows of each unit); None draws from all of it.
-            Ignored by `split="end"`, which takes the last one.
+        options: the sampler's `ForecastSampler.Options` (`ForecastOptions`, in
+            `metadist.tasks.forecast_options`), or give its fields as keywords
+            (`ForecastSampler(store, lookback=32, horizon=8)`); kept as `self.options`.
 
     Shapes: `support.x [B, K, L, F]`, `support.y [B, K, H, T]`, `query.x [B, Q, L, F]`,
     `query.y [B, Q, H, T]` (float32, contiguous); `entity_index`, `stratum`, `split_time`
@@ -89,135 +70,33 @@ class ForecastSampler(TaskSampler):
             chunk_length that cannot hold one task; or no entity long enough for a task.
     """
 
+    Options = ForecastOptions  # the options and their checks: metadist.tasks.forecast_options
+
     needs_store = True
     training_only_options = ("split", "num_query", "recent_splits", "labels")
     ensemble_may_shorten_lookback = True
 
     def __init__(
-        self,
-        store: Any,
-        *,
-        lookback: int = 32,
-        horizon: int = 8,
-        num_support: int = 8,
-        num_query: int = 1,
-        stride: int = 1,
-        input_columns: Sequence[str] | None = None,
-        target_columns: Sequence[str] | None = None,
-        split: str = "random",
-        unit: str = "entity",
-        chunk_length: int | None = None,
-        pad_inputs: int = 0,
-        labels: Sequence[str] | None = None,
-        recent_splits: int | None = None,
+        self, store: Any, *, options: ForecastOptions | None = None, **keywords: Any
     ) -> None:
-        self.options = {
-            "lookback": lookback,
-            "horizon": horizon,
-            "num_support": num_support,
-            "num_query": num_query,
-            "stride": stride,
-            "input_columns": input_columns,
-            "target_columns": target_columns,
-            "split": split,
-            "unit": unit,
-            "chunk_length": chunk_length,
-            "pad_inputs": pad_inputs,
-            "labels": labels,
-            "recent_splits": recent_splits,
-        }
-        check_positive(
-            "forecast",
-            lookback=lookback,
-            horizon=horizon,
-            num_support=num_support,
-            num_query=num_query,
-            stride=stride,
-        )
-        if split not in ("random", "end"):
-            raise ValueError(f"forecast sampler: split must be 'random' or 'end', got {split!r}")
-        if unit not in ("entity", "chunk"):
-            raise ValueError(f"forecast sampler: unit must be 'entity' or 'chunk', got {unit!r}")
+        self.options: ForecastOptions = self.read_options(keywords, options)
+        opts = self.options
         self.store = store
-        self.lookback, self.horizon = int(lookback), int(horizon)
-        self.num_support, self.num_query = int(num_support), int(num_query)
-        self.stride = int(stride)
-        self.split, self.unit = split, unit
-        if (
-            isinstance(pad_inputs, bool)
-            or not isinstance(pad_inputs, (int, np.integer))
-            or not 0 <= pad_inputs < self.lookback
-        ):
-            raise ValueError(
-                f"forecast sampler: pad_inputs must be an integer in [0, lookback - 1 = "
-                f"{self.lookback - 1}], got {pad_inputs!r}"
-            )
-        self.pad_inputs = int(pad_inputs)
-        if recent_splits is not None:
-            check_positive("forecast", recent_splits=recent_splits)
-            recent_splits = int(recent_splits)
-        self.recent_splits = recent_splits
-        self.input_columns = resolve_columns(
-            store,
-            store.column_names if input_columns is None else input_columns,
-            "input_columns",
+        self.lookback, self.horizon = int(opts.lookback), int(opts.horizon)
+        self.num_support, self.num_query = int(opts.num_support), int(opts.num_query)
+        self.stride, self.pad_inputs = int(opts.stride), int(opts.pad_inputs)
+        self.split, self.unit = opts.split, opts.unit
+        self.recent_splits = None if opts.recent_splits is None else int(opts.recent_splits)
+        self.chunk_length = None if opts.chunk_length is None else int(opts.chunk_length)
+        columns = store.column_names if opts.input_columns is None else opts.input_columns
+        self.input_columns = resolve_columns(store, columns, "input_columns")
+        self.target_columns = resolve_columns(
+            store, _target_names(store, opts.target_columns), "target_columns"
         )
-        if target_columns is None:
-            target_columns = store.target_names
-            if not target_columns:
-                raise ValueError(
-                    f"store {store.path} has no target columns; set target_columns to some of "
-                    f"{store.column_names}"
-                )
-        self.target_columns = resolve_columns(store, target_columns, "target_columns")
-        need = self.rows_per_task
-        lengths = np.asarray(store.lengths, dtype=np.int64)
-        starts = np.asarray(store.starts, dtype=np.int64)
-        if unit == "chunk":
-            if chunk_length is None:
-                raise ValueError("forecast sampler: unit='chunk' needs chunk_length")
-            check_positive("forecast", chunk_length=chunk_length)
-            if chunk_length < need:
-                raise ValueError(
-                    f"forecast sampler: chunk_length={chunk_length} cannot hold one task, which "
-                    f"needs {self._need_text()} = {need} rows"
-                )
-            self.chunk_length: int | None = int(chunk_length)
-        elif chunk_length is not None:
-            raise ValueError("forecast sampler: chunk_length is only used with unit='chunk'")
-        else:
-            self.chunk_length = None
-        selected = self._select_labels(store, labels)
+        selected = self._select_labels(store, opts.labels)
         self.entities = np.flatnonzero(selected)
-        fits = (lengths >= need) & selected
-        if not fits.any():
-            chosen = f" with label {', '.join(self.labels)}" if self.labels else ""
-            raise ValueError(
-                f"forecast sampler: no entity{chosen} of store {store.path} is long enough for "
-                "one task, "
-                f"which needs {self._need_text()} = {need} rows; the longest entity has "
-                f"{int(lengths[selected].max()) if selected.any() else 0}: lower lookback, horizon, "
-                "num_support, num_query or stride"
-            )
-        self.excluded_entities = np.flatnonzero(selected & ~fits)
-        kept = np.flatnonzero(fits)
-        if unit == "entity":
-            self.unit_entity = kept
-            self.unit_start = starts[kept]
-            self.unit_length = lengths[kept]
-        else:
-            chunk = self.chunk_length
-            assert chunk is not None  # unit="chunk" requires it (checked above)
-            num_chunks = np.maximum(lengths[kept] // chunk, 1)
-            self.unit_entity = np.repeat(kept, num_chunks)
-            first_unit = np.concatenate(([0], np.cumsum(num_chunks)[:-1]))
-            chunk_number = np.arange(len(self.unit_entity)) - np.repeat(first_unit, num_chunks)
-            self.unit_start = starts[self.unit_entity] + chunk_number * chunk
-            is_last = chunk_number == np.repeat(num_chunks, num_chunks) - 1
-            entity_end = starts[self.unit_entity] + lengths[self.unit_entity]
-            self.unit_length = np.where(is_last, entity_end - self.unit_start, chunk).astype(
-                np.int64
-            )
+        kept = self._long_enough(store, selected)
+        self.unit_entity, self.unit_start, self.unit_length = _units(store, kept, self.chunk_length)
         self._unit_strata = np.asarray(store.stratum_codes, dtype=np.int64)[self.unit_entity]
         self._gatherers: tuple[WindowGatherer, WindowGatherer] | None = None
         self._times: np.ndarray | None = None
@@ -233,22 +112,35 @@ class ForecastSampler(TaskSampler):
         except ValueError as error:
             raise ValueError(f"forecast sampler: labels: {error}") from None
 
+    def _long_enough(self, store: Any, selected: np.ndarray) -> np.ndarray:
+        """Store indices of the `selected` entities long enough for a task; the others are
+        `excluded_entities`.
+
+        Raises:
+            ValueError: none is long enough (naming the longest and what a task needs).
+        """
+        need = self.rows_per_task
+        lengths = np.asarray(store.lengths, dtype=np.int64)
+        fits = (lengths >= need) & selected
+        if not fits.any():
+            chosen = f" with label {', '.join(self.labels)}" if self.labels else ""
+            raise ValueError(
+                f"forecast sampler: no entity{chosen} of store {store.path} is long enough for "
+                "one task, "
+                f"which needs {self._need_text()} = {need} rows; the longest entity has "
+                f"{int(lengths[selected].max()) if selected.any() else 0}: lower lookback, horizon, "
+                "num_support, num_query or stride"
+            )
+        self.excluded_entities = np.flatnonzero(selected & ~fits)
+        return np.flatnonzero(fits)
+
     @property
     def rows_per_task(self) -> int:
         """Fewest rows a unit needs: L + 2H + (K + Q - 2)·stride - pad_inputs."""
-        return (
-            self.lookback
-            + 2 * self.horizon
-            + (self.num_support + self.num_query - 2) * self.stride
-            - self.pad_inputs
-        )
+        return self.options.rows_per_task
 
     def _need_text(self) -> str:
-        return (
-            f"lookback {self.lookback} + 2·horizon {self.horizon} + "
-            f"(num_support {self.num_support} + num_query {self.num_query} - 2)·stride "
-            f"{self.stride}" + (f" - pad_inputs {self.pad_inputs}" if self.pad_inputs else "")
-        )
+        return self.options.need_text()
 
     @property
     def num_excluded_entities(self) -> int:
@@ -468,3 +360,40 @@ class ForecastSampler(TaskSampler):
             stratum=torch.from_numpy(self._unit_strata[units]),
             split_time=torch.from_numpy(self._store_times()[base]),
         )
+
+
+def _target_names(store: Any, target_columns: Sequence[str] | None) -> Sequence[str]:
+    """The columns to forecast: `target_columns`, or the store's targets.
+
+    Raises:
+        ValueError: neither names any (a store without target columns).
+    """
+    if target_columns is not None:
+        return target_columns
+    if not store.target_names:
+        raise ValueError(
+            f"store {store.path} has no target columns; set target_columns to some of "
+            f"{store.column_names}"
+        )
+    return store.target_names
+
+
+def _units(
+    store: Any, kept: np.ndarray, chunk_length: int | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`(unit_entity, unit_start, unit_length)`, each `[num_units]` int64: one unit per
+    entity of `kept`, or (with `chunk_length`) one per `chunk_length` rows of each, the
+    last chunk of an entity taking the remainder."""
+    lengths = np.asarray(store.lengths, dtype=np.int64)
+    starts = np.asarray(store.starts, dtype=np.int64)
+    if chunk_length is None:
+        return kept, starts[kept], lengths[kept]
+    num_chunks = np.maximum(lengths[kept] // chunk_length, 1)
+    unit_entity = np.repeat(kept, num_chunks)
+    first_unit = np.concatenate(([0], np.cumsum(num_chunks)[:-1]))
+    chunk_number = np.arange(len(unit_entity)) - np.repeat(first_unit, num_chunks)
+    unit_start = starts[unit_entity] + chunk_number * chunk_length
+    is_last = chunk_number == np.repeat(num_chunks, num_chunks) - 1
+    entity_end = starts[unit_entity] + lengths[unit_entity]
+    unit_length = np.where(is_last, entity_end - unit_start, chunk_length).astype(np.int64)
+    return unit_entity, unit_start, unit_length

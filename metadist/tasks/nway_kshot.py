@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
 from metadist.batch import MetaBatch, TaskSet
+from metadist.options import Configurable
 from metadist.tasks.base import (
     EvaluationTasks,
     TaskSampler,
@@ -39,20 +41,13 @@ from metadist.tasks.windows import WindowGatherer
 
 
 @register_task_sampler("nway_kshot")
-class NWayKShotSampler(TaskSampler):
+class NWayKShotSampler(TaskSampler, Configurable):
     """N-way K-shot classification of series windows by entity label or stratum.
 
     Args:
         store: an open `SeriesStore` (with a label or stratum column).
-        num_ways: N classes per task.
-        num_shots: K support examples per class.
-        num_query: Q query examples per class.
-        class_by: "label" or "stratum": which entity attribute is the class.
-        lookback: L, rows per example window; None takes whole series.
-        input_columns: store columns of the examples (default: all columns).
-        resample_to: with `lookback=None`, the rows every whole series is resampled to
-            (linear interpolation); default: the longest series' length when lengths
-            differ, none when they are equal.
+        options: the sampler's `NWayKShotSampler.Options` (below), or give its fields as
+            keywords (`NWayKShotSampler(store, num_ways=5)`); kept as `self.options`.
 
     A class can appear in a task only if the sampler's pool (all usable entities, or the
     split's entities after `confined_to`) holds at least K + Q entities of it; a unit of a
@@ -67,58 +62,75 @@ class NWayKShotSampler(TaskSampler):
             with a lookback; or fewer than N classes with K + Q entities in the pool.
     """
 
+    @dataclass(frozen=True)
+    class Options:
+        """The N-way K-shot sampler's options (`sampler.options`).
+
+        Attributes:
+            num_ways: N classes per task.
+            num_shots: K support examples per class.
+            num_query: Q query examples per class.
+            class_by: "label" or "stratum": which entity attribute is the class.
+            lookback: L, rows per example window; None takes whole series.
+            input_columns: store columns of the examples (default: all columns).
+            resample_to: with `lookback=None`, the rows every whole series is resampled
+                to (linear interpolation); default: the longest series' length when
+                lengths differ, none when they are equal.
+        """
+
+        num_ways: int = 5
+        num_shots: int = 1
+        num_query: int = 1
+        class_by: str = "label"
+        lookback: int | None = 32
+        input_columns: Sequence[str] | None = None
+        resample_to: int | None = None
+
+        def validate(self) -> None:
+            """Checks what needs no store; `ValueError` naming the option."""
+            check_positive(
+                "nway_kshot",
+                num_ways=self.num_ways,
+                num_shots=self.num_shots,
+                num_query=self.num_query,
+            )
+            if self.class_by not in ("label", "stratum"):
+                raise ValueError(
+                    "nway_kshot sampler: class_by must be 'label' or 'stratum', got "
+                    f"{self.class_by!r}"
+                )
+            if self.resample_to is not None:
+                if self.lookback is not None:
+                    raise ValueError(
+                        "nway_kshot sampler: resample_to applies to whole series; set "
+                        f"lookback: null to use it (got lookback={self.lookback})"
+                    )
+                check_positive("nway_kshot", resample_to=self.resample_to)
+
     needs_store = True
     draws_across_units = True
 
-    def __init__(
-        self,
-        store: Any,
-        *,
-        num_ways: int = 5,
-        num_shots: int = 1,
-        num_query: int = 1,
-        class_by: str = "label",
-        lookback: int | None = 32,
-        input_columns: Sequence[str] | None = None,
-        resample_to: int | None = None,
-    ) -> None:
-        check_positive("nway_kshot", num_ways=num_ways, num_shots=num_shots, num_query=num_query)
-        if class_by not in ("label", "stratum"):
-            raise ValueError(
-                f"nway_kshot sampler: class_by must be 'label' or 'stratum', got {class_by!r}"
-            )
+    def __init__(self, store: Any, *, options: Options | None = None, **keywords: Any) -> None:
+        self.options: NWayKShotSampler.Options = self.read_options(keywords, options)
+        opts = self.options
         lengths = np.asarray(store.lengths, dtype=np.int64)
-        self.whole_series = lookback is None
+        self.whole_series = opts.lookback is None
         self.resample = False
-        if resample_to is not None:
-            if lookback is not None:
-                raise ValueError(
-                    "nway_kshot sampler: resample_to applies to whole series; set lookback: null "
-                    f"to use it (got lookback={lookback})"
-                )
-            check_positive("nway_kshot", resample_to=resample_to)
+        lookback = opts.lookback
         if lookback is None:
-            if resample_to is not None or len(np.unique(lengths)) != 1:
+            if opts.resample_to is not None or len(np.unique(lengths)) != 1:
                 self.resample = True
-                lookback = int(resample_to if resample_to is not None else lengths.max())
+                lookback = int(opts.resample_to if opts.resample_to is not None else lengths.max())
             else:
                 lookback = int(lengths[0])
         check_positive("nway_kshot", lookback=lookback)
-        self.options = {
-            "num_ways": num_ways,
-            "num_shots": num_shots,
-            "num_query": num_query,
-            "class_by": class_by,
-            "lookback": None if self.whole_series else lookback,
-            "input_columns": input_columns,
-            "resample_to": resample_to,
-        }
         self.store = store
-        self.num_ways, self.num_shots = int(num_ways), int(num_shots)
-        self.num_query, self.lookback, self.class_by = int(num_query), int(lookback), class_by
+        self.num_ways, self.num_shots = int(opts.num_ways), int(opts.num_shots)
+        self.num_query, self.lookback = int(opts.num_query), int(lookback)
+        self.class_by = opts.class_by
         self.input_columns = resolve_columns(
             store,
-            store.column_names if input_columns is None else input_columns,
+            store.column_names if opts.input_columns is None else opts.input_columns,
             "input_columns",
         )
         usable = lengths >= (1 if self.resample else self.lookback)
@@ -129,9 +141,9 @@ class NWayKShotSampler(TaskSampler):
                 f"(the longest has {int(lengths.max())} rows)"
             )
         self.excluded_entities = np.flatnonzero(~usable)
-        codes = store.label_codes if class_by == "label" else store.stratum_codes
+        codes = store.label_codes if self.class_by == "label" else store.stratum_codes
         self.class_names = np.asarray(
-            store.label_names if class_by == "label" else store.stratum_names
+            store.label_names if self.class_by == "label" else store.stratum_names
         )
         self.unit_class = np.asarray(codes, dtype=np.int64)[self.unit_entity]
         self.unit_start = np.asarray(store.starts, dtype=np.int64)[self.unit_entity]

@@ -1,9 +1,10 @@
 """The sampler registry: `@register_task_sampler("name")`, `build_task_sampler`, names.
 
-A sampler's options are the keyword parameters of its constructor (after the store, for a
-sampler that reads one), or its `Options` dataclass where it declares one; they are read
-through `metadist.registry.Registry`, so `sampler.options.lookbak=32` is one error naming
-the path and `lookback`.
+A sampler's options are its nested `Options` dataclass where it declares one (the
+built-in samplers do, and receive and keep it typed: `metadist.options.Configurable`),
+else the keyword parameters of its constructor (after the store, for a sampler that
+reads one); they are read through `metadist.registry.Registry`, so
+`sampler.options.lookbak=32` is one error naming the path and `lookback`.
 """
 
 from __future__ import annotations
@@ -45,21 +46,32 @@ def get_task_sampler(name: str) -> type[TaskSampler]:
 
 
 def build_task_sampler(
-    name: str, store: Any = None, *, path: str | None = None, **options: Any
+    name: str,
+    store: Any = None,
+    *,
+    path: str | None = None,
+    options: Any = None,
+    **keywords: Any,
 ) -> TaskSampler:
-    """Builds the sampler registered as `name` with `options`.
+    """Builds the sampler registered as `name` with its options.
 
     Args:
+        store: the series store, for a sampler that reads one.
         path: where the options sit in the config, for messages (default
             `sampler.options`).
+        options: the options as a mapping, or as the typed object
+            `SAMPLERS.read_options` gives; or give them as `keywords` instead.
 
     Raises:
         ValueError: unknown name, a sampler that needs a store given none, an unknown
             option (naming its path and the closest valid one) or a bad value.
     """
+    if options is not None and keywords:
+        raise TypeError(f"build_task_sampler({name!r}): options or keywords, not both")
+    given = keywords if options is None else options
     cls = SAMPLERS.get(name)
     if cls.needs_store:
         if store is None:
             raise ValueError(f"task sampler {name!r} reads a series store: set data.store")
-        return SAMPLERS.build(name, store, options=options, path=path)
-    return SAMPLERS.build(name, options=options, path=path)
+        return SAMPLERS.build(name, store, options=given, path=path)
+    return SAMPLERS.build(name, options=given, path=path)

@@ -2,63 +2,73 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import numpy as np
 import torch
 
 from metadist.batch import MetaBatch, TaskSet
+from metadist.options import Configurable
 from metadist.tasks.base import TaskSampler, task_uniform
 from metadist.tasks.registry import register_task_sampler
 
 
 @register_task_sampler("sinusoid")
-class SinusoidSampler(TaskSampler):
+class SinusoidSampler(TaskSampler, Configurable):
     """y = A sin(x - phase), A ~ U[0.1, 5], phase ~ U[0, pi], x ~ U[-5, 5].
 
     Args:
-        num_support: K points per task to adapt on.
-        num_query: Q points per task to score on.
-        num_tasks: units per epoch (each unit is just a task number).
-        query_grid: if true, the query is `num_query` evenly spaced points on [-5, 5]
-            (the evaluation protocol of the paper) instead of random points.
+        options: the sampler's `SinusoidSampler.Options` (below), or give its fields as
+            keywords (`SinusoidSampler(num_support=5)`); kept as `self.options`.
 
     Shapes: `support.x [B, K, 1]`, `support.y [B, K, 1]`, likewise for the query.
     """
 
+    @dataclass(frozen=True)
+    class Options:
+        """The sinusoid sampler's options (`sampler.options`).
+
+        Attributes:
+            num_support: K points per task to adapt on.
+            num_query: Q points per task to score on.
+            num_tasks: units per epoch (each unit is just a task number).
+            query_grid: if true, the query is `num_query` evenly spaced points on the
+                x range (the evaluation protocol of the paper) instead of random points.
+            amplitude_range, phase_range, x_range: the uniform ranges A, phase and x are
+                drawn from.
+        """
+
+        num_support: int = 10
+        num_query: int = 10
+        num_tasks: int = 10_000
+        query_grid: bool = False
+        amplitude_range: tuple[float, float] = (0.1, 5.0)
+        phase_range: tuple[float, float] = (0.0, float(np.pi))
+        x_range: tuple[float, float] = (-5.0, 5.0)
+
+        def validate(self) -> None:
+            """`ValueError` naming the first count below 1."""
+            for field, value in (
+                ("num_support", self.num_support),
+                ("num_query", self.num_query),
+                ("num_tasks", self.num_tasks),
+            ):
+                if int(value) < 1:
+                    raise ValueError(f"sinusoid sampler: {field} must be >= 1, got {value}")
+
     needs_store = False
 
-    def __init__(
-        self,
-        num_support: int = 10,
-        num_query: int = 10,
-        num_tasks: int = 10_000,
-        query_grid: bool = False,
-        amplitude_range: tuple[float, float] = (0.1, 5.0),
-        phase_range: tuple[float, float] = (0.0, float(np.pi)),
-        x_range: tuple[float, float] = (-5.0, 5.0),
-    ) -> None:
-        for field, value in (
-            ("num_support", num_support),
-            ("num_query", num_query),
-            ("num_tasks", num_tasks),
-        ):
-            if int(value) < 1:
-                raise ValueError(f"sinusoid sampler: {field} must be >= 1, got {value}")
-        self.options = {
-            "num_support": num_support,
-            "num_query": num_query,
-            "num_tasks": num_tasks,
-            "query_grid": query_grid,
-            "amplitude_range": amplitude_range,
-            "phase_range": phase_range,
-            "x_range": x_range,
-        }
-        self.num_support = int(num_support)
-        self.num_query = int(num_query)
-        self.num_tasks = int(num_tasks)
-        self.query_grid = bool(query_grid)
-        self.amplitude_range = _pair(amplitude_range)
-        self.phase_range = _pair(phase_range)
-        self.x_range = _pair(x_range)
+    def __init__(self, *, options: Options | None = None, **keywords: Any) -> None:
+        self.options: SinusoidSampler.Options = self.read_options(keywords, options)
+        opts = self.options
+        self.num_support = int(opts.num_support)
+        self.num_query = int(opts.num_query)
+        self.num_tasks = int(opts.num_tasks)
+        self.query_grid = bool(opts.query_grid)
+        self.amplitude_range = _pair(opts.amplitude_range)
+        self.phase_range = _pair(opts.phase_range)
+        self.x_range = _pair(opts.x_range)
 
     @property
     def num_units(self) -> int:

@@ -21,14 +21,25 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import nn
 
 from metadist.batch import MetaBatch
+from metadist.data import BatchMetaDataLoader, StratifiedTaskPartitioner
+from metadist.learners import LEARNERS, Learner, build_learner, registered_learners
+from metadist.models import MODELS, build_model, registered_models
+from metadist.store import SeriesStore
+from metadist.store.identity import check_store_integrity, store_identity
+from metadist.tasks import (
+    SAMPLERS,
+    TaskSampler,
+    build_task_sampler,
+    derive_task_seeds,
+    registered_task_samplers,
+)
 from metadist.train.config import TrainConfig
+from metadist.train.distributed import DistEnv
 from metadist.train.optim import build_optimizer, scheduled_lr
 
 __all__ = ["RunParts", "TaskSource", "build_parts", "build_task_source", "scheduled_lr"]
-from metadist.train.distributed import DistEnv
 
 
 @dataclass
@@ -49,15 +60,15 @@ class RunParts:
         store_identity: its identity (`metadist.store.identity`), recorded in checkpoints.
     """
 
-    sampler: Any
-    partitioner: Any
-    train_loader: Any
-    val_loader: Any
-    learner: nn.Module
+    sampler: TaskSampler
+    partitioner: StratifiedTaskPartitioner
+    train_loader: BatchMetaDataLoader
+    val_loader: BatchMetaDataLoader | None
+    learner: Learner
     optimizer: torch.optim.Optimizer
     input_shape: tuple[int, ...]
     output_shape: tuple[int, ...]
-    store: Any = None
+    store: SeriesStore | None = None
     store_identity: dict[str, Any] | None = None
 
 
@@ -77,10 +88,10 @@ class TaskSource:
             embedding), else `task_output_shape`.
     """
 
-    store: Any
+    store: SeriesStore | None
     store_identity: dict[str, Any] | None
-    sampler: Any
-    partitioner: Any
+    sampler: TaskSampler
+    partitioner: StratifiedTaskPartitioner
     input_shape: tuple[int, ...]
     task_output_shape: tuple[int, ...]
     output_shape: tuple[int, ...]
@@ -97,13 +108,12 @@ def build_task_source(config: TrainConfig, *, verify_store: bool | None = None) 
         ValueError: the sampler rejects its options (naming `sampler.options.<key>`).
         FileNotFoundError: `data.store` is missing.
     """
-    from metadist.tasks import build_task_sampler, derive_task_seeds, registered_task_samplers
-
     store, identity = open_store(config, verify_store)
     with _naming(
         "sampler", _unknown_hint("sampler", config.sampler.name, registered_task_samplers())
     ):
-        sampler = build_task_sampler(config.sampler.name, store, **config.sampler.options)
+        options = config.sampler.read_options(SAMPLERS)
+        sampler = build_task_sampler(config.sampler.name, store, options=options)
     seed = config.trainer.seed
     partitioner = config.data.partitioner(sampler, store, seed)
     _note_merged_strata(partitioner, store, config.data.fractions)
@@ -123,7 +133,9 @@ def build_task_source(config: TrainConfig, *, verify_store: bool | None = None) 
     )
 
 
-def _note_merged_strata(partitioner: Any, store: Any, fractions: Any) -> None:
+def _note_merged_strata(
+    partitioner: StratifiedTaskPartitioner, store: SeriesStore | None, fractions: Any
+) -> None:
     """One note (from the first rank) naming the strata too small to split on their own."""
     merged = getattr(partitioner, "merged_strata", [])
     if not merged or os.environ.get("RANK", "0") != "0":
@@ -148,13 +160,45 @@ def build_parts(config: TrainConfig, env: DistEnv) -> RunParts:
             sampler yields tasks the model cannot take.
         FileNotFoundError: `data.store` is missing.
     """
-    from metadist.data import BatchMetaDataLoader
-    from metadist.learners import build_learner, registered_learners
-    from metadist.models import build_model, registered_models
-
-    seed = config.trainer.seed
     source = build_task_source(config)
-    store, identity = source.store, source.store_identity
+    train_loader, val_loader = build_loaders(config, env, source)
+    learner = build_run_learner(config, env, source)
+    optimizer = build_optimizer(config.optimizer, learner.parameters())
+    return RunParts(
+        sampler=source.sampler,
+        partitioner=source.partitioner,
+        train_loader=train_loader,
+        val_loader=val_loader,
+        learner=learner,
+        optimizer=optimizer,
+        input_shape=source.input_shape,
+        output_shape=source.output_shape,
+        store=source.store,
+        store_identity=source.store_identity,
+    )
+
+
+_TRAIN_HINT = (
+    "to fix: lower trainer.meta_batch_size (keeping it a multiple of the number of "
+    "ranks), give meta-train a larger share in data.fractions, or use a store with more "
+    "units"
+)
+_VAL_HINT = (
+    "to fix: lower trainer.meta_batch_size (keeping it a multiple of the number of "
+    "ranks), give meta-val a larger share in data.fractions (e.g. "
+    "data.fractions=[0.6,0.2,0.2]), or turn meta-val off with trainer.eval_every=0"
+)
+
+
+def build_loaders(
+    config: TrainConfig, env: DistEnv, source: TaskSource
+) -> tuple[BatchMetaDataLoader, BatchMetaDataLoader | None]:
+    """This rank's `(meta-train loader, meta-val loader or None)` over `source`'s split.
+
+    Raises:
+        ValueError: a loader option the sampler cannot serve, or a split that cannot fill
+            a rank's batch (naming the fields to change).
+    """
     sampler, partitioner = source.sampler, source.partitioner
     wants_rows = config.data.order == "blocked" or (config.data.read_ahead or 0) > 0
     if wants_rows and sampler.unit_rows() is None:
@@ -163,87 +207,82 @@ def build_parts(config: TrainConfig, env: DistEnv) -> RunParts:
             f"{config.sampler.name!r} does not say which store rows its units read; use "
             "data.order=random with data.read_ahead unset"
         )
-    on_gpu = env.device.type == "cuda"
-    loader_options: dict[str, Any] = {
-        "batch_size": config.trainer.meta_batch_size // env.world_size,
-        "seed": seed,
-        "rank": env.rank,
-        "world_size": env.world_size,
-        "num_workers": config.data.num_workers,
-        "pin_memory": on_gpu if config.data.pin_memory is None else config.data.pin_memory,
-        "order": config.data.order,
-        "block_bytes": config.data.block_bytes,
-        "window_blocks": config.data.window_blocks,
-        "read_ahead": config.data.read_ahead,
-        "release": config.data.release,
-    }
-    if config.data.num_workers > 0:
-        loader_options["persistent_workers"] = config.data.persistent_workers
-        if config.data.prefetch_factor is not None:
-            loader_options["prefetch_factor"] = config.data.prefetch_factor
+    options = _loader_options(config, env)
     batch_fields = (
         f"trainer.meta_batch_size={config.trainer.meta_batch_size} over {env.world_size} "
         f"rank(s), data.fractions={list(config.data.fractions)}"
     )
-    train_hint = (
-        "to fix: lower trainer.meta_batch_size (keeping it a multiple of the number of "
-        "ranks), give meta-train a larger share in data.fractions, or use a store with more "
-        "units"
-    )
-    with _naming(batch_fields, train_hint):
-        train_loader = BatchMetaDataLoader(sampler, partitioner, split="train", **loader_options)
+    with _naming(batch_fields, _TRAIN_HINT):
+        train_loader = BatchMetaDataLoader(sampler, partitioner, split="train", **options)
     if len(train_loader) < 1:
         raise ValueError(
             f"trainer.meta_batch_size={config.trainer.meta_batch_size}: a rank's meta-train "
-            f"split yields no full batch per epoch; {train_hint}"
+            f"split yields no full batch per epoch; {_TRAIN_HINT}"
         )
-    val_loader = None
-    if config.trainer.eval_every > 0:
-        val_hint = (
-            "to fix: lower trainer.meta_batch_size (keeping it a multiple of the number of "
-            "ranks), give meta-val a larger share in data.fractions (e.g. "
-            "data.fractions=[0.6,0.2,0.2]), or turn meta-val off with trainer.eval_every=0"
-        )
-        val_options = dict(loader_options)
-        per_rank = len(partitioner.units("val")) // env.world_size
-        if 0 < per_rank < loader_options["batch_size"]:
-            # A small meta-val split (a small data set, or a model whose tasks only some
-            # series can give) is still monitored, in smaller batches.
-            val_options["batch_size"] = per_rank
-            if env.rank == 0:
-                print(
-                    f"note: meta-val has {per_rank} task(s) per rank, fewer than the "
-                    f"{loader_options['batch_size']} of a meta-batch: its batches hold {per_rank}",
-                    file=sys.stderr,
-                )
-        with _naming(f"{batch_fields} (meta-val, trainer.eval_every > 0)", val_hint):
-            val_loader = BatchMetaDataLoader(sampler, partitioner, split="val", **val_options)
+    if config.trainer.eval_every <= 0:
+        return train_loader, None
+    val_options = dict(options)
+    per_rank = len(partitioner.units("val")) // env.world_size
+    if 0 < per_rank < options["batch_size"]:
+        # A small meta-val split (a small data set, or a model whose tasks only some
+        # series can give) is still monitored, in smaller batches.
+        val_options["batch_size"] = per_rank
+        if env.rank == 0:
+            print(
+                f"note: meta-val has {per_rank} task(s) per rank, fewer than the "
+                f"{options['batch_size']} of a meta-batch: its batches hold {per_rank}",
+                file=sys.stderr,
+            )
+    with _naming(f"{batch_fields} (meta-val, trainer.eval_every > 0)", _VAL_HINT):
+        val_loader = BatchMetaDataLoader(sampler, partitioner, split="val", **val_options)
+    return train_loader, val_loader
 
-    input_shape, output_shape = source.input_shape, source.output_shape
-    torch.manual_seed(seed)
+
+def _loader_options(config: TrainConfig, env: DistEnv) -> dict[str, Any]:
+    """The `BatchMetaDataLoader` keywords of this rank's meta-train loader (`data.*`)."""
+    data = config.data
+    options: dict[str, Any] = {
+        "batch_size": config.trainer.meta_batch_size // env.world_size,
+        "seed": config.trainer.seed,
+        "rank": env.rank,
+        "world_size": env.world_size,
+        "num_workers": data.num_workers,
+        "pin_memory": env.device.type == "cuda" if data.pin_memory is None else data.pin_memory,
+        "order": data.order,
+        "block_bytes": data.block_bytes,
+        "window_blocks": data.window_blocks,
+        "read_ahead": data.read_ahead,
+        "release": data.release,
+    }
+    if data.num_workers > 0:
+        options["persistent_workers"] = data.persistent_workers
+        if data.prefetch_factor is not None:
+            options["prefetch_factor"] = data.prefetch_factor
+    return options
+
+
+def build_run_learner(config: TrainConfig, env: DistEnv, source: TaskSource) -> Learner:
+    """The run's model (initialised from `trainer.seed`) inside its learner, on `env.device`.
+
+    Raises:
+        ValueError: an unknown model or learner, or options they reject (naming the field).
+    """
+    torch.manual_seed(config.trainer.seed)
     with _naming("model", _unknown_hint("model", config.model.name, registered_models())):
-        model = build_model(config.model.name, input_shape, output_shape, **config.model.options)
+        options = config.model.read_options(MODELS)
+        model = build_model(
+            config.model.name, source.input_shape, source.output_shape, options=options
+        )
     with _naming("learner", _unknown_hint("learner", config.learner.name, registered_learners())):
+        config.learner.read_options(LEARNERS)
         learner = build_learner(config.learner.name, model, **config.learner.options)
     learner.to(env.device)
-    optimizer = build_optimizer(config.optimizer, learner.parameters())
-    return RunParts(
-        sampler=sampler,
-        partitioner=partitioner,
-        train_loader=train_loader,
-        val_loader=val_loader,
-        learner=learner,
-        optimizer=optimizer,
-        input_shape=input_shape,
-        output_shape=output_shape,
-        store=store,
-        store_identity=identity,
-    )
+    return learner
 
 
 def open_store(
     config: TrainConfig, verify: bool | None = None
-) -> tuple[Any, dict[str, Any] | None]:
+) -> tuple[SeriesStore | None, dict[str, Any] | None]:
     """`(store, identity)` of `data.store` (`(None, None)` without one), its checksums
     recomputed first when `verify` (`None`: unless `data.verify_store=false`).
 
@@ -253,9 +292,6 @@ def open_store(
     """
     if config.data.store is None:
         return None, None
-    from metadist.store import SeriesStore
-    from metadist.store.identity import check_store_integrity, store_identity
-
     store = SeriesStore.open(config.data.store)
     if config.data.verify_store if verify is None else verify:
         check_store_integrity(store)
@@ -287,7 +323,9 @@ def _naming(fields: str, hint: str | None = None) -> Iterator[None]:
         raise ValueError(f"{fields}: {message}{suffix}") from None
 
 
-def example_shapes(example: MetaBatch, sampler: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
+def example_shapes(
+    example: MetaBatch, sampler: TaskSampler
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """`(input_shape, output_shape)` of one example of the sampler's tasks.
 
     Regression and forecasting: `x [B, K, *input_shape]`, `y [B, K, *output_shape]`.

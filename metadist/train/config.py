@@ -18,13 +18,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from metadist.options import from_mapping, to_plain
+from metadist.data import StratifiedTaskPartitioner
+from metadist.data.splits import SPLIT_BY, STRATIFY_BY, build_partitioner
+from metadist.options import check_choice, check_min, from_mapping, to_plain
+from metadist.registry import Registry
+from metadist.store import SeriesStore
+from metadist.tasks import TaskSampler
+from metadist.train.optim import OptimizerConfig  # re-exported: it lives with the optimizers
 
 _DEVICES = ("auto", "cpu", "cuda")
 _BACKENDS = ("auto", "gloo", "nccl")
 _PRECISIONS = ("fp32", "bf16")
 _GPU_INDEX = re.compile(r"cuda:\d+")
-_SCHEDULES = ("constant", "cosine")
 _WANDB_MODES = ("online", "offline", "disabled")
 
 
@@ -77,11 +82,11 @@ class DataConfig:
     read_ahead: int | None = None
     release: bool = False
 
-    def partitioner(self, sampler: Any, store: Any, seed: int) -> Any:
+    def partitioner(
+        self, sampler: TaskSampler, store: SeriesStore | None, seed: int
+    ) -> StratifiedTaskPartitioner:
         """The run's `StratifiedTaskPartitioner` of `sampler`'s units (see
         `metadist.data.splits.build_partitioner`)."""
-        from metadist.data.splits import build_partitioner
-
         return build_partitioner(
             sampler,
             store,
@@ -103,8 +108,6 @@ class DataConfig:
             )
         if self.fractions[0] <= 0:
             raise ValueError("data.fractions: the meta-train share must be > 0")
-        from metadist.data.splits import SPLIT_BY, STRATIFY_BY
-
         if self.split_by is not None and self.split_by not in SPLIT_BY:
             raise ValueError(
                 f"data.split_by must be one of {', '.join(SPLIT_BY)} or null, got {self.split_by!r}"
@@ -119,18 +122,18 @@ class DataConfig:
                 f"data.stratify_by={self.stratify_by} does not apply to data.split_by="
                 f"{self.split_by}: whole classes are split, not stratified; leave it null"
             )
-        _check_min("data.num_workers", self.num_workers, 0)
+        check_min("data.num_workers", self.num_workers, 0)
         if self.prefetch_factor is not None:
-            _check_min("data.prefetch_factor", self.prefetch_factor, 1)
+            check_min("data.prefetch_factor", self.prefetch_factor, 1)
             if self.num_workers == 0:
                 raise ValueError("data.prefetch_factor needs data.num_workers > 0")
         if self.persistent_workers and self.num_workers == 0:
             raise ValueError("data.persistent_workers needs data.num_workers > 0")
-        _check_choice("data.order", self.order, ("random", "blocked"))
-        _check_min("data.block_bytes", self.block_bytes, 1)
-        _check_min("data.window_blocks", self.window_blocks, 1)
+        check_choice("data.order", self.order, ("random", "blocked"))
+        check_min("data.block_bytes", self.block_bytes, 1)
+        check_min("data.window_blocks", self.window_blocks, 1)
         if self.read_ahead is not None:
-            _check_min("data.read_ahead", self.read_ahead, 0)
+            check_min("data.read_ahead", self.read_ahead, 0)
         if self.release and self.order != "blocked":
             raise ValueError("data.release needs data.order=blocked")
         if self.store is not None and not Path(self.store).is_dir():
@@ -144,10 +147,34 @@ class DataConfig:
 
 @dataclass
 class ComponentConfig:
-    """A registered component chosen by name, with its keyword options."""
+    """A registered component chosen by name, with its options.
+
+    Attributes:
+        name: the registered name.
+        options: the options as composed: the plain mapping the config files and the
+            overrides give, and the run's saved config holds.
+
+    `typed_options` (an attribute, not a field: it is neither composed nor saved) is
+    `None` until `read_options` checks the options against the component's schema; it
+    then holds them typed (the component's `Options`), the object the component is
+    built from.
+    """
 
     name: str = ""
     options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.typed_options: Any = None
+
+    def read_options(self, registry: Registry) -> Any:
+        """The options read into `registry`'s schema of `name`, kept as `typed_options`.
+
+        Raises:
+            ValueError: an unknown name or option, or a value of the wrong type, naming
+                `<kind>.options.<key>` and the closest valid name.
+        """
+        self.typed_options = registry.read_options(self.name, self.options)
+        return self.typed_options
 
 
 @dataclass
@@ -169,55 +196,6 @@ class ModelConfig(ComponentConfig):
             raise ValueError(
                 f"model.output_shape must be null or positive sizes, got {self.output_shape}"
             )
-
-
-@dataclass
-class OptimizerConfig:
-    """The outer-loop (meta) optimizer.
-
-    Attributes:
-        name: a registered optimizer (`metadist.train.optim`): `adam`, `adamw`, `sgd`.
-        lr: learning rate, > 0.
-        weight_decay: ≥ 0.
-        betas: Adam(W) coefficients, each in [0, 1).
-        momentum: SGD momentum, in [0, 1).
-        grad_clip: clip the meta-gradient's global norm to this value; `None` for no clip.
-        schedule: the learning rate over the run: `constant`, or `cosine` (from `lr` down
-            to 0 at `trainer.meta_steps`, half a cosine wave).
-        warmup_steps: meta-steps over which the learning rate first rises linearly to
-            `lr` (then the schedule runs over the remaining steps).
-    """
-
-    name: str = "adam"
-    lr: float = 1e-3
-    weight_decay: float = 0.0
-    betas: tuple[float, float] = (0.9, 0.999)
-    momentum: float = 0.0
-    grad_clip: float | None = None
-    schedule: str = "constant"
-    warmup_steps: int = 0
-
-    def validate(self) -> None:
-        from metadist.train.optim import OPTIMIZERS
-
-        OPTIMIZERS.get(self.name)  # unknown: names the closest registered one
-        _check_choice("optimizer.schedule", self.schedule, _SCHEDULES)
-        if isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int):
-            raise ValueError(
-                f"optimizer.warmup_steps must be an integer, got {self.warmup_steps!r}"
-            )
-        if self.warmup_steps < 0:
-            raise ValueError(f"optimizer.warmup_steps must be >= 0, got {self.warmup_steps}")
-        if not self.lr > 0:
-            raise ValueError(f"optimizer.lr must be > 0, got {self.lr}")
-        if self.weight_decay < 0:
-            raise ValueError(f"optimizer.weight_decay must be >= 0, got {self.weight_decay}")
-        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
-            raise ValueError(f"optimizer.betas must be two values in [0, 1), got {self.betas}")
-        if not 0 <= self.momentum < 1:
-            raise ValueError(f"optimizer.momentum must be in [0, 1), got {self.momentum}")
-        if self.grad_clip is not None and not self.grad_clip > 0:
-            raise ValueError(f"optimizer.grad_clip must be > 0 or null, got {self.grad_clip}")
 
 
 @dataclass
@@ -272,22 +250,22 @@ class TrainerConfig:
     precision: str = "fp32"
 
     def validate(self, world_size: int) -> None:
-        _check_min("trainer.meta_steps", self.meta_steps, 1)
-        _check_min("trainer.meta_batch_size", self.meta_batch_size, 1)
-        _check_min("trainer.checkpoint_every", self.checkpoint_every, 1)
-        _check_min("trainer.keep_checkpoints", self.keep_checkpoints, 1)
-        _check_min("trainer.eval_every", self.eval_every, 0)
-        _check_min("trainer.eval_batches", self.eval_batches, 1)
+        check_min("trainer.meta_steps", self.meta_steps, 1)
+        check_min("trainer.meta_batch_size", self.meta_batch_size, 1)
+        check_min("trainer.checkpoint_every", self.checkpoint_every, 1)
+        check_min("trainer.keep_checkpoints", self.keep_checkpoints, 1)
+        check_min("trainer.eval_every", self.eval_every, 0)
+        check_min("trainer.eval_batches", self.eval_batches, 1)
         if self.num_threads is not None:
-            _check_min("trainer.num_threads", self.num_threads, 1)
+            check_min("trainer.num_threads", self.num_threads, 1)
         if self.check_every is not None:
-            _check_min("trainer.check_every", self.check_every, 1)
+            check_min("trainer.check_every", self.check_every, 1)
         if not isinstance(self.compile, bool):
             raise ValueError(f"trainer.compile must be true or false, got {self.compile!r}")
-        _check_choice("trainer.precision", self.precision, _PRECISIONS)
+        check_choice("trainer.precision", self.precision, _PRECISIONS)
         if not _GPU_INDEX.fullmatch(str(self.device)):
-            _check_choice("trainer.device", self.device, (*_DEVICES, "cuda:N"))
-        _check_choice("trainer.backend", self.backend, _BACKENDS)
+            check_choice("trainer.device", self.device, (*_DEVICES, "cuda:N"))
+        check_choice("trainer.backend", self.backend, _BACKENDS)
         if self.seed < 0:
             raise ValueError(f"trainer.seed must be >= 0, got {self.seed}")
         if self.backend == "nccl" and _GPU_INDEX.fullmatch(str(self.device)) and world_size > 1:
@@ -323,7 +301,7 @@ class WandbConfig:
     quiet: bool = True
 
     def validate(self) -> None:
-        _check_choice("logging.wandb.mode", self.mode, _WANDB_MODES)
+        check_choice("logging.wandb.mode", self.mode, _WANDB_MODES)
 
 
 @dataclass
@@ -348,7 +326,7 @@ class LoggingConfig:
     wandb: WandbConfig = field(default_factory=WandbConfig)
 
     def validate(self) -> None:
-        _check_min("logging.log_every", self.log_every, 1)
+        check_min("logging.log_every", self.log_every, 1)
         if not self.progress_every > 0:
             raise ValueError(f"logging.progress_every must be > 0, got {self.progress_every}")
         if self.tensorboard:
@@ -481,13 +459,3 @@ def import_modules(names: list[str]) -> None:
                 f"imports: cannot import module {name!r} ({type(error).__name__}: {error}); "
                 f"it must be importable from the working directory {cwd} or PYTHONPATH"
             ) from None
-
-
-def _check_min(name: str, value: int, minimum: int) -> None:
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-
-
-def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {', '.join(choices)}; got {value!r}")

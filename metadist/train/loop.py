@@ -1,34 +1,30 @@
 """The meta-training loop: one forward and one backward per meta-step, under DDP.
 
 `train(config)` is the whole run on one rank: build the parts, form the process group,
-resume from the run directory's latest checkpoint if there is one, loop, write the final
+resume from the run directory's latest checkpoint if there is one (`metadist.train.resume`;
+the random number generators' state: `metadist.train.rng`), loop, write the final
 checkpoint. Run it alone or under `torchrun`; every rank runs the same code, and only
 rank 0 writes to the run directory.
 """
 
 from __future__ import annotations
 
-import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from metadist.train.build import RunParts, build_parts, scheduled_lr
-from metadist.train.checkpoint import (
-    CheckpointError,
-    checkpoint_path,
-    latest_checkpoint,
-    load_checkpoint,
-    save_checkpoint,
-)
-from metadist.train.config import TrainConfig, without_nulls
+from metadist.batch import MetaBatch
+from metadist.data import BatchMetaDataLoader
+from metadist.tasks import TaskSampler
+from metadist.train.build import RunParts, build_parts
+from metadist.train.checkpoint import checkpoint_path, save_checkpoint
+from metadist.train.config import TrainConfig, TrainerConfig
 from metadist.train.distributed import (
     DistEnv,
     all_gather_objects,
@@ -38,24 +34,21 @@ from metadist.train.distributed import (
     init_distributed,
     read_env,
 )
-from metadist.train.logging import NullLogger, RunLogger, new_run_id
+from metadist.train.logging import NullLogger, RunLogger
+from metadist.train.optim import scheduled_lr
+from metadist.train.resume import check_same_run, finished_before, resume
+from metadist.train.rng import rng_state
 from metadist.train.signals import StopRequest
 from metadist.train.step import MetaStep, resolved_check_every
 
-# Sections that define what a run computes: resuming with any of them changed would
-# silently continue a different experiment.
-_RUN_IDENTITY = (
-    ("sampler",),
-    ("model",),
-    ("learner",),
-    ("optimizer",),
-    ("data", "store"),
-    ("data", "fractions"),
-    ("data", "pinned_test_units"),
-    ("data", "split_by"),
-    ("data", "stratify_by"),
-    ("trainer", "seed"),
-)
+__all__ = [
+    "NonFiniteLossError",
+    "TrainResult",
+    "check_same_run",  # re-exported: resuming lives in metadist.train.resume
+    "evaluate",
+    "finished_before",
+    "train",
+]
 
 
 class NonFiniteLossError(RuntimeError):
@@ -139,7 +132,7 @@ class _Context:
 
 
 def _run(config: TrainConfig, env: DistEnv, parts: RunParts, on_eval) -> TrainResult:
-    step, run_id, checkpoint = _resume(config, env, parts)
+    step, run_id, checkpoint = resume(config, env, parts)
     if env.is_main:
         logger: RunLogger | NullLogger = RunLogger(
             config.resolved_run_dir,
@@ -205,7 +198,8 @@ def _loop(ctx: _Context, step: int, checkpoint: Path | None) -> TrainResult:
     steps and before every metrics record, evaluation and checkpoint.
     """
     trainer, env, parts = ctx.config.trainer, ctx.env, ctx.parts
-    val_start = parts.val_loader.state_dict() if parts.val_loader is not None else None
+    val_loader = parts.val_loader
+    val_start = val_loader.state_dict() if val_loader is not None else {}
     check_every = resolved_check_every(trainer.check_every, env.device)
     meta_step = MetaStep(
         ctx.model,
@@ -227,7 +221,7 @@ def _loop(ctx: _Context, step: int, checkpoint: Path | None) -> TrainResult:
             done = step + 1
             last = done == trainer.meta_steps
             logs = done % ctx.config.logging.log_every == 0 or last
-            evals = parts.val_loader is not None and (done % trainer.eval_every == 0 or last)
+            evals = val_loader is not None and (done % trainer.eval_every == 0 or last)
             saves = done % trainer.checkpoint_every == 0 or last
             sync = done % check_every == 0 or logs or evals or saves
             lr = scheduled_lr(ctx.config.optimizer, step, trainer.meta_steps)
@@ -251,8 +245,8 @@ def _loop(ctx: _Context, step: int, checkpoint: Path | None) -> TrainResult:
                 values = window.flush(step, trainer.meta_batch_size)
                 values["lr"] = parts.optimizer.param_groups[0]["lr"]
                 ctx.logger.log(step, "train", values)
-            if evals:
-                values = evaluate(parts.learner, parts.val_loader, val_start, env, trainer)
+            if evals and val_loader is not None:
+                values = evaluate(parts.learner, val_loader, val_start, env, trainer)
                 ctx.logger.log(step, "val", values)
                 if ctx.on_eval is not None:
                     ctx.on_eval(step, values)
@@ -273,7 +267,7 @@ def _loop(ctx: _Context, step: int, checkpoint: Path | None) -> TrainResult:
     return TrainResult(step, ctx.config.resolved_run_dir, checkpoint, None, parts.learner, loss)
 
 
-def _check_inputs_finite(batch, sampler: Any, step: int, env: DistEnv) -> None:
+def _check_inputs_finite(batch: MetaBatch, sampler: TaskSampler, step: int, env: DistEnv) -> None:
     """Blames the data, not the learning rate, when a task's inputs hold NaN/inf.
 
     Collective: every rank calls it once the ranks agreed that the loss is not finite,
@@ -305,7 +299,11 @@ def _check_inputs_finite(batch, sampler: Any, step: int, env: DistEnv) -> None:
 
 
 def evaluate(
-    learner: nn.Module, loader: Any, start_state: dict | None, env: DistEnv, trainer
+    learner: nn.Module,
+    loader: BatchMetaDataLoader,
+    start_state: dict[str, Any],
+    env: DistEnv,
+    trainer: TrainerConfig,
 ) -> dict[str, float]:
     """Mean meta-loss and metrics on the same `eval_batches` meta-val batches every time.
 
@@ -371,7 +369,7 @@ def _save(ctx: _Context, step: int) -> Path:
     Returns the checkpoint's path on every rank.
     """
     config, env, parts = ctx.config, ctx.env, ctx.parts
-    rng_states = all_gather_objects(_rng_state(env), env)
+    rng_states = all_gather_objects(rng_state(env), env)
     if not env.is_main:
         return checkpoint_path(config.resolved_run_dir, step)
     state = {
@@ -387,146 +385,3 @@ def _save(ctx: _Context, step: int) -> Path:
     return save_checkpoint(
         config.resolved_run_dir, step, state, keep=config.trainer.keep_checkpoints
     )
-
-
-def _resume(config: TrainConfig, env: DistEnv, parts: RunParts) -> tuple[int, str, Path | None]:
-    """`(step, run_id, checkpoint)`: restored from the latest checkpoint, or a fresh start."""
-    run_dir = config.resolved_run_dir
-    found = latest_checkpoint(run_dir)
-    if found is None:
-        # Every rank draws differently from here on (dropout masks), reproducibly.
-        _seed_rank(config.trainer.seed, env)
-        run_id = new_run_id() if env.is_main else ""
-        return 0, run_id, None
-    path, pointer = found
-    state = load_checkpoint(path, pointer)
-    check_same_run(state.get("config", {}), config.to_dict(), run_dir)
-    if parts.store is not None:
-        from metadist.store.identity import check_store_identity
-
-        check_store_identity(state.get("store_identity"), parts.store, f"the run in {run_dir}")
-    parts.learner.load_state_dict(state["learner"])
-    parts.optimizer.load_state_dict(state["optimizer"])
-    parts.train_loader.load_state_dict(state["loader"])
-    rng = state.get("rng", [])
-    if state.get("world_size") == env.world_size and len(rng) == env.world_size:
-        _set_rng_state(rng[env.rank], env)
-    else:
-        _seed_rank(config.trainer.seed + int(state["step"]), env)
-    return int(state["step"]), str(state.get("run_id", "")), path
-
-
-def check_same_run(saved: dict, current: dict, run_dir: Path) -> None:
-    """Refuses to resume a run under other settings, naming the first setting that differs
-    and a run directory for a new run with it.
-
-    Raises:
-        ValueError: a setting of `_RUN_IDENTITY` differs (nulls ignored: a run resumes
-            after an upgrade lists a new, null option).
-    """
-    for key in _RUN_IDENTITY:
-        before: Any = saved
-        now: Any = current
-        for part in key:
-            before = before.get(part) if isinstance(before, dict) else None
-            now = now.get(part) if isinstance(now, dict) else None
-        before, now = without_nulls(before), without_nulls(now)
-        if before != now:
-            path, was, wanted = _first_difference(list(key), before, now)
-            name = ".".join(path)
-            raise ValueError(
-                f"run_dir {run_dir} holds a run with {name}={_shown(was)}, but this command "
-                f"has {name}={_shown(wanted)}; resume with the same settings, or start a new "
-                f"run with run_dir={_new_run_dir(run_dir, path[-1], wanted)}"
-            )
-
-
-def finished_before(overrides: list[str], run_dir: Path) -> bool:
-    """Whether `run_dir` holds a finished run of the training `overrides` describe: all
-    its meta-steps, the same settings and the same store, as the training command itself
-    would find before saying "nothing to train". Checked in a fraction of a second,
-    where starting the training for it takes seconds (`metadist competition`, the demo).
-    Any doubt answers False: the training then runs, and it resumes the run or says what
-    is wrong."""
-    from metadist.store import SeriesStore
-    from metadist.store.identity import check_store_identity
-    from metadist.train.compose import load_config
-
-    try:
-        found = latest_checkpoint(run_dir)
-        if found is None:
-            return False
-        path, pointer = found
-        config = load_config(overrides)
-        if int(pointer.get("step", -1)) < config.trainer.meta_steps:
-            return False
-        state = load_checkpoint(path, pointer)  # the pointer's size and SHA-256 checked
-        check_same_run(state.get("config", {}), config.to_dict(), run_dir)
-        if config.data.store is not None:
-            store = SeriesStore.open(config.data.store)
-            check_store_identity(state.get("store_identity"), store, f"the run in {run_dir}")
-    except (ValueError, TypeError, KeyError, OSError, CheckpointError):
-        return False
-    return True
-
-
-def _first_difference(path: list[str], before: Any, now: Any) -> tuple[list[str], Any, Any]:
-    """The path and both values of the first leaf where two settings differ."""
-    if isinstance(before, dict) and isinstance(now, dict):
-        for name in [*before, *(k for k in now if k not in before)]:
-            if before.get(name) != now.get(name):
-                return _first_difference([*path, str(name)], before.get(name), now.get(name))
-    return path, before, now
-
-
-def _shown(value: Any) -> str:
-    return "(not set)" if value is None else repr(value)
-
-
-def _new_run_dir(run_dir: Path, name: str, value: Any) -> str:
-    """`<run_dir>.<name>-<value>` (a free directory), e.g. runs/sinusoid_maml.inner_lr-0.02."""
-    import re
-
-    if isinstance(value, (list, tuple)):
-        value = "x".join(str(v) for v in value)
-    text = re.sub(r"[^A-Za-z0-9._-]+", "_", f"{name}-{value}").strip("_")[:40] or "new"
-    candidate = Path(f"{run_dir}.{text}")
-    number = 2
-    while candidate.exists():
-        candidate = Path(f"{run_dir}.{text}-{number}")
-        number += 1
-    return str(candidate)
-
-
-def _seed_rank(seed: int, env: DistEnv) -> None:
-    mixed = (seed * 1_000_003 + env.rank + 1) % (2**63)
-    torch.manual_seed(mixed)
-    random.seed(mixed)
-    np.random.seed(mixed % (2**32))
-
-
-def _rng_state(env: DistEnv) -> dict[str, Any]:
-    state: Any = np.random.get_state()  # the legacy tuple (the stubs also allow a dict)
-    out: dict[str, Any] = {
-        "torch": torch.get_rng_state(),
-        "python": random.getstate(),
-        "numpy": [state[0], torch.from_numpy(state[1].astype(np.int64)), *state[2:]],
-    }
-    if env.device.type == "cuda":
-        out["cuda"] = torch.cuda.get_rng_state(env.device)
-    return out
-
-
-def _set_rng_state(state: dict[str, Any], env: DistEnv) -> None:
-    torch.set_rng_state(state["torch"])
-    random.setstate(_as_tuple(state["python"]))
-    name, keys, *rest = state["numpy"]
-    np.random.set_state((name, np.asarray(keys, dtype=np.int64).astype(np.uint32), *rest))
-    if "cuda" in state and env.device.type == "cuda":
-        torch.cuda.set_rng_state(state["cuda"], env.device)
-
-
-def _as_tuple(value: Any) -> Any:
-    if isinstance(value, (list, tuple)):
-        return tuple(_as_tuple(v) for v in value)
-    return value

@@ -1,7 +1,9 @@
 """The meta-optimizer: its registry, the built-in optimizers and the learning-rate schedule.
 
-An optimizer is registered as a function `(parameters, config) -> torch.optim.Optimizer`,
-where `config` is the run's typed `OptimizerConfig` (`optimizer.*`):
+The run's `optimizer.*` section is `OptimizerConfig`, kept here beside the optimizers it
+names (`metadist.train.config` imports it for `TrainConfig` and re-exports it). An
+optimizer is registered as a function `(parameters, config) -> torch.optim.Optimizer`,
+where `config` is that typed `OptimizerConfig`:
 
     @register_optimizer("lion")
     def lion(parameters, config):
@@ -14,11 +16,62 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
+from metadist.options import check_choice
 from metadist.registry import Registry
-from metadist.train.config import OptimizerConfig
+
+_SCHEDULES = ("constant", "cosine")
+
+
+@dataclass
+class OptimizerConfig:
+    """The outer-loop (meta) optimizer.
+
+    Attributes:
+        name: a registered optimizer (`metadist.train.optim`): `adam`, `adamw`, `sgd`.
+        lr: learning rate, > 0.
+        weight_decay: ≥ 0.
+        betas: Adam(W) coefficients, each in [0, 1).
+        momentum: SGD momentum, in [0, 1).
+        grad_clip: clip the meta-gradient's global norm to this value; `None` for no clip.
+        schedule: the learning rate over the run: `constant`, or `cosine` (from `lr` down
+            to 0 at `trainer.meta_steps`, half a cosine wave).
+        warmup_steps: meta-steps over which the learning rate first rises linearly to
+            `lr` (then the schedule runs over the remaining steps).
+    """
+
+    name: str = "adam"
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.999)
+    momentum: float = 0.0
+    grad_clip: float | None = None
+    schedule: str = "constant"
+    warmup_steps: int = 0
+
+    def validate(self) -> None:
+        OPTIMIZERS.get(self.name)  # unknown: names the closest registered one
+        check_choice("optimizer.schedule", self.schedule, _SCHEDULES)
+        if isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int):
+            raise ValueError(
+                f"optimizer.warmup_steps must be an integer, got {self.warmup_steps!r}"
+            )
+        if self.warmup_steps < 0:
+            raise ValueError(f"optimizer.warmup_steps must be >= 0, got {self.warmup_steps}")
+        if not self.lr > 0:
+            raise ValueError(f"optimizer.lr must be > 0, got {self.lr}")
+        if self.weight_decay < 0:
+            raise ValueError(f"optimizer.weight_decay must be >= 0, got {self.weight_decay}")
+        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
+            raise ValueError(f"optimizer.betas must be two values in [0, 1), got {self.betas}")
+        if not 0 <= self.momentum < 1:
+            raise ValueError(f"optimizer.momentum must be in [0, 1), got {self.momentum}")
+        if self.grad_clip is not None and not self.grad_clip > 0:
+            raise ValueError(f"optimizer.grad_clip must be > 0 or null, got {self.grad_clip}")
+
 
 OptimizerFactory = Callable[[list, OptimizerConfig], torch.optim.Optimizer]
 OPTIMIZERS: Registry[OptimizerFactory] = Registry("optimizer")

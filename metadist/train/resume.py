@@ -1,0 +1,144 @@
+"""Resuming a run: finding its latest checkpoint, checking that it is the same experiment,
+and restoring the learner, optimizer, loader and random number generators.
+
+`resume` is what `train` does first on every rank; `finished_before` answers, in a
+fraction of a second, whether a run directory already holds a finished run of a config
+(`metadist competition` and the demo skip training it).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from metadist.store import SeriesStore
+from metadist.store.identity import check_store_identity
+from metadist.train.build import RunParts
+from metadist.train.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint
+from metadist.train.compose import load_config
+from metadist.train.config import TrainConfig, without_nulls
+from metadist.train.distributed import DistEnv
+from metadist.train.logging import new_run_id
+from metadist.train.rng import seed_rank, set_rng_state
+
+# Sections that define what a run computes: resuming with any of them changed would
+# silently continue a different experiment.
+_RUN_IDENTITY = (
+    ("sampler",),
+    ("model",),
+    ("learner",),
+    ("optimizer",),
+    ("data", "store"),
+    ("data", "fractions"),
+    ("data", "pinned_test_units"),
+    ("data", "split_by"),
+    ("data", "stratify_by"),
+    ("trainer", "seed"),
+)
+
+
+def resume(config: TrainConfig, env: DistEnv, parts: RunParts) -> tuple[int, str, Path | None]:
+    """`(step, run_id, checkpoint)`: restored from the latest checkpoint, or a fresh start.
+
+    Raises:
+        ValueError: the run directory holds a run of other settings, or of another store.
+        CheckpointError: the latest checkpoint is truncated or foreign.
+    """
+    run_dir = config.resolved_run_dir
+    found = latest_checkpoint(run_dir)
+    if found is None:
+        # Every rank draws differently from here on (dropout masks), reproducibly.
+        seed_rank(config.trainer.seed, env)
+        run_id = new_run_id() if env.is_main else ""
+        return 0, run_id, None
+    path, pointer = found
+    state = load_checkpoint(path, pointer)
+    check_same_run(state.get("config", {}), config.to_dict(), run_dir)
+    if parts.store is not None:
+        check_store_identity(state.get("store_identity"), parts.store, f"the run in {run_dir}")
+    parts.learner.load_state_dict(state["learner"])
+    parts.optimizer.load_state_dict(state["optimizer"])
+    parts.train_loader.load_state_dict(state["loader"])
+    rng = state.get("rng", [])
+    if state.get("world_size") == env.world_size and len(rng) == env.world_size:
+        set_rng_state(rng[env.rank], env)
+    else:
+        seed_rank(config.trainer.seed + int(state["step"]), env)
+    return int(state["step"]), str(state.get("run_id", "")), path
+
+
+def check_same_run(saved: dict, current: dict, run_dir: Path) -> None:
+    """Refuses to resume a run under other settings, naming the first setting that differs
+    and a run directory for a new run with it.
+
+    Raises:
+        ValueError: a setting of `_RUN_IDENTITY` differs (nulls ignored: a run resumes
+            after an upgrade lists a new, null option).
+    """
+    for key in _RUN_IDENTITY:
+        before: Any = saved
+        now: Any = current
+        for part in key:
+            before = before.get(part) if isinstance(before, dict) else None
+            now = now.get(part) if isinstance(now, dict) else None
+        before, now = without_nulls(before), without_nulls(now)
+        if before != now:
+            path, was, wanted = _first_difference(list(key), before, now)
+            name = ".".join(path)
+            raise ValueError(
+                f"run_dir {run_dir} holds a run with {name}={_shown(was)}, but this command "
+                f"has {name}={_shown(wanted)}; resume with the same settings, or start a new "
+                f"run with run_dir={_new_run_dir(run_dir, path[-1], wanted)}"
+            )
+
+
+def finished_before(overrides: list[str], run_dir: Path) -> bool:
+    """Whether `run_dir` holds a finished run of the training `overrides` describe: all
+    its meta-steps, the same settings and the same store, as the training command itself
+    would find before saying "nothing to train". Checked in a fraction of a second,
+    where starting the training for it takes seconds (`metadist competition`, the demo).
+    Any doubt answers False: the training then runs, and it resumes the run or says what
+    is wrong."""
+    try:
+        found = latest_checkpoint(run_dir)
+        if found is None:
+            return False
+        path, pointer = found
+        config = load_config(overrides)
+        if int(pointer.get("step", -1)) < config.trainer.meta_steps:
+            return False
+        state = load_checkpoint(path, pointer)  # the pointer's size and SHA-256 checked
+        check_same_run(state.get("config", {}), config.to_dict(), run_dir)
+        if config.data.store is not None:
+            store = SeriesStore.open(config.data.store)
+            check_store_identity(state.get("store_identity"), store, f"the run in {run_dir}")
+    except (ValueError, TypeError, KeyError, OSError, CheckpointError):
+        return False
+    return True
+
+
+def _first_difference(path: list[str], before: Any, now: Any) -> tuple[list[str], Any, Any]:
+    """The path and both values of the first leaf where two settings differ."""
+    if isinstance(before, dict) and isinstance(now, dict):
+        for name in [*before, *(k for k in now if k not in before)]:
+            if before.get(name) != now.get(name):
+                return _first_difference([*path, str(name)], before.get(name), now.get(name))
+    return path, before, now
+
+
+def _shown(value: Any) -> str:
+    return "(not set)" if value is None else repr(value)
+
+
+def _new_run_dir(run_dir: Path, name: str, value: Any) -> str:
+    """`<run_dir>.<name>-<value>` (a free directory), e.g. runs/sinusoid_maml.inner_lr-0.02."""
+    if isinstance(value, (list, tuple)):
+        value = "x".join(str(v) for v in value)
+    text = re.sub(r"[^A-Za-z0-9._-]+", "_", f"{name}-{value}").strip("_")[:40] or "new"
+    candidate = Path(f"{run_dir}.{text}")
+    number = 2
+    while candidate.exists():
+        candidate = Path(f"{run_dir}.{text}-{number}")
+        number += 1
+    return str(candidate)

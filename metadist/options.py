@@ -256,6 +256,18 @@ def check_min(name: str, value: int, minimum: int) -> None:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
 
 
+def check_range(name: str, value: int, minimum: int, maximum: int, why: str = "") -> None:
+    """`ValueError` naming the setting `name` when `value` is outside `[minimum, maximum]`
+    (`why` says where the maximum comes from)."""
+    check_min(name, value, minimum)
+    if value > maximum:
+        reason = f" ({why})" if why else ""
+        raise ValueError(f"{name} must be <= {maximum:,}{reason}, got {value:,}")
+
+
+INT64_MAX = 2**63 - 1
+
+
 def check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
     """`ValueError` naming the setting `name` when `value` is not one of `choices`."""
     if value not in choices:

@@ -39,6 +39,9 @@ from metadist.learners.losses import LOSSES
 from metadist.options import from_mapping
 from metadist.registry import options_schema
 
+# Far above any inner loop in the literature (tens of steps): a typo is refused, not run.
+MAX_INNER_STEPS = 10_000
+
 __all__ = ["InnerLoopLearner", "Learner", "MetaOutput", "Params", "has_batched_forward"]
 
 
@@ -311,4 +314,6 @@ class InnerLoopLearner(FunctionalInnerLoop, TaskDispatch, Learner):
     def _steps(self, field: str, value: Any) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise self._options_error(field, "must be an int >= 0", value)
+        if value > MAX_INNER_STEPS:
+            raise self._options_error(field, f"must be <= {MAX_INNER_STEPS:,}", value)
         return value

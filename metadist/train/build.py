@@ -14,17 +14,24 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 
 from metadist.batch import MetaBatch
 from metadist.data import BatchMetaDataLoader, StratifiedTaskPartitioner
-from metadist.learners import LEARNERS, Learner, build_learner, registered_learners
+from metadist.learners import (
+    LEARNERS,
+    Learner,
+    build_learner,
+    get_learner,
+    registered_learners,
+)
 from metadist.models import MODELS, build_model, registered_models
 from metadist.store import SeriesStore
 from metadist.store.identity import check_store_integrity, store_identity
@@ -38,6 +45,12 @@ from metadist.tasks import (
 from metadist.train.config import TrainConfig
 from metadist.train.distributed import DistEnv
 from metadist.train.optim import build_optimizer, scheduled_lr
+from metadist.train.resources import (
+    available_memory,
+    check_memory,
+    count_parameters,
+    estimate_memory,
+)
 
 __all__ = ["RunParts", "TaskSource", "build_parts", "build_task_source", "scheduled_lr"]
 
@@ -270,9 +283,14 @@ def build_run_learner(config: TrainConfig, env: DistEnv, source: TaskSource) -> 
     torch.manual_seed(config.trainer.seed)
     with _naming("model", _unknown_hint("model", config.model.name, registered_models())):
         options = config.model.read_options(MODELS)
-        model = build_model(
-            config.model.name, source.input_shape, source.output_shape, options=options
-        )
+
+        def make() -> nn.Module:
+            return build_model(
+                config.model.name, source.input_shape, source.output_shape, options=options
+            )
+
+        check_run_memory(config, env, make)
+        model = make()
     with _naming("learner", _unknown_hint("learner", config.learner.name, registered_learners())):
         config.learner.read_options(LEARNERS)
         learner = build_learner(config.learner.name, model, **config.learner.options)
@@ -340,3 +358,32 @@ def example_shapes(
             num_ways = int(target.max()) + 1
         return input_shape, (int(num_ways),)
     return input_shape, tuple(target.shape[2:])
+
+
+def check_run_memory(config: TrainConfig, env: DistEnv, make: Callable[[], nn.Module]) -> None:
+    """Refuses, before any allocation, a run whose memory lower bound exceeds what the
+    machine has (`train.resources`): the model is first built on the meta device.
+
+    Raises:
+        ValueError: one line with the estimate and the fields that decide it.
+    """
+    try:
+        num_parameters = count_parameters(make)
+    except ValueError:
+        raise
+    except Exception:  # noqa: BLE001 - a model that cannot be built on `meta`: not estimated
+        return
+    options = dict(config.learner.options)
+    inner = get_learner(config.learner.name).has_inner_loop
+    estimate = estimate_memory(
+        num_parameters,
+        tasks_per_rank=max(1, config.trainer.meta_batch_size // env.world_size),
+        inner_steps=int(options.get("inner_steps", 1)) if inner else 0,
+        first_order=bool(options.get("first_order", False)) or config.learner.name == "fomaml",
+    )
+    available = available_memory() if env.device.type == "cpu" else None
+    check_memory(
+        estimate,
+        available,
+        "model.options (its sizes), trainer.meta_batch_size or learner.options.inner_steps",
+    )

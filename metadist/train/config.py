@@ -20,7 +20,14 @@ from typing import Any
 
 from metadist.data import StratifiedTaskPartitioner
 from metadist.data.splits import SPLIT_BY, STRATIFY_BY, build_partitioner
-from metadist.options import check_choice, check_min, from_mapping, to_plain
+from metadist.options import (
+    INT64_MAX,
+    check_choice,
+    check_min,
+    check_range,
+    from_mapping,
+    to_plain,
+)
 from metadist.registry import Registry
 from metadist.store import SeriesStore
 from metadist.tasks import TaskSampler
@@ -28,6 +35,8 @@ from metadist.train.optim import OptimizerConfig  # re-exported: it lives with t
 
 _DEVICES = ("auto", "cpu", "cuda")
 _BACKENDS = ("auto", "gloo", "nccl")
+# A bound far above any real run, so that a typo (1e20) is refused, not started.
+MAX_META_STEPS = 10**12
 _PRECISIONS = ("fp32", "bf16")
 _GPU_INDEX = re.compile(r"cuda:\d+")
 _WANDB_MODES = ("online", "offline", "disabled")
@@ -130,7 +139,7 @@ class DataConfig:
         if self.persistent_workers and self.num_workers == 0:
             raise ValueError("data.persistent_workers needs data.num_workers > 0")
         check_choice("data.order", self.order, ("random", "blocked"))
-        check_min("data.block_bytes", self.block_bytes, 1)
+        check_range("data.block_bytes", self.block_bytes, 1, INT64_MAX, "a 64-bit byte count")
         check_min("data.window_blocks", self.window_blocks, 1)
         if self.read_ahead is not None:
             check_min("data.read_ahead", self.read_ahead, 0)
@@ -250,14 +259,16 @@ class TrainerConfig:
     precision: str = "fp32"
 
     def validate(self, world_size: int) -> None:
-        check_min("trainer.meta_steps", self.meta_steps, 1)
+        check_range("trainer.meta_steps", self.meta_steps, 1, MAX_META_STEPS, "10^12")
         check_min("trainer.meta_batch_size", self.meta_batch_size, 1)
         check_min("trainer.checkpoint_every", self.checkpoint_every, 1)
         check_min("trainer.keep_checkpoints", self.keep_checkpoints, 1)
         check_min("trainer.eval_every", self.eval_every, 0)
         check_min("trainer.eval_batches", self.eval_batches, 1)
         if self.num_threads is not None:
-            check_min("trainer.num_threads", self.num_threads, 1)
+            # A fixed bound, not this machine's cores: a config is often checked on
+            # another machine (a login node) than the one it trains on.
+            check_range("trainer.num_threads", self.num_threads, 1, 1024)
         if self.check_every is not None:
             check_min("trainer.check_every", self.check_every, 1)
         if not isinstance(self.compile, bool):

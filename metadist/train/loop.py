@@ -9,6 +9,7 @@ rank 0 writes to the run directory.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from metadist.batch import MetaBatch
 from metadist.data import BatchMetaDataLoader
+from metadist.runlock import RunLock
 from metadist.tasks import TaskSampler
 from metadist.train.build import RunParts, build_parts
 from metadist.train.checkpoint import checkpoint_path, save_checkpoint
@@ -89,13 +91,24 @@ def train(
             evaluation (e.g. to report to a sweep); an exception from it stops the run.
 
     Raises:
-        ValueError: a bad config (before any process group forms), or a run directory
-            holding a different experiment.
+        ValueError: a bad config (before any process group forms), a run directory
+            holding a different experiment, or one another training writes to
+            (`RunLockedError`, naming its pid and host).
         NonFiniteLossError: the meta-loss became NaN/inf; the last good checkpoint stays.
         CheckpointError: the latest checkpoint is truncated or foreign.
     """
     env = read_env(config.trainer.device, config.trainer.backend)
     config.validate(env.world_size)
+    # One writer per run directory: rank 0 holds the lock for the whole run.
+    with RunLock(config.resolved_run_dir) if env.is_main else contextlib.nullcontext():
+        return _train_locked(config, env, on_eval)
+
+
+def _train_locked(
+    config: TrainConfig,
+    env: DistEnv,
+    on_eval: Callable[[int, dict[str, float]], None] | None,
+) -> TrainResult:
     threads_before = torch.get_num_threads()
     if config.trainer.num_threads is not None:
         torch.set_num_threads(config.trainer.num_threads)

@@ -36,6 +36,7 @@ from metadist.tasks.base import (
     repeated_unit_tasks,
 )
 from metadist.tasks.forecast_options import ForecastOptions
+from metadist.tasks.holdout import holdout_batches
 from metadist.tasks.options import resolve_columns
 from metadist.tasks.registry import register_task_sampler
 from metadist.tasks.series_end import SeriesEndWindows
@@ -225,8 +226,6 @@ class ForecastSampler(TaskSampler, Configurable):
     def _holdout_tasks(
         self, units, split, holdout, entity_mask, max_tasks, seed, options
     ) -> EvaluationTasks:
-        from metadist.tasks.holdout import holdout_batches
-
         if options:
             raise ValueError(
                 "eval.sampler_options cannot be combined with eval.holdout (the holdout "

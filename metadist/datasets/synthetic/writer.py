@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -104,6 +106,46 @@ def panel_schema(time_kind: str = "int") -> pa.Schema:
     )
 
 
+class _Tally:
+    """What the panel holds, counted while it is written."""
+
+    def __init__(self) -> None:
+        self.strata = dict.fromkeys((spec.name for spec in SYNTHETIC_STRATA), 0)
+        self.labels: set[str] = set()
+        self.nan = dict.fromkeys(SYNTHETIC_NAN_FEATURES, 0)
+
+    def add(self, series: dict[str, np.ndarray | str]) -> None:
+        self.strata[str(series["stratum"])] += 1
+        self.labels.add(str(series["label"]))
+        for name in SYNTHETIC_NAN_FEATURES:
+            self.nan[name] += int(np.isnan(series[name]).sum())
+
+
+def _entity_chunks(
+    lengths: np.ndarray,
+    seed: int,
+    profiles: Any,
+    nan_fraction: float,
+    chunk_rows: int,
+    tally: _Tally,
+) -> Iterator[tuple[list[dict[str, np.ndarray | str]], int]]:
+    """The entities' series in order, in chunks of at least `chunk_rows` rows (the last
+    one shorter), each with its row count; every series is counted in `tally`."""
+    num_entities = len(lengths)
+    entity_width = max(6, len(str(num_entities - 1)))
+    chunk: list[dict[str, np.ndarray | str]] = []
+    chunk_size = 0
+    for entity in range(num_entities):
+        series = _entity_series(entity, int(lengths[entity]), seed, profiles, nan_fraction)
+        series["entity_id"] = f"E{entity:0{entity_width}d}"
+        tally.add(series)
+        chunk.append(series)
+        chunk_size += int(lengths[entity])
+        if chunk_size >= chunk_rows or entity == num_entities - 1:
+            yield chunk, chunk_size
+            chunk, chunk_size = [], 0
+
+
 def write_synthetic_panel(
     out_dir: str | os.PathLike,
     num_entities: int,
@@ -166,33 +208,17 @@ def write_synthetic_panel(
     )
     num_rows = int(lengths.sum())
     schema = panel_schema(time_kind)
-    entity_width = max(6, len(str(num_entities - 1)))
-    strata_count = dict.fromkeys((spec.name for spec in SYNTHETIC_STRATA), 0)
-    labels_seen: set[str] = set()
-    nan_count = dict.fromkeys(SYNTHETIC_NAN_FEATURES, 0)
+    tally = _Tally()
     show = progress if progress is not None else (sys.stderr.isatty() and num_rows >= 2_000_000)
 
     with atomic_output_dir(out_dir, overwrite) as partial, Progress(show, lines=False) as display:
         bar = display.counter("synth rows", num_rows, "rows", rate=True)
         with _FileDealer(partial, schema, num_files, max_file_row_groups) as dealer:
-            chunk: list[dict[str, np.ndarray | str]] = []
-            chunk_size = 0
-            chunk_index = 0
-            for entity in range(num_entities):
-                series = _entity_series(entity, int(lengths[entity]), seed, profiles, nan_fraction)
-                series["entity_id"] = f"E{entity:0{entity_width}d}"
-                strata_count[series["stratum"]] += 1
-                labels_seen.add(series["label"])
-                for name in SYNTHETIC_NAN_FEATURES:
-                    nan_count[name] += int(np.isnan(series[name]).sum())
-                chunk.append(series)
-                chunk_size += int(lengths[entity])
-                if chunk_size >= chunk_rows or entity == num_entities - 1:
-                    table = _chunk_table(chunk, schema, time_kind)
-                    dealer.deal(table, np.random.default_rng([seed, _SHUFFLE_STREAM, chunk_index]))
-                    bar.advance(chunk_size)
-                    chunk, chunk_size = [], 0
-                    chunk_index += 1
+            chunks = _entity_chunks(lengths, seed, profiles, nan_fraction, chunk_rows, tally)
+            for chunk_index, (chunk, chunk_size) in enumerate(chunks):
+                table = _chunk_table(chunk, schema, time_kind)
+                dealer.deal(table, np.random.default_rng([seed, _SHUFFLE_STREAM, chunk_index]))
+                bar.advance(chunk_size)
         files = dealer.paths
         num_bytes = sum(path.stat().st_size for path in files)
 
@@ -202,9 +228,9 @@ def write_synthetic_panel(
         num_entities=num_entities,
         num_rows=num_rows,
         num_bytes=num_bytes,
-        entities_per_stratum=strata_count,
-        num_labels=len(labels_seen),
-        num_nan=nan_count,
+        entities_per_stratum=tally.strata,
+        num_labels=len(tally.labels),
+        num_nan=tally.nan,
         min_length=int(lengths.min()),
         max_length=int(lengths.max()),
         time_kind=time_kind,

@@ -34,6 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
+from metadist.launch.children import OwnedChildren, StopRequested
+
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_SETS = ("ACSF1", "OSULeaf")
 METHOD_ORDER = ("adapted", "unadapted", "scratch", "nearest_centroid", "one_nn", "pretrained")
@@ -89,7 +91,15 @@ def num_ways(store: Path, shots: int, num_query: int, seed: int) -> tuple[int, i
     return min(5, *usable), usable[0], usable[1]
 
 
-def run_one(store: Path, learner: str, shots: int, ways: int, run_dir: Path, extra: list[str]):
+def run_one(
+    children: OwnedChildren,
+    store: Path,
+    learner: str,
+    shots: int,
+    ways: int,
+    run_dir: Path,
+    extra: list[str],
+):
     if (run_dir / "eval" / "metrics.json").is_file():
         return json.loads((run_dir / "eval" / "metrics.json").read_text()), 0.0
     command = [
@@ -108,9 +118,13 @@ def run_one(store: Path, learner: str, shots: int, ways: int, run_dir: Path, ext
     ]
     started = time.perf_counter()
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env)
-    if done.returncode:
-        raise SystemExit(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")
+    process = children.popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env
+    )
+    _, stderr = process.communicate()
+    children.forget(process)
+    if process.returncode:
+        raise SystemExit(f"{' '.join(command)} failed:\n{stderr[-3000:]}")
     seconds = time.perf_counter() - started
     return json.loads((run_dir / "eval" / "metrics.json").read_text()), seconds
 
@@ -146,10 +160,18 @@ def main(argv: list[str] | None = None) -> int:
     def work(plan):
         name, shots, ways, _, _, learner, store, run_dir = plan
         extra = [f"trainer.seed={args.seed}", *args.overrides]
-        return run_one(store, learner, shots, ways, run_dir, extra)
+        return run_one(children, store, learner, shots, ways, run_dir, extra)
 
-    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        results = list(pool.map(work, plans))
+    pool = ThreadPoolExecutor(max_workers=args.jobs)
+    children = OwnedChildren("benchmarks/fewshot.py")
+    try:
+        with children:  # a stop signal reaches every training, then one line says so
+            results = list(pool.map(work, plans))
+    except StopRequested as stop:
+        pool.shutdown(wait=True, cancel_futures=True)
+        print(f"benchmarks/fewshot.py: {stop.summary}", file=sys.stderr)
+        return stop.exit_status
+    pool.shutdown()
     lines = [
         "| set | classes (train / test) | task | learner | "
         + " | ".join(COLUMN_NAMES[m] for m in METHOD_ORDER)

@@ -18,6 +18,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -89,6 +90,8 @@ class OwnedChildren:
         self.grace_s = grace_s
         self._running: list[subprocess.Popen] = []
         self._previous: dict[int, Any] = {}
+        self._lock = threading.Lock()
+        self._closed = False
 
     def __enter__(self) -> OwnedChildren:
         for signum in STOP_SIGNALS:
@@ -96,6 +99,8 @@ class OwnedChildren:
         return self
 
     def __exit__(self, kind: Any, error: Any, trace: Any) -> None:
+        with self._lock:
+            self._closed = True  # from now on no thread may start another child
         try:
             if isinstance(error, StopRequested):
                 count = self.stop_all(error.signum)
@@ -108,29 +113,38 @@ class OwnedChildren:
                 signal.signal(signum, handler)
 
     def popen(self, command: Sequence[str], **kwargs: Any) -> subprocess.Popen:
-        """`subprocess.Popen(command, **kwargs)`, owned: stopped with this command."""
-        process = subprocess.Popen(list(command), **kwargs)
-        self._running.append(process)
+        """`subprocess.Popen(command, **kwargs)`, owned: stopped with this command.
+
+        Safe from several threads. Raises `RuntimeError` once the block is being left
+        (a stop is under way), so no child starts after the others were stopped.
+        """
+        with self._lock:
+            if self._closed:
+                raise RuntimeError(f"{self.name} is stopping: no new process is started")
+            process = subprocess.Popen(list(command), **kwargs)
+            self._running.append(process)
         return process
 
     def call(self, command: Sequence[str], **kwargs: Any) -> int:
         """Runs `command` to its end (as `subprocess.call`) and returns its exit status."""
         process = self.popen(command, **kwargs)
         status = process.wait()
-        self._running.remove(process)
+        self.forget(process)
         return status
 
     def forget(self, process: subprocess.Popen) -> None:
         """`process` ended and was waited for by the caller."""
-        if process in self._running:
-            self._running.remove(process)
+        with self._lock:
+            if process in self._running:
+                self._running.remove(process)
 
     def stop_all(self, signum: int) -> int:
         """Sends `signum` to every running child, waits up to `grace_s` for them and
         everything below them, then kills what is left. Returns how many processes were
         running (children and their descendants)."""
-        running = [p for p in self._running if p.poll() is None]
-        self._running = []
+        with self._lock:
+            running = [p for p in self._running if p.poll() is None]
+            self._running = []
         if not running:
             return 0
         below = {pid for p in running for pid in descendants(p.pid)}

@@ -333,3 +333,33 @@ def test_cosine_schedule_with_warmup_is_logged_and_resumes_exactly(tmp_path):
     )
     with pytest.raises(ValueError, match="optimizer.schedule"):
         tiny_config(tmp_path / "bad", "optimizer.schedule=linear")
+
+
+def test_the_first_metrics_record_after_a_resume_averages_the_whole_window(tmp_path):
+    # Records every 6 steps; stopped by SIGTERM after step 3, inside the record of steps
+    # 1-6, which after the resume must average all six steps as the straight run does.
+    schedule = [
+        "trainer.meta_steps=10",
+        "trainer.eval_every=3",
+        "logging.log_every=6",
+        "trainer.check_every=1",
+    ]
+    train(tiny_config(tmp_path / "straight", *schedule))
+
+    def sigterm_at_three(step, values):
+        if step == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    stopped = train(tiny_config(tmp_path / "resumed", *schedule), on_eval=sigterm_at_three)
+    assert 3 <= stopped.step < 6 and stopped.stopped_by == "SIGTERM"
+    train(tiny_config(tmp_path / "resumed", *schedule))
+
+    def records(run):
+        return [
+            (r["step"], r["loss"], r["query_loss_after"])
+            for r in read_metrics(tmp_path / run)
+            if r["split"] == "train"
+        ]
+
+    assert [r[0] for r in records("straight")] == [6, 10]
+    assert records("resumed") == records("straight")

@@ -145,7 +145,7 @@ class _Context:
 
 
 def _run(config: TrainConfig, env: DistEnv, parts: RunParts, on_eval) -> TrainResult:
-    step, run_id, checkpoint = resume(config, env, parts)
+    step, run_id, checkpoint, metrics_window = resume(config, env, parts)
     if env.is_main:
         logger: RunLogger | NullLogger = RunLogger(
             config.resolved_run_dir,
@@ -177,7 +177,7 @@ def _run(config: TrainConfig, env: DistEnv, parts: RunParts, on_eval) -> TrainRe
     try:
         with StopRequest() as stop:
             context = _Context(config, env, parts, model, logger, stop, run_id, on_eval)
-            return _loop(context, step, checkpoint)
+            return _loop(context, step, checkpoint, metrics_window)
     finally:
         for loader in (parts.train_loader, parts.val_loader):
             if loader is not None:
@@ -204,7 +204,9 @@ def _header(config: TrainConfig, env: DistEnv, parts: RunParts) -> str:
     )
 
 
-def _loop(ctx: _Context, step: int, checkpoint: Path | None) -> TrainResult:
+def _loop(
+    ctx: _Context, step: int, checkpoint: Path | None, metrics_window: dict[str, Any] | None
+) -> TrainResult:
     """Meta-steps from `step` to `trainer.meta_steps`, epoch after epoch of the loader.
 
     The host reads the step guard (`metadist.train.step`) every `trainer.check_every`
@@ -227,6 +229,8 @@ def _loop(ctx: _Context, step: int, checkpoint: Path | None) -> TrainResult:
         message=ctx.logger.message,
     )
     window = _Window(step)
+    if metrics_window is not None:  # the record under way when the checkpoint was saved
+        window.restore(metrics_window)
     loss = float("nan")
     while step < trainer.meta_steps:
         for batch in parts.train_loader:
@@ -264,7 +268,7 @@ def _loop(ctx: _Context, step: int, checkpoint: Path | None) -> TrainResult:
                 if ctx.on_eval is not None:
                     ctx.on_eval(step, values)
             if saves or stopping:
-                checkpoint = _save(ctx, step)
+                checkpoint = _save(ctx, step, window)
             if stopping:
                 ctx.logger.message(
                     f"{ctx.stop.signal_name or 'another rank was signalled'}: checkpoint of "
@@ -369,6 +373,15 @@ class _Window:
             self.rate = (step - self.step0) * meta_batch_size / elapsed
         return self.rate
 
+    def state(self) -> dict[str, Any]:
+        """The partial sums, for a checkpoint: a resumed run's first metrics record then
+        averages every step since the record before, as an uninterrupted run does."""
+        return {"sums": dict(self.sums), "count": self.count}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self.sums = {str(k): float(v) for k, v in state["sums"].items()}
+        self.count = int(state["count"])
+
     def flush(self, step: int, meta_batch_size: int) -> dict[str, float]:
         values = {name: total / max(self.count, 1) for name, total in self.sums.items()}
         values["tasks_per_s"] = self.tasks_per_s(step, meta_batch_size)
@@ -376,7 +389,7 @@ class _Window:
         return values
 
 
-def _save(ctx: _Context, step: int) -> Path:
+def _save(ctx: _Context, step: int, window: _Window) -> Path:
     """Checkpoint of `step` (collective: gathers every rank's RNG state; rank 0 writes).
 
     Returns the checkpoint's path on every rank.
@@ -394,6 +407,7 @@ def _save(ctx: _Context, step: int) -> Path:
         "run_id": ctx.run_id,
         "config": config.to_dict(),
         "store_identity": parts.store_identity,
+        "metrics_window": window.state(),
     }
     return save_checkpoint(
         config.resolved_run_dir, step, state, keep=config.trainer.keep_checkpoints

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from metadist.store import SeriesStore
 from metadist.store.identity import check_store_identity
@@ -38,8 +38,18 @@ _RUN_IDENTITY = (
 )
 
 
-def resume(config: TrainConfig, env: DistEnv, parts: RunParts) -> tuple[int, str, Path | None]:
-    """`(step, run_id, checkpoint)`: restored from the latest checkpoint, or a fresh start.
+class Resumed(NamedTuple):
+    """Where a run starts: its step, identity, the checkpoint it resumed from (None for a
+    fresh start) and the partial sums of the metrics record under way at that step."""
+
+    step: int
+    run_id: str
+    checkpoint: Path | None
+    metrics_window: dict[str, Any] | None
+
+
+def resume(config: TrainConfig, env: DistEnv, parts: RunParts) -> Resumed:
+    """Restores the run from the latest checkpoint, or starts it fresh.
 
     Raises:
         ValueError: the run directory holds a run of other settings, or of another store.
@@ -51,7 +61,7 @@ def resume(config: TrainConfig, env: DistEnv, parts: RunParts) -> tuple[int, str
         # Every rank draws differently from here on (dropout masks), reproducibly.
         seed_rank(config.trainer.seed, env)
         run_id = new_run_id() if env.is_main else ""
-        return 0, run_id, None
+        return Resumed(0, run_id, None, None)
     path, pointer = found
     state = load_checkpoint(path, pointer)
     check_same_run(state.get("config", {}), config.to_dict(), run_dir)
@@ -65,7 +75,9 @@ def resume(config: TrainConfig, env: DistEnv, parts: RunParts) -> tuple[int, str
         set_rng_state(rng[env.rank], env)
     else:
         seed_rank(config.trainer.seed + int(state["step"]), env)
-    return int(state["step"]), str(state.get("run_id", "")), path
+    return Resumed(
+        int(state["step"]), str(state.get("run_id", "")), path, state.get("metrics_window")
+    )
 
 
 def check_same_run(saved: dict, current: dict, run_dir: Path) -> None:

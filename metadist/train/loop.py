@@ -99,35 +99,36 @@ def train(
     """
     env = read_env(config.trainer.device, config.trainer.backend)
     config.validate(env.world_size)
-    # One writer per run directory: rank 0 holds the lock for the whole run.
-    with RunLock(config.resolved_run_dir) if env.is_main else contextlib.nullcontext():
-        return _train_locked(config, env, on_eval)
-
-
-def _train_locked(
-    config: TrainConfig,
-    env: DistEnv,
-    on_eval: Callable[[int, dict[str, float]], None] | None,
-) -> TrainResult:
     threads_before = torch.get_num_threads()
     if config.trainer.num_threads is not None:
         torch.set_num_threads(config.trainer.num_threads)
     try:
-        parts = build_parts(config, env)
-        formed = not torch.distributed.is_initialized()
-        init_distributed(env)
-        try:
-            result = _run(config, env, parts, on_eval)
-            if formed:
-                # Every rank leaves together: a rank that tears its process group down
-                # while another still writes the last checkpoint can abort at exit (gloo).
-                barrier(env)
-            return result
-        finally:
-            if formed:
-                destroy_distributed()
+        parts = build_parts(config, env)  # a bad component is refused before any file
+        # One writer per run directory: rank 0 holds the lock for the whole run.
+        with RunLock(config.resolved_run_dir) if env.is_main else contextlib.nullcontext():
+            return _train_parts(config, env, parts, on_eval)
     finally:
         torch.set_num_threads(threads_before)
+
+
+def _train_parts(
+    config: TrainConfig,
+    env: DistEnv,
+    parts: RunParts,
+    on_eval: Callable[[int, dict[str, float]], None] | None,
+) -> TrainResult:
+    formed = not torch.distributed.is_initialized()
+    init_distributed(env)
+    try:
+        result = _run(config, env, parts, on_eval)
+        if formed:
+            # Every rank leaves together: a rank that tears its process group down
+            # while another still writes the last checkpoint can abort at exit (gloo).
+            barrier(env)
+        return result
+    finally:
+        if formed:
+            destroy_distributed()
 
 
 @dataclass

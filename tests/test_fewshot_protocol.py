@@ -460,3 +460,70 @@ def test_sweep_trials_resplit_classes_with_the_test_classes_pinned(class_store):
         assert not (classes["train"] & classes["test"]) and not (classes["val"] & classes["test"])
         assert not classes["train"] & classes["val"]
     assert (a["train"], a["val"]) != (b["train"], b["val"])
+
+
+def _pretrain_run(store, run_dir, learner, *extra):
+    from metadist.train import load_config, train
+
+    config = load_config(
+        [
+            f"experiment=ucr_{learner}",
+            f"data.store={store.path}",
+            f"run_dir={run_dir}",
+            "sampler.options.num_ways=2",
+            "sampler.options.num_query=2",
+            "sampler.options.resample_to=16",
+            "trainer.meta_steps=2",
+            "trainer.meta_batch_size=2",
+            "logging.progress=false",
+            "logging.wandb.mode=disabled",
+            "pretrain.batch_size=8",
+            "pretrain.save_every=2",
+            *extra,
+        ],
+        world_size=1,
+    )
+    return train(config)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("learner", ["metabaseline", "maml"])
+def test_pretraining_phase_runs_first_and_resumes_exactly(scaled_class_store, tmp_path, learner):
+    import shutil
+
+    from metadist.train import latest_checkpoint_state
+
+    straight = _pretrain_run(scaled_class_store, tmp_path / "a", learner, "pretrain.steps=6")
+    state = torch.load(tmp_path / "a" / "pretrain.pt", weights_only=True)
+    assert state["step"] == 6
+    _pretrain_run(scaled_class_store, tmp_path / "plain", learner)
+    assert not (tmp_path / "plain" / "pretrain.pt").exists()
+    differs = [
+        name
+        for name, value in latest_checkpoint_state(tmp_path / "a")["learner"].items()
+        if not torch.equal(value, latest_checkpoint_state(tmp_path / "plain")["learner"][name])
+    ]
+    assert differs  # the phase changed the weights meta-training started from
+    if learner == "maml":  # the head was set aside and put back: still the learner's own
+        assert straight.learner.model.head.weight.shape[0] == 2
+
+    # A run killed after 2 pre-training steps (its state saved, no checkpoint yet) goes on
+    # from step 2 and ends exactly where the uninterrupted run did.
+    _pretrain_run(scaled_class_store, tmp_path / "b", learner, "pretrain.steps=2")
+    shutil.rmtree(tmp_path / "b" / "checkpoints")
+    _pretrain_run(scaled_class_store, tmp_path / "b", learner, "pretrain.steps=6")
+    a, b = (latest_checkpoint_state(tmp_path / r)["learner"] for r in ("a", "b"))
+    assert a.keys() == b.keys()
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+
+
+def test_pretraining_needs_labelled_examples(tmp_path):
+    from metadist.train import load_config, train
+
+    config = load_config(
+        ["experiment=sinusoid_maml", f"run_dir={tmp_path / 'r'}", "pretrain.steps=5"],
+        world_size=1,
+    )
+    with pytest.raises(ValueError, match="pretrain.steps=5: sampler 'sinusoid' gives no"):
+        train(config)

@@ -211,7 +211,7 @@ class NWayKShotSampler(TaskSampler, Configurable):
         assert isinstance(confined, NWayKShotSampler)  # confined_to keeps the class
         examples, num_classes = None, 0
         if train_units is not None and len(train_units):
-            examples, num_classes = self._labelled_examples(np.asarray(train_units, np.int64))
+            examples, num_classes = self.labelled_examples(np.asarray(train_units, np.int64))
         return repeated_unit_tasks(
             confined,
             units,
@@ -224,9 +224,11 @@ class NWayKShotSampler(TaskSampler, Configurable):
             num_classes=num_classes,
         )
 
-    def _labelled_examples(self, units: np.ndarray):
+    def labelled_examples(self, units: np.ndarray):
         """(`examples(num, seed) -> (x [num, L, F], class [num])`, number of classes) over
-        `units`, classes numbered 0..C-1 in code order."""
+        `units`, classes numbered 0..C-1 in code order: an ordinary labelled data set of
+        those units, for classifier pre-training (`pretrain.steps`) and the
+        pretrained-embedding baseline."""
         codes = np.unique(self.unit_class[units])
         class_index = np.searchsorted(codes, self.unit_class[units])
 

@@ -352,6 +352,33 @@ class LoggingConfig:
 
 
 @dataclass
+class PretrainConfig:
+    """Classifier pre-training before meta-training (`train.pretrain_phase`).
+
+    Attributes:
+        steps: Adam steps of the model (its embedding, with a linear head over the
+            meta-train classes); 0 (default) skips the phase. Needs a sampler with
+            labelled examples (`nway_kshot`).
+        lr: Adam's learning rate.
+        batch_size: labelled examples per step.
+        save_every: steps between saves of the phase's state (`run_dir/pretrain.pt`),
+            from which a killed run resumes the phase exactly.
+    """
+
+    steps: int = 0
+    lr: float = 1e-3
+    batch_size: int = 64
+    save_every: int = 100
+
+    def validate(self) -> None:
+        check_range("pretrain.steps", self.steps, 0, MAX_META_STEPS, "10^12")
+        if not self.lr > 0:
+            raise ValueError(f"pretrain.lr must be > 0, got {self.lr}")
+        check_range("pretrain.batch_size", self.batch_size, 1, 1 << 20)
+        check_min("pretrain.save_every", self.save_every, 1)
+
+
+@dataclass
 class TrainConfig:
     """Everything a meta-training run needs.
 
@@ -364,6 +391,8 @@ class TrainConfig:
             `["my_samplers"]` for a module that registers a sampler, learner or model;
             importable from the working directory or `PYTHONPATH`.
         data, sampler, model, learner, optimizer, trainer, logging: the sections.
+        pretrain: classifier pre-training of the model before meta-training (off
+            unless `pretrain.steps > 0`).
         eval: the evaluation settings group, kept with the run's config so that the
             evaluation that ends training, and any re-scoring later, uses the run's own
             settings. Training does not read it: the evaluation layer types and checks it
@@ -380,6 +409,7 @@ class TrainConfig:
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
+    pretrain: PretrainConfig = field(default_factory=PretrainConfig)
     eval: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -399,6 +429,7 @@ class TrainConfig:
         self.optimizer.validate()
         self.trainer.validate(world_size)
         self.logging.validate()
+        self.pretrain.validate()
 
     def to_dict(self) -> dict[str, Any]:
         """Plain nested dict (JSON-safe), the inverse of `build_config`."""

@@ -38,6 +38,7 @@ from metadist.train.distributed import (
 )
 from metadist.train.logging import NullLogger, RunLogger
 from metadist.train.optim import scheduled_lr
+from metadist.train.pretrain_phase import run_pretraining
 from metadist.train.resume import check_same_run, finished_before, resume
 from metadist.train.rng import rng_state
 from metadist.train.signals import StopRequest
@@ -168,6 +169,8 @@ def _run(config: TrainConfig, env: DistEnv, parts: RunParts, on_eval) -> TrainRe
                 f"than trainer.meta_steps={config.trainer.meta_steps}: nothing to train; raise "
                 "trainer.meta_steps to continue it, or choose another run_dir for a new run"
             )
+    if checkpoint is None:  # a fresh run: its pre-training phase first (if it has one)
+        run_pretraining(config, env, parts, logger.message)
     model: nn.Module = parts.learner
     if env.is_distributed:
         model = DistributedDataParallel(

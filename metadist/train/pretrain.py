@@ -65,6 +65,7 @@ def pretrain_classifier(
     state_path: str | os.PathLike | None = None,
     save_every: int = 0,
     name: str = "classifier pretraining",
+    on_save: Callable[[int, float], None] | None = None,
 ) -> Pretrained:
     """Trains `model` with a linear head as a classifier of `num_classes` classes.
 
@@ -84,6 +85,8 @@ def pretrain_classifier(
         save_every: with `state_path`, also save every this many steps (0: at the end
             only).
         name: what error messages call this training.
+        on_save: called with `(step, loss)` every `save_every` steps and at the end
+            (progress of a long phase), whether or not a state is saved.
 
     Returns:
         `Pretrained` (head, steps, the step resumed from, the losses of this call).
@@ -127,6 +130,8 @@ def pretrain_classifier(
         done = step + 1
         if state_path is not None and (done == steps or (save_every and done % save_every == 0)):
             _save(Path(state_path), model, head, optimizer, settings, done)
+        if on_save is not None and (done == steps or (save_every and done % save_every == 0)):
+            on_save(done, float(losses[-1]))
     model.train(was_training)
     history = torch.stack(losses) if losses else reference.new_zeros(0).detach()
     return Pretrained(head=head, step=steps, resumed_from=start, losses=history)
@@ -141,7 +146,8 @@ def _train_step(
     name: str,
 ) -> Tensor:
     """One Adam step on the cross-entropy of `batch`; returns the loss, detached."""
-    x, y = batch
+    device = next(model.parameters()).device
+    x, y = batch[0].to(device), batch[1].to(device)
     features = model(x)
     if features.shape[-1] != embedding_size or features.dim() != 2:
         raise ValueError(

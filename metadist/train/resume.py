@@ -12,12 +12,13 @@ import re
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from metadist.options import to_plain
 from metadist.store import SeriesStore
 from metadist.store.identity import check_store_identity
 from metadist.train.build import RunParts
 from metadist.train.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint
 from metadist.train.compose import load_config
-from metadist.train.config import TrainConfig, without_nulls
+from metadist.train.config import PretrainConfig, TrainConfig, without_nulls
 from metadist.train.distributed import DistEnv
 from metadist.train.logging import new_run_id
 from metadist.train.rng import seed_rank, set_rng_state
@@ -35,7 +36,12 @@ _RUN_IDENTITY = (
     ("data", "split_by"),
     ("data", "stratify_by"),
     ("trainer", "seed"),
+    ("pretrain",),
 )
+
+# Sections added to the identity after runs were saved without them: a saved run lacking
+# one had its defaults.
+_ADDED_SECTIONS: dict[tuple[str, ...], type] = {("pretrain",): PretrainConfig}
 
 
 class Resumed(NamedTuple):
@@ -94,6 +100,8 @@ def check_same_run(saved: dict, current: dict, run_dir: Path) -> None:
         for part in key:
             before = before.get(part) if isinstance(before, dict) else None
             now = now.get(part) if isinstance(now, dict) else None
+        if before is None and key in _ADDED_SECTIONS:  # a run saved before the section existed
+            before = to_plain(_ADDED_SECTIONS[key]())
         before, now = without_nulls(before), without_nulls(now)
         if before != now:
             path, was, wanted = _first_difference(list(key), before, now)

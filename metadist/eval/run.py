@@ -1,16 +1,17 @@
 """Evaluating a training run: rebuild it from its directory and score its held-out tasks.
 
 `evaluate_run(run_dir)` reads the run's config and latest checkpoint, rebuilds its store,
-sampler and split, confines the sampler to the evaluated split, scores it with
-`metadist.eval.scoring.evaluate_tasks` and writes the report (`metadist eval run_dir=...`
-is its command line).
+sampler and split, confines the sampler to the evaluated split (`EvalParts`), scores it
+with `metadist.eval.scoring.evaluate_tasks` and writes the report (`metadist eval
+run_dir=...` is its command line). The learner is rebuilt in `metadist.eval.trained`.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +19,53 @@ import numpy as np
 import torch
 from torch import nn
 
+from metadist.batch import MetaBatch
 from metadist.eval import baselines
+from metadist.eval.holdout import HoldoutReader
+from metadist.eval.report import write_report
 from metadist.eval.scoring import evaluate_tasks
 from metadist.eval.settings import EvalOptions, eval_settings_file, load_eval_options
 from metadist.eval.threads import eval_threads
+from metadist.eval.trained import load_run, trained_learner, with_ensemble
+from metadist.models import build_model
+from metadist.store.identity import check_store_identity
+from metadist.tasks.base import EvaluationTasks
+from metadist.train.build import TaskSource, build_task_source
+from metadist.train.config import TrainConfig
+
+
+@dataclass
+class EvalParts:
+    """What evaluating a run scores: its store, held-out tasks and model shapes.
+
+    Attributes:
+        store: the run's open series store, or `None` for samplers that need none.
+        tasks: the sampler's evaluation episodes of the evaluated units.
+        batches: the tasks as `MetaBatch`es of `eval.batch_size` (seeded by `eval.seed`).
+        input_shape: one example's input shape, e.g. `(1,)` or `(L, F)`.
+        output_shape: the model's output shape (an embedding's, where `model.output_shape`
+            is set).
+        task_output_shape: one target's shape as the tasks give it (`(H, T)`, or one
+            logit per class).
+        description: the tasks as the report names them.
+    """
+
+    store: Any
+    tasks: EvaluationTasks
+    batches: Iterator[MetaBatch]
+    input_shape: tuple[int, ...]
+    output_shape: tuple[int, ...]
+    task_output_shape: tuple[int, ...]
+    description: str
+
+    @property
+    def target_columns(self) -> list[int] | None:
+        """Store column of each forecast target (`None`: tasks scored as sampled)."""
+        return self.tasks.target_columns
+
+    @property
+    def num_tasks(self) -> int:
+        return self.tasks.num_tasks
 
 
 def evaluate_run(
@@ -59,71 +103,20 @@ def evaluate_run(
         FileNotFoundError: no run directory or no checkpoint in it, or a missing store.
         ValueError: bad settings, or tasks the evaluation protocol cannot score.
     """
-    from metadist.models import build_model
-
     run_dir = Path(run_dir)
-    config, state, checkpoint_path, pointer = _load_run(run_dir, "run_dir")
+    config, state, checkpoint_path, pointer = load_run(run_dir, "run_dir")
     if options is None:
         options = _run_eval_options(config, run_dir, overrides, config_dir)
     options.validate()
     parts = _eval_parts(config, options, state.get("store_identity"), run_dir)
-    learner = _trained_learner(config, state, parts)
-    members = [f"{run_dir} ({checkpoint_path.name})"]
-    if options.ensemble:
-        from metadist.learners.ensemble import LearnerEnsemble
-
-        learners: list[Any] = [learner]
-        lookbacks: list[int | None] = [None]
-        for member_dir in options.ensemble:
-            member, name, lookback = _ensemble_member(Path(member_dir), config, parts)
-            learners.append(member)
-            lookbacks.append(lookback)
-            members.append(f"{member_dir} ({name})")
-        learner = LearnerEnsemble(learners, reduce=options.ensemble_reduce, lookbacks=lookbacks)
-
-    classification = getattr(learner, "loss", "mse") == "cross_entropy"
-
-    def build_fresh(output_shape: tuple[int, ...] = parts["task_output_shape"]) -> nn.Module:
-        return build_model(
-            config.model.name, parts["input_shape"], output_shape, **config.model.options
-        )
-
-    # From scratch, a classifier gets one output per way (an embedding network, e.g. of
-    # protonet, gets that head in place of its embedding); a forecasting embedding network
-    # has no output to train on its own, so the baseline does not apply.
-    fresh_model = build_fresh if classification or config.model.output_shape is None else None
-    pretrained = None
-    tasks = parts["tasks"]
-    if classification and options.pretrain_steps > 0 and tasks.labelled_examples is not None:
-        embedding_size = int(np.prod(config.model.output_shape or [64]))
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(options.seed)
-            backbone = build_fresh((embedding_size,))
-        pretrained = baselines.pretrain_embedding(
-            backbone,
-            tasks.labelled_examples,
-            num_classes=tasks.num_classes,
-            embedding_size=embedding_size,
-            steps=options.pretrain_steps,
-            lr=options.pretrain_lr,
-            batch_size=options.pretrain_batch_size,
-            seed=options.seed,
-        )
-
-    with eval_threads():
-        result, examples = evaluate_tasks(
-            learner,
-            parts["batches"],
-            options=options,
-            # forecasts are scored in original units when the sampler names their store
-            # columns; other tasks are scored as sampled
-            store=parts["store"] if parts["target_columns"] is not None else None,
-            target_columns=parts["target_columns"],
-            fresh_model=fresh_model,
-            progress=progress,
-            num_tasks=parts["num_tasks"],
-            pretrained=pretrained,
-        )
+    learner, members = with_ensemble(
+        trained_learner(config, state, parts),
+        config,
+        parts,
+        options.ensemble or [],
+        options.ensemble_reduce,
+    )
+    result, examples = _score(learner, config, options, parts, progress)
     step = int(state.get("step", pointer.get("step", 0)))
     result["title"] = f"{config.experiment}: evaluation on held-out tasks after {step} meta-steps"
     result["settings"] = {
@@ -131,16 +124,86 @@ def evaluate_run(
         "checkpoint": checkpoint_path.name,
         "learner": config.learner.name,
         "model": config.model.name,
-        "tasks": parts["description"],
+        "tasks": parts.description,
         **result["settings"],
     }
     if options.ensemble:
+        members.insert(0, f"{run_dir} ({checkpoint_path.name})")
         result["settings"]["ensemble"] = f"{options.ensemble_reduce} of " + ", ".join(members)
     if write:
-        from metadist.eval.report import write_report
-
         result["paths"] = {k: str(v) for k, v in write_report(result, run_dir, examples).items()}
     return result
+
+
+def _score(
+    learner: nn.Module,
+    config: TrainConfig,
+    options: EvalOptions,
+    parts: EvalParts,
+    progress: bool | None,
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """`evaluate_tasks` of the run's tasks (on `eval_threads`), with the from-scratch and
+    (classification) pretrained-embedding baselines the run's model allows."""
+    classification = getattr(learner, "loss", "mse") == "cross_entropy"
+    build_fresh = _fresh_model_builder(config, parts)
+    # From scratch, a classifier gets one output per way (an embedding network, e.g. of
+    # protonet, gets that head in place of its embedding); a forecasting embedding network
+    # has no output to train on its own, so the baseline does not apply.
+    fresh_model = build_fresh if classification or config.model.output_shape is None else None
+    pretrained = _pretrained(config, options, parts, build_fresh) if classification else None
+    with eval_threads():
+        return evaluate_tasks(
+            learner,
+            parts.batches,
+            options=options,
+            # forecasts are scored in original units when the sampler names their store
+            # columns; other tasks are scored as sampled
+            store=parts.store if parts.target_columns is not None else None,
+            target_columns=parts.target_columns,
+            fresh_model=fresh_model,
+            progress=progress,
+            num_tasks=parts.num_tasks,
+            pretrained=pretrained,
+        )
+
+
+def _fresh_model_builder(config: TrainConfig, parts: EvalParts) -> Callable[..., nn.Module]:
+    """`build_fresh(output_shape=task output shape)`: a freshly initialised model of the
+    run's architecture."""
+
+    def build_fresh(output_shape: tuple[int, ...] = parts.task_output_shape) -> nn.Module:
+        return build_model(
+            config.model.name, parts.input_shape, output_shape, **config.model.options
+        )
+
+    return build_fresh
+
+
+def _pretrained(
+    config: TrainConfig,
+    options: EvalOptions,
+    parts: EvalParts,
+    build_fresh: Callable[..., nn.Module],
+) -> nn.Module | None:
+    """The backbone of the pretrained-embedding classification baseline, trained as an
+    ordinary classifier of the meta-train classes; `None` where it does not apply."""
+    tasks = parts.tasks
+    if options.pretrain_steps <= 0 or tasks.labelled_examples is None:
+        return None
+    embedding_size = int(np.prod(config.model.output_shape or [64]))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(options.seed)
+        backbone = build_fresh((embedding_size,))
+    return baselines.pretrain_embedding(
+        backbone,
+        tasks.labelled_examples,
+        num_classes=tasks.num_classes,
+        embedding_size=embedding_size,
+        steps=options.pretrain_steps,
+        lr=options.pretrain_lr,
+        batch_size=options.pretrain_batch_size,
+        seed=options.seed,
+    )
 
 
 def load_trained(
@@ -153,31 +216,19 @@ def load_trained(
     is in eval mode; the store is opened without re-checksumming its values, but its
     identity must match the one the checkpoint recorded.
     """
-    from metadist.store.identity import check_store_identity
-    from metadist.train.build import build_task_source
-
-    config, state, _, _ = _load_run(run_dir, "run_dir", store)
+    config, state, _, _ = load_run(run_dir, "run_dir", store)
     options = _run_eval_options(config, run_dir, (), None)
-    source = build_task_source(config, verify_store=False)
+    source: TaskSource = build_task_source(config, verify_store=False)
     if source.store is not None:
         check_store_identity(state.get("store_identity"), source.store, f"run_dir {run_dir}")
-    parts = {
-        "input_shape": source.input_shape,
-        "output_shape": source.output_shape,
-        "store": source.store,
-    }
-    learner = _trained_learner(config, state, parts)
-    members = list(options.ensemble or []) if ensemble is None else list(ensemble)
-    if members:
-        from metadist.learners.ensemble import LearnerEnsemble
-
-        learners: list[Any] = [learner]
-        lookbacks: list[int | None] = [None]
-        for member_dir in members:
-            member, _, lookback = _ensemble_member(Path(member_dir), config, parts, store)
-            learners.append(member)
-            lookbacks.append(lookback)
-        learner = LearnerEnsemble(learners, reduce=options.ensemble_reduce, lookbacks=lookbacks)
+    learner, _ = with_ensemble(
+        trained_learner(config, state, source),
+        config,
+        source,
+        list(options.ensemble or []) if ensemble is None else list(ensemble),
+        options.ensemble_reduce,
+        store,
+    )
     learner.eval()
     return run_dir, config, learner, source, options
 
@@ -198,167 +249,33 @@ def _run_eval_options(
     return load_eval_options(config.experiment, overrides, config_dir, recorded=recorded)
 
 
-def _load_run(
-    run_dir: Path, field: str, store: Any = None
-) -> tuple[Any, dict[str, Any], Path, dict[str, Any]]:
-    """(config, checkpoint state, checkpoint path, pointer) of a run's latest checkpoint;
-    `store` replaces the config's `data.store` (a store that moved since training).
-
-    Raises:
-        FileNotFoundError: no directory at `run_dir` (named as `field`), or no checkpoint.
-    """
-    from metadist.train.checkpoint import latest_checkpoint, load_checkpoint
-    from metadist.train.config import build_config
-
-    if not run_dir.is_dir():
-        raise FileNotFoundError(f"{field}: no run directory at {run_dir}")
-    found = latest_checkpoint(run_dir)
-    if found is None:
-        raise _no_checkpoint_error(run_dir)
-    checkpoint_path, pointer = found
-    state = load_checkpoint(checkpoint_path, pointer)
-    if store is not None:
-        saved = state["config"]
-        state["config"] = {**saved, "data": {**saved.get("data", {}), "store": str(store)}}
-    return build_config(state["config"], world_size=1), state, checkpoint_path, pointer
-
-
-def _trained_learner(
-    config, state: dict[str, Any], parts: dict[str, Any], input_shape: tuple | None = None
-) -> nn.Module:
-    """The run's learner with the checkpoint's weights (its model taking `input_shape`,
-    default the evaluated tasks' input shape)."""
-    from metadist.learners import build_learner
-    from metadist.models import build_model
-
-    torch.manual_seed(config.trainer.seed)
-    model = build_model(
-        config.model.name,
-        input_shape or parts["input_shape"],
-        parts["output_shape"],
-        **config.model.options,
-    )
-    learner = build_learner(config.learner.name, model, **config.learner.options)
-    learner.load_state_dict(state["learner"])
-    from metadist.train.distributed import evaluation_device
-
-    return learner.to(evaluation_device(config.trainer.device))
-
-
-def _ensemble_member(
-    run_dir: Path, config, parts: dict[str, Any], store: Any = None
-) -> tuple[nn.Module, str, int | None]:
-    """(learner, checkpoint name, lookback or None) of the ensemble member `run_dir`.
-
-    It must have been trained on the evaluated run's store with the same sampler, up to
-    a lookback no longer than the evaluated run's, so that it can forecast its tasks.
-    `store` (a store that moved since training) replaces the member's `data.store` too;
-    the store's recorded identity is still checked.
-    """
-    from metadist.train.config import without_nulls
-
-    member, state, checkpoint_path, _ = _load_run(run_dir, "eval.ensemble", store)
-    from metadist.tasks import get_task_sampler
-
-    mine = without_nulls(dict(member.sampler.options))
-    theirs = without_nulls(dict(config.sampler.options))
-    sampler_class = get_task_sampler(config.sampler.name)
-    for key in sampler_class.training_only_options:
-        mine.pop(key, None)
-        theirs.pop(key, None)
-    lookback = None
-    if sampler_class.ensemble_may_shorten_lookback and mine.get("lookback") != theirs.get(
-        "lookback"
-    ):
-        lookback = int(mine.get("lookback") or 0)
-        if not 0 < lookback < int(theirs.get("lookback") or 0):
-            raise ValueError(
-                f"eval.ensemble: {run_dir} looks back {mine.get('lookback')} rows, more than "
-                f"the evaluated run's {theirs.get('lookback')}; evaluate the run with the "
-                "longest lookback and list the others as members"
-            )
-        for key in ("lookback", "pad_inputs"):
-            mine.pop(key, None)
-            theirs.pop(key, None)
-    for setting, a, b in (
-        ("data.store", member.data.store, config.data.store),
-        ("sampler.name", member.sampler.name, config.sampler.name),
-        ("sampler.options", mine, theirs),
-    ):
-        if a != b:
-            raise ValueError(
-                f"eval.ensemble: {run_dir} was trained with {setting}={a!r}, the evaluated "
-                f"run with {b!r}; members must see the same tasks"
-            )
-    if parts["store"] is not None:
-        from metadist.store.identity import check_store_identity
-
-        check_store_identity(
-            state.get("store_identity"), parts["store"], f"eval.ensemble member {run_dir}"
-        )
-    input_shape = None if lookback is None else (lookback, *parts["input_shape"][1:])
-    return _trained_learner(member, state, parts, input_shape), checkpoint_path.name, lookback
-
-
-def _no_checkpoint_error(run_dir: Path) -> FileNotFoundError:
-    """The error for a run_dir without a checkpoint, pointing at run directories inside it."""
-    from metadist.train.checkpoint import LATEST, checkpoint_dir
-
-    inside = sorted(
-        sub
-        for sub in run_dir.iterdir()
-        if sub.is_dir() and (checkpoint_dir(sub) / LATEST).is_file()
-    )
-    if inside:
-        runs = ", ".join(f"run_dir={sub}" for sub in inside)
-        return FileNotFoundError(
-            f"run_dir {run_dir} has no checkpoint, but it contains a run that has: "
-            f"evaluate that instead ({runs})"
-        )
-    return FileNotFoundError(
-        f"run_dir {run_dir} has no checkpoint yet; train first "
-        f"(metadist train experiment=NAME run_dir={run_dir})"
-    )
-
-
 def _eval_parts(
-    config, options: EvalOptions, recorded_identity: dict | None = None, run_dir: Any = ""
-) -> dict[str, Any]:
+    config: TrainConfig,
+    options: EvalOptions,
+    recorded_identity: dict | None = None,
+    run_dir: Any = "",
+) -> EvalParts:
     """Store, held-out task batches and model shapes of a run, for evaluation.
 
     The split is rebuilt exactly as training built it (`DataConfig.partitioner`), and the
     sampler's own evaluation protocol (`TaskSampler.for_evaluation`) says which episodes
     of the split are scored: every example of every episode comes from the split.
     """
-    from metadist.store.identity import check_store_identity
-    from metadist.train.build import build_task_source
-
     source = build_task_source(config)
     store = source.store
     if store is not None:
         check_store_identity(recorded_identity, store, f"run_dir {run_dir}")
-    train_sampler, partitioner = source.sampler, source.partitioner
-    input_shape, task_output_shape = source.input_shape, source.task_output_shape
-    output_shape = source.output_shape
-    if options.split == "all":
-        units = np.arange(train_sampler.num_units, dtype=np.int64)
-    else:
-        units = np.asarray(partitioner.units(options.split), dtype=np.int64)
-    if len(units) == 0:
-        raise ValueError(
-            f"eval.split={options.split!r}: the run's partition has no {options.split} units "
-            f"(data.fractions={list(config.data.fractions)})"
-        )
+    units = _evaluated_units(source, options, config)
     entity_mask = None if options.labels is None else _has_labels(store, options.labels)
     holdout = None if options.holdout is None else _holdout_reader(store, options)
-    tasks = train_sampler.for_evaluation(
+    tasks = source.sampler.for_evaluation(
         units,
         split=options.split,
         tasks_per_unit=options.tasks_per_unit,
         max_tasks=options.max_tasks,
         seed=options.seed,
         entity_mask=entity_mask,
-        train_units=partitioner.units("train"),
+        train_units=source.partitioner.units("train"),
         holdout=holdout,
         **options.sampler_options,
     )
@@ -369,17 +286,33 @@ def _eval_parts(
     description = tasks.description
     if options.holdout is not None:
         description += f" from {options.holdout['path']}"
-    return {
-        "store": store,
-        "tasks": tasks,
-        "batches": tasks.batches(options.batch_size, options.seed),
-        "input_shape": input_shape,
-        "output_shape": output_shape,
-        "task_output_shape": task_output_shape,
-        "target_columns": tasks.target_columns,
-        "description": description,
-        "num_tasks": tasks.num_tasks,
-    }
+    return EvalParts(
+        store=store,
+        tasks=tasks,
+        batches=tasks.batches(options.batch_size, options.seed),
+        input_shape=source.input_shape,
+        output_shape=source.output_shape,
+        task_output_shape=source.task_output_shape,
+        description=description,
+    )
+
+
+def _evaluated_units(source: TaskSource, options: EvalOptions, config: TrainConfig) -> np.ndarray:
+    """`[U]` the units of `eval.split` in the run's partition (every unit for `all`).
+
+    Raises:
+        ValueError: the split has no units.
+    """
+    if options.split == "all":
+        units = np.arange(source.sampler.num_units, dtype=np.int64)
+    else:
+        units = np.asarray(source.partitioner.units(options.split), dtype=np.int64)
+    if len(units) == 0:
+        raise ValueError(
+            f"eval.split={options.split!r}: the run's partition has no {options.split} units "
+            f"(data.fractions={list(config.data.fractions)})"
+        )
+    return units
 
 
 def _has_labels(store, labels: list[str]) -> np.ndarray:
@@ -395,8 +328,6 @@ def _has_labels(store, labels: list[str]) -> np.ndarray:
 def _holdout_reader(store, options: EvalOptions):
     """The `HoldoutReader` of `eval.holdout`: the sampler reads the columns it forecasts
     (or the spec's `value_cols`) and checks which of its entities the file covers."""
-    from metadist.eval.holdout import HoldoutReader
-
     if store is None:
         raise ValueError("eval.holdout needs a forecast sampler on a series store")
     assert options.holdout is not None  # only called with a holdout

@@ -12,7 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from omegaconf import OmegaConf
+
 from metadist.options import from_mapping
+from metadist.train.compose import find_experiments_dir
+from metadist.train.config import check_finite_numbers
 
 FORECAST_METHODS = {
     "adapted": "meta-trained + adapted",
@@ -142,95 +146,8 @@ class EvalOptions:
 
     def validate(self) -> None:
         """Raises `ValueError` naming the first bad field."""
-        if self.inner_steps is not None and self.inner_steps < 0:
-            raise ValueError(f"eval.inner_steps must be >= 0 or null, got {self.inner_steps}")
-        if self.scratch_steps < 0:
-            raise ValueError(f"eval.scratch_steps must be >= 0, got {self.scratch_steps}")
-        if not self.scratch_lr > 0:
-            raise ValueError(f"eval.scratch_lr must be > 0, got {self.scratch_lr}")
-        if self.pretrain_steps < 0:
-            raise ValueError(f"eval.pretrain_steps must be >= 0, got {self.pretrain_steps}")
-        if not self.pretrain_lr > 0:
-            raise ValueError(f"eval.pretrain_lr must be > 0, got {self.pretrain_lr}")
-        if self.pretrain_batch_size < 1:
-            raise ValueError(
-                f"eval.pretrain_batch_size must be >= 1, got {self.pretrain_batch_size}"
-            )
-        periods = (
-            self.seasonal_period.values()
-            if isinstance(self.seasonal_period, dict)
-            else [self.seasonal_period]
-        )
-        for m in periods:
-            if isinstance(m, bool) or not isinstance(m, int) or m < 1:
-                raise ValueError(f"eval.seasonal_period values must be integers >= 1, got {m!r}")
-        if self.batch_size < 1:
-            raise ValueError(f"eval.batch_size must be >= 1, got {self.batch_size}")
-        if self.max_tasks is not None and self.max_tasks < 1:
-            raise ValueError(f"eval.max_tasks must be >= 1 or null, got {self.max_tasks}")
-        if (
-            isinstance(self.tasks_per_unit, bool)
-            or not isinstance(self.tasks_per_unit, int)
-            or (self.tasks_per_unit < 1)
-        ):
-            raise ValueError(
-                f"eval.tasks_per_unit must be an integer >= 1, got {self.tasks_per_unit!r}"
-            )
-        if self.num_examples < 0:
-            raise ValueError(f"eval.num_examples must be >= 0, got {self.num_examples}")
-        if self.split not in ("test", "val", "all"):
-            raise ValueError(f"eval.split must be 'test', 'val' or 'all', got {self.split!r}")
-        if self.primary_metric not in FORECAST_METRICS:
-            raise ValueError(
-                f"eval.primary_metric must be one of {', '.join(FORECAST_METRICS)}, got "
-                f"{self.primary_metric!r}"
-            )
-        for grouping in self.group_by:
-            if grouping not in ("stratum", "label"):
-                raise ValueError(
-                    f"eval.group_by entries must be stratum or label, got {grouping!r}"
-                )
-        if self.labels is not None and (
-            isinstance(self.labels, str) or not self.labels or not all(self.labels)
-        ):
-            raise ValueError(
-                f"eval.labels must be a non-empty list of labels or null, got {self.labels!r}"
-            )
-        if self.ensemble is not None and (
-            isinstance(self.ensemble, str) or not all(isinstance(p, str) for p in self.ensemble)
-        ):
-            raise ValueError(
-                f"eval.ensemble must be a list of run directories or null, got {self.ensemble!r}"
-            )
-        if self.ensemble_reduce not in ("mean", "median"):
-            raise ValueError(
-                f"eval.ensemble_reduce must be 'mean' or 'median', got {self.ensemble_reduce!r}"
-            )
-        if self.combinations is not None and not isinstance(self.combinations, (list, tuple)):
-            raise ValueError(
-                "eval.combinations must be a list of method lists or null, e.g. "
-                f"[[adapted, theta]], got {self.combinations!r}"
-            )
-        for combination in self.combinations or []:
-            _check_combination(combination)
-        if self.combinations and len({frozenset(c) for c in self.combinations}) < len(
-            self.combinations
-        ):
-            raise ValueError(
-                "eval.combinations lists the same methods twice (in any order), got "
-                f"{self.combinations!r}"
-            )
-        for name in self.extra_baselines:
-            if name not in EXTRA_BASELINES:
-                raise ValueError(
-                    f"eval.extra_baselines: unknown baseline {name!r}; choose from "
-                    f"{', '.join(EXTRA_BASELINES)}"
-                )
-        if self.seasonal_period_from not in ("stratum", "label"):
-            raise ValueError(
-                "eval.seasonal_period_from must be 'stratum' or 'label', got "
-                f"{self.seasonal_period_from!r}"
-            )
+        for check in _CHECKS:
+            check(self)
 
     def period_of(self, stratum: str, label: str = "") -> int:
         """m for a task of `stratum` / `label`; `ValueError` if a mapping does not name it."""
@@ -254,12 +171,142 @@ class EvalOptions:
             ValueError: an unknown field (naming `eval.<key>` and the closest field), a
                 value of the wrong type or a bad value.
         """
-        from metadist.train.config import check_finite_numbers
-
         check_finite_numbers({"eval": dict(values)})
         options = from_mapping(cls, values, "eval")
         options.validate()
         return options
+
+
+def _check_training_steps(options: EvalOptions) -> None:
+    """eval.inner_steps, the from-scratch and pretraining baselines' steps and rates."""
+    if options.inner_steps is not None and options.inner_steps < 0:
+        raise ValueError(f"eval.inner_steps must be >= 0 or null, got {options.inner_steps}")
+    if options.scratch_steps < 0:
+        raise ValueError(f"eval.scratch_steps must be >= 0, got {options.scratch_steps}")
+    if not options.scratch_lr > 0:
+        raise ValueError(f"eval.scratch_lr must be > 0, got {options.scratch_lr}")
+    if options.pretrain_steps < 0:
+        raise ValueError(f"eval.pretrain_steps must be >= 0, got {options.pretrain_steps}")
+    if not options.pretrain_lr > 0:
+        raise ValueError(f"eval.pretrain_lr must be > 0, got {options.pretrain_lr}")
+    if options.pretrain_batch_size < 1:
+        raise ValueError(
+            f"eval.pretrain_batch_size must be >= 1, got {options.pretrain_batch_size}"
+        )
+
+
+def _check_seasonal_periods(options: EvalOptions) -> None:
+    """eval.seasonal_period: one integer >= 1, or a mapping to them."""
+    periods = (
+        options.seasonal_period.values()
+        if isinstance(options.seasonal_period, dict)
+        else [options.seasonal_period]
+    )
+    for m in periods:
+        if isinstance(m, bool) or not isinstance(m, int) or m < 1:
+            raise ValueError(f"eval.seasonal_period values must be integers >= 1, got {m!r}")
+
+
+def _check_task_selection(options: EvalOptions) -> None:
+    """eval.batch_size, max_tasks, tasks_per_unit, num_examples and split."""
+    if options.batch_size < 1:
+        raise ValueError(f"eval.batch_size must be >= 1, got {options.batch_size}")
+    if options.max_tasks is not None and options.max_tasks < 1:
+        raise ValueError(f"eval.max_tasks must be >= 1 or null, got {options.max_tasks}")
+    if (
+        isinstance(options.tasks_per_unit, bool)
+        or not isinstance(options.tasks_per_unit, int)
+        or (options.tasks_per_unit < 1)
+    ):
+        raise ValueError(
+            f"eval.tasks_per_unit must be an integer >= 1, got {options.tasks_per_unit!r}"
+        )
+    if options.num_examples < 0:
+        raise ValueError(f"eval.num_examples must be >= 0, got {options.num_examples}")
+    if options.split not in ("test", "val", "all"):
+        raise ValueError(f"eval.split must be 'test', 'val' or 'all', got {options.split!r}")
+
+
+def _check_tables(options: EvalOptions) -> None:
+    """eval.primary_metric and group_by."""
+    if options.primary_metric not in FORECAST_METRICS:
+        raise ValueError(
+            f"eval.primary_metric must be one of {', '.join(FORECAST_METRICS)}, got "
+            f"{options.primary_metric!r}"
+        )
+    for grouping in options.group_by:
+        if grouping not in ("stratum", "label"):
+            raise ValueError(f"eval.group_by entries must be stratum or label, got {grouping!r}")
+
+
+def _check_subsets(options: EvalOptions) -> None:
+    """eval.labels, ensemble and ensemble_reduce."""
+    if options.labels is not None and (
+        isinstance(options.labels, str) or not options.labels or not all(options.labels)
+    ):
+        raise ValueError(
+            f"eval.labels must be a non-empty list of labels or null, got {options.labels!r}"
+        )
+    if options.ensemble is not None and (
+        isinstance(options.ensemble, str) or not all(isinstance(p, str) for p in options.ensemble)
+    ):
+        raise ValueError(
+            f"eval.ensemble must be a list of run directories or null, got {options.ensemble!r}"
+        )
+    if options.ensemble_reduce not in ("mean", "median"):
+        raise ValueError(
+            f"eval.ensemble_reduce must be 'mean' or 'median', got {options.ensemble_reduce!r}"
+        )
+
+
+def _check_combinations(options: EvalOptions) -> None:
+    """eval.combinations: lists of two or more forecast methods, no two alike."""
+    if options.combinations is not None and not isinstance(options.combinations, (list, tuple)):
+        raise ValueError(
+            "eval.combinations must be a list of method lists or null, e.g. "
+            f"[[adapted, theta]], got {options.combinations!r}"
+        )
+    for combination in options.combinations or []:
+        _check_combination(combination)
+    if options.combinations and len({frozenset(c) for c in options.combinations}) < len(
+        options.combinations
+    ):
+        raise ValueError(
+            "eval.combinations lists the same methods twice (in any order), got "
+            f"{options.combinations!r}"
+        )
+
+
+def _check_extra_baselines(options: EvalOptions) -> None:
+    """eval.extra_baselines: known optional baselines."""
+    for name in options.extra_baselines:
+        if name not in EXTRA_BASELINES:
+            raise ValueError(
+                f"eval.extra_baselines: unknown baseline {name!r}; choose from "
+                f"{', '.join(EXTRA_BASELINES)}"
+            )
+
+
+def _check_seasonal_period_from(options: EvalOptions) -> None:
+    """eval.seasonal_period_from: stratum or label."""
+    if options.seasonal_period_from not in ("stratum", "label"):
+        raise ValueError(
+            "eval.seasonal_period_from must be 'stratum' or 'label', got "
+            f"{options.seasonal_period_from!r}"
+        )
+
+
+# The checks of `validate`, in order: it reports the first bad field it finds.
+_CHECKS = (
+    _check_training_steps,
+    _check_seasonal_periods,
+    _check_task_selection,
+    _check_tables,
+    _check_subsets,
+    _check_combinations,
+    _check_extra_baselines,
+    _check_seasonal_period_from,
+)
 
 
 def combination_key(methods: Iterable[str]) -> str:
@@ -305,8 +352,6 @@ def eval_settings_file(experiment: str, config_dir: str | None = None) -> Path |
     """The file a run without recorded settings is evaluated with:
     `experiments/eval/<experiment>.yaml`, else `experiments/eval/default.yaml`, else None
     (the `EvalOptions` defaults), in the experiments directory training would find."""
-    from metadist.train.compose import find_experiments_dir
-
     with contextlib.suppress(FileNotFoundError):
         eval_dir = find_experiments_dir(config_dir) / "eval"
         for name in (experiment, "default"):
@@ -331,8 +376,6 @@ def load_eval_options(
     Raises:
         ValueError: an override not of the form `eval.KEY=VALUE`, or a bad field.
     """
-    from omegaconf import OmegaConf
-
     values: dict[str, Any] = dict(recorded or {})
     path = None if recorded else eval_settings_file(experiment, config_dir)
     if path is not None:

@@ -1,0 +1,51 @@
+"""Scoring N-way classification episodes: accuracy, next to the non-meta-learned classifiers.
+
+`classification_baselines` gives the nearest-centroid and 1-NN scores on the raw examples
+(and the pretrained embedding's, when there is one); `score_classification` counts each
+method's correct query predictions per episode.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+from metadist.batch import MetaBatch
+from metadist.eval import baselines
+from metadist.eval.task_scores import TaskScores
+
+
+def classification_baselines(
+    batch: MetaBatch, pretrained: nn.Module | None
+) -> dict[str, torch.Tensor]:
+    """Scores `[B, Q, N]` of the non-meta-learned classifiers on the batch's episodes."""
+    support_x, support_y, query_x = batch.support.x, batch.support.y, batch.query.x
+    num_ways = int(support_y.max()) + 1
+    out = {
+        "nearest_centroid": baselines.nearest_centroid_scores(
+            support_x, support_y, query_x, num_ways
+        ),
+        "one_nn": baselines.one_nn_scores(support_x, support_y, query_x, num_ways),
+    }
+    if pretrained is not None:
+        out["pretrained"] = baselines.embedding_centroid_scores(
+            pretrained, support_x, support_y, query_x, num_ways
+        )
+    return out
+
+
+def score_classification(
+    scores: TaskScores, batch: MetaBatch, predictions: dict[str, np.ndarray]
+) -> None:
+    """Adds the batch's episodes to `scores`: correct predictions of `predictions
+    {method: [B, Q, N] scores}` against `query.y [B, Q]`; a method diverged on an episode
+    where a score is not finite."""
+    target = batch.query.y.cpu().numpy()
+    for b in range(target.shape[0]):
+        sums = {
+            method: {"accuracy": float((predictions[method][b].argmax(-1) == target[b]).sum())}
+            for method in scores.methods
+        }
+        failed = {m: not np.isfinite(predictions[m][b]).all() for m in scores.methods}
+        scores.add(sums, target[b].size, {}, failed)

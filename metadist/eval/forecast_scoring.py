@@ -1,0 +1,192 @@
+"""Scoring forecasts on a store: original units, the naive baselines, the figure's examples.
+
+`ForecastScorer` scores each task's one query window (the last H steps after its
+`split_time`) in the store's original units, next to the naive, seasonal-naive, naive 2
+and Theta forecasts of the task's history (and ETS and forecast combinations when asked
+for), and keeps a few forecasts for the report's figure.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from metadist.batch import MetaBatch
+from metadist.eval import baselines, metrics
+from metadist.eval.settings import EvalOptions, combination_key, combination_label
+from metadist.eval.task_scores import TaskScores, diverged
+
+
+class ForecastScorer:
+    """Scores forecast tasks of `store` into a `TaskScores`, one batch at a time.
+
+    Args:
+        store: the `SeriesStore` the tasks come from (its scaler is inverted).
+        target_columns: store column index of each of the T targets.
+        options: evaluation settings (seasonal periods, combinations, examples drawn).
+    """
+
+    def __init__(self, store: Any, target_columns: list[int], options: EvalOptions) -> None:
+        self.store = store
+        self.columns = list(target_columns)
+        self.options = options
+        # Forecasts for the figure: tasks of a stratum or label not drawn yet, then others.
+        self._examples: list[dict[str, Any]] = []
+        self._spare: list[dict[str, Any]] = []
+        self._seen: set[tuple[str, str]] = set()
+
+    def examples(self) -> list[dict[str, Any]]:
+        """Up to `options.num_examples` forecasts for the figure, new strata/labels first."""
+        return (self._examples + self._spare)[: self.options.num_examples]
+
+    def __call__(
+        self, scores: TaskScores, batch: MetaBatch, predictions: dict[str, np.ndarray]
+    ) -> None:
+        """Adds the batch's tasks to `scores`: `predictions {method: [B, 1, H, T]}`, scaled.
+
+        Raises:
+            ValueError: several query windows per task.
+        """
+        query_y = batch.query.y
+        if query_y.dim() != 4 or query_y.shape[1] != 1:
+            raise ValueError(
+                "forecast evaluation scores one query window per task (the last H steps of "
+                f"the entity, split='end'); got query.y of shape {tuple(query_y.shape)} — set "
+                "the sampler's num_query to 1"
+            )
+        entity_index = batch.entity_index.cpu().numpy()
+        split_time = batch.split_time.cpu().numpy()
+        index = entity_index[:, None, None]
+        truth = self._inverse(query_y.cpu().numpy().astype(np.float64), index)[:, 0]
+        model_forecasts = {
+            k: self._inverse(v.astype(np.float64), index)[:, 0] for k, v in predictions.items()
+        }
+        for b, entity in enumerate(entity_index):
+            forecasts = {k: v[b] for k, v in model_forecasts.items()}
+            self._score_task(scores, int(entity), split_time[b], truth[b], forecasts)
+
+    def _inverse(self, values: np.ndarray, index: Any) -> np.ndarray:
+        return self.store.scaler.inverse(values, index, self.columns)
+
+    def _score_task(
+        self,
+        scores: TaskScores,
+        entity: int,
+        split_time: Any,
+        truth: np.ndarray,
+        forecasts: dict[str, np.ndarray],
+    ) -> None:
+        """Scores one task: `truth [H, T]`, `forecasts {model method: [H, T]}` in original
+        units; the baselines' forecasts are added to `forecasts`."""
+        history = self._history(entity, split_time)
+        stratum, label = self._stratum_and_label(entity)
+        period = self.options.period_of(stratum, label)
+        horizon = truth.shape[0]
+        forecasts.update(self._baselines(history, horizon, period, scores.methods))
+        for combination in self.options.combinations or []:
+            forecasts[combination_key(combination)] = np.mean(
+                [forecasts[m] for m in combination], axis=0
+            )
+        failed = {m: diverged(forecasts[m], history) for m in scores.methods}
+        scale = _mase_scale(history, period, len(self.columns))
+        sums = _metric_sums(truth, forecasts, scale, scores.methods)
+        entity_id = self.store.entity_ids[entity]
+        groups = {"stratum": stratum, "label": label, "entity": str(entity_id)}
+        scores.add(sums, truth.size, groups, failed)
+        scores.add_points(groups, truth, forecasts)
+        self._draw(entity_id, stratum, label, history, truth, forecasts, period)
+
+    def _history(self, entity: int, split_time: Any) -> np.ndarray:
+        """`[t, T]` the entity's target values before `split_time`, in original units."""
+        times = self.store.series_times(entity)
+        num_history = int(np.searchsorted(times, split_time, side="left"))
+        scaled = np.asarray(self.store.series(entity)[:num_history][:, self.columns], np.float64)
+        return self.store.scaler.inverse(scaled, entity, self.columns)
+
+    def _stratum_and_label(self, entity: int) -> tuple[str, str]:
+        store = self.store
+        stratum_names, label_names = store.stratum_names, store.label_names
+        stratum = str(stratum_names[store.stratum_codes[entity]]) if len(stratum_names) else ""
+        label = str(label_names[store.label_codes[entity]]) if len(label_names) else ""
+        return stratum, label
+
+    @staticmethod
+    def _baselines(
+        history: np.ndarray, horizon: int, period: int, methods: list[str]
+    ) -> dict[str, np.ndarray]:
+        """`{baseline: [H, T]}` forecasts of `history [t, T]`."""
+        out = {
+            "naive": baselines.naive_forecast(history, horizon),
+            "seasonal_naive": baselines.seasonal_naive_forecast(history, horizon, period),
+            "naive2": baselines.naive2_forecast(history, horizon, period),
+            "theta": baselines.theta_forecast(history, horizon, period),
+        }
+        if "ets" in methods:
+            out["ets"] = baselines.ets_forecast(history, horizon, period)
+        return out
+
+    def _draw(
+        self,
+        entity_id: Any,
+        stratum: str,
+        label: str,
+        history: np.ndarray,
+        truth: np.ndarray,
+        forecasts: dict[str, np.ndarray],
+        period: int,
+    ) -> None:
+        """Keeps the task for the figure: first the tasks that show a stratum or label not
+        drawn yet, then any."""
+        values = {("stratum", stratum), ("label", label)}
+        drawn = self._spare if values <= self._seen else self._examples
+        if len(drawn) >= self.options.num_examples:
+            return
+        self._seen.update(values)
+        tail = max(3 * truth.shape[0], 2 * period, 24)
+        tags = ", ".join(v for v in (stratum, label) if v)
+        example = {
+            "title": f"{entity_id} ({tags})" if tags else str(entity_id),
+            "history": history[-tail:, 0],
+            "truth": truth[:, 0],
+            "unadapted": forecasts["unadapted"][:, 0],
+            "adapted": forecasts["adapted"][:, 0],
+        }
+        if self.options.combinations:  # the first combination joins the figure
+            first = self.options.combinations[0]
+            example["combination"] = forecasts[combination_key(first)][:, 0]
+            example["combination_label"] = combination_label(first)
+        drawn.append(example)
+
+
+def _mase_scale(history: np.ndarray, period: int, num_targets: int) -> np.ndarray:
+    """`[T]` MASE's scale of each target: the mean absolute seasonal difference of
+    `history [t, T]`; NaN where the history is no longer than one season."""
+    try:
+        return np.asarray(metrics.seasonal_scale(history, period), dtype=np.float64)
+    except ValueError:  # history no longer than one season: MASE undefined
+        return np.full(num_targets, np.nan)
+
+
+def _metric_sums(
+    truth: np.ndarray,
+    forecasts: dict[str, np.ndarray],
+    scale: np.ndarray,
+    methods: list[str],
+) -> dict[str, dict[str, float]]:
+    """`{method: {metric: sum over the task's points}}` of `forecasts {method: [H, T]}`
+    against `truth [H, T]`; MASE's absolute errors are divided by `scale [T]`."""
+    sums = {}
+    for method in methods:
+        forecast = forecasts[method]
+        abs_err = metrics.absolute_errors(truth, forecast)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            scaled = np.where(scale > 0, abs_err / scale, np.nan)
+        sums[method] = {
+            "smape": float(metrics.smape_terms(truth, forecast).sum()),
+            "mape": float(metrics.ape_terms(truth, forecast).sum()),
+            "mase": float(scaled.sum()),
+            "mae": float(abs_err.sum()),
+            "mse": float(metrics.squared_errors(truth, forecast).sum()),
+        }
+    return sums

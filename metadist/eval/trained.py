@@ -1,0 +1,191 @@
+"""A run's meta-trained learner, rebuilt from its latest checkpoint (and its ensemble's).
+
+`load_run` reads a run directory's config and latest checkpoint; `trained_learner` builds
+the run's model and learner with the checkpoint's weights on the evaluation device;
+`with_ensemble` joins the latest checkpoints of other runs of the same data and sampler
+to it (`LearnerEnsemble`, `eval.ensemble`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+
+from metadist.learners import build_learner
+from metadist.learners.ensemble import LearnerEnsemble
+from metadist.models import build_model
+from metadist.store.identity import check_store_identity
+from metadist.tasks import get_task_sampler
+from metadist.train import distributed
+from metadist.train.checkpoint import LATEST, checkpoint_dir, latest_checkpoint, load_checkpoint
+from metadist.train.config import TrainConfig, build_config, without_nulls
+
+
+class ModelShapes(Protocol):
+    """What a run's learner is rebuilt for: its store and its model's shapes (an
+    `EvalParts`, or a `metadist.train.build.TaskSource`)."""
+
+    @property
+    def store(self) -> Any: ...
+
+    @property
+    def input_shape(self) -> tuple[int, ...]: ...
+
+    @property
+    def output_shape(self) -> tuple[int, ...]: ...
+
+
+def load_run(
+    run_dir: Path, field: str, store: Any = None
+) -> tuple[TrainConfig, dict[str, Any], Path, dict[str, Any]]:
+    """(config, checkpoint state, checkpoint path, pointer) of a run's latest checkpoint;
+    `store` replaces the config's `data.store` (a store that moved since training).
+
+    Raises:
+        FileNotFoundError: no directory at `run_dir` (named as `field`), or no checkpoint.
+    """
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"{field}: no run directory at {run_dir}")
+    found = latest_checkpoint(run_dir)
+    if found is None:
+        raise _no_checkpoint_error(run_dir)
+    checkpoint_path, pointer = found
+    state = load_checkpoint(checkpoint_path, pointer)
+    if store is not None:
+        saved = state["config"]
+        state["config"] = {**saved, "data": {**saved.get("data", {}), "store": str(store)}}
+    return build_config(state["config"], world_size=1), state, checkpoint_path, pointer
+
+
+def _no_checkpoint_error(run_dir: Path) -> FileNotFoundError:
+    """The error for a run_dir without a checkpoint, pointing at run directories inside it."""
+    inside = sorted(
+        sub
+        for sub in run_dir.iterdir()
+        if sub.is_dir() and (checkpoint_dir(sub) / LATEST).is_file()
+    )
+    if inside:
+        runs = ", ".join(f"run_dir={sub}" for sub in inside)
+        return FileNotFoundError(
+            f"run_dir {run_dir} has no checkpoint, but it contains a run that has: "
+            f"evaluate that instead ({runs})"
+        )
+    return FileNotFoundError(
+        f"run_dir {run_dir} has no checkpoint yet; train first "
+        f"(metadist train experiment=NAME run_dir={run_dir})"
+    )
+
+
+def trained_learner(
+    config: TrainConfig,
+    state: dict[str, Any],
+    parts: ModelShapes,
+    input_shape: tuple[int, ...] | None = None,
+) -> nn.Module:
+    """The run's learner with the checkpoint's weights (its model taking `input_shape`,
+    default the evaluated tasks' input shape), on the evaluation device."""
+    torch.manual_seed(config.trainer.seed)
+    model = build_model(
+        config.model.name,
+        input_shape or parts.input_shape,
+        parts.output_shape,
+        **config.model.options,
+    )
+    learner = build_learner(config.learner.name, model, **config.learner.options)
+    learner.load_state_dict(state["learner"])
+    # Looked up on the module, so that tests can move evaluation to another device.
+    return learner.to(distributed.evaluation_device(config.trainer.device))
+
+
+def with_ensemble(
+    learner: nn.Module,
+    config: TrainConfig,
+    parts: ModelShapes,
+    member_dirs: list[str],
+    reduce: str,
+    store: Any = None,
+) -> tuple[nn.Module, list[str]]:
+    """`learner` joined by the latest checkpoints of the runs `member_dirs` in a
+    `LearnerEnsemble` (`reduce`: mean or median), and `"<member_dir> (<checkpoint>)"` of
+    each member; `learner` itself and `[]` without members. `store` as in `load_run`.
+
+    Raises:
+        ValueError: a member trained on other data or tasks (`ensemble_member`).
+    """
+    if not member_dirs:
+        return learner, []
+    learners: list[Any] = [learner]
+    lookbacks: list[int | None] = [None]
+    names = []
+    for member_dir in member_dirs:
+        member, name, lookback = ensemble_member(Path(member_dir), config, parts, store)
+        learners.append(member)
+        lookbacks.append(lookback)
+        names.append(f"{member_dir} ({name})")
+    return LearnerEnsemble(learners, reduce=reduce, lookbacks=lookbacks), names
+
+
+def ensemble_member(
+    run_dir: Path, config: TrainConfig, parts: ModelShapes, store: Any = None
+) -> tuple[nn.Module, str, int | None]:
+    """(learner, checkpoint name, lookback or None) of the ensemble member `run_dir`.
+
+    It must have been trained on the evaluated run's store with the same sampler, up to
+    a lookback no longer than the evaluated run's, so that it can forecast its tasks.
+    `store` (a store that moved since training) replaces the member's `data.store` too;
+    the store's recorded identity is still checked.
+    """
+    member, state, checkpoint_path, _ = load_run(run_dir, "eval.ensemble", store)
+    mine, theirs, lookback = _sampler_options(run_dir, member, config)
+    for setting, a, b in (
+        ("data.store", member.data.store, config.data.store),
+        ("sampler.name", member.sampler.name, config.sampler.name),
+        ("sampler.options", mine, theirs),
+    ):
+        if a != b:
+            raise ValueError(
+                f"eval.ensemble: {run_dir} was trained with {setting}={a!r}, the evaluated "
+                f"run with {b!r}; members must see the same tasks"
+            )
+    if parts.store is not None:
+        check_store_identity(
+            state.get("store_identity"), parts.store, f"eval.ensemble member {run_dir}"
+        )
+    input_shape = None if lookback is None else (lookback, *parts.input_shape[1:])
+    return trained_learner(member, state, parts, input_shape), checkpoint_path.name, lookback
+
+
+def _sampler_options(
+    run_dir: Path, member: TrainConfig, config: TrainConfig
+) -> tuple[dict[str, Any], dict[str, Any], int | None]:
+    """(member's, evaluated run's) sampler options to compare, without the training-only
+    ones (nor the lookback, where the member may look back less), and the member's
+    lookback where it is shorter (else None).
+
+    Raises:
+        ValueError: the member looks back further than the evaluated run.
+    """
+    mine = without_nulls(dict(member.sampler.options))
+    theirs = without_nulls(dict(config.sampler.options))
+    sampler_class = get_task_sampler(config.sampler.name)
+    for key in sampler_class.training_only_options:
+        mine.pop(key, None)
+        theirs.pop(key, None)
+    if not sampler_class.ensemble_may_shorten_lookback or mine.get("lookback") == theirs.get(
+        "lookback"
+    ):
+        return mine, theirs, None
+    lookback = int(mine.get("lookback") or 0)
+    if not 0 < lookback < int(theirs.get("lookback") or 0):
+        raise ValueError(
+            f"eval.ensemble: {run_dir} looks back {mine.get('lookback')} rows, more than "
+            f"the evaluated run's {theirs.get('lookback')}; evaluate the run with the "
+            "longest lookback and list the others as members"
+        )
+    for key in ("lookback", "pad_inputs"):
+        mine.pop(key, None)
+        theirs.pop(key, None)
+    return mine, theirs, lookback

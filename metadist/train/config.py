@@ -32,6 +32,7 @@ from metadist.registry import Registry
 from metadist.store import SeriesStore
 from metadist.tasks import TaskSampler
 from metadist.train.optim import OptimizerConfig  # re-exported: it lives with the optimizers
+from metadist.train.pretrain import PretrainConfig
 
 _DEVICES = ("auto", "cpu", "cuda")
 _BACKENDS = ("auto", "gloo", "nccl")
@@ -349,33 +350,6 @@ class LoggingConfig:
                     "pip install 'metadist[tensorboard]'"
                 )
         self.wandb.validate()
-
-
-@dataclass
-class PretrainConfig:
-    """Classifier pre-training before meta-training (`train.pretrain_phase`).
-
-    Attributes:
-        steps: Adam steps of the model (its embedding, with a linear head over the
-            meta-train classes); 0 (default) skips the phase. Needs a sampler with
-            labelled examples (`nway_kshot`).
-        lr: Adam's learning rate.
-        batch_size: labelled examples per step.
-        save_every: steps between saves of the phase's state (`run_dir/pretrain.pt`),
-            from which a killed run resumes the phase exactly.
-    """
-
-    steps: int = 0
-    lr: float = 1e-3
-    batch_size: int = 64
-    save_every: int = 100
-
-    def validate(self) -> None:
-        check_range("pretrain.steps", self.steps, 0, MAX_META_STEPS, "10^12")
-        if not self.lr > 0:
-            raise ValueError(f"pretrain.lr must be > 0, got {self.lr}")
-        check_range("pretrain.batch_size", self.batch_size, 1, 1 << 20)
-        check_min("pretrain.save_every", self.save_every, 1)
 
 
 @dataclass

@@ -27,11 +27,39 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from metadist.durable import atomic_file
+from metadist.options import check_min, check_range
 
 _FORMAT = "metadist.pretrain/1"
 # What the saved state must agree on with a call resuming it (the model itself is checked
 # by load_state_dict).
 _SETTINGS = ("num_classes", "embedding_size", "lr", "batch_size", "seed")
+
+
+@dataclass
+class PretrainConfig:
+    """Classifier pre-training before meta-training (`train.pretrain_phase`).
+
+    Attributes:
+        steps: Adam steps of the model (its embedding, with a linear head over the
+            meta-train classes); 0 (default) skips the phase. Needs a sampler with
+            labelled examples (`nway_kshot`).
+        lr: Adam's learning rate.
+        batch_size: labelled examples per step.
+        save_every: steps between saves of the phase's state (`run_dir/pretrain.pt`),
+            from which a killed run resumes the phase exactly.
+    """
+
+    steps: int = 0
+    lr: float = 1e-3
+    batch_size: int = 64
+    save_every: int = 100
+
+    def validate(self) -> None:
+        check_range("pretrain.steps", self.steps, 0, 10**12)
+        if not self.lr > 0:
+            raise ValueError(f"pretrain.lr must be > 0, got {self.lr}")
+        check_range("pretrain.batch_size", self.batch_size, 1, 1 << 20)
+        check_min("pretrain.save_every", self.save_every, 1)
 
 
 @dataclass
@@ -96,14 +124,7 @@ def pretrain_classifier(
             is not `[N, embedding_size]`, or a saved state of other settings or of more
             steps than `steps`.
     """
-    if steps < 1:
-        raise ValueError(f"{name}: steps must be >= 1, got {steps}")
-    if num_classes < 2:
-        raise ValueError(
-            f"{name}: the meta-train split has {num_classes} class; it needs 2 or more"
-        )
-    if save_every < 0:
-        raise ValueError(f"{name}: save_every must be >= 0, got {save_every}")
+    _check_counts(name, steps, num_classes, save_every)
     settings = {
         "num_classes": int(num_classes),
         "embedding_size": int(embedding_size),
@@ -135,6 +156,17 @@ def pretrain_classifier(
     model.train(was_training)
     history = torch.stack(losses) if losses else reference.new_zeros(0).detach()
     return Pretrained(head=head, step=steps, resumed_from=start, losses=history)
+
+
+def _check_counts(name: str, steps: int, num_classes: int, save_every: int) -> None:
+    if steps < 1:
+        raise ValueError(f"{name}: steps must be >= 1, got {steps}")
+    if num_classes < 2:
+        raise ValueError(
+            f"{name}: the meta-train split has {num_classes} class; it needs 2 or more"
+        )
+    if save_every < 0:
+        raise ValueError(f"{name}: save_every must be >= 0, got {save_every}")
 
 
 def _train_step(

@@ -187,25 +187,13 @@ def write_synthetic_panel(
         FileExistsError: `out_dir` exists and is not empty, and not `overwrite`.
     """
     num_entities, length_range = _check_args(
-        num_entities,
-        length_range,
-        seed,
-        num_files,
-        time_kind,
-        nan_fraction,
-        num_profiles,
-        chunk_rows,
+        num_entities, length_range, seed, num_files, time_kind, nan_fraction, num_profiles
     )
-    if int(max_file_row_groups) < 1:
-        raise ValueError(
-            f"synthetic panel: max_file_row_groups must be >= 1, got {max_file_row_groups}"
-        )
+    _check_sizes(chunk_rows, max_file_row_groups)
     out_dir = check_output_dir(out_dir, overwrite)
     started = time.perf_counter()
     profiles = _make_profiles(seed, num_profiles)
-    lengths = np.random.default_rng([seed, _LENGTH_STREAM]).integers(
-        length_range[0], length_range[1] + 1, size=num_entities
-    )
+    lengths = _entity_lengths(seed, length_range, num_entities)
     num_rows = int(lengths.sum())
     schema = panel_schema(time_kind)
     tally = _Tally()
@@ -252,7 +240,7 @@ def num_entities_for_size(num_bytes: float, length_range: tuple[int, int]) -> in
 
 
 def _check_args(
-    num_entities, length_range, seed, num_files, time_kind, nan_fraction, num_profiles, chunk_rows
+    num_entities, length_range, seed, num_files, time_kind, nan_fraction, num_profiles
 ) -> tuple[int, tuple[int, int]]:
     if int(num_entities) < 1:
         raise ValueError(f"synthetic panel: num_entities must be >= 1, got {num_entities}")
@@ -277,9 +265,23 @@ def _check_args(
         raise ValueError(f"synthetic panel: nan_fraction must be in [0, 0.5), got {nan_fraction}")
     if int(num_profiles) < 1:
         raise ValueError(f"synthetic panel: num_profiles must be >= 1, got {num_profiles}")
+    return int(num_entities), (low, high)
+
+
+def _entity_lengths(seed: int, length_range: tuple[int, int], num_entities: int) -> np.ndarray:
+    """Each entity's length, drawn from the seed alone."""
+    return np.random.default_rng([seed, _LENGTH_STREAM]).integers(
+        length_range[0], length_range[1] + 1, size=num_entities
+    )
+
+
+def _check_sizes(chunk_rows, max_file_row_groups) -> None:
     if int(chunk_rows) < 1:
         raise ValueError(f"synthetic panel: chunk_rows must be >= 1, got {chunk_rows}")
-    return int(num_entities), (low, high)
+    if int(max_file_row_groups) < 1:
+        raise ValueError(
+            f"synthetic panel: max_file_row_groups must be >= 1, got {max_file_row_groups}"
+        )
 
 
 def _chunk_table(chunk: list[dict], schema: pa.Schema, time_kind: str) -> pa.Table:

@@ -270,6 +270,46 @@ def test_a_user_sampler_module_is_imported_and_trained_from_the_command(tmp_path
     assert done.returncode == 0, done.stderr
 
 
+def test_a_received_run_imports_nothing_unless_allowed(tmp_path, monkeypatch):
+    # A run whose config lists a module beside it: a fresh `metadist eval` of it must not
+    # run that module's code unless the user allows it by name.
+    (tmp_path / "received_module_for_test.py").write_text(
+        USER_SAMPLER.replace('"user_lines"', '"received_lines"')
+        + "\nimport pathlib\npathlib.Path('module_ran').write_text('yes')\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    config = tiny_config(
+        tmp_path / "run",
+        "imports=[received_module_for_test]",
+        "sampler.name=received_lines",
+        "sampler.options={num_tasks: 40, num_points: 3}",
+        "trainer.meta_steps=2",
+    )
+    train(config)
+    (tmp_path / "module_ran").unlink(missing_ok=True)
+    command = [sys.executable, "-m", "metadist.cli", "eval", f"run_dir={tmp_path / 'run'}"]
+    refused = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 1
+    assert "--allow-import received_module_for_test" in refused.stderr
+    assert "Traceback" not in refused.stderr and len(refused.stderr.splitlines()) == 1
+    assert not (tmp_path / "module_ran").exists()  # its code never ran
+    allowed = subprocess.run(
+        [
+            *command,
+            "--allow-import",
+            "received_module_for_test",
+            "eval.max_tasks=4",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    # Allowed, the module is imported (whatever the evaluation of this sampler says next).
+    assert (tmp_path / "module_ran").exists(), allowed.stderr
+    assert "allow-import" not in allowed.stderr, allowed.stderr
+
+
 def test_an_unregistered_sampler_name_points_to_imports(tmp_path):
     from metadist.train.build import build_parts
     from metadist.train.distributed import read_env

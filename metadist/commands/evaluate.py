@@ -38,12 +38,20 @@ def build_parser(prog: str = "metadist eval") -> argparse.ArgumentParser:
     )
     parser.add_argument("overrides", nargs="*", help="run_dir=PATH and eval.KEY=VALUE")
     parser.add_argument("--config-dir", default=None, help="the experiments directory to use")
+    parser.add_argument(
+        "--allow-import",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="a module the run's `imports` may import (repeatable); a run imports nothing "
+        "unless allowed, so a received run runs no code of its own",
+    )
     return parser
 
 
 def main(argv: list[str] | None = None, prog: str = "metadist eval") -> int:
     """Runs the command; `prog` names it in messages (the alias keeps its own name)."""
-    args = build_parser(prog).parse_args(argv)
+    args = build_parser(prog).parse_intermixed_args(argv)
     run_dir = None
     overrides = []
     for item in args.overrides:
@@ -55,7 +63,12 @@ def main(argv: list[str] | None = None, prog: str = "metadist eval") -> int:
         print(f"{prog}: error: give the run as run_dir=PATH", file=sys.stderr)
         return 2
     try:
-        result = evaluate_run(run_dir, overrides=overrides, config_dir=args.config_dir)
+        result = evaluate_run(
+            run_dir,
+            overrides=overrides,
+            config_dir=args.config_dir,
+            allow_imports=args.allow_import,
+        )
     except (ValueError, FileNotFoundError, OutOfSpaceError) as error:
         print(f"{prog}: error: {error}", file=sys.stderr)
         return 1

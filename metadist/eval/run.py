@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -76,6 +76,7 @@ def evaluate_run(
     config_dir: str | None = None,
     write: bool = True,
     progress: bool | None = None,
+    allow_imports: Collection[str] = (),
 ) -> dict[str, Any]:
     """Evaluates a training run's latest checkpoint on its held-out tasks.
 
@@ -95,6 +96,8 @@ def evaluate_run(
         progress: show tasks done as in `evaluate_tasks` (default: a bar on a terminal,
             else a line every 15 s). Evaluation runs on one intra-op thread unless
             `OMP_NUM_THREADS` is set (`progress.eval_threads`).
+        allow_imports: modules the run's `imports` may import (a loaded run runs no
+            code unless allowed; modules already imported need no allowing).
 
     Returns:
         The result dict, with `paths` (the files written) added.
@@ -104,7 +107,9 @@ def evaluate_run(
         ValueError: bad settings, or tasks the evaluation protocol cannot score.
     """
     run_dir = Path(run_dir)
-    config, state, checkpoint_path, pointer = load_run(run_dir, "run_dir")
+    config, state, checkpoint_path, pointer = load_run(
+        run_dir, "run_dir", allow_imports=allow_imports
+    )
     if options is None:
         options = _run_eval_options(config, run_dir, overrides, config_dir)
     options.validate()
@@ -207,7 +212,11 @@ def _pretrained(
 
 
 def load_trained(
-    run_dir: Path, *, ensemble: Any = None, store: Any = None
+    run_dir: Path,
+    *,
+    ensemble: Any = None,
+    store: Any = None,
+    allow_imports: Collection[str] = (),
 ) -> tuple[Path, Any, nn.Module, Any, EvalOptions]:
     """`(run_dir, config, learner, task source, eval options)` of a run's latest checkpoint,
     for adapting it to data of one's own (`metadist.load_run`).
@@ -216,7 +225,7 @@ def load_trained(
     is in eval mode; the store is opened without re-checksumming its values, but its
     identity must match the one the checkpoint recorded.
     """
-    config, state, _, _ = load_run(run_dir, "run_dir", store)
+    config, state, _, _ = load_run(run_dir, "run_dir", store, allow_imports)
     options = _run_eval_options(config, run_dir, (), None)
     source: TaskSource = build_task_source(config, verify_store=False)
     if source.store is not None:

@@ -8,6 +8,7 @@ to it (`LearnerEnsemble`, `eval.ensemble`).
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -39,10 +40,11 @@ class ModelShapes(Protocol):
 
 
 def load_run(
-    run_dir: Path, field: str, store: Any = None
+    run_dir: Path, field: str, store: Any = None, allow_imports: Collection[str] = ()
 ) -> tuple[TrainConfig, dict[str, Any], Path, dict[str, Any]]:
     """(config, checkpoint state, checkpoint path, pointer) of a run's latest checkpoint;
-    `store` replaces the config's `data.store` (a store that moved since training).
+    `store` replaces the config's `data.store` (a store that moved since training). The
+    run's `imports` are imported only if in `allow_imports` or already imported.
 
     Raises:
         FileNotFoundError: no directory at `run_dir` (named as `field`), or no checkpoint.
@@ -57,7 +59,8 @@ def load_run(
     if store is not None:
         saved = state["config"]
         state["config"] = {**saved, "data": {**saved.get("data", {}), "store": str(store)}}
-    return build_config(state["config"], world_size=1), state, checkpoint_path, pointer
+    config = build_config(state["config"], world_size=1, allow_imports=allow_imports)
+    return config, state, checkpoint_path, pointer
 
 
 def _no_checkpoint_error(run_dir: Path) -> FileNotFoundError:

@@ -14,6 +14,7 @@ import math
 import os
 import re
 import sys
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -410,12 +411,20 @@ class TrainConfig:
         return to_plain(self)
 
 
-def build_config(values: dict[str, Any], *, world_size: int | None = None) -> TrainConfig:
+def build_config(
+    values: dict[str, Any],
+    *,
+    world_size: int | None = None,
+    allow_imports: Collection[str] | None = None,
+) -> TrainConfig:
     """A validated `TrainConfig` from a nested dict (a composed Hydra config).
 
     Args:
         values: nested sections as plain dicts/lists/scalars.
         world_size: ranks the run will use; `None` reads `WORLD_SIZE` (torchrun), else 1.
+        allow_imports: `None` for a config of one's own (its `imports` are imported);
+            for a config read from a run someone else may have made, the modules its
+            `imports` may import (`import_modules`).
 
     Raises:
         ValueError: an unknown field, a value of the wrong type, or a bad value or
@@ -426,7 +435,7 @@ def build_config(values: dict[str, Any], *, world_size: int | None = None) -> Tr
     config = from_mapping(TrainConfig, values)
     if world_size is None:
         world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    import_modules(config.imports)  # first: they may register what the config names
+    import_modules(config.imports, allowed=allow_imports)  # first: they may register names
     config.validate(world_size)
     return config
 
@@ -453,17 +462,31 @@ def without_nulls(value: Any) -> Any:
     return value
 
 
-def import_modules(names: list[str]) -> None:
+def import_modules(names: list[str], allowed: Collection[str] | None = None) -> None:
     """Imports the `imports` modules (which register samplers, learners or models).
 
     The working directory is put on `sys.path` first, so that a module next to the
     command (`my_samplers.py`) is found on every rank and by `metadist.eval`.
 
+    A run received from someone else is data, not code: with `allowed` given (loading a
+    run), a module is imported only when it is in `allowed` or already imported (which
+    runs no code), so a run's `imports` never run a file beside it unasked.
+
     Raises:
-        ValueError: a module cannot be imported; the message names it and the cause.
+        ValueError: a module cannot be imported, or is not allowed; the message names it,
+            and for the latter how to allow it.
     """
     if not names:
         return
+    if allowed is not None:
+        refused = [n for n in names if n not in allowed and n not in sys.modules]
+        if refused:
+            flags = " ".join(f"--allow-import {n}" for n in refused)
+            raise ValueError(
+                f"imports: the run imports module(s) {', '.join(map(repr, refused))}, code "
+                "that would run on loading it; a loaded run imports nothing unless you allow "
+                f"it: {flags} (load_run(..., allow_imports=[...]) in Python)"
+            )
     cwd = os.getcwd()
     if cwd not in sys.path:
         sys.path.insert(0, cwd)

@@ -527,3 +527,28 @@ def test_pretraining_needs_labelled_examples(tmp_path):
     )
     with pytest.raises(ValueError, match="pretrain.steps=5: sampler 'sinusoid' gives no"):
         train(config)
+
+
+def test_a_set_with_too_few_classes_names_the_real_levers(tmp_path):
+    from metadist.train import load_config, train
+
+    _class_panel(tmp_path / "panel.parquet", num_classes=3, per_class=6)
+    store = ingest(
+        tmp_path / "panel.parquet",
+        tmp_path / "store",
+        entity_col="entity",
+        time_col="t",
+        features=["code"],
+        targets=["code"],
+        label_col="cls",
+        scaling="per-entity",
+    )
+    config = load_config(
+        ["experiment=ucr_protonet", f"data.store={store.path}", f"run_dir={tmp_path / 'r'}"],
+        world_size=1,
+    )
+    with pytest.raises(ValueError) as refused:
+        train(config)
+    message = str(refused.value)
+    assert "3 label classes in all" in message and "data.split_by=unit" in message
+    assert "lower trainer.meta_batch_size" not in message  # that cannot help here

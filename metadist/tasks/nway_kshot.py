@@ -241,6 +241,18 @@ class NWayKShotSampler(TaskSampler, Configurable):
 
         return examples, len(codes)
 
+    def _fewer_classes_hint(self, usable: int) -> str:
+        """What to change when a split has fewer usable classes than `num_ways`."""
+        ways = f"sampler.options.num_ways={usable} or " if usable >= 2 else ""
+        return (
+            f"to fix: {ways}lower sampler.options.num_shots / num_query; the store has "
+            f"{len(self.class_names)} {self.class_by} classes in all, and data.split_by="
+            f"{self.class_by} deals whole classes out to meta-train, meta-val and meta-test, "
+            "so with few classes use data.split_by=unit (every split holds every class; not "
+            "class-disjoint) or give the split short of classes a larger share in "
+            "data.fractions (meta_batch_size does not help)"
+        )
+
     def _set_pool(self, units: np.ndarray) -> None:
         per_class = self.num_shots + self.num_query
         classes = self.unit_class[units]
@@ -252,7 +264,8 @@ class NWayKShotSampler(TaskSampler, Configurable):
                 f"nway_kshot sampler: num_ways={self.num_ways} but only {int(usable.sum())} "
                 f"{self.class_by} classes have num_shots + num_query = {per_class} entities "
                 f"among the {len(units)} entities in use (class sizes: "
-                f"{dict(zip(self.class_names[codes].tolist(), counts.tolist(), strict=True))})"
+                f"{dict(zip(self.class_names[codes].tolist(), counts.tolist(), strict=True))}); "
+                f"{self._fewer_classes_hint(int(usable.sum()))}"
             )
         self._pool_members = units[order]
         self._class_codes = codes[usable]

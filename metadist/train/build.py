@@ -334,7 +334,8 @@ def _naming(fields: str, hint: str | None = None) -> Iterator[None]:
     try:
         yield
     except ValueError as error:
-        suffix = f"; {hint}" if hint else ""
+        # a component that says what to fix itself gets no generic hint after it
+        suffix = f"; {hint}" if hint and "to fix:" not in str(error) else ""
         message = str(error)
         if message.startswith(f"{fields}."):  # it names its field path already
             raise ValueError(f"{message}{suffix}") from None

@@ -4,26 +4,38 @@ sizes beyond an int64, null series ids, a rank killed under torchrun)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shutil
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
+import optuna
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from _task_stores import build_encoded_store
 from competition_data import write_competition
+from optuna.distributions import FloatDistribution
 
-from metadist.cli import main as store_main
+from metadist.cli import main as cli_main
 from metadist.commands.competition import check_holdout, load_spec, scan_series
 from metadist.commands.competition import main as competition_main
 from metadist.commands.competition.spec import CompetitionSpec, default_output
 from metadist.data import BatchMetaDataLoader
+from metadist.launch.sweep import (
+    STUDY_FILE,
+    STUDY_NAME,
+    SweepSettings,
+    load_search_space,
+    open_study,
+)
+from metadist.launch.sweep.study import check_meta
 
 FORECAST = {"lookback": 16, "horizon": 4, "num_support": 3, "num_query": 2}
 
@@ -190,7 +202,7 @@ def test_a_null_series_id_is_refused_naming_the_file_and_column(
     # the same wording as the store ingest's
     if part == "train":
         assert (
-            store_main(
+            cli_main(
                 [
                     "ingest",
                     str(data / "train.parquet"),
@@ -238,3 +250,119 @@ def test_settings_the_evaluation_would_refuse_are_refused_before_any_output(
     assert competition_main([str(data), "--validation", "--out", str(out), "eval.bogus=1"]) == 1
     assert "eval.bogus: unknown field" in _one_line(capsys)
     assert not out.exists()
+
+
+# ---- sweeps: a study.db made for another sweep is never adopted -------------------------
+
+SWEEP = ["experiment=sinusoid_maml", "trainer.meta_steps=4"]
+LR_SPACE = "optimizer.lr: {type: float, low: 1e-4, high: 1e-2, log: true}\n"
+
+
+def _sweep_settings(tmp_path: Path, overrides=SWEEP, space=LR_SPACE, **extra) -> SweepSettings:
+    (tmp_path / "space.yaml").write_text(space)
+    space_specs = load_search_space(tmp_path / "space.yaml")
+    return SweepSettings(list(overrides), space_specs, tmp_path / "sweep", **extra)
+
+
+def _started_sweep(tmp_path: Path) -> Path:
+    """A real study.db as a sweep leaves it: its settings recorded, one finished trial."""
+    settings = _sweep_settings(tmp_path)
+    settings.sweep_dir.mkdir()
+    study = open_study(settings)
+    check_meta(study, settings)
+    trial = study.ask()
+    settings.space[0].suggest(trial)
+    study.tell(trial, 0.5)
+    return settings.sweep_dir / STUDY_FILE
+
+
+def _sweep_command(tmp_path: Path, overrides=SWEEP, space=LR_SPACE, *flags: str) -> list[str]:
+    (tmp_path / "space.yaml").write_text(space)
+    return [
+        "sweep",
+        *overrides,
+        "--trials=2",
+        f"--space={tmp_path / 'space.yaml'}",
+        f"--sweep-dir={tmp_path / 'sweep'}",
+        *flags,
+    ]
+
+
+def _study_state(path: Path) -> tuple:
+    storage = f"sqlite:///{path}"
+    studies = optuna.get_all_study_summaries(storage)
+    return tuple(
+        (s.study_name, s.n_trials, json.dumps(s.user_attrs, sort_keys=True)) for s in studies
+    )
+
+
+@pytest.mark.parametrize(
+    "overrides, space, flags, differs",
+    [
+        (
+            ["experiment=synthetic_maml", "trainer.meta_steps=4"],
+            LR_SPACE,
+            [],
+            "overrides: recorded only ['experiment=sinusoid_maml'], now only "
+            "['experiment=synthetic_maml']",
+        ),
+        (SWEEP, LR_SPACE.replace("1e-2", "1e-1"), [], "space: optimizer.lr differs"),
+        (
+            SWEEP,
+            LR_SPACE + "learner.options.inner_lr: {type: float, low: 0.01, high: 0.5}\n",
+            [],
+            "space: learner.options.inner_lr only now",
+        ),
+        (SWEEP, LR_SPACE, ["--metric=mse"], "metric: recorded 'loss', now 'mse'"),
+        (SWEEP, LR_SPACE, ["--direction=maximize"], "direction: recorded 'minimize'"),
+    ],
+    ids=["experiment", "space-range", "space-param", "metric", "direction"],
+)
+def test_a_sweep_is_continued_only_with_the_settings_its_study_was_made_for(
+    tmp_path, capsys, overrides, space, flags, differs
+):
+    path = _started_sweep(tmp_path)
+    before = _study_state(path)
+    assert cli_main(_sweep_command(tmp_path, overrides, space, *flags)) == 1
+    line = _one_line(capsys)
+    assert f"{path} holds a sweep made for other settings ({differs}" in line, line
+    assert "use another --sweep-dir" in line
+    assert _study_state(path) == before  # nothing recorded, no trial added
+    assert not (tmp_path / "sweep" / "trials").exists()
+    # the same settings still continue it
+    settings = _sweep_settings(tmp_path)
+    check_meta(open_study(settings), settings)
+
+
+def test_a_study_with_trials_but_no_sweep_record_is_not_adopted(tmp_path, capsys):
+    (tmp_path / "sweep").mkdir()
+    path = tmp_path / "sweep" / STUDY_FILE
+    study = optuna.create_study(storage=f"sqlite:///{path}", study_name=STUDY_NAME)
+    study.tell(study.ask({"optimizer.lr": FloatDistribution(1e-4, 1e-2)}), 0.1)
+    before = _study_state(path)
+    assert cli_main(_sweep_command(tmp_path)) == 1
+    assert "holds a study with trials but no record of its sweep's settings" in _one_line(capsys)
+    assert _study_state(path) == before
+
+
+def test_a_database_of_another_optuna_study_is_left_untouched(tmp_path, capsys):
+    (tmp_path / "sweep").mkdir()
+    path = tmp_path / "sweep" / STUDY_FILE
+    optuna.create_study(storage=f"sqlite:///{path}", study_name="someone-elses")
+    before = _study_state(path)
+    assert cli_main(_sweep_command(tmp_path)) == 1
+    line = _one_line(capsys)
+    assert f"{path} holds another Optuna study ('someone-elses'), not a metadist sweep" in line
+    assert _study_state(path) == before  # no metadist study added to it
+
+
+def test_an_sqlite_database_of_something_else_is_left_untouched(tmp_path, capsys):
+    (tmp_path / "sweep").mkdir()
+    path = tmp_path / "sweep" / STUDY_FILE
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        db.execute("CREATE TABLE notes (text TEXT)")
+        db.commit()
+    content = path.read_bytes()
+    assert cli_main(_sweep_command(tmp_path)) == 1
+    assert "is an SQLite database of something else (tables notes)" in _one_line(capsys)
+    assert path.read_bytes() == content

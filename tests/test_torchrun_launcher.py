@@ -1,4 +1,5 @@
-"""`python -m metadist.launch.torchrun`: torchrun whose stops read as one line each."""
+"""`python -m metadist.launch.torchrun`: torchrun whose stops read as one line each, and
+whose ranks that only lost a peer (gloo tracebacks) are one line too."""
 
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _launch(script: Path, *args: str, **kwargs) -> subprocess.Popen:
+def _launch(script: Path, *args: str, flags: list[str] = (), **kwargs) -> subprocess.Popen:
     command = [sys.executable, "-m", "metadist.launch.torchrun", "--standalone"]
-    command += ["--nproc_per_node=2", str(script), *args]
+    command += ["--nproc_per_node=2", *flags, str(script), *args]
     return subprocess.Popen(
         command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs
     )
@@ -57,3 +58,82 @@ def test_sigterm_stops_the_ranks_then_says_so(tmp_path):
     assert (tmp_path / "stopped0").exists() and (tmp_path / "stopped1").exists(), out + err
     assert "torchrun: stopped by SIGTERM; its training processes were stopped first" in err
     assert "Traceback" not in err, err
+
+
+# A 2-rank gloo job whose rank 1 fails at step 50 (how: argv[1]) while rank 0 is in
+# all_reduce; under torchrun restarts, each attempt has its own store prefix (as
+# metadist.train.distributed does) and only the first attempt fails.
+GLOO_JOB = """
+import os, signal, sys, torch, torch.distributed as dist
+rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+attempt = os.environ["TORCHELASTIC_RESTART_COUNT"]
+store, _, _ = next(dist.rendezvous("env://", rank=rank, world_size=size))
+store = dist.PrefixStore(f"attempt_{attempt}", store)
+dist.init_process_group("gloo", store=store, rank=rank, world_size=size)
+sys.stderr.write(f"rank {rank}: 10%\\r20%\\r")  # progress, no newline
+sys.stderr.write(f"[rank{rank}] starts: not a report\\n")
+sys.stderr.flush()
+t = torch.ones(4)
+for step in range(100 if attempt != "0" else 10**6):
+    if rank == 1 and attempt == "0" and step == 50:
+        if sys.argv[1] == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        dist.destroy_process_group()  # else gloo's threads abort the exit
+        raise ValueError("bad value at step 50")
+    dist.all_reduce(t)
+    t.fill_(1)
+dist.destroy_process_group()
+print(f"rank {rank} done", file=sys.stderr)
+"""
+
+
+def _run_gloo_job(tmp_path: Path, how: str, *flags: str) -> tuple[int, str]:
+    script = tmp_path / "job.py"
+    script.write_text(GLOO_JOB)
+    # a slow monitor: the surviving rank surely reports its lost peer before torchrun
+    # stops it (with the default 0.1 s it is a race, and the report may never come)
+    process = _launch(script, how, flags=["--monitor-interval=2", *flags])
+    _, err = process.communicate(timeout=100)
+    return process.returncode, err
+
+
+@pytest.mark.timeout(120)
+def test_a_rank_killed_mid_collective_is_named_and_the_survivors_traceback_collapsed(tmp_path):
+    returncode, err = _run_gloo_job(tmp_path, "kill")
+    assert returncode == 1, err
+    line = err.strip().splitlines()[-1]
+    assert line.startswith(
+        "torchrun: the training process of rank 1 was killed by SIGKILL; the others were "
+        "stopped (rank 0 had lost it: RuntimeError: "
+    ), err
+    assert "peer" in line and "traceback left out" in line
+    assert "Traceback" not in err and "[rank0]:" not in err, err
+    # the ranks' other output passed through (text mode reads \r as \n)
+    for rank in (0, 1):
+        assert f"rank {rank}: 10%\n20%\n" in err and f"[rank{rank}] starts: not a report\n" in err
+
+
+@pytest.mark.timeout(120)
+def test_a_failing_rank_keeps_its_traceback_and_its_lost_peer_is_one_line(tmp_path):
+    returncode, err = _run_gloo_job(tmp_path, "raise")
+    assert returncode == 1, err
+    assert "[rank1]: Traceback (most recent call last):" in err, err
+    assert "[rank1]: ValueError: bad value at step 50" in err
+    assert "[rank0]:" not in err, err  # rank 0's gloo traceback: folded into the line
+    line = err.strip().splitlines()[-1]
+    assert line.startswith(
+        "torchrun: the training process of rank 1 exited with status 1 (its own message is "
+        "above); the others were stopped"
+    ), err
+
+
+@pytest.mark.timeout(180)
+def test_a_restarted_job_shows_the_lost_peer_in_one_line_and_finishes(tmp_path):
+    returncode, err = _run_gloo_job(tmp_path, "kill", "--max-restarts=1")
+    assert returncode == 0, err
+    lost = [line for line in err.splitlines() if "lost a peer" in line]
+    assert len(lost) == 1, err
+    assert lost[0].startswith("torchrun: the training process of rank 0 lost a peer: ")
+    assert lost[0].endswith("(traceback left out)")
+    assert "Traceback" not in err and "[rank0]:" not in err, err
+    assert "rank 0 done" in err and "rank 1 done" in err

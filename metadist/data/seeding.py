@@ -22,8 +22,15 @@ def check_seed(seed: int, name: str = "seed") -> int:
     return int(seed)
 
 
+# the largest value numpy's int64 arithmetic (block cutting, offsets) holds
+INT64_MAX = 2**63 - 1
+
+
 def check_positive(value: int, name: str) -> int:
-    """`value` as an int; `ValueError` naming `name` unless it is a positive integer."""
+    """`value` as an int; `ValueError` naming `name` unless it is a positive integer that
+    fits an int64 (larger values overflow the int64 arrays they are used with)."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if value > INT64_MAX:
+        raise ValueError(f"{name} must be at most 2**63-1 (an int64), got {value!r}")
     return int(value)

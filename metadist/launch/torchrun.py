@@ -8,13 +8,21 @@ Ctrl-C left in a job's log. Here the workers are stopped the same way; the launc
 says which signal stopped it and exits with 128 + the signal's number, as a shell does.
 A training process that fails is named in one line too (rank and exit status; its own
 message comes before), with exit status 1, where torchrun prints a traceback and a table.
-Every argument is torchrun's.
+The ranks that fail only because they lost that one (a gloo "Connection reset by peer"
+in their next collective) are named in the same line, their tracebacks left out
+(`metadist.launch.rank_reports`). Every argument is torchrun's.
 """
 
 from __future__ import annotations
 
 import signal
 import sys
+from typing import Any
+
+from metadist.launch.rank_reports import RankReports, collapsed, last_line, short, write_all
+
+# a rank's lost-peer report this close before its failure was detected (s) is that failure
+_LOST_PEER_WINDOW_S = 10.0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,22 +30,16 @@ def main(argv: list[str] | None = None) -> int:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import main as torchrun_main
 
+    reports = RankReports.start()
     try:
         torchrun_main(argv)
     except ChildFailedError as failed:
-        rank, failure = failed.get_first_failure()
-        how = (
-            f"was killed by {failure.signal_name()}"
-            if failure.exitcode < 0
-            else f"exited with status {failure.exitcode}"
-        )
-        print(
-            f"torchrun: the training process of rank {rank} {how} (its own message is "
-            "above); the others were stopped",
-            file=sys.stderr,
-        )
+        held = reports.finish() if reports else {}
+        lost_at = reports.lost_at if reports else {}
+        print(_failure_line(failed.failures, held, lost_at), file=sys.stderr)
         return 1
     except SignalException as stopped:
+        _finish(reports)
         number = int(stopped.sigval)
         print(
             f"torchrun: stopped by {signal.Signals(number).name}; its training processes "
@@ -45,7 +47,59 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 128 + number
+    finally:
+        if reports and not reports.finished:
+            _finish(reports)
     return 0
+
+
+def _finish(reports: RankReports | None) -> None:
+    """Ends the filtering; lost-peer reports still held are collapsed into one line."""
+    held = reports.finish() if reports else {}
+    if held:
+        print(collapsed(held), file=sys.stderr)
+
+
+def _failure_line(
+    failures: dict[int, Any], held: dict[int, list[bytes]], lost_at: dict[int, float]
+) -> str:
+    """The one line of a run whose training processes failed: the rank that failed
+    first and, briefly, the ranks that failed on losing it (`held`: their reports).
+
+    The first failure is, in this order: a rank killed by a signal other than SIGTERM
+    (which torchrun stops the others with), a rank that failed otherwise, a rank
+    stopped by SIGTERM, a rank that had just lost a peer (`lost_at`); the earliest, then
+    the lowest rank among equals. torchrun's own choice (the earliest) often names a
+    survivor: failures are timed to the second. Where the first failure is a rank that
+    lost a peer (the rank it lost ran on another machine), its report is shown in full.
+    """
+
+    def order(rank: int) -> tuple[int, int, int]:
+        failure = failures[rank]
+        if failure.timestamp - lost_at.get(rank, -1e18) <= _LOST_PEER_WINDOW_S:
+            kind = 3
+        elif failure.exitcode == -signal.SIGTERM:
+            kind = 2
+        else:
+            kind = 0 if failure.exitcode < 0 else 1
+        return kind, failure.timestamp, rank
+
+    rank = min(failures, key=order)
+    failure = failures[rank]
+    if rank in held:
+        sys.stderr.flush()
+        write_all(2, b"".join(held.pop(rank)))
+    if failure.exitcode < 0:
+        line = f"torchrun: the training process of rank {rank} was killed by "
+        line += f"{failure.signal_name()}; the others were stopped"
+    else:
+        line = f"torchrun: the training process of rank {rank} exited with status "
+        line += f"{failure.exitcode} (its own message is above); the others were stopped"
+    if held:
+        ranks = sorted(held)
+        who = f"rank {ranks[0]} had" if len(ranks) == 1 else f"ranks {ranks} had"
+        line += f" ({who} lost it: {short(last_line(held[ranks[0]]))}; traceback left out)"
+    return line
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ def build_parser(prog: str = "metadist competition") -> argparse.ArgumentParser:
         type=Path,
         default=None,
         help="default: runs/NAME (runs/NAME_val with --validation; NAME: competition.yaml's "
-        "name or the data directory's)",
+        "name, a plain word, or the data directory's)",
     )
     parser.add_argument(
         "--experiment",

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from metadist.commands.competition.series import SeriesInfo
+from metadist.commands.competition.series import SeriesInfo, refuse_nulls, time_steps
 from metadist.commands.competition.sources import file_fingerprint
 from metadist.commands.competition.spec import (
     SOURCE_FILE,
@@ -28,30 +28,89 @@ from metadist.durable import atomic_directory
 def check_holdout(
     path: Path, spec: CompetitionSpec, info: SeriesInfo, horizons: Sequence[int], partial: bool
 ) -> None:
-    """Checks the holdout file before anything is trained: every series of `horizons`
-    has exactly its horizon's number of holdout values (none where `partial`), and every
-    series of the holdout is in the training file.
+    """Checks the holdout file before anything is trained, for everything the
+    evaluation would refuse after it: its columns are there, with no nulls or NaN
+    values; every series of `horizons` has exactly its horizon's number of holdout values
+    (none where `partial`), starting after its training part; and every series of the
+    holdout is in the training file.
 
     Raises:
-        ValueError: naming the first series that differs and how many do.
+        ValueError: naming the first series (or row) that differs and how many do.
     """
-    names = pq.read_schema(path).names
-    if spec.entity_col not in names:
-        raise ValueError(
-            f"{path} has no column {spec.entity_col!r} (entity_col in {SPEC_FILE}); its "
-            f"columns: {', '.join(names)}"
-        )
-    column = pq.read_table(path, columns=[spec.entity_col]).column(spec.entity_col)
-    ids, counts = np.unique(
-        np.asarray(column.to_pylist(), dtype=object).astype(str), return_counts=True
-    )
-    found = dict(zip(ids.tolist(), counts.tolist(), strict=True))
+    table = _read_holdout(path, spec)
+    ids = np.asarray(table.column(spec.entity_col).to_pylist(), dtype=object).astype(str)
+    times = time_steps(path, table, spec.time_col)
+    order = np.argsort(ids, kind="stable")
+    names, starts_at, counts = np.unique(ids[order], return_index=True, return_counts=True)
+    found = dict(zip(names.tolist(), counts.tolist(), strict=True))
     unknown = [series for series in found if series not in info.series]
     if unknown:
         raise ValueError(
             f"{path}: series {unknown[0]!r} has holdout values but no training part "
             f"({len(unknown)} such series); every holdout series must be in {spec.train}"
         )
+    _check_counts(path, spec, info, horizons, partial, found)
+    starts = np.minimum.reduceat(times[order], starts_at)
+    for series, start in zip(names.tolist(), starts.tolist(), strict=True):
+        last = info.last_times.get(series)
+        if last is not None and start <= last:
+            raise ValueError(
+                f"{path}: series {series!r} has holdout values from {spec.time_col} {start}, "
+                f"not after its training part (last {spec.time_col} {last}); the holdout "
+                "would overlap the data used for adaptation"
+            )
+
+
+def _read_holdout(path: Path, spec: CompetitionSpec) -> pa.Table:
+    """The holdout's series id, time and value columns, checked: all there, at least
+    one row, no nulls, numeric values and no NaN.
+
+    Raises:
+        ValueError: naming the missing column (and its setting) or the first bad row.
+    """
+    names = pq.read_schema(path).names
+    for key in ("entity_col", "time_col", "value_col"):
+        column = getattr(spec, key)
+        if column not in names:
+            raise ValueError(
+                f"{path} has no column {column!r} ({key} in {SPEC_FILE}); its "
+                f"columns: {', '.join(names)}"
+            )
+    columns = list(dict.fromkeys([spec.entity_col, spec.time_col, spec.value_col]))
+    table = pq.read_table(path, columns=columns)
+    if table.num_rows == 0:
+        raise ValueError(f"{path} has no rows; the holdout needs each series' next values")
+    refuse_nulls(path, table, columns)
+    try:
+        values = pc.cast(table.column(spec.value_col), "float64").to_numpy()
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        raise ValueError(
+            f"{path}: column {spec.value_col!r} (value_col in {SPEC_FILE}) must hold numbers, "
+            f"not {table.schema.field(spec.value_col).type}"
+        ) from None
+    bad = np.flatnonzero(~np.isfinite(values))
+    if len(bad):
+        raise ValueError(
+            f"{path}: row {int(bad[0])}: column {spec.value_col!r} is {values[bad[0]]} "
+            f"({len(bad)} such rows); a holdout value must be a finite number"
+        )
+    return table
+
+
+def _check_counts(
+    path: Path,
+    spec: CompetitionSpec,
+    info: SeriesInfo,
+    horizons: Sequence[int],
+    partial: bool,
+    found: dict[str, int],
+) -> None:
+    """Every series of `horizons` has its horizon's number of holdout values in `found`
+    (or none, where `partial`).
+
+    Raises:
+        ValueError: naming the first series that differs and how many do.
+    """
     wanted = set(horizons)
     wrong = []
     for series, label in info.series.items():
@@ -79,9 +138,11 @@ def write_validation_split(
     """`out/train.parquet` and `out/test.parquet`: each series' training part without its
     last h values, and those h values (h its label's horizon). Series with no more than
     h training values are left out of both, with a note. Written atomically."""
-    table = pq.read_table(data_dir / spec.train)
+    path = data_dir / spec.train
+    table = pq.read_table(path)
+    refuse_nulls(path, table, [spec.entity_col, spec.time_col, spec.label_col])
     entity = np.asarray(table.column(spec.entity_col).to_pylist(), dtype=object).astype(str)
-    times = np.asarray(pc.cast(table.column(spec.time_col), "int64").to_numpy(), dtype=np.int64)
+    times = time_steps(path, table, spec.time_col)
     labels = np.asarray(table.column(spec.label_col).to_pylist(), dtype=object).astype(str)
     order = np.lexsort((times, entity))
     table, entity, labels = table.take(pa.array(order)), entity[order], labels[order]

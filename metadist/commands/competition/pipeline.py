@@ -13,7 +13,11 @@ from metadist.commands.competition.adaptation import (
     read_adaptation_choice,
     write_adaptation_choice,
 )
-from metadist.commands.competition.evaluation import evaluate_horizons, want_ets
+from metadist.commands.competition.evaluation import (
+    evaluate_horizons,
+    evaluation_overrides,
+    want_ets,
+)
 from metadist.commands.competition.holdout import check_holdout, write_validation_split
 from metadist.commands.competition.members import Member, members_of, train_members
 from metadist.commands.competition.series import SeriesInfo, scan_series
@@ -23,12 +27,16 @@ from metadist.commands.competition.spec import (
     TEST_FILE,
     TRAIN_FILE,
     CompetitionSpec,
+    default_output,
     load_spec,
     spec_dict,
 )
 from metadist.commands.competition.steps import METADIST, run_command, step
 from metadist.commands.competition.table import pooled_table, table_title
 from metadist.eval.settings import load_eval_options, split_eval_overrides
+
+# under the validation protocol: OUT/validation_data holds the split
+VALIDATION_DIR = "validation_data"
 
 
 @dataclass(frozen=True)
@@ -44,6 +52,7 @@ class Plan:
         horizons: the horizons run, ascending.
         chosen: per horizon, the method a validation run chose (`--adaptation-from`).
         train_overrides, eval_overrides: the user's overrides, split.
+        ets: whether AutoETS is scored.
     """
 
     name: str
@@ -55,6 +64,7 @@ class Plan:
     chosen: dict[int, str] | None
     train_overrides: list[str]
     eval_overrides: list[str]
+    ets: bool = False
 
     @property
     def test_path(self) -> Path:
@@ -82,9 +92,8 @@ def run_pipeline(args: argparse.Namespace, prog: str) -> int:
     )
     if trained != 0:
         return 1
-    ets = want_ets(args.ets)
     firsts = evaluate_horizons(
-        ensembles, plan.out, plan.spec, plan.info, plan.test_path, ets, plan.eval_overrides
+        ensembles, plan.out, plan.spec, plan.info, plan.test_path, plan.ets, plan.eval_overrides
     )
     _report(plan, args, ensembles, firsts)
     print(f"== all steps: {time.perf_counter() - started:.1f} s; table: {plan.out / 'metrics.md'}")
@@ -93,8 +102,9 @@ def run_pipeline(args: argparse.Namespace, prog: str) -> int:
 
 def plan_run(args: argparse.Namespace) -> Plan:
     """The data set, its horizons, the holdout and the user's settings, all checked
-    (the holdout against every series' horizon) before any work; under the validation
-    protocol, the validation split is written (or confirmed) first.
+    (the holdout against every series' horizon, the evaluation's settings of every
+    horizon) before any work; under the validation protocol, the validation split is
+    written (or confirmed) after those checks, before the holdout's.
 
     Raises:
         ValueError, FileNotFoundError: naming what does not fit.
@@ -104,15 +114,9 @@ def plan_run(args: argparse.Namespace) -> Plan:
         raise FileNotFoundError(f"no data directory at {data_dir}")
     spec = load_spec(data_dir)
     name = spec.name or data_dir.resolve().name
+    out: Path = args.out or default_output(spec, data_dir, "_val" if args.validation else "")
     info = scan_series(data_dir / spec.train, spec)
-    out: Path = args.out or Path("runs") / (name + ("_val" if args.validation else ""))
     horizons = _horizons(info, args.horizons)
-    if args.validation:
-        data_dir, spec, info = _validation_data(data_dir, spec, info, out)
-    test_path = data_dir / spec.test
-    if not test_path.is_file():
-        raise FileNotFoundError(f"no holdout file at {test_path}")
-    _describe(name, info, spec, args.validation)
     chosen = None
     if args.adaptation_from is not None:
         if args.validation:
@@ -121,9 +125,42 @@ def plan_run(args: argparse.Namespace) -> Plan:
     train_overrides, eval_overrides = split_eval_overrides(args.overrides)
     # the user's eval overrides, checked now rather than after the training
     holdout = load_eval_options(args.experiment, eval_overrides).holdout or {}
-    partial = bool(holdout.get("partial"))
-    check_holdout(test_path, spec, info, horizons, partial)
-    return Plan(name, data_dir, spec, info, out, horizons, chosen, train_overrides, eval_overrides)
+    ets = want_ets(args.ets)
+    test_path = data_dir / spec.test
+    if args.validation:
+        _check_validation_horizons(info, horizons)
+        test_path = out / VALIDATION_DIR / TEST_FILE
+    # what the evaluation of each horizon will be given, checked before the training
+    for horizon in horizons:
+        labels = info.labels_of(horizon)
+        overrides = evaluation_overrides(spec, info, labels, test_path, [], ets, eval_overrides)
+        load_eval_options(args.experiment, overrides)
+    if args.validation:
+        data_dir, spec, info = _validation_data(data_dir, spec, info, out)
+    if not test_path.is_file():
+        raise FileNotFoundError(f"no holdout file at {test_path}")
+    _describe(name, info, spec, args.validation)
+    check_holdout(test_path, spec, info, horizons, bool(holdout.get("partial")))
+    return Plan(
+        name, data_dir, spec, info, out, horizons, chosen, train_overrides, eval_overrides, ets
+    )
+
+
+def _check_validation_horizons(info: SeriesInfo, horizons: list[int]) -> None:
+    """Every horizon run has a series longer than it, to hold out its last values in
+    the validation split (shorter series are left out of the split).
+
+    Raises:
+        ValueError: a horizon none of whose series is longer than it.
+    """
+    for horizon in horizons:
+        labels = info.labels_of(horizon)
+        if not any(info.lengths[label][1] > horizon for label in labels):
+            raise ValueError(
+                f"--validation: no series of horizon {horizon} ({', '.join(labels)}) has more "
+                f"than {horizon} training values, so the validation split has none of them; "
+                "leave that horizon out with --horizons"
+            )
 
 
 def _horizons(info: SeriesInfo, wanted: list[int] | None) -> list[int]:
@@ -151,7 +188,7 @@ def _validation_data(
         ValueError: an existing split not made from the training file as it is now.
     """
     source = source_dir / spec.train
-    data_dir = out / "validation_data"
+    data_dir = out / VALIDATION_DIR
     if not (data_dir / TRAIN_FILE).is_file():
         out.mkdir(parents=True, exist_ok=True)
         step(

@@ -24,6 +24,7 @@ class SeriesInfo:
     lengths: dict[str, tuple[int, int]]  # label -> (shortest, longest) training part
     strata: dict[str, int]  # stratum -> number of series
     series: dict[str, str] = field(default_factory=dict, compare=False)  # id -> label
+    last_times: dict[str, int] = field(default_factory=dict, compare=False)  # id -> last t
 
     def labels_of(self, horizon: int) -> list[str]:
         return sorted(label for label, h in self.horizons.items() if h == horizon)
@@ -61,14 +62,19 @@ def scan_series(path: Path, spec: CompetitionSpec) -> SeriesInfo:
 
     Raises:
         FileNotFoundError: no file at `path`.
-        ValueError: a missing column (naming the setting that names it), a series whose
-            label, horizon or period changes along it, a label whose series disagree on
-            their horizon or period, a label with no horizon or period, or values < 1.
+        ValueError: a missing column (naming the setting that names it), a null in a
+            column read (naming its first row), a series whose label, horizon or period
+            changes along it, a label whose series disagree on their horizon or period,
+            a label with no horizon or period, or values < 1.
     """
     if not path.is_file():
         raise FileNotFoundError(f"no training file at {path}")
     wanted = _wanted_columns(path, spec)
-    table = pq.read_table(path, columns=list(dict.fromkeys(wanted.values())))
+    columns = list(dict.fromkeys([*wanted.values(), spec.time_col]))
+    table = pq.read_table(path, columns=columns)
+    if table.num_rows == 0:
+        raise ValueError(f"{path} has no rows")
+    refuse_nulls(path, table, columns)
     rows = _Rows.of(table, spec.entity_col)
     labels = _per_series(path, table, wanted, rows, "label_col")
     assert labels is not None
@@ -105,7 +111,45 @@ def scan_series(path: Path, spec: CompetitionSpec) -> SeriesInfo:
         },
         strata=strata,
         series=dict(zip(rows.entity[rows.starts].tolist(), labels.tolist(), strict=True)),
+        last_times=_last_times(path, table, spec.time_col, rows),
     )
+
+
+def refuse_nulls(path: Path, table: pa.Table, columns: list[str]) -> None:
+    """Refuses a null in any of `columns` of `table` (read from `path`): a null series id
+    would become the series `'None'`, a null label the label `'None'`.
+
+    Raises:
+        ValueError: `PATH: row N: column 'NAME' is null`, as `metadist ingest` says it.
+    """
+    for name in columns:
+        column = table.column(name)
+        if column.null_count:
+            row = int(np.flatnonzero(pc.is_null(column).to_numpy(zero_copy_only=False))[0])
+            raise ValueError(f"{path}: row {row}: column {name!r} is null")
+
+
+def time_steps(path: Path, table: pa.Table, time_col: str) -> np.ndarray:
+    """`[N]` the integer time steps of `table`'s `time_col` (no nulls).
+
+    Raises:
+        ValueError: a column that is not integer time steps.
+    """
+    try:
+        times = pc.cast(table.column(time_col), "int64").to_numpy()
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        raise ValueError(
+            f"{path}: column {time_col!r} (time_col in {SPEC_FILE}) must hold integer time "
+            f"steps, not {table.schema.field(time_col).type}"
+        ) from None
+    return np.asarray(times, dtype=np.int64)
+
+
+def _last_times(path: Path, table: pa.Table, time_col: str, rows: _Rows) -> dict[str, int]:
+    """Each series' last time step."""
+    times = time_steps(path, table, time_col)[rows.order]
+    last = np.maximum.reduceat(times, rows.starts)
+    return dict(zip(rows.entity[rows.starts].tolist(), last.tolist(), strict=True))
 
 
 def _wanted_columns(path: Path, spec: CompetitionSpec) -> dict[str, str]:

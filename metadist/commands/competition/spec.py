@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,11 @@ SPEC_FILE = "competition.yaml"
 ADAPTATION_FILE = "adaptation.json"
 # in a validation split: the fingerprint of the training file it was cut from
 SOURCE_FILE = "source.json"
+# where a run goes without --out: runs/NAME
+RUNS_DIR = Path("runs")
+# a name that can be one directory under runs/: a word of letters, digits, _ . + -,
+# not starting with . or - (never "..", a path, or empty)
+_PLAIN_NAME = re.compile(r"\w[\w.+-]*")
 
 
 @dataclass
@@ -23,7 +30,8 @@ class CompetitionSpec:
     """What a competition data set is (`DATA_DIR/competition.yaml`; every key optional).
 
     Attributes:
-        name: the data set's name, in the table's title (default: the directory's name).
+        name: the data set's name, in the table's title (default: the directory's name);
+            without `--out`, the output goes to `runs/NAME`, so it must be a plain word.
         train, test: the two files, relative to DATA_DIR.
         entity_col, time_col, value_col: series id, integer time step, value.
         label_col: the frequency (or any) label of each series; the tables group by it,
@@ -76,3 +84,29 @@ def load_spec(data_dir: Path) -> CompetitionSpec:
 def spec_dict(spec: CompetitionSpec) -> dict[str, Any]:
     """Every setting of `spec`, as a plain dict."""
     return asdict(spec)
+
+
+def default_output(spec: CompetitionSpec, data_dir: Path, suffix: str = "") -> Path:
+    """`runs/NAME` (+ `suffix`), NAME the spec's name or the data directory's, confined
+    to one directory under `runs/`.
+
+    Raises:
+        ValueError: a name in competition.yaml that is not a plain word (a path, `..`,
+            an absolute path), or a directory name that leaves no directory under `runs/`.
+    """
+    name = spec.name if spec.name is not None else data_dir.resolve().name
+    if spec.name is not None and (
+        not _PLAIN_NAME.fullmatch(spec.name) or len(spec.name.encode()) > 200
+    ):
+        raise ValueError(
+            f"name {spec.name!r} in {data_dir / SPEC_FILE} cannot name the output directory "
+            f"{RUNS_DIR}/NAME: use a plain word (letters, digits, _ . + -, not starting with "
+            ". or -), or give --out"
+        )
+    out = RUNS_DIR / (name + suffix)
+    if Path(os.path.abspath(out)).parent != Path(os.path.abspath(RUNS_DIR)):
+        raise ValueError(
+            f"the data directory's name {name!r} does not name a directory under "
+            f"{RUNS_DIR}/; give --out"
+        )
+    return out

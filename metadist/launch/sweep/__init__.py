@@ -18,7 +18,10 @@ same command again continues it) and runs every trial as its own `metadist.train
   stops any attempt still running (local process group, Slurm element), then runs each
   cut-off trial again in its own run directory, resuming from its last checkpoint;
 - the space is checked (every choice composed into a trial config) before `study.db`
-  exists, and an empty, foreign or corrupt `study.db` is refused.
+  exists, and an empty, foreign or corrupt `study.db` is refused, as is one holding
+  another Optuna study or a sweep made for other settings (overrides, space, metric,
+  direction, seeds, world size): only the same sweep is continued, and nothing is written
+  to a study refused.
 
 Local trials run as subprocesses (under torchrun with `--nproc-per-node` > 1); Slurm trials
 run as elements of an array job, one element per trial.

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +25,9 @@ def open_study(settings: SweepSettings, *, create: bool = True):
     replaying those of its first start.
 
     Raises:
-        ValueError: `study.db` is empty, not SQLite, corrupt or holds no metadist sweep;
-            or there is no `study.db` but trial directories of an earlier sweep.
+        ValueError: `study.db` is empty, not SQLite, corrupt, holds no metadist sweep or
+            holds another Optuna study (nothing is added to it); or there is no
+            `study.db` but trial directories of an earlier sweep.
     """
     import optuna
 
@@ -96,6 +98,36 @@ def _check_study_file(path: Path) -> None:
             f"{path} is not an SQLite database, so not a sweep study; move it away or use "
             "another --sweep-dir"
         )
+    _check_study_names(path)
+
+
+def _check_study_names(path: Path) -> None:
+    """Refuses an SQLite file that holds anything but this sweep's study: tables that are
+    not Optuna's, or another Optuna study, which opening it would write into. Read-only."""
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+            tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
+            names = (
+                [row[0] for row in db.execute("SELECT study_name FROM studies")]
+                if "studies" in tables
+                else []
+            )
+    except sqlite3.Error as error:
+        raise ValueError(
+            f"{path} cannot be read as a sweep study ({error}); move it away to start a new "
+            "sweep, or use another --sweep-dir"
+        ) from None
+    if tables and "studies" not in tables:
+        raise ValueError(
+            f"{path} is an SQLite database of something else (tables {', '.join(sorted(tables))}"
+            "), not a sweep study; move it away or use another --sweep-dir"
+        )
+    others = sorted(name for name in names if name != STUDY_NAME)
+    if others:
+        raise ValueError(
+            f"{path} holds another Optuna study ({others[0]!r}), not a metadist sweep; move "
+            "it away or use another --sweep-dir"
+        )
 
 
 def enqueue_trial(settings: SweepSettings, params: dict[str, Any], seed: int | None = None) -> None:
@@ -148,16 +180,69 @@ def sweep_meta(settings: SweepSettings) -> dict[str, Any]:
 
 
 def check_meta(study, settings: SweepSettings) -> None:
-    """Refuses to continue a study with another experiment, space, metric or world size."""
+    """Records what a new study is for (`sweep_meta`: the overrides, hence the
+    experiment; the space; the objective, metric and direction; the seeds, world size and
+    config directory), or refuses to continue a study made for anything else.
+
+    Raises:
+        ValueError: in one line, naming what differs; or a study with trials that records
+            no settings (not made by `metadist sweep`).
+    """
     meta = sweep_meta(settings)
     stored = study.user_attrs.get("sweep")
     if stored is None:
-        study.set_user_attr("sweep", meta)
+        if study.get_trials(deepcopy=False):
+            raise ValueError(
+                f"{settings.sweep_dir / STUDY_FILE} holds a study with trials but no record "
+                "of its sweep's settings (not made by metadist sweep); move it away or use "
+                "another --sweep-dir"
+            )
+        study.set_user_attr("sweep", meta)  # a new study (or one its driver left empty)
     elif stored != meta:
         raise ValueError(
-            f"{settings.sweep_dir} holds a sweep with other settings "
-            f"({json.dumps(stored)}); use another --sweep-dir"
+            f"{settings.sweep_dir / STUDY_FILE} holds a sweep made for other settings ("
+            f"{'; '.join(_differences(stored, meta))}); continue it with its own settings, "
+            "or use another --sweep-dir"
         )
+
+
+def _differences(stored: Any, meta: dict[str, Any]) -> list[str]:
+    """What differs between a study's recorded settings and these, shortly."""
+    if not isinstance(stored, dict):
+        return ["its record is not a mapping"]
+    found = []
+    for key, now in meta.items():
+        was = stored.get(key, "(not recorded)")
+        if was == now:
+            continue
+        if key == "overrides" and isinstance(was, list):
+            gone = [o for o in was if o not in now]
+            new = [o for o in now if o not in was]
+            found.append(
+                f"overrides: recorded only {gone}, now only {new}"
+                if gone or new
+                else f"overrides in another order: recorded {was}"
+            )
+        elif key == "space" and isinstance(was, list):
+            found.append(f"space: {_space_difference(was, now)}")
+        else:
+            found.append(f"{key}: recorded {was!r}, now {now!r}")
+    found += [f"{key}: recorded {stored[key]!r}, now none" for key in stored if key not in meta]
+    return found
+
+
+def _space_difference(was: list[Any], now: list[dict[str, Any]]) -> str:
+    """The searched parameters that differ, by name."""
+    recorded = {p.get("name"): p for p in was if isinstance(p, dict)}
+    current = {p["name"]: p for p in now}
+    parts = [
+        f"{name} differs"
+        for name in current
+        if name in recorded and recorded[name] != current[name]
+    ]
+    parts += [f"{name} only recorded" for name in recorded if name not in current]
+    parts += [f"{name} only now" for name in current if name not in recorded]
+    return ", ".join(str(part) for part in parts) or "parameters in another order"
 
 
 def run_again_later(study, trial) -> None:

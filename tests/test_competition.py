@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -405,3 +407,53 @@ def test_a_rerun_refuses_outputs_made_from_another_version_of_the_data(
     (out / "validation_data" / "source.json").unlink()  # as an earlier version wrote it
     assert competition.main([str(data), "--validation", "--out", str(out)]) == 1
     assert "does not record which file it was made from" in capsys.readouterr().err
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(300)
+def test_sigterm_to_a_competition_stops_every_training_it_started(data_dir, tmp_path):
+    from metadist.launch.children import alive, descendants
+
+    out = tmp_path / "out"
+    command = [
+        sys.executable,
+        "-m",
+        "metadist.cli",
+        "competition",
+        str(data_dir),
+        "--out",
+        str(out),
+        "--lookbacks",
+        "1",
+        "2",
+        "--ets",
+        "no",
+        "--jobs",
+        "2",
+        "trainer.meta_steps=1000000",
+        "trainer.meta_batch_size=8",
+        "model.options.hidden_sizes=[8]",
+    ]
+    env = dict(os.environ, OMP_NUM_THREADS="1", WANDB_MODE="disabled")
+    competition = subprocess.Popen(
+        command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        trainings: set[int] = set()
+        deadline = time.monotonic() + 200
+        while time.monotonic() < deadline and len(list(out.rglob("*.log"))) < 2:
+            time.sleep(0.2)  # each training member logs to <run_dir>.log
+        assert len(list(out.rglob("*.log"))) >= 2, "the two trainings never started"
+        time.sleep(3)
+        trainings |= set(descendants(competition.pid))
+        competition.send_signal(signal.SIGTERM)
+        _, err = competition.communicate(timeout=150)
+    finally:
+        if competition.poll() is None:
+            competition.kill()
+    assert competition.returncode == 128 + signal.SIGTERM, err[-2000:]
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("metadist competition: stopped by SIGTERM; "), err[-2000:]
+    assert "Traceback" not in err
+    for pid in trainings:
+        assert not alive(pid), f"process {pid} outlived metadist competition"

@@ -93,10 +93,28 @@ class OwnedChildren:
         self._lock = threading.Lock()
         self._closed = False
 
+    _active: OwnedChildren | None = None  # the block being run in this process
+
     def __enter__(self) -> OwnedChildren:
         for signum in STOP_SIGNALS:
             self._previous[signum] = signal.signal(signum, self._on_signal)
+        OwnedChildren._active = self
         return self
+
+    @classmethod
+    def popen_owned(cls, command: Sequence[str], **kwargs: Any) -> subprocess.Popen:
+        """`Popen` through the block this process is running in (so a stop signal reaches
+        the child), or a plain `Popen` outside any block."""
+        owner = cls._active
+        if owner is None:
+            return subprocess.Popen(list(command), **kwargs)
+        return owner.popen(command, **kwargs)
+
+    @classmethod
+    def release(cls, process: subprocess.Popen) -> None:
+        """`process`, started by `popen_owned`, ended and was waited for."""
+        if cls._active is not None:
+            cls._active.forget(process)
 
     def __exit__(self, kind: Any, error: Any, trace: Any) -> None:
         with self._lock:
@@ -109,6 +127,7 @@ class OwnedChildren:
             else:
                 self.stop_all(signal.SIGTERM)
         finally:
+            OwnedChildren._active = None
             for signum, handler in self._previous.items():
                 signal.signal(signum, handler)
 

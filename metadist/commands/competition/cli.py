@@ -11,6 +11,7 @@ from pathlib import Path
 
 from metadist.commands.competition.pipeline import run_pipeline
 from metadist.commands.competition.spec import ADAPTATION_FILE
+from metadist.launch.children import OwnedChildren, StopRequested
 
 
 def build_parser(prog: str = "metadist competition") -> argparse.ArgumentParser:
@@ -87,7 +88,14 @@ def main(argv: list[str] | None = None, prog: str = "metadist competition") -> i
     if args.seeds < 1 or args.jobs < 1 or any(k <= 0 for k in args.lookbacks):
         parser.error("--seeds and --jobs must be >= 1, --lookbacks > 0")
     try:
-        return run_pipeline(args, prog)
+        with OwnedChildren(prog):  # a stop signal reaches every training it started
+            return run_pipeline(args, prog)
+    except StopRequested as stop:
+        print(
+            f"{prog}: {stop.summary} (finished steps are kept; run it again to go on)",
+            file=sys.stderr,
+        )
+        return stop.exit_status
     except (ValueError, FileNotFoundError) as error:
         print(f"{prog}: error: {error}", file=sys.stderr)
         return 1

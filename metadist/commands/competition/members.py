@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from metadist.commands.competition.steps import METADIST
+from metadist.launch.children import OwnedChildren
 from metadist.train.loop import finished_before
 
 
@@ -105,13 +106,16 @@ def run_parallel(jobs: list[tuple[str, list[str], Path]], env: dict[str, str], w
             run_dir.parent.mkdir(parents=True, exist_ok=True)
             log = open(run_dir.with_suffix(".log"), "w")  # noqa: SIM115 (closed below)
             print(f"== [{total - len(pending)}/{total}] {title} (log: {log.name})", flush=True)
-            process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+            process = OwnedChildren.popen_owned(
+                command, env=env, stdout=log, stderr=subprocess.STDOUT
+            )
             running.append((title, process, log, time.perf_counter()))
         time.sleep(0.5)
         for entry in list(running):
             if entry[1].poll() is None:
                 continue
             running.remove(entry)
+            OwnedChildren.release(entry[1])
             failure = _finished(*entry)
             if failure is not None:
                 failed.append(failure)

@@ -9,6 +9,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from metadist.launch.children import OwnedChildren
+
 # the `metadist` command, run by this interpreter
 METADIST = [sys.executable, "-m", "metadist.cli"]
 
@@ -27,8 +29,12 @@ def run_command(title: str, command: list[str], env: dict[str, str]) -> int:
     end of its output is shown where it fails."""
     print(f"== {title}: {' '.join(command[2:])}", flush=True)
     began = time.perf_counter()
-    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
-    print(f"== {title}: {time.perf_counter() - began:.1f} s (exit status {done.returncode})")
-    if done.returncode != 0:
-        print((done.stdout[-3000:] + done.stderr[-3000:]).rstrip(), file=sys.stderr)
-    return done.returncode
+    process = OwnedChildren.popen_owned(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    stdout, stderr = process.communicate()
+    OwnedChildren.release(process)
+    print(f"== {title}: {time.perf_counter() - began:.1f} s (exit status {process.returncode})")
+    if process.returncode != 0:
+        print((stdout[-3000:] + stderr[-3000:]).rstrip(), file=sys.stderr)
+    return process.returncode

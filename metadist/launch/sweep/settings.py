@@ -250,9 +250,12 @@ def compute_split(config: Any, test_seed: int) -> dict[str, list[int]]:
     if pins is None and fractions[2] > 0:
         reference = config.data.partitioner(sampler, store, test_seed)
         pins = reference.units("test").tolist()
+        entities = sampler.unit_entities()
         if config.data.split_by in ("label", "stratum"):
+            # splitting by class needs a store and units that are its entities (build checks)
+            assert store is not None and entities is not None
             codes = store.label_codes if config.data.split_by == "label" else store.stratum_codes
-            classes = np.asarray(codes)[sampler.unit_entities()[pins]]
+            classes = np.asarray(codes)[entities[pins]]
             _, first = np.unique(classes, return_index=True)
             pins = [pins[i] for i in sorted(first)]
     trial_config = copy.deepcopy(config.data)

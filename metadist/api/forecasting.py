@@ -10,19 +10,20 @@ original units; the baselines forecast from the history in original units.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import torch
 
 from metadist.api.history import Entity, History, read_history, scale_entity, unscale
-from metadist.api.protocols import AdaptingLearner, ForecastingSampler
+from metadist.api.protocols import AdaptingLearner, StoreSchema
 from metadist.batch import MetaBatch, TaskSet
 from metadist.eval import baselines
 from metadist.eval.scoring import _forecast
 from metadist.eval.settings import EvalOptions
 from metadist.learners.base import Params
-from metadist.store.reader import SeriesStore
+from metadist.tasks.inference import ForecastWindows, forecast_windows
 from metadist.tasks.series_end import SeriesEndWindows
 
 MODEL_METHODS = ("adapted", "unadapted")
@@ -31,8 +32,8 @@ BASELINE_METHODS = ("naive", "seasonal_naive", "theta")
 
 def forecast(
     learner: AdaptingLearner,
-    sampler: ForecastingSampler,
-    store: SeriesStore,
+    sampler: Any,
+    store: StoreSchema,
     options: EvalOptions,
     history: History,
     *,
@@ -41,14 +42,20 @@ def forecast(
     period: int | None,
     steps: int | None,
 ) -> pa.Table:
-    """`Run.forecast` of a forecasting run's parts (see there for the arguments)."""
-    horizon = int(sampler.horizon) if horizon is None else int(horizon)
+    """`Run.forecast` of a forecasting run's parts (see there for the arguments).
+
+    Raises:
+        ValueError: a sampler without the forecasting protocol
+            (`metadist.tasks.inference`), and what `Run.forecast` lists.
+    """
+    windows = forecast_windows(sampler, len(store.column_names))
+    horizon = windows.horizon if horizon is None else int(horizon)
     if horizon < 1:
         raise ValueError(f"horizon must be >= 1, got {horizon}")
     wanted = check_methods(methods)
     entities = [scale_entity(store, entity) for entity in read_history(history, store)]
-    batch = forecast_batch(sampler, entities, horizon)
-    target_columns = list(sampler.target_columns)
+    batch = forecast_batch(windows, entities, horizon)
+    target_columns = list(windows.target_columns)
     forecasts: dict[str, np.ndarray] = {}
     model_methods = [m for m in MODEL_METHODS if m in wanted]
     if model_methods:
@@ -95,7 +102,7 @@ def check_methods(methods: Sequence[str]) -> set[str]:
     return wanted
 
 
-def forecast_batch(sampler: ForecastingSampler, entities: list[Entity], horizon: int) -> MetaBatch:
+def forecast_batch(spec: ForecastWindows, entities: list[Entity], horizon: int) -> MetaBatch:
     """The evaluation's task for each entity, with its query window past the history's
     end: support windows ending at the history's end, query input its last L rows.
 
@@ -107,12 +114,12 @@ def forecast_batch(sampler: ForecastingSampler, entities: list[Entity], horizon:
         ValueError: an entity too short for the run's windows.
     """
     windows = SeriesEndWindows(
-        int(sampler.lookback),
-        int(sampler.horizon),
-        int(sampler.num_support),
-        int(sampler.stride),
+        spec.lookback,
+        spec.horizon,
+        spec.num_support,
+        spec.stride,
         padding="inputs",
-        pad_inputs=int(sampler.pad_inputs),
+        pad_inputs=spec.pad_inputs,
     )
     support_x, support_y, query_x = [], [], []
     for entity in entities:
@@ -125,12 +132,12 @@ def forecast_batch(sampler: ForecastingSampler, entities: list[Entity], horizon:
                 f"(stride {windows.stride}, up to {windows.pad_inputs} padded), so it needs at "
                 f"least {windows.rows_needed}"
             )
-        x, y, query = windows.cut(entity.scaled, sampler.input_columns, sampler.target_columns)
+        x, y, query = windows.cut(entity.scaled, spec.input_columns, spec.target_columns)
         support_x.append(x)
         support_y.append(y)
         query_x.append(query)
     num = len(entities)
-    num_targets = len(sampler.target_columns)
+    num_targets = len(spec.target_columns)
     return MetaBatch(
         support=TaskSet(
             torch.from_numpy(np.stack(support_x)), torch.from_numpy(np.stack(support_y))
@@ -212,7 +219,7 @@ def baseline_forecasts(
 
 
 def forecast_table(
-    store: SeriesStore,
+    store: StoreSchema,
     entities: list[Entity],
     target_columns: list[int],
     horizon: int,

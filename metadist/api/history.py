@@ -18,8 +18,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from metadist.api.protocols import StoreSchema
 from metadist.store.order import fill_forward
-from metadist.store.reader import SeriesStore
 from metadist.store.scaler import scale_of
 
 
@@ -50,7 +50,7 @@ class Entity:
     std: np.ndarray | None = None
 
 
-def read_history(history: History, store: SeriesStore) -> list[Entity]:
+def read_history(history: History, store: StoreSchema) -> list[Entity]:
     """The entities of `history` (see `Run.forecast`), sorted by key.
 
     Raises:
@@ -170,7 +170,7 @@ def _apply_nan_rule(
     return filled, times
 
 
-def scale_entity(store: SeriesStore, entity: Entity) -> Entity:
+def scale_entity(store: StoreSchema, entity: Entity) -> Entity:
     """`entity` with its values in the store's scaled units (float32, as stored)."""
     scaler = store.scaler
     values = entity.values
@@ -191,7 +191,7 @@ def scale_entity(store: SeriesStore, entity: Entity) -> Entity:
 
 
 def unscale(
-    store: SeriesStore, entity: Entity, values: np.ndarray, columns: list[int]
+    store: StoreSchema, entity: Entity, values: np.ndarray, columns: list[int]
 ) -> np.ndarray:
     """`values [..., len(columns)]` of `entity`'s store `columns` back in original units."""
     if store.scaler.kind == "none":

@@ -144,27 +144,31 @@ def evaluate_run(
 
 
 def load_trained(
-    run_dir: Path, *, ensemble: Any = None, store: Any = None
+    run_dir: Path, *, ensemble: Any = None, store: Any = None, source: Any = None
 ) -> tuple[Path, Any, nn.Module, Any, EvalOptions]:
     """`(run_dir, config, learner, task source, eval options)` of a run's latest checkpoint,
     for adapting it to data of one's own (`metadist.load_run`).
 
     The learner (with the checkpoints of `ensemble`, default the run's `eval.ensemble`)
     is in eval mode; the store is opened without re-checksumming its values, but its
-    identity must match the one the checkpoint recorded.
+    identity must match the one the checkpoint recorded. A `source` given (the run's
+    recorded parts, `metadist.train.artifact.recorded_source`, when its store is gone)
+    replaces the store's; the caller then checks the ensemble members' stores.
     """
     from metadist.store.identity import check_store_identity
     from metadist.train.build import build_task_source
 
     config, state, _, _ = _load_run(run_dir, "run_dir", store)
     options = _run_eval_options(config, run_dir, (), None)
-    source = build_task_source(config, verify_store=False)
-    if source.store is not None:
+    recorded = source is not None
+    if source is None:
+        source = build_task_source(config, verify_store=False)
+    if source.store is not None and not recorded:
         check_store_identity(state.get("store_identity"), source.store, f"run_dir {run_dir}")
     parts = {
         "input_shape": source.input_shape,
         "output_shape": source.output_shape,
-        "store": source.store,
+        "store": None if recorded else source.store,
     }
     learner = _trained_learner(config, state, parts)
     members = list(options.ensemble or []) if ensemble is None else list(ensemble)

@@ -117,12 +117,14 @@ class Run:
         Raises:
             ValueError: a missing column, a duplicated time, a non-finite value the store's
                 NaN rule does not allow, a history too short for the run's windows, an
-                unknown method, or a run that does not forecast; the message names it.
+                unknown method, or a run that does not forecast (a classifier, a run
+                without a store, or a sampler without the forecasting protocol of
+                `metadist.tasks.inference`); the message names it.
         """
-        if self.kind != "forecast":
+        if self.kind == "classification" or self.source.store is None:
             raise ValueError(
                 f"run {self.run_dir} is a {self.kind} run; forecast() needs a forecasting "
-                "run (a forecast sampler on a series store)"
+                "run (a sampler of forecast windows on a series store)"
             )
         return forecasting.forecast(
             self.learner,

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
@@ -143,6 +144,11 @@ def test_a_moved_run_forecasts_without_its_store(panel, tmp_path, monkeypatch):
     assert run.config.data.store == "data/store"
     table = run.forecast(project["history"], methods=["adapted", "naive"])
     assert table.equals(project["forecasts"])
+    assert table.column(SYNTHETIC_TIME).type == pa.timestamp("ns")  # as the history's
+    last = project["history"].column(SYNTHETIC_TIME)[-1].value  # of new-sensor-1
+    mine = table.filter(pc.equal(table.column(SYNTHETIC_ENTITY), "new-sensor-1"))
+    hours = mine.column(SYNTHETIC_TIME).cast(pa.int64()).to_pylist()[::2]  # 2 methods
+    assert hours == [last + step * 3_600 * 10**9 for step in range(1, 9)]
 
     history = work / "new.parquet"
     pq.write_table(project["history"], history)

@@ -18,6 +18,7 @@ import torch
 
 from metadist.api.history import Entity, History, read_history, scale_entity, unscale
 from metadist.api.protocols import AdaptingLearner, StoreSchema
+from metadist.api.times import next_times, time_column
 from metadist.batch import MetaBatch, TaskSet
 from metadist.eval import baselines
 from metadist.eval.scoring import _forecast
@@ -28,6 +29,7 @@ from metadist.tasks.series_end import SeriesEndWindows
 
 MODEL_METHODS = ("adapted", "unadapted")
 BASELINE_METHODS = ("naive", "seasonal_naive", "theta")
+MAX_ROLLS = 100  # a horizon beyond H feeds forecasts back, at most this many times H
 
 
 def forecast(
@@ -49,10 +51,8 @@ def forecast(
             (`metadist.tasks.inference`), and what `Run.forecast` lists.
     """
     windows = forecast_windows(sampler, len(store.column_names))
-    horizon = windows.horizon if horizon is None else int(horizon)
-    if horizon < 1:
-        raise ValueError(f"horizon must be >= 1, got {horizon}")
     wanted = check_methods(methods)
+    horizon = check_horizon(windows, horizon, bool(wanted & set(MODEL_METHODS)))
     entities = [scale_entity(store, entity) for entity in read_history(history, store)]
     batch = forecast_batch(windows, entities, horizon)
     target_columns = list(windows.target_columns)
@@ -78,6 +78,38 @@ def forecast(
         if "+" in method:
             forecasts[method] = np.mean([forecasts[m] for m in method.split("+")], axis=0)
     return forecast_table(store, entities, target_columns, horizon, methods, forecasts)
+
+
+def check_horizon(windows: ForecastWindows, horizon: int | None, model: bool) -> int:
+    """The horizon to forecast (default: the run's H), checked before anything is
+    allocated for it.
+
+    Args:
+        model: whether the learner forecasts (else only baselines do).
+
+    Raises:
+        ValueError: a horizon below 1, beyond H for a run whose forecasts cannot be fed
+            back as inputs (it reads columns it does not forecast), or beyond
+            `MAX_ROLLS` times H.
+    """
+    if horizon is None:
+        return windows.horizon
+    if isinstance(horizon, bool) or int(horizon) != horizon or horizon < 1:
+        raise ValueError(f"horizon must be an integer >= 1, got {horizon!r}")
+    horizon = int(horizon)
+    if horizon <= windows.horizon:
+        return horizon
+    if model and not windows.rolls_forward:
+        raise ValueError(
+            f"horizon={horizon}: the run forecasts at most H={windows.horizon} steps (it reads "
+            "columns it does not forecast, so its forecasts cannot be fed back as inputs)"
+        )
+    if horizon > MAX_ROLLS * windows.horizon:
+        raise ValueError(
+            f"horizon={horizon}: at most {MAX_ROLLS * windows.horizon} steps ({MAX_ROLLS} times "
+            f"the run's H={windows.horizon}, forecasts fed back as inputs)"
+        )
+    return horizon
 
 
 def check_methods(methods: Sequence[str]) -> set[str]:
@@ -226,26 +258,24 @@ def forecast_table(
     methods: Sequence[str],
     forecasts: dict[str, np.ndarray],
 ) -> pa.Table:
-    """The long-format table `Run.forecast` returns (one row per entity, step and method)."""
+    """The long-format table `Run.forecast` returns: one row per entity, step and method,
+    the times continuing each entity's history in the history's time type."""
     meta = store.metadata
-    names = [store.column_names[c] for c in target_columns]
-    columns: dict[str, list] = {meta["entity_col"]: [], "step": [], meta["time_col"]: []}
-    columns["method"] = []
-    for name in names:
-        columns[name] = []
-    for b, entity in enumerate(entities):
-        spacing = np.diff(entity.times)
-        regular = len(spacing) > 0 and (spacing == spacing[0]).all() and spacing[0] > 0
-        for step in range(1, horizon + 1):
-            for method in methods:
-                columns[meta["entity_col"]].append(entity.key)
-                columns["step"].append(step)
-                columns[meta["time_col"]].append(
-                    int(entity.times[-1] + step * spacing[0]) if regular else None
-                )
-                columns["method"].append(method)
-                for t, name in enumerate(names):
-                    columns[name].append(float(forecasts[method][b, step - 1, t]))
-    out = {key: pa.array(value) for key, value in columns.items()}
-    out[meta["time_col"]] = pa.array(columns[meta["time_col"]], type=pa.int64())
-    return pa.table(out)
+    num, num_methods = len(entities), len(methods)
+    shape = (num, horizon, num_methods)  # the rows, in this order
+    index = np.indices(shape).reshape(3, -1)
+    time_type = entities[0].time_type
+    assert time_type is not None
+    times = np.stack(
+        [next_times(e.key, int(e.times[-1]), e.step, horizon, time_type) for e in entities]
+    )
+    columns = {
+        meta["entity_col"]: pa.array([e.key for e in entities]).take(index[0]),
+        "step": pa.array(index[1] + 1, pa.int64()),
+        meta["time_col"]: time_column(times[index[0], index[1]], time_type),
+        "method": pa.array(list(methods)).take(index[2]),
+    }
+    values = np.stack([forecasts[m] for m in methods], axis=2)  # [B, horizon, M, T]
+    for t, c in enumerate(target_columns):
+        columns[store.column_names[c]] = pa.array(values[..., t].reshape(-1), pa.float64())
+    return pa.table(columns)

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from metadist.eval import baselines
+from metadist.eval.archive import keep_previous_evaluation
 from metadist.eval.scoring import evaluate_tasks
 from metadist.eval.settings import EvalOptions, eval_settings_file, load_eval_options
 from metadist.eval.threads import eval_threads
@@ -38,8 +39,9 @@ def evaluate_run(
     Rebuilds the run's store, sampler (evaluation protocol), partition, model and learner
     from the config saved in the checkpoint, loads the meta-trained weights, scores every
     method (`evaluate_tasks`) and writes `metrics.json`, `metrics.md`, `tasks.parquet`
-    and `forecasts.png` to `<run_dir>/eval/`. With `eval.ensemble`, the other runs'
-    checkpoints join this one's (`LearnerEnsemble`).
+    and `forecasts.png` to `<run_dir>/eval/`; an earlier evaluation there with other
+    settings moves to `<run_dir>/eval/<its key>/` (`metadist.eval.archive`). With
+    `eval.ensemble`, the other runs' checkpoints join this one's (`LearnerEnsemble`).
 
     Args:
         run_dir: a run directory written by `metadist train`.
@@ -139,7 +141,9 @@ def evaluate_run(
     if write:
         from metadist.eval.report import write_report
 
+        kept = keep_previous_evaluation(run_dir, result, options, checkpoint_path.name)
         result["paths"] = {k: str(v) for k, v in write_report(result, run_dir, examples).items()}
+        result["paths"].update(kept)
     return result
 
 

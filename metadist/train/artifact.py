@@ -81,7 +81,6 @@ def inference_record(
             "identity": source.store_identity,
             "metadata": metadata,
         }
-    output_shape = list(source.output_shape)
     record = {
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
@@ -93,8 +92,7 @@ def inference_record(
         },
         "shapes": {
             "input_shape": list(source.input_shape),
-            "output_shape": output_shape,
-            "task_output_shape": list(getattr(source, "task_output_shape", output_shape)),
+            "output_shape": list(source.output_shape),
         },
         "eval": dict(config.eval) if eval_settings is None else eval_settings,
     }
@@ -255,6 +253,8 @@ def recorded_source(run_dir: str | os.PathLike, record: dict[str, Any]) -> TaskS
         sampler=RecordedSampler(sampler["name"], sampler["class"], sampler["attributes"]),
         partitioner=None,
         input_shape=tuple(shapes["input_shape"]),
-        task_output_shape=tuple(shapes["task_output_shape"]),
+        # what evaluation's from-scratch baseline reads, which a recorded source never
+        # serves (evaluation needs the store): the model's output shape stands in
+        task_output_shape=tuple(shapes["output_shape"]),
         output_shape=tuple(shapes["output_shape"]),
     )

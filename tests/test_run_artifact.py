@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -117,6 +118,9 @@ def test_what_training_records_is_what_load_run_records(project, monkeypatch):
     run = metadist.load_run("runs/a")
     built = build_task_source(run.config)
     assert inference_record("runs/a", run.config, built) == read_inference("runs/a")
+    fields = ("store", "store_identity", "sampler", "input_shape", "output_shape")
+    parts = SimpleNamespace(**{name: getattr(built, name) for name in fields})  # RunParts'
+    assert inference_record("runs/a", run.config, parts) == read_inference("runs/a")
 
 
 def test_a_copied_run_reads_the_store_copied_beside_it(project, tmp_path, monkeypatch):

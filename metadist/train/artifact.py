@@ -105,14 +105,15 @@ def write_inference(
     source: Any,
     eval_settings: dict[str, Any] | None = None,
 ) -> Path:
-    """Writes `<run_dir>/inference.json` atomically (see `inference_record` for the
-    arguments) and returns its path.
+    """Writes `<run_dir>/inference.json` atomically, creating the run directory (see
+    `inference_record` for the arguments), and returns its path.
 
     Raises:
         OSError: the run directory cannot be written.
     """
     path = Path(run_dir) / INFERENCE_FILE
     record = inference_record(run_dir, config, source, eval_settings)
+    path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, json.dumps(record, indent=2) + "\n")
     return path
 

@@ -23,6 +23,7 @@ from metadist.datasets.synthetic import (
 )
 from metadist.store import SeriesStore
 from metadist.store.ingest import ingest
+from metadist.train.artifact import INFERENCE_FILE
 
 pytestmark = pytest.mark.integration
 H = 8  # the synthetic_maml sampler's horizon
@@ -169,6 +170,7 @@ def test_a_store_that_moved_is_named_with_store(runs, tmp_path):
     shutil.copytree(runs["stores"]["global"], before)
     run_dir = _train(tmp_path, before, "run")
     before.rename(after)
+    (run_dir / INFERENCE_FILE).unlink(missing_ok=True)  # as a run trained before records
     with pytest.raises(FileNotFoundError, match=r"pass store=PATH \(metadist forecast --store"):
         metadist.load_run(run_dir)
     key = str(SeriesStore.open(after).entity_ids[5])
@@ -286,3 +288,99 @@ def test_classify_with_a_few_shot_classifier(runs, tmp_path):
         run.classify(examples, labels[:2], examples)
     with pytest.raises(ValueError, match=r"query_x\[0\] has 3 rows; the run reads 32"):
         run.classify(examples, labels, [examples[0][:3]])
+
+
+def test_bad_values_are_refused_or_handled_by_the_stores_rule_never_silently(runs, capsys):
+    """inf and NaN follow the store's --nan rule as ingest does (an error, or filled with a
+    note); a value the scaling cannot hold is refused as ingest refuses it."""
+    run = metadist.load_run(runs["global"])  # --nan error, global scaling
+    key = str(run.source.store.entity_ids[2])
+    history = _panel_rows(runs["panel"], key)
+    at = history.column_names.index("y")
+
+    def with_y(index: int, value: float) -> pa.Table:
+        values = history.column("y").to_numpy().copy()
+        values[index] = value
+        return history.set_column(at, "y", pa.array(values))
+
+    with pytest.raises(ValueError, match=f"entity '{key}' has inf in column 'y' .*--nan error"):
+        run.forecast(with_y(7, np.inf))
+    with pytest.raises(ValueError, match=f"entity '{key}' has 1e\\+300 in column 'y' at time"):
+        run.forecast(with_y(7, 1e300))
+    with pytest.raises(ValueError, match="global scaling puts beyond float32"):
+        run.forecast(with_y(7, 1e100))
+    per_entity = metadist.load_run(runs["per-entity"])  # --nan ffill
+    capsys.readouterr()
+    filled = per_entity.forecast(with_y(0, np.nan)).column("y").to_numpy()
+    note = capsys.readouterr().err.strip()
+    assert note == (
+        f"note: history: 1 non-finite values filled by the store's --nan ffill rule (the "
+        f"first: entity '{key}' has nan in column 'y' at time {history.column('time')[0]})"
+    )
+    np.testing.assert_allclose(  # a leading NaN takes the first finite value, as in ingest
+        filled, per_entity.forecast(with_y(0, history.column("y")[1].as_py())).column("y")
+    )
+    per_entity.forecast(with_y(9, -np.inf))
+    assert "1 non-finite values filled" in capsys.readouterr().err
+
+
+def test_a_history_with_a_gap_is_refused_naming_it(runs):
+    run = metadist.load_run(runs["global"])
+    key = str(run.source.store.entity_ids[2])
+    history = _panel_rows(runs["panel"], key)
+    times = history.column(SYNTHETIC_TIME).to_pylist()
+    gapped = pa.concat_tables([history.slice(0, 50), history.slice(52)])
+    with pytest.raises(
+        ValueError,
+        match=f"entity '{key}' has a gap: time {times[49]} is followed by {times[52]}, where "
+        "its rows are otherwise 1 apart",
+    ):
+        run.forecast(gapped)
+
+
+def test_times_come_back_in_the_history_type(runs):
+    """Timestamps give timestamps (unit and zone kept), dates give dates, monthly data
+    continues by calendar months; the forecasts do not depend on the time type."""
+    run = metadist.load_run(runs["global"])
+    history = _panel_rows(runs["panel"], str(run.source.store.entity_ids[3]))
+    at, rows = history.column_names.index(SYNTHETIC_TIME), history.num_rows
+    expected = run.forecast(history).column("y")
+    hourly = pa.array(
+        np.datetime64("2024-03-01T00:00:00") + np.arange(rows) * np.timedelta64(1, "h")
+    ).cast(pa.timestamp("s", "UTC"))
+    table = run.forecast(history.set_column(at, SYNTHETIC_TIME, hourly))
+    assert table.column(SYNTHETIC_TIME).type == pa.timestamp("s", "UTC")
+    last = hourly[-1].as_py()
+    assert table.column(SYNTHETIC_TIME).to_pylist() == [
+        last + np.timedelta64(step, "h").item() for step in range(1, H + 1)
+    ]
+    assert table.column("y").equals(expected)
+    months = np.arange(rows) + (2000 - 1970) * 12  # month-ends from January 2000
+    month_ends = (months + 1).astype("datetime64[M]").astype("datetime64[D]") - 1
+    table = run.forecast(history.set_column(at, SYNTHETIC_TIME, pa.array(month_ends)))
+    assert table.column(SYNTHETIC_TIME).type == pa.date32()
+    following = (months[-1] + 2 + np.arange(H)).astype("datetime64[M]").astype("datetime64[D]")
+    assert table.column(SYNTHETIC_TIME).to_pylist() == (following - 1).tolist()
+    assert table.column("y").equals(expected)
+
+
+def test_a_horizon_beyond_the_run_is_refused_before_anything_is_allocated(runs, tmp_path):
+    run = metadist.load_run(runs["global"])  # reads 6 columns, forecasts 1: no rolling
+    history = _panel_rows(runs["panel"], str(run.source.store.entity_ids[3]))
+    with pytest.raises(ValueError, match=r"horizon=1000000000: the run forecasts at most H=8"):
+        run.forecast(history.drop(["load"]), horizon=10**9)  # before the history is read
+    with pytest.raises(ValueError, match=r"horizon=801: at most 800 steps"):
+        run.forecast(history, horizon=801, methods=["naive"])
+    naive = run.forecast(history, horizon=20, methods=["naive"])  # baselines go further
+    assert naive.num_rows == 20
+    path = tmp_path / "new.parquet"
+    pq.write_table(history, path)
+    done = subprocess.run(
+        [sys.executable, "-m", "metadist.cli", "forecast", str(runs["global"]), str(path)]
+        + ["--out", str(tmp_path / "x.parquet"), "--horizon", "1000000000"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1 and len(done.stderr.strip().splitlines()) == 1
+    assert "the run forecasts at most H=8 steps" in done.stderr

@@ -9,16 +9,16 @@ adapts on the labelled examples and labels the others.
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
 import torch
 
 from metadist.api.history import Entity, scale_entity
-from metadist.api.protocols import AdaptingLearner, WindowedSampler
+from metadist.api.protocols import AdaptingLearner, StoreSchema
 from metadist.batch import TaskSet
-from metadist.store.reader import SeriesStore
+from metadist.tasks.inference import ClassifyWindows, classify_windows
 
 # a list of `[T, C]` (or `[T]`) arrays of the store's C columns, or one `[M, T, C]` array
 Examples: TypeAlias = np.ndarray | Sequence[npt.ArrayLike]
@@ -26,8 +26,8 @@ Examples: TypeAlias = np.ndarray | Sequence[npt.ArrayLike]
 
 def classify(
     learner: AdaptingLearner,
-    sampler: WindowedSampler,
-    store: SeriesStore,
+    sampler: Any,
+    store: StoreSchema,
     support_x: Examples,
     support_labels: Sequence[Hashable],
     query_x: Examples,
@@ -37,9 +37,14 @@ def classify(
 
     Returns:
         `[M]` object array of the predicted labels (values of `support_labels`).
+
+    Raises:
+        ValueError: a sampler without the classification protocol
+            (`metadist.tasks.inference`), and what `Run.classify` lists.
     """
-    support = classifier_inputs(sampler, store, support_x, "support_x")
-    query = classifier_inputs(sampler, store, query_x, "query_x")
+    windows = classify_windows(sampler, len(store.column_names))
+    support = classifier_inputs(windows, store, support_x, "support_x")
+    query = classifier_inputs(windows, store, query_x, "query_x")
     labels = list(support_labels)
     if len(labels) != len(support):
         raise ValueError(
@@ -60,7 +65,7 @@ def classify(
 
 
 def classifier_inputs(
-    sampler: WindowedSampler, store: SeriesStore, examples: Examples, field: str
+    windows: ClassifyWindows, store: StoreSchema, examples: Examples, field: str
 ) -> np.ndarray:
     """`[M, L, F]` float32 examples, scaled and cut (or resampled) as the sampler does.
 
@@ -79,9 +84,11 @@ def classifier_inputs(
         items = [np.asarray(e, dtype=np.float64) for e in examples]
     if not items:
         raise ValueError(f"{field} is empty")
-    columns = np.asarray(sampler.input_columns, dtype=np.int64)
+    columns = np.asarray(windows.input_columns, dtype=np.int64)
     num_columns = len(store.column_names)
-    length = int(sampler.lookback)
+    if windows.lookback is None:
+        raise ValueError("the run's sampler records no lookback: the rows of an example")
+    length = windows.lookback
     out = []
     for i, item in enumerate(items):
         item = np.asarray(item, dtype=np.float64)
@@ -97,7 +104,7 @@ def classifier_inputs(
         entity = scale_entity(store, Entity(str(i), np.arange(len(item)), item))
         assert entity.scaled is not None
         scaled = entity.scaled[:, columns]
-        if getattr(sampler, "resample", False):
+        if windows.resample:
             scaled = resample(scaled, length)
         elif len(scaled) < length:
             raise ValueError(f"{field}[{i}] has {len(scaled)} rows; the run reads {length}")

@@ -10,29 +10,32 @@ original units; the baselines forecast from the history in original units.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import torch
 
 from metadist.api.history import Entity, History, read_history, scale_entity, unscale
-from metadist.api.protocols import AdaptingLearner, ForecastingSampler
+from metadist.api.protocols import AdaptingLearner, StoreSchema
+from metadist.api.times import next_times, time_column
 from metadist.batch import MetaBatch, TaskSet
 from metadist.eval import baselines
 from metadist.eval.scoring import _forecast
 from metadist.eval.settings import EvalOptions
 from metadist.learners.base import Params
-from metadist.store.reader import SeriesStore
+from metadist.tasks.inference import ForecastWindows, forecast_windows
 from metadist.tasks.series_end import SeriesEndWindows
 
 MODEL_METHODS = ("adapted", "unadapted")
 BASELINE_METHODS = ("naive", "seasonal_naive", "theta")
+MAX_ROLLS = 100  # a horizon beyond H feeds forecasts back, at most this many times H
 
 
 def forecast(
     learner: AdaptingLearner,
-    sampler: ForecastingSampler,
-    store: SeriesStore,
+    sampler: Any,
+    store: StoreSchema,
     options: EvalOptions,
     history: History,
     *,
@@ -41,14 +44,18 @@ def forecast(
     period: int | None,
     steps: int | None,
 ) -> pa.Table:
-    """`Run.forecast` of a forecasting run's parts (see there for the arguments)."""
-    horizon = int(sampler.horizon) if horizon is None else int(horizon)
-    if horizon < 1:
-        raise ValueError(f"horizon must be >= 1, got {horizon}")
+    """`Run.forecast` of a forecasting run's parts (see there for the arguments).
+
+    Raises:
+        ValueError: a sampler without the forecasting protocol
+            (`metadist.tasks.inference`), and what `Run.forecast` lists.
+    """
+    windows = forecast_windows(sampler, len(store.column_names))
     wanted = check_methods(methods)
+    horizon = check_horizon(windows, horizon, bool(wanted & set(MODEL_METHODS)))
     entities = [scale_entity(store, entity) for entity in read_history(history, store)]
-    batch = forecast_batch(sampler, entities, horizon)
-    target_columns = list(sampler.target_columns)
+    batch = forecast_batch(windows, entities, horizon)
+    target_columns = list(windows.target_columns)
     forecasts: dict[str, np.ndarray] = {}
     model_methods = [m for m in MODEL_METHODS if m in wanted]
     if model_methods:
@@ -73,6 +80,38 @@ def forecast(
     return forecast_table(store, entities, target_columns, horizon, methods, forecasts)
 
 
+def check_horizon(windows: ForecastWindows, horizon: int | None, model: bool) -> int:
+    """The horizon to forecast (default: the run's H), checked before anything is
+    allocated for it.
+
+    Args:
+        model: whether the learner forecasts (else only baselines do).
+
+    Raises:
+        ValueError: a horizon below 1, beyond H for a run whose forecasts cannot be fed
+            back as inputs (it reads columns it does not forecast), or beyond
+            `MAX_ROLLS` times H.
+    """
+    if horizon is None:
+        return windows.horizon
+    if isinstance(horizon, bool) or int(horizon) != horizon or horizon < 1:
+        raise ValueError(f"horizon must be an integer >= 1, got {horizon!r}")
+    horizon = int(horizon)
+    if horizon <= windows.horizon:
+        return horizon
+    if model and not windows.rolls_forward:
+        raise ValueError(
+            f"horizon={horizon}: the run forecasts at most H={windows.horizon} steps (it reads "
+            "columns it does not forecast, so its forecasts cannot be fed back as inputs)"
+        )
+    if horizon > MAX_ROLLS * windows.horizon:
+        raise ValueError(
+            f"horizon={horizon}: at most {MAX_ROLLS * windows.horizon} steps ({MAX_ROLLS} times "
+            f"the run's H={windows.horizon}, forecasts fed back as inputs)"
+        )
+    return horizon
+
+
 def check_methods(methods: Sequence[str]) -> set[str]:
     """The single methods `methods` names (`adapted+theta` names two).
 
@@ -95,7 +134,7 @@ def check_methods(methods: Sequence[str]) -> set[str]:
     return wanted
 
 
-def forecast_batch(sampler: ForecastingSampler, entities: list[Entity], horizon: int) -> MetaBatch:
+def forecast_batch(spec: ForecastWindows, entities: list[Entity], horizon: int) -> MetaBatch:
     """The evaluation's task for each entity, with its query window past the history's
     end: support windows ending at the history's end, query input its last L rows.
 
@@ -107,12 +146,12 @@ def forecast_batch(sampler: ForecastingSampler, entities: list[Entity], horizon:
         ValueError: an entity too short for the run's windows.
     """
     windows = SeriesEndWindows(
-        int(sampler.lookback),
-        int(sampler.horizon),
-        int(sampler.num_support),
-        int(sampler.stride),
+        spec.lookback,
+        spec.horizon,
+        spec.num_support,
+        spec.stride,
         padding="inputs",
-        pad_inputs=int(sampler.pad_inputs),
+        pad_inputs=spec.pad_inputs,
     )
     support_x, support_y, query_x = [], [], []
     for entity in entities:
@@ -125,12 +164,12 @@ def forecast_batch(sampler: ForecastingSampler, entities: list[Entity], horizon:
                 f"(stride {windows.stride}, up to {windows.pad_inputs} padded), so it needs at "
                 f"least {windows.rows_needed}"
             )
-        x, y, query = windows.cut(entity.scaled, sampler.input_columns, sampler.target_columns)
+        x, y, query = windows.cut(entity.scaled, spec.input_columns, spec.target_columns)
         support_x.append(x)
         support_y.append(y)
         query_x.append(query)
     num = len(entities)
-    num_targets = len(sampler.target_columns)
+    num_targets = len(spec.target_columns)
     return MetaBatch(
         support=TaskSet(
             torch.from_numpy(np.stack(support_x)), torch.from_numpy(np.stack(support_y))
@@ -212,33 +251,31 @@ def baseline_forecasts(
 
 
 def forecast_table(
-    store: SeriesStore,
+    store: StoreSchema,
     entities: list[Entity],
     target_columns: list[int],
     horizon: int,
     methods: Sequence[str],
     forecasts: dict[str, np.ndarray],
 ) -> pa.Table:
-    """The long-format table `Run.forecast` returns (one row per entity, step and method)."""
+    """The long-format table `Run.forecast` returns: one row per entity, step and method,
+    the times continuing each entity's history in the history's time type."""
     meta = store.metadata
-    names = [store.column_names[c] for c in target_columns]
-    columns: dict[str, list] = {meta["entity_col"]: [], "step": [], meta["time_col"]: []}
-    columns["method"] = []
-    for name in names:
-        columns[name] = []
-    for b, entity in enumerate(entities):
-        spacing = np.diff(entity.times)
-        regular = len(spacing) > 0 and (spacing == spacing[0]).all() and spacing[0] > 0
-        for step in range(1, horizon + 1):
-            for method in methods:
-                columns[meta["entity_col"]].append(entity.key)
-                columns["step"].append(step)
-                columns[meta["time_col"]].append(
-                    int(entity.times[-1] + step * spacing[0]) if regular else None
-                )
-                columns["method"].append(method)
-                for t, name in enumerate(names):
-                    columns[name].append(float(forecasts[method][b, step - 1, t]))
-    out = {key: pa.array(value) for key, value in columns.items()}
-    out[meta["time_col"]] = pa.array(columns[meta["time_col"]], type=pa.int64())
-    return pa.table(out)
+    num, num_methods = len(entities), len(methods)
+    shape = (num, horizon, num_methods)  # the rows, in this order
+    index = np.indices(shape).reshape(3, -1)
+    time_type = entities[0].time_type
+    assert time_type is not None
+    times = np.stack(
+        [next_times(e.key, int(e.times[-1]), e.step, horizon, time_type) for e in entities]
+    )
+    columns = {
+        meta["entity_col"]: pa.array([e.key for e in entities]).take(index[0]),
+        "step": pa.array(index[1] + 1, pa.int64()),
+        meta["time_col"]: time_column(times[index[0], index[1]], time_type),
+        "method": pa.array(list(methods)).take(index[2]),
+    }
+    values = np.stack([forecasts[m] for m in methods], axis=2)  # [B, horizon, M, T]
+    for t, c in enumerate(target_columns):
+        columns[store.column_names[c]] = pa.array(values[..., t].reshape(-1), pa.float64())
+    return pa.table(columns)

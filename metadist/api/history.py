@@ -9,18 +9,20 @@ with the store's global statistics, or (per-entity scaling) with its own.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeAlias
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from metadist.api.protocols import StoreSchema
+from metadist.api.times import Step, regular_step, shown_time, time_numbers
 from metadist.store.order import fill_forward
-from metadist.store.reader import SeriesStore
 from metadist.store.scaler import scale_of
+from metadist.store.scan import _too_large  # ingest's limits, in one place
 
 
 class DataFrameLike(Protocol):
@@ -48,15 +50,21 @@ class Entity:
     scaled: np.ndarray | None = None  # [m, C] float32
     mean: np.ndarray | None = None  # [C] per-entity statistics (per-entity scaling)
     std: np.ndarray | None = None
+    step: Step | None = None  # the spacing of its times (`metadist.api.times`)
+    time_type: pa.DataType | None = None  # the history's time column type
 
 
-def read_history(history: History, store: SeriesStore) -> list[Entity]:
+def read_history(history: History, store: StoreSchema) -> list[Entity]:
     """The entities of `history` (see `Run.forecast`), sorted by key.
+
+    A note on stderr says how many non-finite values the store's NaN rule filled or
+    dropped, if any.
 
     Raises:
         FileNotFoundError: a path with no Parquet file or directory.
-        ValueError: an unreadable type, a missing column, no rows, a repeated time, or a
-            non-finite value the store's NaN rule does not allow.
+        ValueError: an unreadable type, a missing column, no rows, a repeated time, a gap
+            in an entity's times (`metadist.api.times`), a non-finite value the store's
+            NaN rule does not allow, or a value the store's scaling cannot hold.
     """
     table = _table(history)
     meta = store.metadata
@@ -71,11 +79,13 @@ def read_history(history: History, store: SeriesStore) -> list[Entity]:
     if table.num_rows == 0:
         raise ValueError("history has no rows")
     keys = np.asarray(table.column(entity_col).to_pylist(), dtype=object).astype(str)
-    times = _times(table.column(time_col), time_col)
+    time_type = table.schema.field(time_col).type
+    times = time_numbers(table.column(time_col), time_col)
     values = np.column_stack([_floats(table.column(name), name) for name in value_names]).astype(
         np.float64
     )
-    nan_rule = str(meta.get("nan_policy", "error"))
+    rule = NanRule(str(meta.get("nan_policy", "error")), value_names, time_type)
+    scaling = str(meta["scaling"]["kind"])
     categories = {
         role: np.asarray(table.column(meta[f"{role}_col"]).to_pylist(), dtype=object).astype(str)
         for role in ("stratum", "label")
@@ -93,16 +103,17 @@ def read_history(history: History, store: SeriesStore) -> list[Entity]:
         entity_times, entity_values = times[first:end], values[first:end].copy()
         repeated = np.flatnonzero(np.diff(entity_times) == 0)
         if repeated.size:
-            raise ValueError(
-                f"history: entity {key!r} has two rows at {time_col}={entity_times[repeated[0]]}"
-            )
-        entity_values, entity_times = _apply_nan_rule(
-            key, entity_values, entity_times, value_names, nan_rule
-        )
-        entity = Entity(key, entity_times, entity_values)
+            when = shown_time(entity_times[repeated[0]], time_type)
+            raise ValueError(f"history: entity {key!r} has two rows at {time_col}={when}")
+        fill = " (or rows of NaN, which the store's --nan ffill rule fills)"
+        step = regular_step(key, entity_times, time_type, fill if rule.name == "ffill" else "")
+        entity_values, entity_times = rule.apply(key, entity_values, entity_times)
+        _check_magnitude(key, entity_values, entity_times, rule, scaling)
+        entity = Entity(key, entity_times, entity_values, step=step, time_type=time_type)
         entity.stratum = str(categories["stratum"][first]) if "stratum" in categories else ""
         entity.label = str(categories["label"][first]) if "label" in categories else ""
         entities.append(entity)
+    rule.note()
     return entities
 
 
@@ -125,57 +136,93 @@ def _table(history: History) -> pa.Table:
     )
 
 
-def _times(column: pa.ChunkedArray, name: str) -> np.ndarray:
-    if column.null_count:
-        raise ValueError(f"history: column {name!r} has null times")
-    if pa.types.is_timestamp(column.type):
-        column = pc.cast(column, pa.timestamp("ns")).cast(pa.int64())
-    elif pa.types.is_date(column.type):
-        column = pc.cast(column, pa.date32()).cast(pa.int64())
-    elif not pa.types.is_integer(column.type):
-        raise ValueError(
-            f"history: column {name!r} must hold integers, dates or timestamps, got {column.type}"
-        )
-    return np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.int64)
-
-
 def _floats(column: pa.ChunkedArray, name: str) -> np.ndarray:
     if not (pa.types.is_floating(column.type) or pa.types.is_integer(column.type)):
         raise ValueError(f"history: column {name!r} must hold numbers, got {column.type}")
     return np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.float64)
 
 
-def _apply_nan_rule(
-    key: str, values: np.ndarray, times: np.ndarray, names: list[str], rule: str
-) -> tuple[np.ndarray, np.ndarray]:
-    finite = np.isfinite(values)
-    if finite.all():
-        return values, times
-    if rule == "drop":
-        keep = finite.all(axis=1)
-        return values[keep], times[keep]
-    column = int(np.flatnonzero(~finite.all(axis=0))[0])
-    if rule != "ffill":
+class NanRule:
+    """The store's NaN rule (`metadist ingest --nan`) applied to a history as ingest
+    applies it to a store: `error` refuses a NaN, inf or null, `ffill` carries the last
+    finite value forward (values before the first finite one take that one), `drop`
+    removes the row. It counts what it changed, for one note."""
+
+    def __init__(self, name: str, names: list[str], time_type: pa.DataType) -> None:
+        self.name, self.names, self.time_type = name, names, time_type
+        self.changed = 0  # cells filled or rows dropped
+        self.first = ""  # where the first one was
+
+    def apply(
+        self, key: str, values: np.ndarray, times: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """`(values, times)` of one entity with the rule applied.
+
+        Raises:
+            ValueError: a non-finite value under `error`, or a column without a finite
+                value under `ffill`.
+        """
+        finite = np.isfinite(values)
+        if finite.all():
+            return values, times
+        column = int(np.flatnonzero(~finite.all(axis=0))[0])
         row = int(np.flatnonzero(~finite[:, column])[0])
-        raise ValueError(
-            f"history: entity {key!r} has {values[row, column]} in column {names[column]!r} at "
-            f"time {times[row]}; the run's store was built with --nan {rule}, so the history "
-            "must be finite"
+        where = (
+            f"entity {key!r} has {values[row, column]} in column {self.names[column]!r} at "
+            f"time {shown_time(times[row], self.time_type)}"
         )
-    if not finite.any(axis=0).all():
-        empty = names[int(np.flatnonzero(~finite.any(axis=0))[0])]
-        raise ValueError(f"history: entity {key!r} has no finite value in column {empty!r}")
-    filled = values.copy()
-    fill_forward(filled, np.zeros(1, np.int64), np.array([len(filled)], np.int64))
-    return filled, times
+        if self.name not in ("ffill", "drop"):
+            raise ValueError(
+                f"history: {where}; the run's store was built with --nan {self.name}, so the "
+                "history must be finite"
+            )
+        if not self.first:
+            self.first = where
+        if self.name == "drop":
+            keep = finite.all(axis=1)
+            self.changed += int((~keep).sum())
+            return values[keep], times[keep]
+        if not finite.any(axis=0).all():
+            empty = self.names[int(np.flatnonzero(~finite.any(axis=0))[0])]
+            raise ValueError(f"history: entity {key!r} has no finite value in column {empty!r}")
+        self.changed += int((~finite).sum())
+        filled = values.copy()
+        fill_forward(filled, np.zeros(1, np.int64), np.array([len(filled)], np.int64))
+        return filled, times
+
+    def note(self) -> None:
+        """One line on stderr saying what the rule changed, if anything."""
+        if not self.changed:
+            return
+        what = "values filled" if self.name == "ffill" else "rows dropped"
+        print(
+            f"note: history: {self.changed} non-finite {what} by the store's --nan "
+            f"{self.name} rule (the first: {self.first})",
+            file=sys.stderr,
+        )
 
 
-def scale_entity(store: SeriesStore, entity: Entity) -> Entity:
+def _check_magnitude(
+    key: str, values: np.ndarray, times: np.ndarray, rule: NanRule, scaling: str
+) -> None:
+    """Refuses a value beyond what the store's scaling holds, as ingest refuses it."""
+    found = _too_large(list(values.T), scaling)
+    if found is None:
+        return
+    column, row, limit, _ = found
+    raise ValueError(
+        f"history: entity {key!r} has {float(values[row, column])!r} in column {rule.names[column]!r} "
+        f"at time {shown_time(times[row], rule.time_type)}, beyond {limit:.4g}: the store's "
+        f"{scaling} scaling cannot hold it (ingest refuses such values too)"
+    )
+
+
+def scale_entity(store: StoreSchema, entity: Entity) -> Entity:
     """`entity` with its values in the store's scaled units (float32, as stored)."""
     scaler = store.scaler
     values = entity.values
     if scaler.kind == "none":
-        entity.scaled = values.astype(np.float32)
+        entity.scaled = _float32(entity, values, scaler.kind, store.column_names)
         return entity
     if scaler.kind == "global":
         mean, std = scaler.mean, scaler.std
@@ -186,12 +233,29 @@ def scale_entity(store: SeriesStore, entity: Entity) -> Entity:
         m2 = (np.where(finite, values - mean, 0.0) ** 2).sum(axis=0)
         std = scale_of(count, m2)
     entity.mean, entity.std = np.asarray(mean, np.float64), np.asarray(std, np.float64)
-    entity.scaled = ((values - entity.mean) / entity.std).astype(np.float32)
+    entity.scaled = _float32(
+        entity, (values - entity.mean) / entity.std, scaler.kind, store.column_names
+    )
     return entity
 
 
+def _float32(entity: Entity, scaled: np.ndarray, kind: str, names: list[str]) -> np.ndarray:
+    """`scaled` as float32, refusing a value float32 cannot hold (it would be inf)."""
+    with np.errstate(over="ignore"):
+        out = scaled.astype(np.float32)
+    beyond = np.isfinite(scaled) & ~np.isfinite(out)
+    if beyond.any():
+        row, column = (int(i[0]) for i in np.nonzero(beyond))
+        raise ValueError(
+            f"history: entity {entity.key!r} has {float(entity.values[row, column])!r} in column "
+            f"{names[column]!r} at time {shown_time(entity.times[row], entity.time_type)}, "
+            f"which the store's {kind} scaling puts beyond float32 ({scaled[row, column]:.4g})"
+        )
+    return out
+
+
 def unscale(
-    store: SeriesStore, entity: Entity, values: np.ndarray, columns: list[int]
+    store: StoreSchema, entity: Entity, values: np.ndarray, columns: list[int]
 ) -> np.ndarray:
     """`values [..., len(columns)]` of `entity`'s store `columns` back in original units."""
     if store.scaler.kind == "none":

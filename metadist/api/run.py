@@ -12,10 +12,10 @@ import numpy as np
 import pyarrow as pa
 
 from metadist.api import classification, forecasting
+from metadist.api.artifact import load_parts
 from metadist.api.classification import Examples
 from metadist.api.history import History
 from metadist.api.protocols import AdaptingLearner
-from metadist.eval.run import load_trained
 from metadist.eval.settings import EvalOptions
 from metadist.train.build import TaskSource
 from metadist.train.config import TrainConfig
@@ -34,25 +34,16 @@ def load_run(
         ensemble: other runs of the same data and sampler to average with it (as
             `eval.ensemble`); default: the run's own evaluation settings.
         store: the series store to read the scaling rule and columns from, if it moved
-            since training (default: the run's `data.store`).
+            since training (default: where the run's `inference.json` says it is,
+            relative to the run directory, else the run's `data.store`). Without a
+            store, a run forecasts from its own record of it (`inference.json`): the
+            store is needed only to evaluate the run on its held-out split.
 
     Raises:
-        FileNotFoundError: no run, no checkpoint, or no store.
+        FileNotFoundError: no run, no checkpoint, or neither its store nor its record.
         ValueError: a run whose store no longer matches its checkpoint.
     """
-    try:
-        path, config, learner, source, options = load_trained(
-            Path(run_dir), ensemble=ensemble, store=store
-        )
-    except FileNotFoundError as error:
-        if store is not None or not str(error).startswith("data.store"):
-            raise
-        # A relative data.store is relative to where the run was trained.
-        raise FileNotFoundError(
-            f"{error}; run_dir {run_dir} reads the store its config names (relative paths "
-            "from where it was trained): pass store=PATH (metadist forecast --store PATH) "
-            "if it is elsewhere"
-        ) from None
+    path, config, learner, source, options = load_parts(run_dir, ensemble=ensemble, store=store)
     # a Learner or a LearnerEnsemble: both adapt and predict
     return Run(path, config, cast(AdaptingLearner, learner), source, options)
 
@@ -65,7 +56,9 @@ class Run:
         run_dir: where it lives.
         config: its `TrainConfig`.
         learner: the meta-trained learner (an ensemble with `ensemble`), in eval mode.
-        source: its store, sampler and shapes (`metadist.train.build.TaskSource`).
+        source: its store, sampler and shapes (`metadist.train.build.TaskSource`); for
+            a run whose store is gone, the run's record of them (`store` a
+            `RecordedStore`, `sampler` a `RecordedSampler`, no `partitioner`).
         eval_options: its evaluation settings (`EvalOptions`): adaptation steps, seasonal
             periods of the baselines.
     """
@@ -124,12 +117,14 @@ class Run:
         Raises:
             ValueError: a missing column, a duplicated time, a non-finite value the store's
                 NaN rule does not allow, a history too short for the run's windows, an
-                unknown method, or a run that does not forecast; the message names it.
+                unknown method, or a run that does not forecast (a classifier, a run
+                without a store, or a sampler without the forecasting protocol of
+                `metadist.tasks.inference`); the message names it.
         """
-        if self.kind != "forecast":
+        if self.kind == "classification" or self.source.store is None:
             raise ValueError(
                 f"run {self.run_dir} is a {self.kind} run; forecast() needs a forecasting "
-                "run (a forecast sampler on a series store)"
+                "run (a sampler of forecast windows on a series store)"
             )
         return forecasting.forecast(
             self.learner,

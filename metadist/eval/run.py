@@ -21,6 +21,7 @@ from torch import nn
 
 from metadist.batch import MetaBatch
 from metadist.eval import baselines
+from metadist.eval.archive import keep_previous_evaluation
 from metadist.eval.holdout import HoldoutReader
 from metadist.eval.report import write_report
 from metadist.eval.scoring import evaluate_tasks
@@ -83,8 +84,9 @@ def evaluate_run(
     Rebuilds the run's store, sampler (evaluation protocol), partition, model and learner
     from the config saved in the checkpoint, loads the meta-trained weights, scores every
     method (`evaluate_tasks`) and writes `metrics.json`, `metrics.md`, `tasks.parquet`
-    and `forecasts.png` to `<run_dir>/eval/`. With `eval.ensemble`, the other runs'
-    checkpoints join this one's (`LearnerEnsemble`).
+    and `forecasts.png` to `<run_dir>/eval/`; an earlier evaluation there with other
+    settings moves to `<run_dir>/eval/<its key>/` (`metadist.eval.archive`). With
+    `eval.ensemble`, the other runs' checkpoints join this one's (`LearnerEnsemble`).
 
     Args:
         run_dir: a run directory written by `metadist train`.
@@ -136,7 +138,9 @@ def evaluate_run(
         members.insert(0, f"{run_dir} ({checkpoint_path.name})")
         result["settings"]["ensemble"] = f"{options.ensemble_reduce} of " + ", ".join(members)
     if write:
+        kept = keep_previous_evaluation(run_dir, result, options, checkpoint_path.name)
         result["paths"] = {k: str(v) for k, v in write_report(result, run_dir, examples).items()}
+        result["paths"].update(kept)
     return result
 
 
@@ -217,18 +221,23 @@ def load_trained(
     ensemble: Any = None,
     store: Any = None,
     allow_imports: Collection[str] = (),
+    source: Any = None,
 ) -> tuple[Path, Any, nn.Module, Any, EvalOptions]:
     """`(run_dir, config, learner, task source, eval options)` of a run's latest checkpoint,
     for adapting it to data of one's own (`metadist.load_run`).
 
     The learner (with the checkpoints of `ensemble`, default the run's `eval.ensemble`)
     is in eval mode; the store is opened without re-checksumming its values, but its
-    identity must match the one the checkpoint recorded.
+    identity must match the one the checkpoint recorded. A `source` given (the run's
+    recorded parts, `metadist.train.artifact.recorded_source`, when its store is gone)
+    replaces the store's; the caller then checks the ensemble members' stores.
     """
     config, state, _, _ = load_run(run_dir, "run_dir", store, allow_imports)
     options = _run_eval_options(config, run_dir, (), None)
-    source: TaskSource = build_task_source(config, verify_store=False)
-    if source.store is not None:
+    recorded = source is not None
+    if source is None:
+        source = build_task_source(config, verify_store=False)
+    if source.store is not None and not recorded:
         check_store_identity(state.get("store_identity"), source.store, f"run_dir {run_dir}")
     learner, _ = with_ensemble(
         trained_learner(config, state, source),

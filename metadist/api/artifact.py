@@ -1,0 +1,126 @@
+"""Loading a run's parts: from its store, or from its own `inference.json` when the
+store is gone (`metadist.train.artifact`).
+
+A run is found where its record says its store is: the store's path relative to the run
+directory (a run copied together with its store), its absolute path, or the config's
+`data.store` from the working directory; the store must be the one the run recorded.
+Where none holds it, the run's record stands in for the store: a moved run forecasts
+from any working directory without it. A run loaded from its store gains the record
+when it lacks it (or when it is stale), so runs trained before records were kept gain
+it on first use.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from metadist.eval.run import load_trained
+from metadist.eval.settings import EvalOptions
+from metadist.train.artifact import (
+    INFERENCE_FILE,
+    inference_record,
+    read_inference,
+    recorded_source,
+    recorded_store_path,
+    write_inference,
+)
+from metadist.train.build import TaskSource
+from metadist.train.config import TrainConfig
+
+Loaded = tuple[Path, TrainConfig, nn.Module, TaskSource, EvalOptions]
+
+
+def load_parts(
+    run_dir: str | os.PathLike,
+    *,
+    ensemble: Sequence[str | os.PathLike] | None,
+    store: str | os.PathLike | None,
+) -> Loaded:
+    """`(run_dir, config, learner, task source, eval options)` of a run (see `load_run`).
+
+    Raises:
+        FileNotFoundError: no run, no checkpoint, or neither its store nor its record.
+        ValueError: a store that does not match the run, a damaged record without the
+            store, or ensemble members of another store.
+    """
+    run_dir = Path(run_dir)
+    try:
+        record = read_inference(run_dir)
+        problem = ""
+    except ValueError as error:
+        record, problem = None, str(error)
+    if store is None and record is not None and record.get("store"):
+        found = recorded_store_path(run_dir, record)
+        if found is None:
+            return _from_record(run_dir, record, ensemble)
+        named = record["store"]["config_path"]
+        if not (named and Path(named).resolve() == found.resolve()):
+            store = found  # not where data.store leads from here: name it
+    try:
+        loaded = load_trained(run_dir, ensemble=ensemble, store=store)
+    except FileNotFoundError as error:
+        if store is not None or not str(error).startswith("data.store"):
+            raise
+        # A relative data.store is relative to where the run was trained.
+        why = f" ({problem})" if problem else f" and has no {INFERENCE_FILE} (a record of it)"
+        raise FileNotFoundError(
+            f"{error}; run_dir {run_dir} reads the store its config names (relative paths "
+            f"from where it was trained){why}: pass store=PATH (metadist forecast --store "
+            "PATH) if it is elsewhere"
+        ) from None
+    _keep_record(run_dir, record, loaded)
+    return loaded
+
+
+def _from_record(
+    run_dir: Path, record: dict[str, Any], ensemble: Sequence[str | os.PathLike] | None
+) -> Loaded:
+    """The run's parts with its recorded source in place of its store."""
+    source = recorded_source(run_dir, record)
+    # The record stands in for the store; naming the run directory as the store only
+    # passes the config's check that data.store is a directory (nothing is read there).
+    path, config, learner, source, options = load_trained(
+        run_dir, ensemble=ensemble, store=run_dir, source=source
+    )
+    config.data.store = record["store"]["config_path"]
+    if not config.eval and record.get("eval"):
+        options = EvalOptions.from_dict(record["eval"])
+    members = list(options.ensemble or []) if ensemble is None else list(ensemble)
+    for member in members:
+        theirs = read_inference(member)
+        if theirs is None or not theirs.get("store"):
+            raise ValueError(
+                f"eval.ensemble: {member} has no {INFERENCE_FILE}, and the store of run_dir "
+                f"{run_dir} is not at hand: pass store=PATH (metadist forecast --store PATH)"
+            )
+        if theirs["store"]["identity"] != record["store"]["identity"]:
+            raise ValueError(
+                f"eval.ensemble: {member} was trained on another store than run_dir "
+                f"{run_dir}; members must see the same tasks"
+            )
+    return path, config, learner, source, options
+
+
+def _keep_record(run_dir: Path, record: dict[str, Any] | None, loaded: Loaded) -> None:
+    """Writes the run's record where it is missing or stale (a note where the run
+    directory cannot be written)."""
+    _, config, _, source, options = loaded
+    settings = None if config.eval else dataclasses.asdict(options)
+    fresh = inference_record(run_dir, config, source, settings)
+    if fresh == record:
+        return
+    try:
+        write_inference(run_dir, config, source, settings)
+    except OSError as error:
+        print(
+            f"note: run_dir {run_dir}: cannot write {INFERENCE_FILE} ({error}); the run "
+            "still needs its store to forecast",
+            file=sys.stderr,
+        )

@@ -1,0 +1,172 @@
+"""The times of a forecast: the next H times after a history, in the history's own type.
+
+A history's time column holds integers, dates or timestamps (any unit or time zone). Its
+rows must be regularly spaced, as forecasting the next H *steps* presumes: a fixed step
+(`2`, one day, one hour), or for dates and timestamps a fixed number of calendar months
+(monthly, quarterly or yearly data: the same day of the month and time of day, or every
+row at its month's end). A history with a gap is refused in one line naming the entity
+and the gap. The forecast's times continue the history's step and come back in the time
+column's type.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+_INT64_MAX = np.iinfo(np.int64).max
+# calendar units shown in messages, largest first, in nanoseconds
+_UNITS: tuple[tuple[str, int], ...] = (
+    ("day", 86_400 * 10**9),
+    ("hour", 3_600 * 10**9),
+    ("minute", 60 * 10**9),
+    ("second", 10**9),
+    ("millisecond", 10**6),
+    ("microsecond", 10**3),
+)
+
+
+@dataclass(frozen=True)
+class Step:
+    """The spacing of a history's rows: `size` time units (integers, days of a date
+    column, nanoseconds of a timestamp column), or `months` calendar months, anchored
+    `offset` after the month's start (or, with `from_end`, before the next month's)."""
+
+    size: int = 0
+    months: int = 0
+    offset: int = 0
+    from_end: bool = False
+
+
+def time_numbers(column: pa.ChunkedArray, name: str) -> np.ndarray:
+    """`[m]` int64 times of a history's time column: integers as they are, dates as days
+    and timestamps as nanoseconds since the epoch.
+
+    Raises:
+        ValueError: null times or a column of another type.
+    """
+    if column.null_count:
+        raise ValueError(f"history: column {name!r} has null times")
+    if pa.types.is_timestamp(column.type):
+        column = pc.cast(column, pa.timestamp("ns")).cast(pa.int64())
+    elif pa.types.is_date(column.type):
+        column = pc.cast(column, pa.date32()).cast(pa.int32()).cast(pa.int64())
+    elif not pa.types.is_integer(column.type):
+        raise ValueError(
+            f"history: column {name!r} must hold integers, dates or timestamps, got {column.type}"
+        )
+    return np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
+def regular_step(key: str, times: np.ndarray, kind: pa.DataType, extra: str = "") -> Step | None:
+    """The step of an entity's sorted, distinct `times` (as `time_numbers` gives them);
+    None for a single row (too short for any run's windows, which says so).
+
+    Args:
+        key: the entity, for the message.
+        kind: the time column's type.
+        extra: what the message suggests besides adding the missing rows.
+
+    Raises:
+        ValueError: rows that are not regularly spaced (naming the entity and the first
+            gap).
+    """
+    if len(times) < 2:
+        return None
+    spacing = np.diff(times)
+    if (spacing == spacing[0]).all():
+        return Step(size=int(spacing[0]))
+    if not pa.types.is_integer(kind):
+        monthly = _monthly_step(times, kind)
+        if monthly is not None:
+            return monthly
+    values, counts = np.unique(spacing, return_counts=True)
+    usual = int(values[np.argmax(counts)])
+    where = int(np.flatnonzero(spacing != usual)[0])
+    raise ValueError(
+        f"history: entity {key!r} has a gap: time {shown_time(times[where], kind)} is followed by "
+        f"{shown_time(times[where + 1], kind)}, where its rows are otherwise "
+        f"{_shown_step(usual, kind)} apart; forecasts continue a regular history: add the "
+        f"missing rows{extra}"
+    )
+
+
+def next_times(
+    key: str, last: int, step: Step | None, horizon: int, kind: pa.DataType
+) -> np.ndarray:
+    """`[horizon]` int64 times that follow `last` by `step` (in `time_numbers`' units);
+    `step` is None only for a single row, which no run forecasts from.
+
+    Raises:
+        ValueError: times beyond what the column's type can hold.
+    """
+    assert step is not None, "a history of one row is refused before its times are needed"
+    steps = np.arange(1, horizon + 1, dtype=np.int64)
+    if step.months:
+        unit = "ns" if pa.types.is_timestamp(kind) else "D"
+        month = np.array([last], np.int64).astype(f"datetime64[{unit}]").astype("datetime64[M]")
+        months = month + steps * step.months
+        if step.from_end:
+            ends = (months + 1).astype(f"datetime64[{unit}]").astype(np.int64)
+            return ends - step.offset
+        return months.astype(f"datetime64[{unit}]").astype(np.int64) + step.offset
+    if int(last) + horizon * step.size > _INT64_MAX:
+        raise ValueError(
+            f"history: entity {key!r}: {horizon} steps after {shown_time(last, kind)} are beyond "
+            "the times a time column holds"
+        )
+    return int(last) + steps * step.size
+
+
+def time_column(numbers: np.ndarray, kind: pa.DataType) -> pa.Array:
+    """`numbers` (as `time_numbers` gives them) as a column of type `kind`."""
+    if pa.types.is_timestamp(kind):
+        return pa.array(numbers, pa.int64()).cast(pa.timestamp("ns", kind.tz)).cast(kind)
+    if pa.types.is_date(kind):
+        return pa.array(numbers, pa.int64()).cast(pa.int32()).cast(pa.date32()).cast(kind)
+    return pa.array(numbers, pa.int64()).cast(kind)
+
+
+def _monthly_step(times: np.ndarray, kind: pa.DataType) -> Step | None:
+    """The calendar-month step of `times` (same place in every month, or every row at
+    the same distance before its month's end), or None."""
+    unit = "ns" if pa.types.is_timestamp(kind) else "D"
+    moments = times.astype(f"datetime64[{unit}]")
+    months = moments.astype("datetime64[M]")
+    spacing = np.diff(months.astype(np.int64))
+    if spacing[0] < 1 or not (spacing == spacing[0]).all():
+        return None
+    starts = months.astype(f"datetime64[{unit}]").astype(np.int64)
+    ends = (months + 1).astype(f"datetime64[{unit}]").astype(np.int64)
+    after_start, before_end = times - starts, ends - times
+    if (after_start == after_start[0]).all():
+        return Step(months=int(spacing[0]), offset=int(after_start[0]))
+    if (before_end == before_end[0]).all():
+        return Step(months=int(spacing[0]), offset=int(before_end[0]), from_end=True)
+    return None
+
+
+def shown_time(value: int, kind: pa.DataType | None) -> str:
+    """A time (as `time_numbers` gives it) as a user wrote it, for messages."""
+    if kind is None:
+        return str(int(value))
+    if pa.types.is_timestamp(kind):
+        return str(pa.scalar(int(value), pa.timestamp("ns")).as_py())
+    if pa.types.is_date(kind):
+        return str(np.datetime64(int(value), "D"))
+    return str(int(value))
+
+
+def _shown_step(size: int, kind: pa.DataType) -> str:
+    if pa.types.is_date(kind):
+        size, kind = size * 86_400 * 10**9, pa.timestamp("ns")
+    if not pa.types.is_timestamp(kind):
+        return str(size)
+    for name, length in _UNITS:
+        if size % length == 0:
+            count = size // length
+            return f"{count} {name}{'' if count == 1 else 's'}"
+    return f"{size} nanoseconds"

@@ -1,0 +1,188 @@
+"""A run directory is a self-contained artifact: moved or copied elsewhere, its store
+deleted, it forecasts new entities from any working directory (`inference.json`).
+
+Real parts: a synthetic panel with timestamps, ingested, a run trained by `metadist
+train` with relative paths, then copied, moved and loaded from other directories.
+"""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+import metadist
+from metadist.datasets.synthetic import (
+    SYNTHETIC_ENTITY,
+    SYNTHETIC_INGEST_ARGS,
+    SYNTHETIC_TIME,
+    write_synthetic_panel,
+)
+from metadist.store import SeriesStore
+from metadist.store.ingest import ingest
+from metadist.train.artifact import (
+    INFERENCE_FILE,
+    RecordedStore,
+    inference_record,
+    read_inference,
+)
+from metadist.train.build import build_task_source
+
+pytestmark = pytest.mark.integration
+
+
+def train(run_dir: str, store: str, *extra: str) -> None:
+    """`metadist train` of a tiny synthetic_maml run, from the working directory."""
+    from metadist.cli import main
+
+    code = main(
+        [
+            "train",
+            "experiment=synthetic_maml",
+            f"data.store={store}",
+            f"run_dir={run_dir}",
+            "trainer.meta_steps=2",
+            "trainer.meta_batch_size=4",
+            "trainer.checkpoint_every=2",
+            "trainer.eval_every=0",
+            "logging.wandb.mode=disabled",
+            "logging.progress=false",
+            "--no-eval",
+            *extra,
+        ]
+    )
+    assert code == 0
+
+
+def new_entities(panel: Path, keys: list[str]) -> pa.Table:
+    """Entities of the panel under new names: entities no store holds."""
+    tables = []
+    for number, key in enumerate(keys):
+        rows = pq.read_table(panel, filters=[(SYNTHETIC_ENTITY, "=", key)]).sort_by(SYNTHETIC_TIME)
+        names = pa.array([f"new-sensor-{number}"] * rows.num_rows)
+        tables.append(rows.set_column(rows.column_names.index(SYNTHETIC_ENTITY), "e", names))
+    table = pa.concat_tables(tables)
+    return table.rename_columns([SYNTHETIC_ENTITY if n == "e" else n for n in table.column_names])
+
+
+def make_project(root: Path, panel: Path) -> dict:
+    """`root/` with `data/store` and `runs/a`, trained with relative paths from `root/`,
+    and the forecasts of two new entities computed there."""
+    (root / "data").mkdir(parents=True)
+    args = {**SYNTHETIC_INGEST_ARGS, "scaling": "global"}  # statistics the record must carry
+    ingest(panel, root / "data" / "store", progress=False, **args)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(root)
+        train("runs/a", "data/store")
+        keys = [str(k) for k in SeriesStore.open("data/store").entity_ids[:2]]
+        history = new_entities(panel, keys)
+        forecasts = metadist.load_run("runs/a").forecast(history, methods=["adapted", "naive"])
+    return {"root": root, "history": history, "forecasts": forecasts}
+
+
+@pytest.fixture(scope="module")
+def panel(tmp_path_factory):
+    panel = tmp_path_factory.mktemp("artifact") / "panel"
+    write_synthetic_panel(
+        panel, num_entities=24, length_range=(100, 140), seed=5, time_kind="timestamp",
+        nan_fraction=0,
+    )  # fmt: skip
+    return panel
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory, panel):
+    return make_project(tmp_path_factory.mktemp("artifact") / "project", panel)
+
+
+def test_the_run_records_what_inference_needs(project):
+    record = read_inference(project["root"] / "runs" / "a")
+    assert record is not None
+    assert record["store"]["path_from_run_dir"] == "../../data/store"
+    assert record["store"]["config_path"] == "data/store"
+    assert record["sampler"]["attributes"]["horizon"] == 8
+    assert record["store"]["metadata"]["scaling"]["kind"] == "global"
+    assert record["eval"]["seasonal_period"]["temperature"] == 24
+
+
+def test_what_training_records_is_what_load_run_records(project, monkeypatch):
+    """The writer training calls (`write_inference(run_dir, config, parts)`) and the
+    one `load_run` calls for a run without a record give the same record."""
+    monkeypatch.chdir(project["root"])
+    run = metadist.load_run("runs/a")
+    built = build_task_source(run.config)
+    assert inference_record("runs/a", run.config, built) == read_inference("runs/a")
+    fields = ("store", "store_identity", "sampler", "input_shape", "output_shape")
+    parts = SimpleNamespace(**{name: getattr(built, name) for name in fields})  # RunParts'
+    assert inference_record("runs/a", run.config, parts) == read_inference("runs/a")
+
+
+def test_a_copied_run_reads_the_store_copied_beside_it(project, tmp_path, monkeypatch):
+    copy = tmp_path / "copy"
+    shutil.copytree(project["root"], copy)
+    monkeypatch.chdir(tmp_path)  # data/store from here is nothing
+    run = metadist.load_run(copy / "runs" / "a")
+    assert isinstance(run.source.store, SeriesStore)
+    assert run.source.store.path.resolve() == (copy / "data" / "store").resolve()
+    table = run.forecast(project["history"], methods=["adapted", "naive"])
+    assert table.equals(project["forecasts"])
+
+
+def test_a_moved_run_forecasts_without_its_store(panel, tmp_path, monkeypatch):
+    project = make_project(tmp_path / "project", panel)
+    moved = tmp_path / "elsewhere" / "run"
+    moved.parent.mkdir()
+    shutil.move(project["root"] / "runs" / "a", moved)
+    shutil.rmtree(project["root"])  # the store is gone
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    run = metadist.load_run(moved)
+    assert isinstance(run.source.store, RecordedStore) and run.kind == "forecast"
+    assert run.config.data.store == "data/store"
+    table = run.forecast(project["history"], methods=["adapted", "naive"])
+    assert table.equals(project["forecasts"])
+    assert table.column(SYNTHETIC_TIME).type == pa.timestamp("ns")  # as the history's
+    last = project["history"].column(SYNTHETIC_TIME)[-1].value  # of new-sensor-1
+    mine = table.filter(pc.equal(table.column(SYNTHETIC_ENTITY), "new-sensor-1"))
+    hours = mine.column(SYNTHETIC_TIME).cast(pa.int64()).to_pylist()[::2]  # 2 methods
+    assert hours == [last + step * 3_600 * 10**9 for step in range(1, 9)]
+
+    history = work / "new.parquet"
+    pq.write_table(project["history"], history)
+    out = work / "forecasts.parquet"
+    done = subprocess.run(
+        [sys.executable, "-m", "metadist.cli", "forecast", str(moved), str(history)]
+        + ["--out", str(out), "--methods", "adapted,naive"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=work,
+    )
+    assert done.returncode == 0, done.stderr
+    assert pq.read_table(out).equals(project["forecasts"])
+
+
+def test_a_run_without_store_or_record_says_so(project, tmp_path, monkeypatch):
+    copy = tmp_path / "run"
+    shutil.copytree(project["root"] / "runs" / "a", copy)
+    (copy / INFERENCE_FILE).unlink()
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FileNotFoundError, match=f"has no {INFERENCE_FILE} .*pass store=PATH"):
+        metadist.load_run(copy)
+    run = metadist.load_run(copy, store=project["root"] / "data" / "store")
+    assert run.forecast(project["history"], methods=["adapted", "naive"]).equals(
+        project["forecasts"]
+    )
+    assert read_inference(copy) is not None  # gained on first use with its store
+    record = json.loads((copy / INFERENCE_FILE).read_text())
+    record["format_version"] = 99
+    (copy / INFERENCE_FILE).write_text(json.dumps(record))
+    with pytest.raises(FileNotFoundError, match="format version 99"):
+        metadist.load_run(copy)

@@ -8,7 +8,7 @@ checkpoint) computes only the meta-trained model's predictions:
 
 - `pretrained_embedding.pt`: the pretrained backbone's weights, with the key of what it
   was trained from (`load_pretrained` / `save_pretrained`);
-- `baselines.pt`: from-scratch predictions per batch and statistical forecasts per series
+- `baselines.npz`: from-scratch predictions per batch and statistical forecasts per series
   (`get` / `put`), written by `save` after the report, holding the entries the latest
   evaluation used (so it does not grow with every setting tried).
 
@@ -38,7 +38,7 @@ from metadist.durable import atomic_file
 
 # Bumped whenever a cached baseline would be computed differently.
 CACHE_VERSION = 1
-PREDICTIONS_FILE = "baselines.pt"
+PREDICTIONS_FILE = "baselines.npz"
 PRETRAINED_FILE = "pretrained_embedding.pt"
 _FORMAT = "metadist.eval-cache/1"
 _VERSIONS = (__version__, torch.__version__, np.__version__)
@@ -88,7 +88,7 @@ class EvalCache:
         self.computed: Counter[str] = Counter()
 
     def get(self, kind: str, key: str) -> Any:
-        """The entry of `key` (tensors, or a dict of them), or `None`; counted as reused
+        """The entry of `key` (an array, or a dict of arrays), or `None`; counted as reused
         under `kind`."""
         found = self._entries().get(key)
         if found is not None:
@@ -99,7 +99,7 @@ class EvalCache:
     def put(self, kind: str, key: str, value: Any) -> None:
         """Keeps `value` (a tensor or array, or a dict of them) under `key`; counted as
         computed under `kind`."""
-        self._used[key] = _as_tensors(value)
+        self._used[key] = _as_arrays(value)
         self.computed[kind] += 1
 
     def load_pretrained(self, key: str, backbone: nn.Module) -> bool:
@@ -132,7 +132,7 @@ class EvalCache:
     def save(self) -> None:
         """Writes the entries this evaluation used or computed (and no others)."""
         if self._used:
-            self._write(PREDICTIONS_FILE, {"format": _FORMAT, "entries": self._used})
+            self._write(PREDICTIONS_FILE, self._used)
 
     def summary(self) -> str | None:
         """What was reused, e.g. "pretrained embedding; from-scratch predictions 8/8" (None:
@@ -151,35 +151,79 @@ class EvalCache:
             path = self._path(PREDICTIONS_FILE)
             if path is not None and path.is_file():
                 try:
-                    saved = torch.load(path, map_location="cpu", weights_only=True)
+                    self._stored = _unpack(path)
                 except Exception as error:  # a damaged file is recomputed, never trusted
                     _warn(f"ignoring {path} ({type(error).__name__}: {error})")
-                    saved = {}
-                if isinstance(saved, dict) and saved.get("format") == _FORMAT:
-                    self._stored = dict(saved.get("entries", {}))
         return self._stored
 
     def _path(self, name: str) -> Path | None:
         return None if self.directory is None else self.directory / name
 
     def _write(self, name: str, payload: dict[str, Any]) -> None:
+        """`payload` to `name`: the pretrained weights with `torch.save`, the entries
+        packed into an `.npz` (`_pack`: thousands of small arrays load at once)."""
         path = self._path(name)
         if path is None:
             return
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             with atomic_file(path, durable=False) as temporary:
-                torch.save(payload, temporary)
+                if name == PREDICTIONS_FILE:
+                    with open(temporary, "wb") as out:
+                        np.savez(out, **_pack(payload))
+                else:
+                    torch.save(payload, temporary)
         except OSError as error:
             _warn(f"could not keep the baselines for the next evaluation in {path}: {error}")
 
 
-def _as_tensors(value: Any) -> Any:
+def _as_arrays(value: Any) -> Any:
     if isinstance(value, dict):
-        return {k: _as_tensors(v) for k, v in value.items()}
-    if isinstance(value, np.ndarray):
-        return torch.from_numpy(np.ascontiguousarray(value))
-    return value.detach().cpu() if isinstance(value, torch.Tensor) else value
+        return {k: _as_arrays(v) for k, v in value.items()}
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu().numpy()
+    return np.asarray(value)
+
+
+def _pack(entries: dict[str, Any]) -> dict[str, Any]:
+    """`{key: array or {name: array}}` as one flat array per dtype and a JSON index of
+    where each array lies in it (`_unpack` reads it back)."""
+    flat: dict[str, list[np.ndarray]] = {}
+    sizes: dict[str, int] = {}
+
+    def place(array: np.ndarray) -> list[Any]:
+        dtype = array.dtype.str
+        offset = sizes.get(dtype, 0)
+        flat.setdefault(dtype, []).append(np.ascontiguousarray(array).reshape(-1))
+        sizes[dtype] = offset + array.size
+        return [dtype, offset, list(array.shape)]
+
+    index = {
+        key: {k: place(v) for k, v in value.items()} if isinstance(value, dict) else place(value)
+        for key, value in entries.items()
+    }
+    packed = {f"data{i}": np.concatenate(parts) for i, parts in enumerate(flat.values())}
+    dtypes = {dtype: f"data{i}" for i, dtype in enumerate(flat)}
+    meta = {"format": _FORMAT, "dtypes": dtypes, "entries": index}
+    return {**packed, "index": np.array(json.dumps(meta))}
+
+
+def _unpack(path: Path) -> dict[str, Any]:
+    """The entries `_pack` wrote to `path` (`{}` for a file of another format)."""
+    with np.load(path, allow_pickle=False) as saved:
+        meta = json.loads(str(saved["index"]))
+        if meta.get("format") != _FORMAT:
+            return {}
+        data = {dtype: saved[name] for dtype, name in meta["dtypes"].items()}
+
+    def take(where: list[Any]) -> np.ndarray:
+        dtype, offset, shape = where
+        return data[dtype][offset : offset + int(np.prod(shape))].reshape(shape)
+
+    return {
+        key: {k: take(v) for k, v in where.items()} if isinstance(where, dict) else take(where)
+        for key, where in meta["entries"].items()
+    }
 
 
 def _warn(message: str) -> None:

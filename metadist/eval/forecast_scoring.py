@@ -19,7 +19,7 @@ from metadist.batch import MetaBatch
 from metadist.eval import metrics
 from metadist.eval.settings import EvalOptions, combination_key, combination_label
 from metadist.eval.statistical import Pending, StatisticalForecasts
-from metadist.eval.task_scores import TaskScores, diverged
+from metadist.eval.task_scores import TaskScores, diverged_rows, reference_scale
 
 
 @dataclass
@@ -116,32 +116,51 @@ class ForecastScorer:
         model_forecasts = {
             k: self._inverse(v.astype(np.float64), index)[:, 0] for k, v in predictions.items()
         }
-        for b, task in enumerate(tasks):
-            forecasts = {k: v[b] for k, v in model_forecasts.items()}
-            forecasts.update(statistical[b])
-            self._score_task(scores, task, truth[b], forecasts)
+        forecasts = {
+            **model_forecasts,
+            **{m: np.stack([s[m] for s in statistical]) for m in statistical[0]},
+        }
+        self._score_tasks(scores, tasks, truth, forecasts)
 
     def _inverse(self, values: np.ndarray, index: Any) -> np.ndarray:
         return self.store.scaler.inverse(values, index, self.columns)
 
-    def _score_task(
-        self, scores: TaskScores, task: _Task, truth: np.ndarray, forecasts: dict[str, np.ndarray]
+    def _score_tasks(
+        self,
+        scores: TaskScores,
+        tasks: list[_Task],
+        truth: np.ndarray,
+        forecasts: dict[str, np.ndarray],
     ) -> None:
-        """Scores one task: `truth [H, T]`, `forecasts {method: [H, T]}` in original units
-        (the networks' and the statistical baselines')."""
-        period = self.options.period_of(task.stratum, task.label)
+        """Scores a batch's tasks: `truth [B, H, T]`, `forecasts {method: [B, H, T]}` in
+        original units (the networks' and the statistical baselines'), each metric
+        computed for the whole batch at once and summed task by task."""
+        periods = [self.options.period_of(t.stratum, t.label) for t in tasks]
         for combination in self.options.combinations or []:
             forecasts[combination_key(combination)] = np.mean(
                 [forecasts[m] for m in combination], axis=0
             )
-        failed = {m: diverged(forecasts[m], task.history) for m in scores.methods}
-        scale = _mase_scale(task.history, period, len(self.columns))
+        references = np.array([reference_scale(t.history) for t in tasks])
+        failed = {m: diverged_rows(forecasts[m], references) for m in scores.methods}
+        scale = np.stack(
+            [
+                _mase_scale(t.history, m, len(self.columns))
+                for t, m in zip(tasks, periods, strict=True)
+            ]
+        )
         sums = _metric_sums(truth, forecasts, scale, scores.methods)
-        entity_id = self.store.entity_ids[task.entity]
-        groups = {"stratum": task.stratum, "label": task.label, "entity": str(entity_id)}
-        scores.add(sums, truth.size, groups, failed)
-        scores.add_points(groups, truth, forecasts)
-        self._draw(entity_id, task.stratum, task.label, task.history, truth, forecasts, period)
+        for b, task in enumerate(tasks):
+            entity_id = self.store.entity_ids[task.entity]
+            groups = {"stratum": task.stratum, "label": task.label, "entity": str(entity_id)}
+            task_sums = {m: {k: float(v[b]) for k, v in sums[m].items()} for m in scores.methods}
+            task_failed = {m: bool(failed[m][b]) for m in scores.methods}
+            scores.add(task_sums, truth[b].size, groups, task_failed)
+            task_forecasts = {m: v[b] for m, v in forecasts.items()}
+            scores.add_points(groups, truth[b], task_forecasts)
+            self._draw(
+                entity_id, task.stratum, task.label, task.history, truth[b], task_forecasts,
+                periods[b],
+            )  # fmt: skip
 
     def _history(self, entity: int, split_time: Any) -> np.ndarray:
         """`[t, T]` the entity's target values before `split_time`, in original units."""
@@ -204,20 +223,26 @@ def _metric_sums(
     forecasts: dict[str, np.ndarray],
     scale: np.ndarray,
     methods: list[str],
-) -> dict[str, dict[str, float]]:
-    """`{method: {metric: sum over the task's points}}` of `forecasts {method: [H, T]}`
-    against `truth [H, T]`; MASE's absolute errors are divided by `scale [T]`."""
+) -> dict[str, dict[str, np.ndarray]]:
+    """`{method: {metric: [B] sums over each task's points}}` of `forecasts {method:
+    [B, H, T]}` against `truth [B, H, T]`; MASE's absolute errors are divided by `scale
+    [B, T]`. Each task's sum is that of its own points, as one task alone would give."""
     sums = {}
+    num_tasks = truth.shape[0]
+
+    def per_task(terms: np.ndarray) -> np.ndarray:
+        return terms.reshape(num_tasks, -1).sum(axis=1)
+
     for method in methods:
         forecast = forecasts[method]
         abs_err = metrics.absolute_errors(truth, forecast)
         with np.errstate(divide="ignore", invalid="ignore"):
-            scaled = np.where(scale > 0, abs_err / scale, np.nan)
+            scaled = np.where(scale[:, None] > 0, abs_err / scale[:, None], np.nan)
         sums[method] = {
-            "smape": float(metrics.smape_terms(truth, forecast).sum()),
-            "mape": float(metrics.ape_terms(truth, forecast).sum()),
-            "mase": float(scaled.sum()),
-            "mae": float(abs_err.sum()),
-            "mse": float(metrics.squared_errors(truth, forecast).sum()),
+            "smape": per_task(metrics.smape_terms(truth, forecast)),
+            "mape": per_task(metrics.ape_terms(truth, forecast)),
+            "mase": per_task(scaled),
+            "mae": per_task(abs_err),
+            "mse": per_task(metrics.squared_errors(truth, forecast)),
         }
     return sums

@@ -96,7 +96,7 @@ class ScratchBaseline:
         found = self.cache.get("from-scratch predictions", key) if self.cache else None
         if found is not None:
             self._advance(batch.num_tasks * self.options.scratch_steps)
-            return found
+            return torch.from_numpy(found)
         predictions = self._fit_and_predict(batch.to(self.device)).cpu()
         if self.cache is not None:
             self.cache.put("from-scratch predictions", key, predictions)

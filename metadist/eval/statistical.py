@@ -114,7 +114,7 @@ class StatisticalForecasts:
             if found is None:
                 missing.append(index)
             else:
-                pending.forecasts[index] = {m: v.numpy() for m, v in found.items()}
+                pending.forecasts[index] = dict(found)
         self._advance(len(jobs) - len(missing))
         pool = self._executor() if len(missing) > 1 else None
         step = max(1, min(_CHUNK, -(-len(missing) // self.workers)))

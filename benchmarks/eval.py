@@ -18,16 +18,16 @@ checkout), rounds interleaved so that load from other work hits both sides alike
   every baseline (from scratch, nearest centroid, 1-NN, pretrained embedding);
 - `forecast`: every meta-test entity (adapt on its history, forecast its last 8 steps),
   with from scratch, naive, seasonal naive, naive 2 and Theta;
-- `forecast_ets` (`--ets-tasks N`, default 100; 0 leaves it out): N of those entities
+- `forecast_ets` (`--ets-tasks N`, default 50; 0 leaves it out): N of those entities
   with AutoETS too (`eval.extra_baselines=[ets]`, the `ets` extra).
 
 Every evaluation of this checkout runs twice in a row: "cold" (the run's `eval/`
 directory removed first: what the first evaluation of a run costs) and "warm" (again, as
 `metadist eval` after training's own evaluation would: whatever the first left in the run
 directory is reused). The baseline checkout is timed once per round (it keeps nothing).
-Times are the seconds `evaluate_run` took inside the child (wall and CPU of that
-process) and the child process's whole wall time (imports included); the table gives
-medians over rounds and the ratios of medians. The methods' scores of both checkouts
+Times are the seconds `evaluate_run` took inside the child (wall, and CPU of the child and
+its worker processes) and the child process's whole wall time (imports included); the
+table gives medians over rounds and the ratios of medians. The methods' scores of both checkouts
 are compared (largest absolute difference of any method's overall primary metric), so a
 speed-up that changed a number shows. `--profile` adds one cProfile'd evaluation per case
 and checkout and prints where its time went.
@@ -53,17 +53,22 @@ NUM_ENTITIES = 1000
 NUM_EPISODES = 1000
 # The evaluation of one case in a child process: prints one JSON line (the last line).
 CHILD = r"""
-import cProfile, io, json, pstats, sys, time
+import cProfile, io, json, pstats, resource, sys, time
 wall0 = time.perf_counter()
 from metadist.eval import evaluate_run
 imported = time.perf_counter() - wall0
 run_dir, overrides, profile = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3] == "1"
 profiler = cProfile.Profile() if profile else None
-wall, cpu = time.perf_counter(), time.process_time()
+
+def cpu():  # this process's and its finished children's (worker processes') CPU seconds
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+wall, used = time.perf_counter(), cpu()
 if profiler: profiler.enable()
 result = evaluate_run(run_dir, overrides=overrides, write=False, progress=False)
 if profiler: profiler.disable()
-wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+wall, used = time.perf_counter() - wall, cpu() - used
 text = ""
 if profiler:
     stream = io.StringIO()
@@ -71,7 +76,7 @@ if profiler:
     text = stream.getvalue()
 primary = result["primary_metric"]
 print(json.dumps({
-    "seconds": wall, "cpu_seconds": cpu, "import_seconds": imported,
+    "seconds": wall, "cpu_seconds": used, "import_seconds": imported,
     "reported_seconds": result["settings"].get("seconds"),
     "num_tasks": result["num_tasks"], "primary_metric": primary,
     "scores": {m: s[primary]["value"] for m, s in result["overall"].items()},
@@ -249,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--work", type=Path, default=Path("/tmp/metadist-eval-bench"))
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--ets-tasks", type=int, default=100)
+    parser.add_argument("--ets-tasks", type=int, default=50)
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--json", type=Path, help="write every measurement here")
     args = parser.parse_args(argv)

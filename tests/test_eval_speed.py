@@ -67,6 +67,22 @@ def test_from_scratch_batched_equals_each_episode_trained_alone(name, options, l
     assert all(torch.equal(v, initial[k]) for k, v in model.state_dict().items())
 
 
+@pytest.mark.parametrize(
+    "scores",
+    [baselines.nearest_centroid_scores, baselines.one_nn_scores],
+    ids=["nearest_centroid", "one_nn"],
+)
+def test_raw_classifiers_of_a_batch_equal_each_episode_alone(scores):
+    generator = torch.Generator().manual_seed(0)
+    support_x = torch.randn(7, 10, 12, 3, generator=generator)
+    support_y = torch.arange(5).repeat(2).expand(7, 10)
+    query_x = torch.randn(7, 15, 12, 3, generator=generator)
+    batched = scores(support_x, support_y, query_x, 5)
+    for b in range(7):
+        alone = scores(support_x[b : b + 1], support_y[b : b + 1], query_x[b : b + 1], 5)
+        torch.testing.assert_close(batched[b], alone[0], rtol=1e-12, atol=1e-12)
+
+
 def _series(num: int, seed: int = 0) -> list[tuple[np.ndarray, int, int]]:
     rng = np.random.default_rng(seed)
     jobs = []

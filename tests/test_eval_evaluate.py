@@ -257,8 +257,13 @@ def test_progress_lines_off_a_terminal(panel_and_store, monkeypatch, capsys):
     (shown, _), _ = _evaluate(store, options, progress=True, num_tasks=sampler.num_units)
     lines = capsys.readouterr().err.splitlines()
     total = sampler.num_units
-    assert lines[-1].startswith(f"evaluating: {total}/{total} tasks (100%)"), lines
-    assert lines[0].startswith(f"evaluating: 9/{total} tasks"), lines
+    # every phase has its own lines: the tasks scored, the statistical forecasts' series
+    evaluating = [line for line in lines if line.startswith("evaluating: ")]
+    assert evaluating[-1].startswith(f"evaluating: {total}/{total} tasks (100%)"), lines
+    assert evaluating[0].startswith(f"evaluating: 9/{total} tasks"), lines
+    statistical = [line for line in lines if line.startswith("statistical forecasts: ")]
+    assert statistical[-1].startswith(f"statistical forecasts: {total}/{total} series"), lines
+    assert "about" in statistical[0] and len(evaluating) + len(statistical) == len(lines)
     assert shown["overall"] == quiet["overall"]
 
 

@@ -11,10 +11,9 @@
 - `ets_forecast`: AutoETS from statsforecast (optional: the `ets` extra).
 - the meta-trained model without adaptation: the learner's parameters before the inner
   loop (`evaluate.py` gets them from `learner.adapt(support, steps=0)`);
-- `fit_from_scratch`: the same network, freshly initialised by the caller, trained on each task's
-  support set only (no meta-learning), with Adam. All tasks of a batch are trained at
-  once: the parameters are stacked along a task dimension and the losses summed, so
-  each task's parameters get exactly its own gradient, and Adam's update is elementwise.
+- `fit_from_scratch` (`metadist.eval.scratch`): the same network, freshly initialised by
+  the caller, trained on each task's support set only (no meta-learning), with Adam, all
+  tasks of a batch at once.
 
 Few-shot classification, on the same episodes:
 
@@ -29,17 +28,32 @@ Few-shot classification, on the same episodes:
 
 from __future__ import annotations
 
-import sys
 import warnings
 from collections.abc import Callable
 
 import numpy as np
 import torch
 from torch import Tensor, nn
-from torch.func import functional_call, vmap
 
-from metadist.learners import LOSSES, task_losses
+from metadist.eval.scratch import fit_from_scratch, predict_stacked
 from metadist.train.pretrain import pretrain_classifier
+
+__all__ = [
+    "centroid_scores",
+    "embedding_centroid_scores",
+    "ets_forecast",
+    "fit_from_scratch",
+    "naive2_forecast",
+    "naive_forecast",
+    "nearest_centroid_scores",
+    "one_nn_scores",
+    "predict_stacked",
+    "pretrain_embedding",
+    "seasonal_indices",
+    "seasonal_naive_forecast",
+    "theta_forecast",
+    "z_normalise",
+]
 
 
 def naive_forecast(history, horizon: int) -> np.ndarray:
@@ -256,95 +270,6 @@ def _history(history, horizon: int) -> np.ndarray:
     return history
 
 
-def fit_from_scratch(
-    model: nn.Module,
-    support_x: Tensor,
-    support_y: Tensor,
-    *,
-    steps: int,
-    lr: float,
-    loss: str = "mse",
-) -> dict[str, Tensor]:
-    """Trains `model`'s initial weights on each task's support set only, one copy per task.
-
-    Args:
-        model: a freshly initialised network of the evaluated architecture (built from the
-            run's model config, never the meta-trained one); it is not modified.
-        support_x: `[B, K, ...]` support inputs of B tasks.
-        support_y: `[B, K, ...]` support targets (`[B, K]` int64 for classification).
-        steps: full-batch Adam steps per task.
-        lr: Adam learning rate.
-        loss: the training loss, one of `metadist.learners.LOSSES` (the evaluated
-            learner's own, so the baseline optimises what the meta-trained model did).
-
-    Returns:
-        Parameters stacked over tasks: `{name: [B, *shape]}`; see `predict_stacked`.
-
-    Raises:
-        ValueError: steps < 0, lr <= 0, an unknown loss or mismatched task dimensions.
-    """
-    if int(steps) < 0:
-        raise ValueError(f"from-scratch baseline: steps must be >= 0, got {steps}")
-    if not lr > 0:
-        raise ValueError(f"from-scratch baseline: lr must be > 0, got {lr}")
-    if loss not in LOSSES:
-        raise ValueError(f"from-scratch baseline: loss must be one of {LOSSES}, got {loss!r}")
-    if support_x.shape[0] != support_y.shape[0]:
-        raise ValueError(
-            f"support_x and support_y disagree on the number of tasks: "
-            f"{support_x.shape[0]} vs {support_y.shape[0]}"
-        )
-    num_tasks = support_x.shape[0]
-    params = {
-        name: p.detach().unsqueeze(0).repeat(num_tasks, *([1] * p.dim())).requires_grad_(True)
-        for name, p in model.named_parameters()
-    }
-    buffers = dict(model.named_buffers())
-    optimizer = torch.optim.Adam(list(params.values()), lr=lr, foreach=True)
-    forward = _batched_forward(model, buffers)
-    # Deterministic forward passes (dropout off), like the learners' evaluation path.
-    model.eval()
-    for _ in range(int(steps)):
-        optimizer.zero_grad(set_to_none=True)
-        outputs = forward(params, support_x)
-        targets = support_y if loss == "cross_entropy" else support_y.reshape(outputs.shape)
-        task_losses(loss, outputs, targets).sum().backward()
-        optimizer.step()
-    return {name: p.detach() for name, p in params.items()}
-
-
-def predict_stacked(model: nn.Module, params: dict[str, Tensor], x: Tensor) -> Tensor:
-    """Runs `model` with per-task parameters `{name: [B, ...]}` on inputs `[B, Q, ...]`."""
-    with torch.no_grad():
-        return _batched_forward(model, dict(model.named_buffers()))(params, x)
-
-
-def _batched_forward(model: nn.Module, buffers: dict[str, Tensor]):
-    """`f(params [B, ...], x [B, Q, ...]) -> [B, Q, ...]`, vmapped, or looped if vmap fails."""
-
-    def one_task(task_params, task_x):
-        return functional_call(model, (task_params, buffers), (task_x,))
-
-    batched = vmap(one_task)
-    state = {"loop": False}
-
-    def forward(params, x):
-        if not state["loop"]:
-            try:
-                return batched(params, x)
-            except (RuntimeError, NotImplementedError) as error:
-                state["loop"] = True
-                print(
-                    f"metadist.eval: {type(model).__name__} does not batch under vmap "
-                    f"({str(error).splitlines()[0][:120]}); training per task in a loop",
-                    file=sys.stderr,
-                )
-        outputs = [one_task({k: v[b] for k, v in params.items()}, x[b]) for b in range(x.shape[0])]
-        return torch.stack(outputs)
-
-    return forward
-
-
 # Few-shot classification baselines. Each returns scores `[B, Q, N]` (higher is more
 # likely) for the query examples of B N-way tasks, so they are scored like a model's logits.
 
@@ -408,6 +333,7 @@ def pretrain_embedding(
     lr: float,
     batch_size: int,
     seed: int = 0,
+    on_step: Callable[[int, float], None] | None = None,
 ) -> nn.Module:
     """Trains `backbone` as an ordinary classifier of the meta-train classes (the
     "pretrained embedding" baseline of Chen et al. 2019 and Tian et al. 2020).
@@ -417,6 +343,7 @@ def pretrain_embedding(
     examples (`examples(num, seed) -> (x [num, ...], class [num])`); the head is then
     dropped and the backbone, whose outputs are the features, returned in eval mode
     (`metadist.train.pretrain.pretrain_classifier`, which can also save and resume).
+    `on_step(step, loss)` is called every 1 % of the steps (progress).
 
     Raises:
         ValueError: steps < 1, fewer than 2 classes, or a backbone whose output is not
@@ -432,6 +359,8 @@ def pretrain_embedding(
         batch_size=batch_size,
         seed=seed,
         name="pretrained-embedding baseline",
+        save_every=max(1, int(steps) // 100),  # no state_path: only `on_step` is called
+        on_save=on_step,
     )
     return backbone.eval()
 

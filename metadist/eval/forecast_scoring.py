@@ -3,34 +3,65 @@
 `ForecastScorer` scores each task's one query window (the last H steps after its
 `split_time`) in the store's original units, next to the naive, seasonal-naive, naive 2
 and Theta forecasts of the task's history (and ETS and forecast combinations when asked
-for), and keeps a few forecasts for the report's figure.
+for; `metadist.eval.statistical` computes them on every core), and keeps a few forecasts
+for the report's figure.
 """
 
 from __future__ import annotations
 
+from collections import deque
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from metadist.batch import MetaBatch
-from metadist.eval import baselines, metrics
+from metadist.eval import metrics
 from metadist.eval.settings import EvalOptions, combination_key, combination_label
-from metadist.eval.task_scores import TaskScores, diverged
+from metadist.eval.statistical import Pending, StatisticalForecasts
+from metadist.eval.task_scores import TaskScores, diverged_rows, reference_scale
+
+
+@dataclass
+class _Task:
+    """One forecast task: its entity, groups and history `[t, T]` in original units."""
+
+    entity: int
+    stratum: str
+    label: str
+    history: np.ndarray
 
 
 class ForecastScorer:
     """Scores forecast tasks of `store` into a `TaskScores`, one batch at a time.
 
+    `start(batch)` reads the histories of the batch's tasks and starts their statistical
+    forecasts (`StatisticalForecasts`: on every core, while the caller predicts with the
+    networks); calling the scorer with the batch's predictions then scores it. Batches are
+    scored in the order they were started (a batch not started is started then).
+
     Args:
         store: the `SeriesStore` the tasks come from (its scaler is inverted).
         target_columns: store column index of each of the T targets.
         options: evaluation settings (seasonal periods, combinations, examples drawn).
+        methods: the methods scored (`ets` among them adds AutoETS).
+        statistical: computes the statistical forecasts (default: on every core, without a
+            cache).
     """
 
-    def __init__(self, store: Any, target_columns: list[int], options: EvalOptions) -> None:
+    def __init__(
+        self,
+        store: Any,
+        target_columns: list[int],
+        options: EvalOptions,
+        methods: list[str] | None = None,
+        statistical: StatisticalForecasts | None = None,
+    ) -> None:
         self.store = store
         self.columns = list(target_columns)
         self.options = options
+        self.statistical = statistical or StatisticalForecasts(methods or [])
+        self._started: deque[tuple[list[_Task], Pending]] = deque()
         # Forecasts for the figure: tasks of a stratum or label not drawn yet, then others.
         self._examples: list[dict[str, Any]] = []
         self._spare: list[dict[str, Any]] = []
@@ -40,10 +71,8 @@ class ForecastScorer:
         """Up to `options.num_examples` forecasts for the figure, new strata/labels first."""
         return (self._examples + self._spare)[: self.options.num_examples]
 
-    def __call__(
-        self, scores: TaskScores, batch: MetaBatch, predictions: dict[str, np.ndarray]
-    ) -> None:
-        """Adds the batch's tasks to `scores`: `predictions {method: [B, 1, H, T]}`, scaled.
+    def start(self, batch: MetaBatch) -> None:
+        """Reads the histories of the batch's tasks and starts their statistical forecasts.
 
         Raises:
             ValueError: several query windows per task.
@@ -55,47 +84,83 @@ class ForecastScorer:
                 f"the entity, split='end'); got query.y of shape {tuple(query_y.shape)} — set "
                 "the sampler's num_query to 1"
             )
-        entity_index = batch.entity_index.cpu().numpy()
-        split_time = batch.split_time.cpu().numpy()
-        index = entity_index[:, None, None]
-        truth = self._inverse(query_y.cpu().numpy().astype(np.float64), index)[:, 0]
+        horizon = int(query_y.shape[2])
+        tasks = []
+        for entity, split_time in zip(
+            batch.entity_index.cpu().numpy(), batch.split_time.cpu().numpy(), strict=True
+        ):
+            stratum, label = self._stratum_and_label(int(entity))
+            history = self._history(int(entity), split_time)
+            tasks.append(_Task(int(entity), stratum, label, history))
+        jobs = [(t.history, horizon, self.options.period_of(t.stratum, t.label)) for t in tasks]
+        self._started.append((tasks, self.statistical.start(jobs)))
+
+    def close(self) -> None:
+        """Stops the statistical forecasts' workers."""
+        self.statistical.close()
+
+    def __call__(
+        self, scores: TaskScores, batch: MetaBatch, predictions: dict[str, np.ndarray]
+    ) -> None:
+        """Adds the batch's tasks to `scores`: `predictions {method: [B, 1, H, T]}`, scaled.
+
+        Raises:
+            ValueError: several query windows per task.
+        """
+        if not self._started:
+            self.start(batch)
+        tasks, pending = self._started.popleft()
+        statistical = self.statistical.collect(pending)
+        index = batch.entity_index.cpu().numpy()[:, None, None]
+        truth = self._inverse(batch.query.y.cpu().numpy().astype(np.float64), index)[:, 0]
         model_forecasts = {
             k: self._inverse(v.astype(np.float64), index)[:, 0] for k, v in predictions.items()
         }
-        for b, entity in enumerate(entity_index):
-            forecasts = {k: v[b] for k, v in model_forecasts.items()}
-            self._score_task(scores, int(entity), split_time[b], truth[b], forecasts)
+        forecasts = {
+            **model_forecasts,
+            **{m: np.stack([s[m] for s in statistical]) for m in statistical[0]},
+        }
+        self._score_tasks(scores, tasks, truth, forecasts)
 
     def _inverse(self, values: np.ndarray, index: Any) -> np.ndarray:
         return self.store.scaler.inverse(values, index, self.columns)
 
-    def _score_task(
+    def _score_tasks(
         self,
         scores: TaskScores,
-        entity: int,
-        split_time: Any,
+        tasks: list[_Task],
         truth: np.ndarray,
         forecasts: dict[str, np.ndarray],
     ) -> None:
-        """Scores one task: `truth [H, T]`, `forecasts {model method: [H, T]}` in original
-        units; the baselines' forecasts are added to `forecasts`."""
-        history = self._history(entity, split_time)
-        stratum, label = self._stratum_and_label(entity)
-        period = self.options.period_of(stratum, label)
-        horizon = truth.shape[0]
-        forecasts.update(self._baselines(history, horizon, period, scores.methods))
+        """Scores a batch's tasks: `truth [B, H, T]`, `forecasts {method: [B, H, T]}` in
+        original units (the networks' and the statistical baselines'), each metric
+        computed for the whole batch at once and summed task by task."""
+        periods = [self.options.period_of(t.stratum, t.label) for t in tasks]
         for combination in self.options.combinations or []:
             forecasts[combination_key(combination)] = np.mean(
                 [forecasts[m] for m in combination], axis=0
             )
-        failed = {m: diverged(forecasts[m], history) for m in scores.methods}
-        scale = _mase_scale(history, period, len(self.columns))
+        references = np.array([reference_scale(t.history) for t in tasks])
+        failed = {m: diverged_rows(forecasts[m], references) for m in scores.methods}
+        scale = np.stack(
+            [
+                _mase_scale(t.history, m, len(self.columns))
+                for t, m in zip(tasks, periods, strict=True)
+            ]
+        )
         sums = _metric_sums(truth, forecasts, scale, scores.methods)
-        entity_id = self.store.entity_ids[entity]
-        groups = {"stratum": stratum, "label": label, "entity": str(entity_id)}
-        scores.add(sums, truth.size, groups, failed)
-        scores.add_points(groups, truth, forecasts)
-        self._draw(entity_id, stratum, label, history, truth, forecasts, period)
+        for b, task in enumerate(tasks):
+            entity_id = self.store.entity_ids[task.entity]
+            groups = {"stratum": task.stratum, "label": task.label, "entity": str(entity_id)}
+            task_sums = {m: {k: float(v[b]) for k, v in sums[m].items()} for m in scores.methods}
+            task_failed = {m: bool(failed[m][b]) for m in scores.methods}
+            scores.add(task_sums, truth[b].size, groups, task_failed)
+            task_forecasts = {m: v[b] for m, v in forecasts.items()}
+            scores.add_points(groups, truth[b], task_forecasts)
+            self._draw(
+                entity_id, task.stratum, task.label, task.history, truth[b], task_forecasts,
+                periods[b],
+            )  # fmt: skip
 
     def _history(self, entity: int, split_time: Any) -> np.ndarray:
         """`[t, T]` the entity's target values before `split_time`, in original units."""
@@ -110,21 +175,6 @@ class ForecastScorer:
         stratum = str(stratum_names[store.stratum_codes[entity]]) if len(stratum_names) else ""
         label = str(label_names[store.label_codes[entity]]) if len(label_names) else ""
         return stratum, label
-
-    @staticmethod
-    def _baselines(
-        history: np.ndarray, horizon: int, period: int, methods: list[str]
-    ) -> dict[str, np.ndarray]:
-        """`{baseline: [H, T]}` forecasts of `history [t, T]`."""
-        out = {
-            "naive": baselines.naive_forecast(history, horizon),
-            "seasonal_naive": baselines.seasonal_naive_forecast(history, horizon, period),
-            "naive2": baselines.naive2_forecast(history, horizon, period),
-            "theta": baselines.theta_forecast(history, horizon, period),
-        }
-        if "ets" in methods:
-            out["ets"] = baselines.ets_forecast(history, horizon, period)
-        return out
 
     def _draw(
         self,
@@ -173,20 +223,26 @@ def _metric_sums(
     forecasts: dict[str, np.ndarray],
     scale: np.ndarray,
     methods: list[str],
-) -> dict[str, dict[str, float]]:
-    """`{method: {metric: sum over the task's points}}` of `forecasts {method: [H, T]}`
-    against `truth [H, T]`; MASE's absolute errors are divided by `scale [T]`."""
+) -> dict[str, dict[str, np.ndarray]]:
+    """`{method: {metric: [B] sums over each task's points}}` of `forecasts {method:
+    [B, H, T]}` against `truth [B, H, T]`; MASE's absolute errors are divided by `scale
+    [B, T]`. Each task's sum is that of its own points, as one task alone would give."""
     sums = {}
+    num_tasks = truth.shape[0]
+
+    def per_task(terms: np.ndarray) -> np.ndarray:
+        return terms.reshape(num_tasks, -1).sum(axis=1)
+
     for method in methods:
         forecast = forecasts[method]
         abs_err = metrics.absolute_errors(truth, forecast)
         with np.errstate(divide="ignore", invalid="ignore"):
-            scaled = np.where(scale > 0, abs_err / scale, np.nan)
+            scaled = np.where(scale[:, None] > 0, abs_err / scale[:, None], np.nan)
         sums[method] = {
-            "smape": float(metrics.smape_terms(truth, forecast).sum()),
-            "mape": float(metrics.ape_terms(truth, forecast).sum()),
-            "mase": float(scaled.sum()),
-            "mae": float(abs_err.sum()),
-            "mse": float(metrics.squared_errors(truth, forecast).sum()),
+            "smape": per_task(metrics.smape_terms(truth, forecast)),
+            "mape": per_task(metrics.ape_terms(truth, forecast)),
+            "mase": per_task(scaled),
+            "mae": per_task(abs_err),
+            "mse": per_task(metrics.squared_errors(truth, forecast)),
         }
     return sums

@@ -15,6 +15,7 @@ from torch import nn
 
 from metadist.batch import MetaBatch
 from metadist.eval import baselines
+from metadist.eval.cache import CACHE_VERSION, EvalCache, digest, model_digest
 from metadist.eval.classification_scoring import classification_baselines
 from metadist.eval.settings import EvalOptions
 
@@ -47,21 +48,63 @@ class Predictor:
 
 class ScratchBaseline:
     """The same network trained from scratch on each support set, from one seeded
-    initialisation (built on first use)."""
+    initialisation (built on first use), on `device` (default: the CPU).
+
+    With a `cache`, a batch's predictions are taken from it when it holds them (the key:
+    the batch's inputs, the initial network, the settings and the device) and kept in it
+    otherwise. `counter` (a `metadist.progress` counter) is advanced by the task-steps
+    trained.
+    """
 
     def __init__(
-        self, fresh_model: Callable[[], nn.Module], options: EvalOptions, loss: str
+        self,
+        fresh_model: Callable[[], nn.Module],
+        options: EvalOptions,
+        loss: str,
+        device: torch.device | str | None = None,
+        cache: EvalCache | None = None,
     ) -> None:
         self.fresh_model = fresh_model
         self.options = options
         self.loss = loss
+        self.device = torch.device(device or "cpu")
+        self.cache = cache
+        self.counter: Any = None
+        self.done = 0
         self.template: nn.Module | None = None
+        self._template_key = ""
 
     def __call__(self, batch: MetaBatch) -> torch.Tensor:
         if self.template is None:
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(self.options.seed)
-                self.template = self.fresh_model()
+                self.template = self.fresh_model().to(self.device)
+            self._template_key = model_digest(self.template)
+        key = digest(
+            "scratch",
+            CACHE_VERSION,
+            self._template_key,
+            self.options.scratch_steps,
+            self.options.scratch_lr,
+            self.loss,
+            self.device.type,
+            batch.support.x,
+            batch.support.y,
+            batch.query.x,
+            list(batch.query.y.shape),
+        )
+        found = self.cache.get("from-scratch predictions", key) if self.cache else None
+        if found is not None:
+            self._advance(batch.num_tasks * self.options.scratch_steps)
+            return torch.from_numpy(found)
+        predictions = self._fit_and_predict(batch.to(self.device)).cpu()
+        if self.cache is not None:
+            self.cache.put("from-scratch predictions", key, predictions)
+        return predictions
+
+    def _fit_and_predict(self, batch: MetaBatch) -> torch.Tensor:
+        assert self.template is not None  # built by __call__
+        num_tasks = batch.num_tasks
         params = baselines.fit_from_scratch(
             self.template,
             batch.support.x,
@@ -69,8 +112,14 @@ class ScratchBaseline:
             steps=self.options.scratch_steps,
             lr=self.options.scratch_lr,
             loss=self.loss,
+            on_step=lambda step: self._advance(num_tasks),
         )
         return rolled_forecast(stacked_predictor(self.template, params), batch)
+
+    def _advance(self, task_steps: int) -> None:
+        self.done += task_steps
+        if self.counter is not None:
+            self.counter.update(self.done)
 
 
 def stacked_predictor(model: nn.Module, params: Any) -> Callable[[torch.Tensor], torch.Tensor]:

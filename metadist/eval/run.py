@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,7 @@ from torch import nn
 from metadist.batch import MetaBatch
 from metadist.eval import baselines
 from metadist.eval.archive import keep_previous_evaluation
+from metadist.eval.cache import CACHE_VERSION, EvalCache, digest, model_digest
 from metadist.eval.holdout import HoldoutReader
 from metadist.eval.report import write_report
 from metadist.eval.scoring import evaluate_tasks
@@ -29,6 +31,7 @@ from metadist.eval.settings import EvalOptions, eval_settings_file, load_eval_op
 from metadist.eval.threads import eval_threads
 from metadist.eval.trained import load_run, trained_learner, with_ensemble
 from metadist.models import build_model
+from metadist.progress import Progress
 from metadist.store.identity import check_store_identity
 from metadist.tasks.base import EvaluationTasks
 from metadist.train.build import TaskSource, build_task_source
@@ -49,6 +52,9 @@ class EvalParts:
         task_output_shape: one target's shape as the tasks give it (`(H, T)`, or one
             logit per class).
         description: the tasks as the report names them.
+        store_identity: the store's identity the run recorded (`None` without a store).
+        train_units: `[U]` the meta-train units of the run's partition (what the
+            pretrained-embedding baseline trains on).
     """
 
     store: Any
@@ -58,6 +64,8 @@ class EvalParts:
     output_shape: tuple[int, ...]
     task_output_shape: tuple[int, ...]
     description: str
+    store_identity: dict | None = None
+    train_units: np.ndarray | None = None
 
     @property
     def target_columns(self) -> list[int] | None:
@@ -78,15 +86,17 @@ def evaluate_run(
     write: bool = True,
     progress: bool | None = None,
     allow_imports: Collection[str] = (),
+    cache: bool = True,
 ) -> dict[str, Any]:
     """Evaluates a training run's latest checkpoint on its held-out tasks.
 
     Rebuilds the run's store, sampler (evaluation protocol), partition, model and learner
     from the config saved in the checkpoint, loads the meta-trained weights, scores every
     method (`evaluate_tasks`) and writes `metrics.json`, `metrics.md`, `tasks.parquet`
-    and `forecasts.png` to `<run_dir>/eval/`; an earlier evaluation there with other
-    settings moves to `<run_dir>/eval/<its key>/` (`metadist.eval.archive`). With
-    `eval.ensemble`, the other runs' checkpoints join this one's (`LearnerEnsemble`).
+    and `forecasts.png` to `<run_dir>/eval/`, where the baselines are kept for the next
+    evaluation (`metadist.eval.cache`); an earlier evaluation there with other settings
+    moves to `<run_dir>/eval/<its key>/` (`metadist.eval.archive`). With `eval.ensemble`,
+    the other runs' checkpoints join this one's (`LearnerEnsemble`).
 
     Args:
         run_dir: a run directory written by `metadist train`.
@@ -95,20 +105,23 @@ def evaluate_run(
         options: the settings, instead of the run's own.
         config_dir: the experiments directory (default: as training looks it up).
         write: write the report files.
-        progress: show tasks done as in `evaluate_tasks` (default: a bar on a terminal,
-            else a line every 15 s). Evaluation runs on one intra-op thread unless
-            `OMP_NUM_THREADS` is set (`progress.eval_threads`).
+        progress: show each phase's progress (`evaluate_tasks`'s and the pretraining's;
+            default: bars on a terminal, else a line every 15 s). Evaluation runs on one
+            intra-op thread unless `OMP_NUM_THREADS` is set (`progress.eval_threads`).
         allow_imports: modules the run's `imports` may import (a loaded run runs no
             code unless allowed; modules already imported need no allowing).
+        cache: reuse the baselines an earlier evaluation kept and keep this one's (also
+            with `write=False`); `False` neither reuses nor keeps any.
 
     Returns:
-        The result dict, with `paths` (the files written) added.
+        The result dict, with `paths` (the files written) and `timings` (seconds by
+        phase; `settings.seconds` is their total) added.
 
     Raises:
         FileNotFoundError: no run directory or no checkpoint in it, or a missing store.
         ValueError: bad settings, or tasks the evaluation protocol cannot score.
     """
-    run_dir = Path(run_dir)
+    started, run_dir = time.perf_counter(), Path(run_dir)
     config, state, checkpoint_path, pointer = load_run(
         run_dir, "run_dir", allow_imports=allow_imports
     )
@@ -123,7 +136,10 @@ def evaluate_run(
         options.ensemble or [],
         options.ensemble_reduce,
     )
-    result, examples = _score(learner, config, options, parts, progress)
+    kept = EvalCache(run_dir / "eval" if cache else None)
+    timings = {"setup": time.perf_counter() - started}
+    result, examples = _score(learner, config, options, parts, progress, kept, timings)
+    timings["total"] = time.perf_counter() - started
     step = int(state.get("step", pointer.get("step", 0)))
     result["title"] = f"{config.experiment}: evaluation on held-out tasks after {step} meta-steps"
     result["settings"] = {
@@ -137,11 +153,22 @@ def evaluate_run(
     if options.ensemble:
         members.insert(0, f"{run_dir} ({checkpoint_path.name})")
         result["settings"]["ensemble"] = f"{options.ensemble_reduce} of " + ", ".join(members)
+    _add_timings(result, timings, kept)
     if write:
-        kept = keep_previous_evaluation(run_dir, result, options, checkpoint_path.name)
+        archived = keep_previous_evaluation(run_dir, result, options, checkpoint_path.name)
         result["paths"] = {k: str(v) for k, v in write_report(result, run_dir, examples).items()}
-        result["paths"].update(kept)
+        result["paths"].update(archived)
+    kept.save()  # after the report: a cache that cannot be written costs only time
     return result
+
+
+def _add_timings(result: dict[str, Any], timings: dict[str, float], kept: EvalCache) -> None:
+    """`timings` (seconds by phase) into the result; `settings.seconds` is the whole
+    evaluation's, and `settings.reused` says which baselines came from the cache."""
+    result["timings"] = {k: round(v, 2) for k, v in timings.items()}
+    result["settings"]["seconds"] = result["timings"]["total"]
+    if kept.summary():
+        result["settings"]["reused"] = kept.summary()
 
 
 def _score(
@@ -150,18 +177,26 @@ def _score(
     options: EvalOptions,
     parts: EvalParts,
     progress: bool | None,
+    cache: EvalCache,
+    timings: dict[str, float],
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """`evaluate_tasks` of the run's tasks (on `eval_threads`), with the from-scratch and
-    (classification) pretrained-embedding baselines the run's model allows."""
+    """`evaluate_tasks` of the run's tasks, with the from-scratch and (classification)
+    pretrained-embedding baselines the run's model allows, all on `eval_threads`;
+    `timings` gets each phase's seconds."""
     classification = getattr(learner, "loss", "mse") == "cross_entropy"
     build_fresh = _fresh_model_builder(config, parts)
     # From scratch, a classifier gets one output per way (an embedding network, e.g. of
     # protonet, gets that head in place of its embedding); a forecasting embedding network
     # has no output to train on its own, so the baseline does not apply.
     fresh_model = build_fresh if classification or config.model.output_shape is None else None
-    pretrained = _pretrained(config, options, parts, build_fresh) if classification else None
-    with eval_threads():
-        return evaluate_tasks(
+    with eval_threads():  # the pretraining too: small models run faster on one thread
+        started = time.perf_counter()
+        pretrained = None
+        if classification:
+            pretrained = _pretrained(config, options, parts, build_fresh, progress, cache)
+            timings["pretrained embedding"] = time.perf_counter() - started
+        started = time.perf_counter()
+        scored = evaluate_tasks(
             learner,
             parts.batches,
             options=options,
@@ -173,7 +208,10 @@ def _score(
             progress=progress,
             num_tasks=parts.num_tasks,
             pretrained=pretrained,
+            cache=cache,
         )
+    timings["scoring"] = time.perf_counter() - started
+    return scored
 
 
 def _fresh_model_builder(config: TrainConfig, parts: EvalParts) -> Callable[..., nn.Module]:
@@ -193,9 +231,13 @@ def _pretrained(
     options: EvalOptions,
     parts: EvalParts,
     build_fresh: Callable[..., nn.Module],
+    progress: bool | None,
+    cache: EvalCache,
 ) -> nn.Module | None:
     """The backbone of the pretrained-embedding classification baseline, trained as an
-    ordinary classifier of the meta-train classes; `None` where it does not apply."""
+    ordinary classifier of the meta-train classes (or taken from `cache`, trained from
+    the same settings, store, split and initial weights); `None` where it does not
+    apply."""
     tasks = parts.tasks
     if options.pretrain_steps <= 0 or tasks.labelled_examples is None:
         return None
@@ -203,16 +245,44 @@ def _pretrained(
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(options.seed)
         backbone = build_fresh((embedding_size,))
-    return baselines.pretrain_embedding(
-        backbone,
-        tasks.labelled_examples,
-        num_classes=tasks.num_classes,
-        embedding_size=embedding_size,
-        steps=options.pretrain_steps,
-        lr=options.pretrain_lr,
-        batch_size=options.pretrain_batch_size,
-        seed=options.seed,
+    settings = {
+        "steps": options.pretrain_steps,
+        "lr": options.pretrain_lr,
+        "batch_size": options.pretrain_batch_size,
+        "seed": options.seed,
+        "embedding_size": embedding_size,
+        "num_classes": tasks.num_classes,
+    }
+    key = digest(
+        "pretrained",
+        CACHE_VERSION,
+        settings,
+        model_digest(backbone),
+        parts.store_identity,
+        parts.train_units,
+        config.sampler.name,
+        dict(config.sampler.options),
+        options.sampler_options,
+        # the first batch it trains on: what the examples are, whatever produced them
+        *tasks.labelled_examples(options.pretrain_batch_size, options.seed * 1_000_003),
     )
+    if cache.load_pretrained(key, backbone):
+        return backbone.eval()
+    with Progress(progress, transient=True) as display:
+        shown = display.counter("pretrained embedding", options.pretrain_steps, "steps")
+        baselines.pretrain_embedding(
+            backbone,
+            tasks.labelled_examples,
+            num_classes=tasks.num_classes,
+            embedding_size=embedding_size,
+            steps=options.pretrain_steps,
+            lr=options.pretrain_lr,
+            batch_size=options.pretrain_batch_size,
+            seed=options.seed,
+            on_step=lambda step, loss: shown.update(step, f"loss {loss:.3f}"),
+        )
+    cache.save_pretrained(key, backbone, settings)
+    return backbone
 
 
 def load_trained(
@@ -284,6 +354,7 @@ def _eval_parts(
     if store is not None:
         check_store_identity(recorded_identity, store, f"run_dir {run_dir}")
     units = _evaluated_units(source, options, config)
+    train_units = np.asarray(source.partitioner.units("train"), dtype=np.int64)
     entity_mask = None if options.labels is None else _has_labels(store, options.labels)
     holdout = None if options.holdout is None else _holdout_reader(store, options)
     tasks = source.sampler.for_evaluation(
@@ -293,7 +364,7 @@ def _eval_parts(
         max_tasks=options.max_tasks,
         seed=options.seed,
         entity_mask=entity_mask,
-        train_units=source.partitioner.units("train"),
+        train_units=train_units,
         holdout=holdout,
         **options.sampler_options,
     )
@@ -312,6 +383,8 @@ def _eval_parts(
         output_shape=source.output_shape,
         task_output_shape=source.task_output_shape,
         description=description,
+        store_identity=recorded_identity,
+        train_units=train_units,
     )
 
 

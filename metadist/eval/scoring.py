@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
 from torch import nn
 
 from metadist.batch import MetaBatch
+from metadist.eval.cache import EvalCache
 from metadist.eval.classification_scoring import score_classification
 from metadist.eval.forecast_scoring import ForecastScorer
 from metadist.eval.predictions import Predictor, ScratchBaseline
@@ -40,6 +42,7 @@ from metadist.eval.settings import (
     combination_key,
     combination_label,
 )
+from metadist.eval.statistical import StatisticalForecasts
 from metadist.eval.task_scores import (
     DIVERGENCE_FACTOR,
     TaskScores,
@@ -92,6 +95,7 @@ def evaluate_tasks(
     progress: bool | None = False,
     num_tasks: int | None = None,
     pretrained: nn.Module | None = None,
+    cache: EvalCache | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Scores every method on every task of `batches`.
 
@@ -116,6 +120,9 @@ def evaluate_tasks(
             of the meta-train classes (`baselines.pretrain_embedding`), scored as the
             "pretrained" baseline; `None` leaves it out. Classification always scores the
             nearest-centroid and 1-NN baselines on the raw examples.
+        cache: from-scratch predictions and statistical forecasts of an earlier evaluation
+            of the same tasks, reused where their keys match, and where this evaluation's
+            are kept (`metadist.eval.cache`); `None` computes everything.
 
     Returns:
         (result, examples): the result dict that `report.write_report` writes, and up to
@@ -134,13 +141,19 @@ def evaluate_tasks(
     forecasts = None
     if kind == "forecast":
         assert target_columns is not None  # `_task_kind` checks it
-        forecasts = ForecastScorer(store, target_columns, options)
+        statistical = StatisticalForecasts(methods, cache=cache)
+        forecasts = ForecastScorer(store, target_columns, options, methods, statistical)
     score: Scorer = forecasts or _SCORERS[kind]
-    loss = getattr(learner, "loss", "mse")
-    scratch = None if fresh_model is None else ScratchBaseline(fresh_model, options, loss)
+    scratch = _scratch(learner, fresh_model, options, cache)
     predict = Predictor(learner, options, "unadapted" in methods, kind, pretrained)
     started = time.perf_counter()
-    _score_batches(learner, batches, scores, predict, scratch, score, options, progress, num_tasks)
+    try:
+        _score_batches(
+            learner, batches, scores, predict, scratch, score, options, progress, num_tasks
+        )
+    finally:
+        if forecasts is not None:
+            forecasts.close()
     if scores.num_tasks == 0:
         raise ValueError("evaluate_tasks: no task to evaluate (the held-out split is empty)")
     result = _result(scores, kind, options, learner)
@@ -148,6 +161,22 @@ def evaluate_tasks(
     _warn_diverged(result, scores.num_tasks)
     result["settings"]["seconds"] = round(time.perf_counter() - started, 2)
     return result, ([] if forecasts is None else forecasts.examples())
+
+
+def _scratch(
+    learner: nn.Module,
+    fresh_model: Callable[[], nn.Module] | None,
+    options: EvalOptions,
+    cache: EvalCache | None,
+) -> ScratchBaseline | None:
+    """The from-scratch baseline, trained with the learner's loss on the learner's
+    device; `None` without a `fresh_model`."""
+    if fresh_model is None:
+        return None
+    parameter = next(learner.parameters(), None)
+    device = None if parameter is None else parameter.device
+    loss = getattr(learner, "loss", "mse")
+    return ScratchBaseline(fresh_model, options, loss, device, cache)
 
 
 def _task_kind(learner: nn.Module, store: Any, target_columns: list[int] | None) -> str:
@@ -212,19 +241,21 @@ def _score_batches(
     num_tasks: int | None,
 ) -> None:
     """The episode loop: predicts and scores each batch (up to `options.max_tasks` tasks),
-    with the learner in eval mode."""
+    with the learner in eval mode, showing each phase's progress: the tasks scored, the
+    from-scratch network's task-steps and the statistical forecasts' series."""
     was_training = learner.training
     learner.eval()
     if options.max_tasks is not None:
         num_tasks = min(num_tasks or options.max_tasks, options.max_tasks)
     display = Progress(progress, transient=True).__enter__()
     shown = display.counter("evaluating", num_tasks, "tasks")
+    if scratch is not None:
+        total = None if num_tasks is None else num_tasks * options.scratch_steps
+        scratch.counter = display.counter("from scratch", total, "task-steps")
+    if isinstance(score, ForecastScorer):
+        score.statistical.counter = display.counter("statistical forecasts", num_tasks, "series")
     try:
-        for batch in batches:
-            if options.max_tasks is not None and scores.num_tasks >= options.max_tasks:
-                break
-            if options.max_tasks is not None:
-                batch = batch.select(slice(0, options.max_tasks - scores.num_tasks))
+        for batch in _started_ahead(_limited(batches, options.max_tasks), score):
             predictions = predict(batch)
             if scratch is not None:
                 predictions["scratch"] = scratch(batch)
@@ -234,6 +265,35 @@ def _score_batches(
     finally:
         display.close()
         learner.train(was_training)
+
+
+def _limited(batches: Iterable[MetaBatch], max_tasks: int | None) -> Iterator[MetaBatch]:
+    """The batches, cut at `max_tasks` tasks in all."""
+    done = 0
+    for batch in batches:
+        if max_tasks is not None and done >= max_tasks:
+            return
+        if max_tasks is not None:
+            batch = batch.select(slice(0, max_tasks - done))
+        done += batch.num_tasks
+        yield batch
+
+
+def _started_ahead(batches: Iterable[MetaBatch], score: Scorer) -> Iterator[MetaBatch]:
+    """The batches, each started by a scorer that has a `start` (forecasts: the
+    statistical baselines, in worker processes) one batch ahead of the one yielded, so
+    the workers have work while this process predicts."""
+    if not isinstance(score, ForecastScorer):
+        yield from batches
+        return
+    waiting: deque[MetaBatch] = deque()
+    for batch in batches:
+        score.start(batch)
+        waiting.append(batch)
+        if len(waiting) > 1:
+            yield waiting.popleft()
+    while waiting:
+        yield waiting.popleft()
 
 
 def _warn_diverged(result: dict[str, Any], num_tasks: int) -> None:

@@ -28,8 +28,23 @@ def diverged(prediction: np.ndarray, reference: np.ndarray | float) -> bool:
     prediction = np.asarray(prediction, dtype=np.float64)
     if not np.isfinite(prediction).all():
         return True
-    scale = float(np.nanmax(np.abs(reference))) if np.size(reference) else 0.0
+    scale = reference_scale(reference)
     return bool(np.abs(prediction).max(initial=0.0) > DIVERGENCE_FACTOR * max(scale, 1e-12))
+
+
+def reference_scale(reference: np.ndarray | float) -> float:
+    """The largest magnitude of the values a method saw (0 for none), which a prediction
+    that does not diverge stays within `DIVERGENCE_FACTOR` times of."""
+    return float(np.nanmax(np.abs(reference))) if np.size(reference) else 0.0
+
+
+def diverged_rows(predictions: np.ndarray, scales: np.ndarray) -> np.ndarray:
+    """`[B]` `diverged` of each task's prediction `predictions[b]` (`[B, ...]`), given
+    the `reference_scale` of each task's values `scales [B]`."""
+    flat = np.asarray(predictions, dtype=np.float64).reshape(len(scales), -1)
+    finite = np.isfinite(flat)
+    largest = np.abs(np.where(finite, flat, 0.0)).max(axis=1, initial=0.0)
+    return ~finite.all(axis=1) | (largest > DIVERGENCE_FACTOR * np.maximum(scales, 1e-12))
 
 
 class TaskScores:

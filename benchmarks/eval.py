@@ -1,0 +1,290 @@
+"""Evaluation speed: `evaluate_run` of this checkout against another one, side by side.
+
+    git worktree add /tmp/eval_before <commit>       # "today's code", once
+    python benchmarks/eval.py --baseline /tmp/eval_before --rounds 3 --json runs/eval_bench.json
+
+Builds once, in `--work` (default /tmp/metadist-eval-bench), a synthetic sensor panel
+(`metadist synth`, 1,000 entities of 200-400 steps) ingested with its profiles as labels
+(`metadist ingest --label-col label`), and trains two short runs with this checkout:
+
+- `synthetic_protonet`, 5-way 5-shot (50 meta-steps): the few-shot case;
+- `synthetic_maml` on a 50/0/50 split (50 meta-steps): the forecasting case.
+
+Then, for `--rounds` rounds, each checkout evaluates them in a fresh process
+(`PYTHONPATH=<checkout> python -c "...evaluate_run(...)"`, the working directory the
+checkout), rounds interleaved so that load from other work hits both sides alike:
+
+- `fewshot`: 1,000 class-disjoint 5-way 5-shot episodes of the meta-test profiles, with
+  every baseline (from scratch, nearest centroid, 1-NN, pretrained embedding);
+- `forecast`: every meta-test entity (adapt on its history, forecast its last 8 steps),
+  with from scratch, naive, seasonal naive, naive 2 and Theta;
+- `forecast_ets` (`--ets-tasks N`, default 50; 0 leaves it out): N of those entities
+  with AutoETS too (`eval.extra_baselines=[ets]`, the `ets` extra).
+
+Every evaluation of this checkout runs twice in a row: "cold" (the run's `eval/`
+directory removed first: what the first evaluation of a run costs) and "warm" (again, as
+`metadist eval` after training's own evaluation would: whatever the first left in the run
+directory is reused). The baseline checkout is timed once per round (it keeps nothing).
+Times are the seconds `evaluate_run` took inside the child (wall, and CPU of the child and
+its worker processes) and the child process's whole wall time (imports included); the
+table gives medians over rounds and the ratios of medians. The methods' scores of both checkouts
+are compared (largest absolute difference of any method's overall primary metric), so a
+speed-up that changed a number shows. `--profile` adds one cProfile'd evaluation per case
+and checkout and prints where its time went.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+NUM_ENTITIES = 1000
+NUM_EPISODES = 1000
+# The evaluation of one case in a child process: prints one JSON line (the last line).
+CHILD = r"""
+import cProfile, io, json, pstats, resource, sys, time
+wall0 = time.perf_counter()
+from metadist.eval import evaluate_run
+imported = time.perf_counter() - wall0
+run_dir, overrides, profile = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3] == "1"
+profiler = cProfile.Profile() if profile else None
+
+def cpu():  # this process's and its finished children's (worker processes') CPU seconds
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+wall, used = time.perf_counter(), cpu()
+if profiler: profiler.enable()
+result = evaluate_run(run_dir, overrides=overrides, write=False, progress=False)
+if profiler: profiler.disable()
+wall, used = time.perf_counter() - wall, cpu() - used
+text = ""
+if profiler:
+    stream = io.StringIO()
+    pstats.Stats(profiler, stream=stream).sort_stats("cumulative").print_stats(30)
+    text = stream.getvalue()
+primary = result["primary_metric"]
+print(json.dumps({
+    "seconds": wall, "cpu_seconds": used, "import_seconds": imported,
+    "reported_seconds": result["settings"].get("seconds"),
+    "num_tasks": result["num_tasks"], "primary_metric": primary,
+    "scores": {m: s[primary]["value"] for m, s in result["overall"].items()},
+    "timings": result.get("timings"), "profile": text,
+}))
+"""
+
+
+def _metadist(*args: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "metadist.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    if done.returncode:
+        raise SystemExit(f"metadist {' '.join(args)} failed:\n{done.stderr[-3000:]}")
+
+
+def _train(run_dir: Path, store: Path, *overrides: str) -> None:
+    if (run_dir / "checkpoints").is_dir():
+        return
+    _metadist(
+        "train",
+        f"data.store={store}",
+        f"run_dir={run_dir}",
+        "trainer.meta_steps=50",
+        "trainer.checkpoint_every=50",
+        "trainer.eval_every=0",
+        "trainer.num_threads=1",
+        "logging.progress=false",
+        "logging.wandb.mode=disabled",
+        "--no-eval",
+        *overrides,
+    )
+
+
+def prepare(work: Path) -> dict[str, Path]:
+    """The store and the two trained runs (made unless already in `work`)."""
+    store = work / "store"
+    if not (store / "metadata.json").is_file():
+        panel = work / "panel"
+        _metadist(
+            "synth", str(panel), "--entities", str(NUM_ENTITIES), "--length-range", "200",
+            "400", "--seed", "0", "--overwrite", "--no-progress",
+        )  # fmt: skip
+        _metadist(
+            "ingest", str(panel), str(store), "--entity-col", "entity_id", "--time-col",
+            "time", "--features", "cycle_sin,cycle_cos,load,ambient,aux", "--targets", "y",
+            "--stratum-col", "sensor_type", "--label-col", "label", "--scaling",
+            "per-entity", "--nan", "ffill", "--no-progress",
+        )  # fmt: skip
+    runs = {"fewshot": work / "runs" / "protonet", "forecast": work / "runs" / "maml"}
+    _train(runs["fewshot"], store, "experiment=synthetic_protonet", "sampler.options.num_shots=5")
+    _train(runs["forecast"], store, "experiment=synthetic_maml", "data.fractions=[0.5,0,0.5]")
+    return runs
+
+
+def cases(runs: dict[str, Path], ets_tasks: int) -> dict[str, tuple[Path, list[str]]]:
+    """`{case: (run_dir, eval overrides)}`."""
+    # every meta-test entity anchors enough episodes that a random 1,000 can be drawn
+    per_unit = math.ceil(NUM_EPISODES / (0.2 * NUM_ENTITIES * 0.5))
+    out = {
+        "fewshot": (
+            runs["fewshot"],
+            [f"eval.tasks_per_unit={per_unit}", f"eval.max_tasks={NUM_EPISODES}"],
+        ),
+        "forecast": (runs["forecast"], []),
+    }
+    if ets_tasks:
+        out["forecast_ets"] = (
+            runs["forecast"],
+            ["eval.extra_baselines=[ets]", f"eval.max_tasks={ets_tasks}"],
+        )
+    return out
+
+
+def evaluate(checkout: Path, run_dir: Path, overrides: list[str], profile: bool = False):
+    """One evaluation in a fresh process of `checkout`: the child's JSON, with the
+    process's wall time added."""
+    env = {**os.environ, "PYTHONPATH": str(checkout)}
+    started = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, str(run_dir), json.dumps(overrides), "1" if profile else "0"],
+        capture_output=True,
+        text=True,
+        cwd=checkout,
+        env=env,
+    )
+    if done.returncode:
+        raise SystemExit(f"evaluation with {checkout} failed:\n{done.stderr[-3000:]}")
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    out["process_seconds"] = time.perf_counter() - started
+    return out
+
+
+def _side_dir(run_dir: Path, side: str) -> Path:
+    """A copy of `run_dir` for one side (its checkpoints only), so neither side sees what
+    the other leaves in its run directory."""
+    copy = run_dir.parent / f"{run_dir.name}-{side}"
+    if not copy.is_dir():
+        shutil.copytree(run_dir, copy, ignore=shutil.ignore_patterns("eval"))
+    return copy
+
+
+def measure(args, runs: dict[str, Path]) -> dict[str, Any]:
+    sides = {"baseline": args.baseline.resolve(), "current": ROOT}
+    records: dict[str, Any] = {}
+    for case, (run_dir, overrides) in cases(runs, args.ets_tasks).items():
+        dirs = {side: _side_dir(run_dir, side) for side in sides}
+        timed: dict[str, list[dict[str, Any]]] = {"baseline": [], "cold": [], "warm": []}
+        for round_index in range(args.rounds):
+            order = ["baseline", "current"] if round_index % 2 == 0 else ["current", "baseline"]
+            for side in order:
+                if side == "baseline":
+                    timed["baseline"].append(evaluate(sides[side], dirs[side], overrides))
+                    continue
+                shutil.rmtree(dirs[side] / "eval", ignore_errors=True)
+                timed["cold"].append(evaluate(sides[side], dirs[side], overrides))
+                timed["warm"].append(evaluate(sides[side], dirs[side], overrides))
+            line = ", ".join(f"{k} {v[-1]['seconds']:.1f} s" for k, v in timed.items())
+            print(f"{case} round {round_index + 1}: {line}", flush=True)
+        profiles = {}
+        if args.profile:
+            for side, checkout in sides.items():
+                if side == "current":
+                    shutil.rmtree(dirs[side] / "eval", ignore_errors=True)
+                profiles[side] = evaluate(checkout, dirs[side], overrides, profile=True)["profile"]
+                print(f"--- {case}, {side}: cProfile (cumulative)\n{profiles[side]}")
+        records[case] = {"overrides": overrides, "runs": timed, "profiles": profiles}
+    return records
+
+
+def _median(runs: list[dict[str, Any]], key: str) -> float:
+    return statistics.median(r[key] for r in runs)
+
+
+def table(records: dict[str, Any]) -> str:
+    lines = [
+        "| case | tasks | checkout | evaluate_run s (median) | range | CPU s | process s "
+        "| vs baseline (wall) | vs baseline (CPU) | max abs diff of scores |",
+        "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for case, record in records.items():
+        runs = record["runs"]
+        base_wall = _median(runs["baseline"], "seconds")
+        base_cpu = _median(runs["baseline"], "cpu_seconds")
+        base_scores = runs["baseline"][0]["scores"]
+        for side, label in (
+            ("baseline", "baseline"),
+            ("cold", "this, cold"),
+            ("warm", "this, warm"),
+        ):
+            wall = [r["seconds"] for r in runs[side]]
+            scores = runs[side][0]["scores"]
+            diff = max(
+                (abs(scores[m] - base_scores[m]) for m in base_scores if m in scores),
+                default=float("nan"),
+            )
+            lines.append(
+                f"| {case} | {runs[side][0]['num_tasks']} | {label} | {statistics.median(wall):.1f} "
+                f"| {min(wall):.1f}–{max(wall):.1f} | {_median(runs[side], 'cpu_seconds'):.1f} "
+                f"| {_median(runs[side], 'process_seconds'):.1f} "
+                f"| **{base_wall / statistics.median(wall):.1f}×** "
+                f"| {base_cpu / _median(runs[side], 'cpu_seconds'):.1f}× | {diff:.2g} |"
+            )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--baseline", type=Path, required=True, help="another checkout (a git worktree)"
+    )
+    parser.add_argument("--work", type=Path, default=Path("/tmp/metadist-eval-bench"))
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--ets-tasks", type=int, default=50)
+    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--json", type=Path, help="write every measurement here")
+    args = parser.parse_args(argv)
+    if not (args.baseline / "metadist" / "__init__.py").is_file():
+        parser.error(f"--baseline {args.baseline}: not a metadist checkout")
+    started = time.perf_counter()
+    runs = prepare(args.work.resolve())
+    records = measure(args, runs)
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    print(
+        f"\n{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+        f"load {load[0]:.1f} at the end"
+        if load
+        else "",
+    )
+    print(
+        f"baseline {args.baseline.resolve()} against {ROOT}; {args.rounds} rounds, "
+        f"{time.perf_counter() - started:.0f} s in all\n"
+    )
+    print(table(records))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(
+            json.dumps(
+                {"baseline": str(args.baseline.resolve()), "current": str(ROOT), **records},
+                indent=2,
+            )
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -60,9 +60,13 @@ def test_bad_selection_settings_name_the_field(tmp_path, override, field):
         tiny_config(tmp_path / "run", "trainer.eval_every=2", override)
 
 
-def test_patience_without_evaluation_is_refused(tmp_path):
-    with pytest.raises(ValueError, match="selection.patience=3 counts meta-val evaluations"):
-        tiny_config(tmp_path / "run", "trainer.eval_every=0", "selection.patience=3")
+def test_patience_without_evaluation_is_a_note(tmp_path, capsys):
+    config = tiny_config(
+        tmp_path / "run", "trainer.meta_steps=2", "trainer.eval_every=0", "selection.patience=3"
+    )
+    assert train(config).step == 2
+    assert "selection.patience=3 does not apply: trainer.eval_every=0" in capsys.readouterr().err
+    assert not (config.resolved_run_dir / "best.json").exists()
 
 
 def test_a_metric_the_learner_does_not_report_is_named(tmp_path):
@@ -270,3 +274,154 @@ def test_a_damaged_best_pointer_says_how_to_evaluate_the_latest(tmp_path):
     with pytest.raises(CheckpointError, match="not a metadist checkpoint pointer.*latest"):
         selected_checkpoint(config.resolved_run_dir)
     assert selected_checkpoint(config.resolved_run_dir, "latest")[0].name == "step_00000004.pt"
+
+
+# --- the shipped recipes -------------------------------------------------------------
+
+NUM_CLASSES, PER_CLASS = 10, 4
+
+
+def _class_store(directory, scaling):
+    """10 classes of 4 entities; feature `code` = entity * 10000 + row (unscaled, every
+    input value says which entity, and so which class, it came from)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from metadist.store import ingest
+
+    entity = np.repeat(np.arange(NUM_CLASSES * PER_CLASS), 30)
+    row = np.tile(np.arange(30), NUM_CLASSES * PER_CLASS)
+    table = pa.table(
+        {
+            "entity": [f"e{e:03d}" for e in entity],
+            "t": pa.array(row, pa.int64()),
+            "code": (entity * 10000 + row).astype(np.float64),
+            "cls": [f"k{e % NUM_CLASSES}" for e in entity],
+        }
+    )
+    pq.write_table(table, directory / "panel.parquet")
+    return ingest(
+        directory / "panel.parquet",
+        directory / "store",
+        entity_col="entity",
+        time_col="t",
+        features=["code"],
+        targets=["code"],
+        label_col="cls",
+        scaling=scaling,
+        progress=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def class_store(tmp_path_factory):
+    return _class_store(tmp_path_factory.mktemp("class_store"), "none")
+
+
+@pytest.fixture(scope="module")
+def scaled_class_store(tmp_path_factory):
+    """Each entity z-normalised, as the UCR ingest does: fit to train on."""
+    return _class_store(tmp_path_factory.mktemp("scaled_class_store"), "per-entity")
+
+
+def _ucr(experiment, store, run_dir, *overrides):
+    from metadist.train import load_config
+
+    return load_config(
+        [
+            f"experiment={experiment}",
+            f"data.store={store.path}",
+            f"run_dir={run_dir}",
+            "sampler.options.num_ways=2",
+            "sampler.options.num_query=2",
+            "sampler.options.resample_to=16",
+            "trainer.meta_batch_size=2",
+            "logging.progress=false",
+            "logging.wandb.mode=disabled",
+            *overrides,
+        ],
+        world_size=1,
+    )
+
+
+UCR_EXPERIMENTS = ["ucr_maml", "ucr_protonet", "ucr_metabaseline"]
+
+
+@pytest.mark.parametrize("experiment", UCR_EXPERIMENTS)
+def test_ucr_meta_val_classes_are_disjoint_from_train_and_test(class_store, tmp_path, experiment):
+    import numpy as np
+
+    from metadist.train.build import build_parts
+    from metadist.train.distributed import read_env
+
+    config = _ucr(experiment, class_store, tmp_path / "run", "data.fractions=[0.6,0.2,0.2]")
+    assert config.data.split_by == "label" and config.trainer.eval_every > 0
+    parts = build_parts(config, read_env("cpu"))
+    codes = np.asarray(class_store.label_codes)
+    entity_of_unit = parts.sampler.unit_entities()
+    classes = {
+        split: set(codes[entity_of_unit[parts.partitioner.units(split)]].tolist())
+        for split in ("train", "val", "test")
+    }
+    assert [len(classes[s]) for s in ("train", "val", "test")] == [6, 2, 2]
+    assert not classes["val"] & classes["train"] and not classes["val"] & classes["test"]
+    assert not classes["train"] & classes["test"]
+    # Every example of every meta-val episode (support and query) is of a meta-val class.
+    row_of = {str(e): i for i, e in enumerate(class_store.entity_ids)}
+    seen = set()
+    assert parts.val_loader is not None
+    for batch in parts.val_loader:
+        for x in (batch.support.x, batch.query.x):
+            entities = np.unique(np.floor(x.numpy() / 10000).astype(int))
+            seen |= {int(codes[row_of[f"e{e:03d}"]]) for e in entities}
+    assert seen == classes["val"]
+
+
+@pytest.mark.parametrize("experiment", ["ucr_protonet", "ucr_maml"])
+def test_a_ucr_run_with_meta_val_classes_keeps_its_most_accurate_checkpoint(
+    scaled_class_store, tmp_path, experiment
+):
+    config = _ucr(
+        experiment,
+        scaled_class_store,
+        tmp_path / "run",
+        "data.fractions=[0.6,0.2,0.2]",
+        "trainer.meta_steps=6",
+        "trainer.eval_every=2",
+    )
+    assert config.selection.patience is not None  # the recipe's
+    train(config)
+    records = val_records(config.resolved_run_dir)
+    best = json.loads((config.resolved_run_dir / "best.json").read_text())
+    assert (best["metric"], best["mode"]) == ("query_accuracy_after", "max")
+    top = max(r["query_accuracy_after"] for r in records)
+    first = next(r for r in records if r["query_accuracy_after"] == top)
+    assert (best["step"], best["value"]) == (first["step"], top)
+
+
+def test_the_shipped_ucr_recipes_run_without_meta_val_classes(scaled_class_store, tmp_path, capsys):
+    """data/ucr.yaml gives meta-val no share: the recipe trains all its steps, saying so."""
+    config = _ucr("ucr_protonet", scaled_class_store, tmp_path / "run", "trainer.meta_steps=2")
+    assert config.data.fractions[1] == 0
+    result = train(config)
+    assert result.step == 2 and not result.early_stopped
+    assert "gives meta-val no share" in capsys.readouterr().err
+    assert selected_checkpoint(config.resolved_run_dir)[0].name == "step_00000002.pt"
+
+
+@pytest.mark.parametrize("experiment", [*UCR_EXPERIMENTS, "synthetic_maml", "synthetic_protonet"])
+def test_the_shipped_recipes_select_on_meta_val_and_stop_early(experiment):
+    from metadist.train.compose import compose_dict
+
+    values = compose_dict([f"experiment={experiment}"])
+    trainer, selection = values["trainer"], values["selection"]
+    assert trainer["eval_every"] > 0 and selection["patience"] >= 1
+    # meta_steps is the upper bound: patience can stop a run well before it
+    assert trainer["eval_every"] * selection["patience"] <= trainer["meta_steps"] / 2
+    # evaluation stays cheap: a few batches every time, a small share of the training
+    num_evals = trainer["meta_steps"] // trainer["eval_every"]
+    assert (
+        trainer["eval_batches"] <= 4
+        and num_evals * trainer["eval_batches"] <= 0.1 * (trainer["meta_steps"])
+    )

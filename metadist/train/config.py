@@ -369,7 +369,7 @@ class TrainConfig:
         pretrain: classifier pre-training of the model before meta-training (off
             unless `pretrain.steps > 0`).
         selection: which checkpoint is the run's best on meta-val, and when it stops
-            early (`metadist.train.selection`; needs `trainer.eval_every > 0`).
+            early (`metadist.train.selection`; with `trainer.eval_every > 0`).
         eval: the evaluation settings group, kept with the run's config so that the
             evaluation that ends training, and any re-scoring later, uses the run's own
             settings. Training does not read it: the evaluation layer types and checks it
@@ -408,7 +408,7 @@ class TrainConfig:
         self.trainer.validate(world_size)
         self.logging.validate()
         self.pretrain.validate()
-        self.selection.validate(self.trainer.eval_every)
+        self.selection.validate()
 
     def to_dict(self) -> dict[str, Any]:
         """Plain nested dict (JSON-safe), the inverse of `build_config`."""

@@ -184,6 +184,11 @@ def _run(config: TrainConfig, env: DistEnv, parts: RunParts, on_eval) -> TrainRe
         note = selection.restore(selected)
         if note is not None:
             logger.message(note)
+    elif config.selection.patience is not None and config.trainer.eval_every <= 0:
+        logger.message(
+            f"note: selection.patience={config.selection.patience} does not apply: "
+            "trainer.eval_every=0 evaluates no meta-val"
+        )
     model: nn.Module = parts.learner
     if env.is_distributed:
         model = DistributedDataParallel(

@@ -34,7 +34,9 @@ class SelectionConfig:
         mode: `max` or `min`, whether a larger value is better; `None`: `max` for a
             metric whose name holds "accuracy", else `min`.
         patience: stop once this many meta-val evaluations in a row did not improve on
-            the best (writing a final checkpoint); `None`: never stop early.
+            the best (writing a final checkpoint); `None`: never stop early. Without
+            meta-val evaluation (`trainer.eval_every=0`, or no meta-val share in
+            `data.fractions`) nothing is selected and it does not apply (a note says so).
         min_delta: how much better than the best a value must be to count as an
             improvement.
     """
@@ -44,20 +46,14 @@ class SelectionConfig:
     patience: int | None = None
     min_delta: float = 0.0
 
-    def validate(self, eval_every: int) -> None:
-        """Raises `ValueError` naming the first bad field (patience needs evaluations)."""
+    def validate(self) -> None:
+        """Raises `ValueError` naming the first bad field."""
         if self.metric is not None and (not isinstance(self.metric, str) or not self.metric):
             raise ValueError(f"selection.metric must be a metric name or null, got {self.metric!r}")
         if self.mode is not None and self.mode not in _MODES:
             raise ValueError(f"selection.mode must be min, max or null, got {self.mode!r}")
         if self.patience is not None:
             check_min("selection.patience", self.patience, 1)
-            if eval_every <= 0:
-                raise ValueError(
-                    f"selection.patience={self.patience} counts meta-val evaluations, which "
-                    "trainer.eval_every=0 turns off: set trainer.eval_every > 0, or "
-                    "selection.patience=null"
-                )
         if not self.min_delta >= 0:
             raise ValueError(f"selection.min_delta must be >= 0, got {self.min_delta}")
 

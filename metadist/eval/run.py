@@ -36,6 +36,7 @@ from metadist.store.identity import check_store_identity
 from metadist.tasks.base import EvaluationTasks
 from metadist.train.build import TaskSource, build_task_source
 from metadist.train.config import TrainConfig
+from metadist.train.selection import describe_checkpoint
 
 
 @dataclass
@@ -88,7 +89,8 @@ def evaluate_run(
     allow_imports: Collection[str] = (),
     cache: bool = True,
 ) -> dict[str, Any]:
-    """Evaluates a training run's latest checkpoint on its held-out tasks.
+    """Evaluates a training run's best checkpoint on meta-val (where it kept one), else
+    its latest (`eval.checkpoint=latest`: the latest), on its held-out tasks.
 
     Rebuilds the run's store, sampler (evaluation protocol), partition, model and learner
     from the config saved in the checkpoint, loads the meta-trained weights, scores every
@@ -128,6 +130,10 @@ def evaluate_run(
     if options is None:
         options = _run_eval_options(config, run_dir, overrides, config_dir)
     options.validate()
+    if options.checkpoint == "latest" and "metric" in pointer:  # the best was loaded
+        config, state, checkpoint_path, pointer = load_run(
+            run_dir, "run_dir", allow_imports=allow_imports, checkpoint="latest"
+        )
     parts = _eval_parts(config, options, state.get("store_identity"), run_dir)
     learner, members = with_ensemble(
         trained_learner(config, state, parts),
@@ -144,7 +150,7 @@ def evaluate_run(
     result["title"] = f"{config.experiment}: evaluation on held-out tasks after {step} meta-steps"
     result["settings"] = {
         "experiment": config.experiment,
-        "checkpoint": checkpoint_path.name,
+        "checkpoint": describe_checkpoint(checkpoint_path, pointer),
         "learner": config.learner.name,
         "model": config.model.name,
         "tasks": parts.description,

@@ -116,6 +116,8 @@ class EvalOptions:
             Forecasting on a store only; `None`: none.
         extra_baselines: forecast baselines scored besides naive, seasonal naive, naive 2
             and Theta: `ets` (AutoETS; needs statsforecast, the `ets` extra).
+        checkpoint: the run's checkpoint evaluated: `best` (its best on meta-val,
+            `checkpoints/best`, where it has one; else its latest) or `latest`.
     """
 
     inner_steps: int | None = None
@@ -143,6 +145,7 @@ class EvalOptions:
     ensemble_reduce: str = "mean"
     combinations: list[list[str]] | None = None
     extra_baselines: list[str] = field(default_factory=list)
+    checkpoint: str = "best"
 
     def validate(self) -> None:
         """Raises `ValueError` naming the first bad field."""
@@ -208,7 +211,9 @@ def _check_seasonal_periods(options: EvalOptions) -> None:
 
 
 def _check_task_selection(options: EvalOptions) -> None:
-    """eval.batch_size, max_tasks, tasks_per_unit, num_examples and split."""
+    """eval.batch_size, max_tasks, tasks_per_unit, num_examples, split and checkpoint."""
+    if options.checkpoint not in ("best", "latest"):
+        raise ValueError(f"eval.checkpoint must be 'best' or 'latest', got {options.checkpoint!r}")
     if options.batch_size < 1:
         raise ValueError(f"eval.batch_size must be >= 1, got {options.batch_size}")
     if options.max_tasks is not None and options.max_tasks < 1:

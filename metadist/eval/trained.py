@@ -1,6 +1,7 @@
-"""A run's meta-trained learner, rebuilt from its latest checkpoint (and its ensemble's).
+"""A run's meta-trained learner, rebuilt from its checkpoint (and its ensemble's).
 
-`load_run` reads a run directory's config and latest checkpoint; `trained_learner` builds
+`load_run` reads a run directory's config and its best checkpoint on meta-val (where
+model selection kept one, `checkpoints/best`), else its latest; `trained_learner` builds
 the run's model and learner with the checkpoint's weights on the evaluation device;
 `with_ensemble` joins the latest checkpoints of other runs of the same data and sampler
 to it (`LearnerEnsemble`, `eval.ensemble`).
@@ -21,7 +22,7 @@ from metadist.models import build_model
 from metadist.store.identity import check_store_identity
 from metadist.tasks import get_task_sampler
 from metadist.train import distributed
-from metadist.train.checkpoint import LATEST, checkpoint_dir, latest_checkpoint, load_checkpoint
+from metadist.train.checkpoint import LATEST, checkpoint_dir, load_checkpoint, selected_checkpoint
 from metadist.train.config import TrainConfig, build_config, without_nulls
 
 
@@ -40,9 +41,14 @@ class ModelShapes(Protocol):
 
 
 def load_run(
-    run_dir: Path, field: str, store: Any = None, allow_imports: Collection[str] = ()
+    run_dir: Path,
+    field: str,
+    store: Any = None,
+    allow_imports: Collection[str] = (),
+    checkpoint: str = "best",
 ) -> tuple[TrainConfig, dict[str, Any], Path, dict[str, Any]]:
-    """(config, checkpoint state, checkpoint path, pointer) of a run's latest checkpoint;
+    """(config, checkpoint state, checkpoint path, pointer) of a run's best checkpoint on
+    meta-val where it has one, else its latest (`checkpoint="latest"`: the latest);
     `store` replaces the config's `data.store` (a store that moved since training). The
     run's `imports` are imported only if in `allow_imports` or already imported.
 
@@ -51,7 +57,7 @@ def load_run(
     """
     if not run_dir.is_dir():
         raise FileNotFoundError(f"{field}: no run directory at {run_dir}")
-    found = latest_checkpoint(run_dir)
+    found = selected_checkpoint(run_dir, checkpoint)
     if found is None:
         raise _no_checkpoint_error(run_dir)
     checkpoint_path, pointer = found

@@ -64,7 +64,8 @@ class RunParts:
         partitioner: the stratified split of the sampler's units.
         train_loader: this rank's meta-train loader (`meta_batch_size / world_size` tasks
             per batch).
-        val_loader: this rank's meta-val loader, or `None` when evaluation is off.
+        val_loader: this rank's meta-val loader, or `None` when evaluation is off (or
+            meta-val has no share of the units).
         learner: the learner (not wrapped in DDP), on `env.device`.
         optimizer: the meta-optimizer over the learner's parameters.
         input_shape: one example's input shape, e.g. `(1,)` or `(L, F)`.
@@ -233,6 +234,18 @@ def build_loaders(
             f"split yields no full batch per epoch; {_TRAIN_HINT}"
         )
     if config.trainer.eval_every <= 0:
+        return train_loader, None
+    if config.data.fractions[1] == 0:
+        # A recipe that selects on meta-val, on data too small to spare one (a UCR set of
+        # a few classes, split class-disjointly into meta-train and meta-test only).
+        if env.rank == 0:
+            print(
+                f"note: data.fractions={list(config.data.fractions)} gives meta-val no "
+                f"share: trainer.eval_every={config.trainer.eval_every} has nothing to "
+                "evaluate, so no checkpoint is selected and no patience applies; the run "
+                "trains all trainer.meta_steps",
+                file=sys.stderr,
+            )
         return train_loader, None
     val_options = dict(options)
     per_rank = len(partitioner.units("val")) // env.world_size

@@ -6,6 +6,9 @@ Layout in a run directory::
     checkpoints/latest             JSON: {"checkpoint": "step_00000500.pt", "step": 500,
                                           "num_bytes": ..., "sha256": ...}
     checkpoints/run.json           JSON: {"run_id": ...}, the run the checkpoints belong to
+    checkpoints/best               JSON: as `latest`, plus {"split": "val", "metric": ...,
+                                          "mode": ..., "value": ...}; best.json beside
+                                          the run's metrics: the same, no size or hash
 
 A checkpoint is written to a temporary sibling, fsynced and renamed into place; only then
 is `latest` rewritten the same way, so a crash at any moment leaves `latest` pointing at
@@ -17,8 +20,9 @@ Work is never lost to a damaged pointer: when `latest` is missing (or a dangling
 looping link, or cannot be read) while checkpoints exist, the newest checkpoint that
 loads and verifies (the CRC-32 of every record of its zip archive, the format marker,
 the run it belongs to) is resumed from, with a note on stderr; when none verifies, the
-run is refused. A checkpoint is deleted only once a newer one has been written, and one
-copied in from another run (its `run_id` differs from `run.json`'s) is refused.
+run is refused. A checkpoint is deleted only once a newer one has been written (and the
+one `best` points at never is), and one copied in from another run (its `run_id` differs
+from `run.json`'s) is refused. `best` is moved after `latest`, the same way.
 """
 
 from __future__ import annotations
@@ -44,6 +48,8 @@ from metadist.store.files import pid_alive
 CHECKPOINT_FORMAT = "metadist-checkpoint"
 CHECKPOINT_VERSION = 1
 LATEST = "latest"
+BEST = "best"
+BEST_RECORD = "best.json"  # in the run directory
 RUN_RECORD = "run.json"
 _NAME = re.compile(r"^step_(\d{8,})\.pt$")
 # `durable.atomic_file`'s temporaries: `.NAME.tmp-PID-HEX` (`.NAME.tmp-PID` before it).
@@ -68,7 +74,12 @@ def checkpoint_path(run_dir: str | os.PathLike, step: int) -> Path:
 
 
 def save_checkpoint(
-    run_dir: str | os.PathLike, step: int, state: dict[str, Any], *, keep: int = 2
+    run_dir: str | os.PathLike,
+    step: int,
+    state: dict[str, Any],
+    *,
+    keep: int = 2,
+    best: dict[str, Any] | None = None,
 ) -> Path:
     """Writes `state` as the checkpoint of `step` and moves `latest` to it.
 
@@ -79,6 +90,8 @@ def save_checkpoint(
             its `run_id`, if any, is recorded in `run.json` by the first checkpoint.
         keep: how many most recent checkpoints to keep; older ones are deleted after
             `latest` has moved. Checkpoints of later steps than `step` are kept.
+        best: the meta-val record (`Selection.record`) of a checkpoint that is the run's
+            best so far: `best` (and `best.json`) then move to it, after `latest`.
 
     Returns:
         The path of the new checkpoint file.
@@ -99,19 +112,20 @@ def save_checkpoint(
     path = checkpoint_path(run_dir, step)
     _check_pointer_is_a_file(directory / LATEST)
     with needs_space(path, f"the checkpoint of step {int(step)}", len(data)):
-        _atomic_write(path, data)
+        atomic_write_bytes(path, data)
     if unclaimed:
         record = (json.dumps({"run_id": run_id}) + "\n").encode()
         with needs_space(directory / RUN_RECORD, "the record of the run's identity"):
-            _atomic_write(directory / RUN_RECORD, record)
+            atomic_write_bytes(directory / RUN_RECORD, record)
     pointer = {
         "checkpoint": path.name,
         "step": int(step),
         "num_bytes": len(data),
         "sha256": hashlib.sha256(data).hexdigest(),
     }
-    with needs_space(directory / LATEST, f"the pointer to the checkpoint of step {int(step)}"):
-        _atomic_write(directory / LATEST, (json.dumps(pointer, indent=1) + "\n").encode())
+    _write_json(directory / LATEST, pointer, f"the pointer to the checkpoint of step {int(step)}")
+    if best is not None:
+        write_best(directory, {**pointer, **best})
     _prune(directory, keep=keep, current=path.name)
     return path
 
@@ -138,20 +152,61 @@ def latest_checkpoint(run_dir: str | os.PathLike) -> tuple[Path, dict] | None:
         return _newest_verified(directory, f"{pointer_path} {gone}")
     _check_pointer_is_a_file(pointer_path)
     try:
+        return read_pointer(pointer_path, _remedy(directory))
+    except OSError as error:
+        return _newest_verified(directory, f"{pointer_path} cannot be read ({error.strerror})")
+
+
+def read_pointer(pointer_path: Path, remedy: str) -> tuple[Path, dict]:
+    """`(path, pointer)` of a pointer file (`latest`, `best`); `OSError` where it cannot be
+    read, `CheckpointError` (saying `remedy`) where it is no pointer or its file is gone."""
+    try:
         pointer = json.loads(pointer_path.read_text())
         name = pointer["checkpoint"]
     except (ValueError, KeyError, TypeError) as error:
         raise CheckpointError(
-            f"{pointer_path} is not a metadist checkpoint pointer ({error}); {_remedy(directory)}"
+            f"{pointer_path} is not a metadist checkpoint pointer ({error}); {remedy}"
         ) from None
-    except OSError as error:
-        return _newest_verified(directory, f"{pointer_path} cannot be read ({error.strerror})")
     path = pointer_path.parent / str(name)
     if not isinstance(name, str) or not _NAME.match(name) or not path.is_file():
-        raise CheckpointError(
-            f"{pointer_path} points at {name!r}, which does not exist; {_remedy(directory)}"
-        )
+        raise CheckpointError(f"{pointer_path} points at {name!r}, which does not exist; {remedy}")
     return path, pointer
+
+
+def selected_checkpoint(
+    run_dir: str | os.PathLike, which: str = "best"
+) -> tuple[Path, dict] | None:
+    """`(path, pointer)` of the checkpoint a run is evaluated with: its best on meta-val
+    where `which` is "best" and it has one (`checkpoints/best`), else its latest
+    (`latest_checkpoint`); `None` without a checkpoint. `CheckpointError` where `best`
+    cannot be read, is no pointer or its file is gone, and as in `latest_checkpoint`."""
+    pointer_path = checkpoint_dir(run_dir) / BEST
+    if which != "best" or not (pointer_path.exists() or pointer_path.is_symlink()):
+        return latest_checkpoint(run_dir)
+    _check_pointer_is_a_file(pointer_path)
+    remedy = "remove it to evaluate the latest checkpoint instead (or eval.checkpoint=latest)"
+    try:
+        return read_pointer(pointer_path, remedy)
+    except OSError as error:
+        raise CheckpointError(
+            f"{pointer_path} cannot be read ({error.strerror}); {remedy}"
+        ) from None
+
+
+def write_best(directory: Path, pointer: dict[str, Any]) -> None:
+    """Moves `best` to `pointer`, then rewrites the run's `best.json` (no size or hash)."""
+    _check_pointer_is_a_file(directory / BEST)
+    _write_json(directory / BEST, pointer, "the pointer to the best checkpoint")
+    record = {k: v for k, v in pointer.items() if k not in ("num_bytes", "sha256")}
+    _write_json(directory.parent / BEST_RECORD, record, "the record of the best checkpoint")
+
+
+def best_name(directory: Path) -> str | None:
+    """The checkpoint `best` points at, or `None` (no pointer, or one that cannot be read)."""
+    try:
+        return read_pointer(directory / BEST, "")[0].name
+    except (OSError, CheckpointError):
+        return None
 
 
 def load_checkpoint(path: str | os.PathLike, pointer: dict | None = None) -> dict[str, Any]:
@@ -357,8 +412,8 @@ def _first_line(error: BaseException) -> str:
 def _check_pointer_is_a_file(pointer_path: Path) -> None:
     if pointer_path.exists() and not pointer_path.is_file():
         raise CheckpointError(
-            f"{pointer_path} is not a file: it must be the pointer to the latest checkpoint "
-            "(JSON); remove it or use another run_dir"
+            f"{pointer_path} is not a file: it must be the pointer to the {pointer_path.name} "
+            "checkpoint (JSON); remove it or use another run_dir"
         )
 
 
@@ -383,8 +438,11 @@ def remove_stale_temporaries(run_dir: str | os.PathLike) -> list[Path]:
     return removed
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    atomic_write_bytes(path, data)
+def _write_json(path: Path, value: dict[str, Any], what: str) -> None:
+    """Writes `value` as indented JSON to `path`, atomically (`what` names it when the
+    disk is full)."""
+    with needs_space(path, what):
+        atomic_write_bytes(path, (json.dumps(value, indent=1) + "\n").encode())
 
 
 def _step_of(name: str) -> int:
@@ -399,9 +457,13 @@ def _checkpoint_names(directory: Path) -> list[str]:
 
 
 def _prune(directory: Path, *, keep: int, current: str) -> None:
-    """Deletes all but the `keep - 1` newest checkpoints older than `current`; the newer
-    ones (of steps a resumed run has not reached again) are never superseded, so stay."""
-    older = [n for n in _checkpoint_names(directory) if _step_of(n) < _step_of(current)]
+    """Deletes all but the `keep - 1` newest checkpoints older than `current`, sparing the
+    one `best` points at; the newer ones (of steps a resumed run has not reached again)
+    are never superseded, so stay."""
+    best = best_name(directory)
+    older = [
+        n for n in _checkpoint_names(directory) if _step_of(n) < _step_of(current) and n != best
+    ]
     for name in older[: max(len(older) - (keep - 1), 0)]:
         (directory / name).unlink(missing_ok=True)
 

@@ -9,11 +9,9 @@ same message.
 
 from __future__ import annotations
 
-import importlib
 import math
 import os
 import re
-import sys
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,8 +30,10 @@ from metadist.options import (
 from metadist.registry import Registry
 from metadist.store import SeriesStore
 from metadist.tasks import TaskSampler
+from metadist.train.imports import import_modules  # re-exported: it lives on its own
 from metadist.train.optim import OptimizerConfig  # re-exported: it lives with the optimizers
 from metadist.train.pretrain import PretrainConfig
+from metadist.train.selection import SelectionConfig
 
 _DEVICES = ("auto", "cpu", "cuda")
 _BACKENDS = ("auto", "gloo", "nccl")
@@ -368,6 +368,8 @@ class TrainConfig:
         data, sampler, model, learner, optimizer, trainer, logging: the sections.
         pretrain: classifier pre-training of the model before meta-training (off
             unless `pretrain.steps > 0`).
+        selection: which checkpoint is the run's best on meta-val, and when it stops
+            early (`metadist.train.selection`; with `trainer.eval_every > 0`).
         eval: the evaluation settings group, kept with the run's config so that the
             evaluation that ends training, and any re-scoring later, uses the run's own
             settings. Training does not read it: the evaluation layer types and checks it
@@ -385,6 +387,7 @@ class TrainConfig:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
+    selection: SelectionConfig = field(default_factory=SelectionConfig)
     eval: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -405,6 +408,7 @@ class TrainConfig:
         self.trainer.validate(world_size)
         self.logging.validate()
         self.pretrain.validate()
+        self.selection.validate()
 
     def to_dict(self) -> dict[str, Any]:
         """Plain nested dict (JSON-safe), the inverse of `build_config`."""
@@ -460,41 +464,3 @@ def without_nulls(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: without_nulls(v) for k, v in value.items() if v is not None}
     return value
-
-
-def import_modules(names: list[str], allowed: Collection[str] | None = None) -> None:
-    """Imports the `imports` modules (which register samplers, learners or models).
-
-    The working directory is put on `sys.path` first, so that a module next to the
-    command (`my_samplers.py`) is found on every rank and by `metadist.eval`.
-
-    A run received from someone else is data, not code: with `allowed` given (loading a
-    run), a module is imported only when it is in `allowed` or already imported (which
-    runs no code), so a run's `imports` never run a file beside it unasked.
-
-    Raises:
-        ValueError: a module cannot be imported, or is not allowed; the message names it,
-            and for the latter how to allow it.
-    """
-    if not names:
-        return
-    if allowed is not None:
-        refused = [n for n in names if n not in allowed and n not in sys.modules]
-        if refused:
-            flags = " ".join(f"--allow-import {n}" for n in refused)
-            raise ValueError(
-                f"imports: the run imports module(s) {', '.join(map(repr, refused))}, code "
-                "that would run on loading it; a loaded run imports nothing unless you allow "
-                f"it: {flags} (load_run(..., allow_imports=[...]) in Python)"
-            )
-    cwd = os.getcwd()
-    if cwd not in sys.path:
-        sys.path.insert(0, cwd)
-    for name in names:
-        try:
-            importlib.import_module(name)
-        except Exception as error:  # noqa: BLE001 - any failure inside the user module
-            raise ValueError(
-                f"imports: cannot import module {name!r} ({type(error).__name__}: {error}); "
-                f"it must be importable from the working directory {cwd} or PYTHONPATH"
-            ) from None

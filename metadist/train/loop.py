@@ -3,7 +3,9 @@
 `train(config)` is the whole run on one rank: build the parts, form the process group,
 resume from the run directory's latest checkpoint if there is one (`metadist.train.resume`;
 the random number generators' state: `metadist.train.rng`), loop, write the final
-checkpoint. Run it alone or under `torchrun`; every rank runs the same code, and only
+checkpoint. With meta-val evaluation on, each evaluation is compared with the best so far
+(`metadist.train.selection`): the best is checkpointed as `checkpoints/best`, and
+`selection.patience` evaluations without improvement stop the run early. Run it alone or under `torchrun`; every rank runs the same code, and only
 rank 0 writes to the run directory.
 """
 
@@ -41,6 +43,7 @@ from metadist.train.optim import scheduled_lr
 from metadist.train.pretrain_phase import run_pretraining
 from metadist.train.resume import check_same_run, finished_before, resume
 from metadist.train.rng import rng_state
+from metadist.train.selection import Selection
 from metadist.train.signals import StopRequest
 from metadist.train.step import MetaStep, resolved_check_every
 
@@ -69,6 +72,8 @@ class TrainResult:
         stopped_by: the signal that stopped the run early (`"SIGTERM"`), else `None`.
         learner: this rank's learner (unwrapped), with the final parameters.
         loss: the last meta-loss (mean over all ranks' tasks).
+        early_stopped: the run stopped before `trainer.meta_steps` because meta-val did
+            not improve for `selection.patience` evaluations (now, or before a resume).
     """
 
     step: int
@@ -77,6 +82,7 @@ class TrainResult:
     stopped_by: str | None
     learner: nn.Module
     loss: float
+    early_stopped: bool = False
 
 
 def train(
@@ -144,10 +150,11 @@ class _Context:
     stop: StopRequest
     run_id: str
     on_eval: Callable[[int, dict[str, float]], None] | None
+    selection: Selection | None  # None without meta-val evaluation
 
 
 def _run(config: TrainConfig, env: DistEnv, parts: RunParts, on_eval) -> TrainResult:
-    step, run_id, checkpoint, metrics_window = resume(config, env, parts)
+    step, run_id, checkpoint, metrics_window, selected = resume(config, env, parts)
     if env.is_main:
         logger: RunLogger | NullLogger = RunLogger(
             config.resolved_run_dir,
@@ -171,6 +178,17 @@ def _run(config: TrainConfig, env: DistEnv, parts: RunParts, on_eval) -> TrainRe
             )
     if checkpoint is None:  # a fresh run: its pre-training phase first (if it has one)
         run_pretraining(config, env, parts, logger.message)
+    selection = None
+    if parts.val_loader is not None:
+        selection = Selection(config.selection, parts.learner.loss)
+        note = selection.restore(selected)
+        if note is not None:
+            logger.message(note)
+    elif config.selection.patience is not None and config.trainer.eval_every <= 0:
+        logger.message(
+            f"note: selection.patience={config.selection.patience} does not apply: "
+            "trainer.eval_every=0 evaluates no meta-val"
+        )
     model: nn.Module = parts.learner
     if env.is_distributed:
         model = DistributedDataParallel(
@@ -180,7 +198,7 @@ def _run(config: TrainConfig, env: DistEnv, parts: RunParts, on_eval) -> TrainRe
         )
     try:
         with StopRequest() as stop:
-            context = _Context(config, env, parts, model, logger, stop, run_id, on_eval)
+            context = _Context(config, env, parts, model, logger, stop, run_id, on_eval, selection)
             return _loop(context, step, checkpoint, metrics_window)
     finally:
         for loader in (parts.train_loader, parts.val_loader):
@@ -220,22 +238,18 @@ def _loop(
     val_loader = parts.val_loader
     val_start = val_loader.state_dict() if val_loader is not None else {}
     check_every = resolved_check_every(trainer.check_every, env.device)
-    meta_step = MetaStep(
-        ctx.model,
-        parts.learner,
-        parts.optimizer,
-        env,
-        check_every=check_every,
-        grad_clip=ctx.config.optimizer.grad_clip,
-        compile=trainer.compile,
-        precision=trainer.precision,
-        stop_requested=lambda: ctx.stop.requested,
-        message=ctx.logger.message,
-    )
+    meta_step = _meta_step(ctx, check_every)
     window = _Window(step)
     if metrics_window is not None:  # the record under way when the checkpoint was saved
         window.restore(metrics_window)
     loss = float("nan")
+    selection = ctx.selection
+    if selection is not None and selection.exhausted and step < trainer.meta_steps:
+        ctx.logger.message(
+            f"{selection.stop_message(step)}; nothing to train (raise "
+            "selection.patience, or set it to null, to go on)"
+        )
+        return _result(ctx, step, checkpoint, None, loss, early_stopped=True)
     while step < trainer.meta_steps:
         for batch in parts.train_loader:
             batch = batch.to(env.device, non_blocking=True)
@@ -266,26 +280,84 @@ def _loop(
                 values = window.flush(step, trainer.meta_batch_size)
                 values["lr"] = parts.optimizer.param_groups[0]["lr"]
                 ctx.logger.log(step, "train", values)
+            improved = early = False
             if evals and val_loader is not None:
-                values = evaluate(parts.learner, val_loader, val_start, env, trainer)
-                ctx.logger.log(step, "val", values)
-                if ctx.on_eval is not None:
-                    ctx.on_eval(step, values)
-            if saves or stopping:
-                checkpoint = _save(ctx, step, window)
+                improved, early = _validate(ctx, step, val_loader, val_start, last)
+            if saves or stopping or improved or early:
+                checkpoint = _save(ctx, step, window, best=improved)
             if stopping:
                 ctx.logger.message(
                     f"{ctx.stop.signal_name or 'another rank was signalled'}: checkpoint of "
                     f"step {step} written to {checkpoint}; exiting"
                 )
-                stopped_by = ctx.stop.signal_name or "peer"
-                return TrainResult(
-                    step, ctx.config.resolved_run_dir, checkpoint, stopped_by, parts.learner, loss
-                )
+                return _result(ctx, step, checkpoint, ctx.stop.signal_name or "peer", loss)
+            if early:
+                assert selection is not None  # only a selection stops early
+                ctx.logger.message(f"{selection.stop_message(step)}; checkpoint {checkpoint}")
+                return _result(ctx, step, checkpoint, None, loss, early_stopped=True)
             if last:
                 break
     ctx.logger.message(f"finished {step} meta-steps; checkpoint {checkpoint}")
-    return TrainResult(step, ctx.config.resolved_run_dir, checkpoint, None, parts.learner, loss)
+    return _result(ctx, step, checkpoint, None, loss)
+
+
+def _meta_step(ctx: _Context, check_every: int) -> MetaStep:
+    """The run's `MetaStep` (forward, backward and update of one meta-batch)."""
+    trainer = ctx.config.trainer
+    return MetaStep(
+        ctx.model,
+        ctx.parts.learner,
+        ctx.parts.optimizer,
+        ctx.env,
+        check_every=check_every,
+        grad_clip=ctx.config.optimizer.grad_clip,
+        compile=trainer.compile,
+        precision=trainer.precision,
+        stop_requested=lambda: ctx.stop.requested,
+        message=ctx.logger.message,
+    )
+
+
+def _validate(
+    ctx: _Context,
+    step: int,
+    val_loader: BatchMetaDataLoader,
+    val_start: dict[str, Any],
+    last: bool,
+) -> tuple[bool, bool]:
+    """Evaluates meta-val at `step`, logs it, counts it in the run's selection and reports
+    it (`on_eval`): (whether it is the best so far, whether the run stops early here:
+    patience used up before the last step)."""
+    values = evaluate(ctx.parts.learner, val_loader, val_start, ctx.env, ctx.config.trainer)
+    ctx.logger.log(step, "val", values)
+    improved = early = False
+    if ctx.selection is not None:
+        name = checkpoint_path(ctx.config.resolved_run_dir, step).name
+        improved = ctx.selection.update(step, values, name)
+        early = ctx.selection.exhausted and not last
+    if ctx.on_eval is not None:
+        ctx.on_eval(step, values)
+    return improved, early
+
+
+def _result(
+    ctx: _Context,
+    step: int,
+    checkpoint: Path | None,
+    stopped_by: str | None,
+    loss: float,
+    *,
+    early_stopped: bool = False,
+) -> TrainResult:
+    return TrainResult(
+        step,
+        ctx.config.resolved_run_dir,
+        checkpoint,
+        stopped_by,
+        ctx.parts.learner,
+        loss,
+        early_stopped=early_stopped,
+    )
 
 
 def _check_inputs_finite(batch: MetaBatch, sampler: TaskSampler, step: int, env: DistEnv) -> None:
@@ -393,8 +465,10 @@ class _Window:
         return values
 
 
-def _save(ctx: _Context, step: int, window: _Window) -> Path:
-    """Checkpoint of `step` (collective: gathers every rank's RNG state; rank 0 writes).
+def _save(ctx: _Context, step: int, window: _Window, *, best: bool = False) -> Path:
+    """Checkpoint of `step` (collective: gathers every rank's RNG state; rank 0 writes),
+    with the run's selection record; `best`: it is the best on meta-val so far, and
+    `checkpoints/best` moves to it.
 
     Returns the checkpoint's path on every rank.
     """
@@ -412,7 +486,9 @@ def _save(ctx: _Context, step: int, window: _Window) -> Path:
         "config": config.to_dict(),
         "store_identity": parts.store_identity,
         "metrics_window": window.state(),
+        "selection": ctx.selection.state() if ctx.selection is not None else None,
     }
+    record = ctx.selection.record() if best and ctx.selection is not None else None
     return save_checkpoint(
-        config.resolved_run_dir, step, state, keep=config.trainer.keep_checkpoints
+        config.resolved_run_dir, step, state, keep=config.trainer.keep_checkpoints, best=record
     )

@@ -3,7 +3,8 @@ and restoring the learner, optimizer, loader and random number generators.
 
 `resume` is what `train` does first on every rank; `finished_before` answers, in a
 fraction of a second, whether a run directory already holds a finished run of a config
-(`metadist competition` and the demo skip training it).
+(all its meta-steps, or stopped early: `metadist competition` and the demo skip training
+it).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from metadist.train.config import PretrainConfig, TrainConfig, without_nulls
 from metadist.train.distributed import DistEnv
 from metadist.train.logging import new_run_id
 from metadist.train.rng import seed_rank, set_rng_state
+from metadist.train.selection import restore_best, stopped_early
 
 # Sections that define what a run computes: resuming with any of them changed would
 # silently continue a different experiment.
@@ -46,12 +48,14 @@ _ADDED_SECTIONS: dict[tuple[str, ...], type] = {("pretrain",): PretrainConfig}
 
 class Resumed(NamedTuple):
     """Where a run starts: its step, identity, the checkpoint it resumed from (None for a
-    fresh start) and the partial sums of the metrics record under way at that step."""
+    fresh start), the partial sums of the metrics record under way at that step and the
+    record of its model selection (`Selection.state`; None before any)."""
 
     step: int
     run_id: str
     checkpoint: Path | None
     metrics_window: dict[str, Any] | None
+    selection: dict[str, Any] | None = None
 
 
 def resume(config: TrainConfig, env: DistEnv, parts: RunParts) -> Resumed:
@@ -81,8 +85,14 @@ def resume(config: TrainConfig, env: DistEnv, parts: RunParts) -> Resumed:
         set_rng_state(rng[env.rank], env)
     else:
         seed_rank(config.trainer.seed + int(state["step"]), env)
+    if env.is_main:
+        restore_best(run_dir, state.get("selection"))
     return Resumed(
-        int(state["step"]), str(state.get("run_id", "")), path, state.get("metrics_window")
+        int(state["step"]),
+        str(state.get("run_id", "")),
+        path,
+        state.get("metrics_window"),
+        state.get("selection"),
     )
 
 
@@ -126,9 +136,10 @@ def finished_before(overrides: list[str], run_dir: Path) -> bool:
             return False
         path, pointer = found
         config = load_config(overrides)
-        if int(pointer.get("step", -1)) < config.trainer.meta_steps:
-            return False
         state = load_checkpoint(path, pointer)  # the pointer's size and SHA-256 checked
+        finished = int(state.get("step", -1)) >= config.trainer.meta_steps
+        if not finished and not stopped_early(config.selection, state.get("selection")):
+            return False
         check_same_run(state.get("config", {}), config.to_dict(), run_dir)
         if config.data.store is not None:
             store = SeriesStore.open(config.data.store)

@@ -1,0 +1,46 @@
+"""Importing a run's `imports`: the modules that register its samplers, learners or models."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from collections.abc import Collection
+
+
+def import_modules(names: list[str], allowed: Collection[str] | None = None) -> None:
+    """Imports the `imports` modules (which register samplers, learners or models).
+
+    The working directory is put on `sys.path` first, so that a module next to the
+    command (`my_samplers.py`) is found on every rank and by `metadist.eval`.
+
+    A run received from someone else is data, not code: with `allowed` given (loading a
+    run), a module is imported only when it is in `allowed` or already imported (which
+    runs no code), so a run's `imports` never run a file beside it unasked.
+
+    Raises:
+        ValueError: a module cannot be imported, or is not allowed; the message names it,
+            and for the latter how to allow it.
+    """
+    if not names:
+        return
+    if allowed is not None:
+        refused = [n for n in names if n not in allowed and n not in sys.modules]
+        if refused:
+            flags = " ".join(f"--allow-import {n}" for n in refused)
+            raise ValueError(
+                f"imports: the run imports module(s) {', '.join(map(repr, refused))}, code "
+                "that would run on loading it; a loaded run imports nothing unless you allow "
+                f"it: {flags} (load_run(..., allow_imports=[...]) in Python)"
+            )
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception as error:  # noqa: BLE001 - any failure inside the user module
+            raise ValueError(
+                f"imports: cannot import module {name!r} ({type(error).__name__}: {error}); "
+                f"it must be importable from the working directory {cwd} or PYTHONPATH"
+            ) from None

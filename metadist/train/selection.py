@@ -1,0 +1,219 @@
+"""Model selection on meta-val, and early stopping.
+
+With meta-val evaluation on (`trainer.eval_every > 0`), every evaluation is compared
+with the best one so far by one metric (`selection.metric`): an improvement writes a
+checkpoint of that step and moves `checkpoints/best` to it (`metadist.train.checkpoint`),
+which evaluation then loads; `selection.patience` evaluations in a row without one stop
+the run (early stopping). `Selection` is the running record; it is saved in every
+checkpoint, so that a resumed run counts on exactly where the stopped one was.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from metadist.options import check_min
+from metadist.train.checkpoint import best_name, checkpoint_dir, write_best
+
+_MODES = ("min", "max")
+
+
+@dataclass
+class SelectionConfig:
+    """Which checkpoint a run keeps as its best, and when it stops early.
+
+    Attributes:
+        metric: the meta-val metric compared (a key of the `val` records of
+            `metrics.jsonl`); `None`: `query_accuracy_after` for a learner whose loss is
+            `cross_entropy` (classification), else `query_loss_after`.
+        mode: `max` or `min`, whether a larger value is better; `None`: `max` for a
+            metric whose name holds "accuracy", else `min`.
+        patience: stop once this many meta-val evaluations in a row did not improve on
+            the best (writing a final checkpoint); `None`: never stop early. Without
+            meta-val evaluation (`trainer.eval_every=0`, or no meta-val share in
+            `data.fractions`) nothing is selected and it does not apply (a note says so).
+        min_delta: how much better than the best a value must be to count as an
+            improvement.
+    """
+
+    metric: str | None = None
+    mode: str | None = None
+    patience: int | None = None
+    min_delta: float = 0.0
+
+    def validate(self) -> None:
+        """Raises `ValueError` naming the first bad field."""
+        if self.metric is not None and (not isinstance(self.metric, str) or not self.metric):
+            raise ValueError(f"selection.metric must be a metric name or null, got {self.metric!r}")
+        if self.mode is not None and self.mode not in _MODES:
+            raise ValueError(f"selection.mode must be min, max or null, got {self.mode!r}")
+        if self.patience is not None:
+            check_min("selection.patience", self.patience, 1)
+        if not self.min_delta >= 0:
+            raise ValueError(f"selection.min_delta must be >= 0, got {self.min_delta}")
+
+    def resolved_metric(self, loss: str) -> str:
+        """`metric`, or the default for a learner whose loss is `loss`."""
+        if self.metric is not None:
+            return self.metric
+        return "query_accuracy_after" if loss == "cross_entropy" else "query_loss_after"
+
+    def resolved_mode(self, metric: str) -> str:
+        """`mode`, or the default for `metric`."""
+        if self.mode is not None:
+            return self.mode
+        return "max" if "accuracy" in metric else "min"
+
+
+class Selection:
+    """The best meta-val evaluation so far, and how many since did not improve on it.
+
+    Args:
+        config: the `selection` section.
+        loss: the learner's loss (`cross_entropy` selects on accuracy by default).
+    """
+
+    def __init__(self, config: SelectionConfig, loss: str) -> None:
+        self.metric = config.resolved_metric(loss)
+        self.mode = config.resolved_mode(self.metric)
+        self.patience = config.patience
+        self.min_delta = float(config.min_delta)
+        self.best_value: float | None = None
+        self.best_step: int | None = None
+        self.best_checkpoint: str | None = None
+        self.bad_evals = 0
+
+    def update(self, step: int, values: dict[str, float], checkpoint: str) -> bool:
+        """Counts the evaluation of `step`, whose checkpoint is named `checkpoint`;
+        whether it is the new best (its checkpoint must then be written).
+
+        Raises:
+            ValueError: the evaluation has no `metric` (naming those it has).
+        """
+        if self.metric not in values:
+            raise ValueError(
+                f"selection.metric={self.metric!r} is not among the meta-val metrics of "
+                f"this learner ({', '.join(sorted(values))}); choose one of them"
+            )
+        value = float(values[self.metric])
+        if self.best_value is None:
+            better = math.isfinite(value)
+        elif self.mode == "max":
+            better = value > self.best_value + self.min_delta
+        else:
+            better = value < self.best_value - self.min_delta
+        if better:
+            self.best_value, self.best_step, self.bad_evals = value, step, 0
+            self.best_checkpoint = checkpoint
+        else:
+            self.bad_evals += 1
+        return better
+
+    @property
+    def exhausted(self) -> bool:
+        """Whether `patience` evaluations in a row did not improve: the run stops."""
+        return self.patience is not None and self.bad_evals >= self.patience
+
+    def record(self) -> dict[str, Any]:
+        """What `checkpoints/best` and `best.json` record besides the checkpoint."""
+        return {"split": "val", "metric": self.metric, "mode": self.mode, "value": self.best_value}
+
+    def state(self) -> dict[str, Any]:
+        """The record, for a checkpoint."""
+        return {
+            "metric": self.metric,
+            "mode": self.mode,
+            "best_value": self.best_value,
+            "best_step": self.best_step,
+            "best_checkpoint": self.best_checkpoint,
+            "bad_evals": self.bad_evals,
+        }
+
+    def restore(self, state: dict[str, Any] | None) -> str | None:
+        """Continues the record of a checkpoint; a note when it cannot (another metric or
+        mode than the checkpoint's: the record starts afresh), else `None`."""
+        if not state:
+            return None
+        if (state.get("metric"), state.get("mode")) != (self.metric, self.mode):
+            return (
+                f"note: the run selected on {state.get('mode')} val {state.get('metric')}, "
+                f"this command on {self.mode} val {self.metric}: the best so far is forgotten"
+            )
+        value = state.get("best_value")
+        self.best_value = None if value is None else float(value)
+        step = state.get("best_step")
+        self.best_step = None if step is None else int(step)
+        name = state.get("best_checkpoint")
+        self.best_checkpoint = None if name is None else str(name)
+        self.bad_evals = int(state.get("bad_evals", 0))
+        return None
+
+    def stop_message(self, step: int) -> str:
+        """The line saying why the run stopped (or stays stopped) at `step`."""
+        best = "no evaluation had a finite value"
+        if self.best_value is not None:
+            best = (
+                f"the best, {self.best_value:.6g} at step {self.best_step}, is checkpoints/best "
+                f"({self.best_checkpoint})"
+            )
+        return (
+            f"early stop at step {step}: val {self.metric} has not improved for "
+            f"{self.bad_evals} evaluations (selection.patience={self.patience}); {best}"
+        )
+
+
+def stopped_early(config: SelectionConfig, state: dict[str, Any] | None) -> bool:
+    """Whether a checkpoint's selection record (`state`) has used up `config.patience`,
+    counted on the same metric and mode (a run resumed with a larger patience, or none,
+    goes on)."""
+    if not state or config.patience is None:
+        return False
+    metric = config.metric or state.get("metric")
+    if (metric, config.resolved_mode(str(metric))) != (state.get("metric"), state.get("mode")):
+        return False
+    return int(state.get("bad_evals", 0)) >= config.patience
+
+
+def describe_checkpoint(path: Path, pointer: dict[str, Any]) -> str:
+    """A checkpoint's name and, for a run's best (`checkpoints/best`), what selected it,
+    e.g. "step_00000120.pt (best by val query_accuracy_after = 0.71)"."""
+    value = pointer.get("value")
+    if pointer.get("metric") is None or not isinstance(value, (int, float)):
+        return path.name
+    return f"{path.name} (best by {pointer.get('split', 'val')} {pointer['metric']} = {value:.4g})"
+
+
+def restore_best(run_dir: str | os.PathLike, state: dict[str, Any] | None) -> bool:
+    """Points `checkpoints/best` at the best checkpoint a resumed checkpoint's selection
+    record (`state`) names, where it points elsewhere: a run stopped between moving
+    `latest` and `best` (or resumed from an older checkpoint than `latest`, whose best
+    was earlier). Nothing where the record has no best or its file is gone.
+
+    Returns:
+        Whether `best` moved.
+    """
+    name = (state or {}).get("best_checkpoint")
+    directory = checkpoint_dir(run_dir)
+    if not isinstance(name, str) or not (directory / name).is_file():
+        return False
+    if best_name(directory) == name:
+        return False
+    data = (directory / name).read_bytes()
+    assert state is not None  # it names a checkpoint
+    pointer = {
+        "checkpoint": name,
+        "step": int(state["best_step"]),
+        "num_bytes": len(data),
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "split": "val",
+        "metric": state["metric"],
+        "mode": state["mode"],
+        "value": state["best_value"],
+    }
+    write_best(directory, pointer)
+    return True

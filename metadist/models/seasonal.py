@@ -112,8 +112,11 @@ class SeasonalNorm:
         z = (y - to_window @ offset) / (to_window @ multiplier)
         level = z[..., -(self.period if self.seasonal else 1) :, :].mean(dim=-2)
         deviation = z - level.unsqueeze(-2)
-        floor = 1e-5 * (1.0 + z.abs().mean(dim=-2))
-        scale = torch.sqrt(torch.maximum(deviation.pow(2).mean(dim=-2), floor.pow(2)))
+        # the RMS deviation, floored at 1e-5 · reference (computed relative to the
+        # reference, so that squares of values as large as 1e30 stay finite in float32)
+        reference = 1.0 + z.abs().mean(dim=-2)
+        relative = (deviation / reference.unsqueeze(-2)).pow(2).mean(dim=-2)
+        scale = reference * torch.sqrt(relative.clamp_min(1e-10))
         low = high = None
         if self.clamp is not None:
             big = torch.finfo(x.dtype).max
@@ -121,9 +124,7 @@ class SeasonalNorm:
             bottom = torch.where(real, y, torch.full_like(y, big)).amin(dim=-2)
             margin = self.clamp * (top - bottom)
             low, high = bottom - margin, top + margin
-        state = SeasonalState(
-            level, scale, to_future @ multiplier, to_future @ offset, low, high
-        )
+        state = SeasonalState(level, scale, to_future @ multiplier, to_future @ offset, low, high)
         normalised = deviation / scale.unsqueeze(-2)
         if identity:
             return normalised, state
@@ -162,9 +163,7 @@ class SeasonalNorm:
         positive = torch.where(real, y > 0, torch.ones_like(real)).all(dim=-2) & enough
         if self.seasonality == "additive":
             positive = torch.zeros_like(positive)
-        by_phase = _phase_matrix(
-            (starts + half - length) % m, m, y.dtype
-        ).T  # [m, C]
+        by_phase = _phase_matrix((starts + half - length) % m, m, y.dtype).T  # [m, C]
         counts = (by_phase @ complete.to(y.dtype)).clamp_min(1.0)  # [..., m, T]
         # Multiplicative: ratios to the trend, computed on safe values where unused so
         # that neither the forward nor the backward pass meets a zero division.
@@ -207,6 +206,10 @@ def _moving_average(
     if width != period:
         weights[0] = weights[-1] = 0.5 / period
     centres = length - width + 1
-    lag = torch.arange(length, device=device)[None, :] - torch.arange(centres, device=device)[:, None]
+    lag = (
+        torch.arange(length, device=device)[None, :] - torch.arange(centres, device=device)[:, None]
+    )
     inside = (lag >= 0) & (lag < width)
-    return torch.where(inside, weights[lag.clamp(0, width - 1)], torch.zeros((), dtype=dtype, device=device))
+    return torch.where(
+        inside, weights[lag.clamp(0, width - 1)], torch.zeros((), dtype=dtype, device=device)
+    )

@@ -102,7 +102,7 @@ class SeasonalNorm:
         first_real = _first_real(y)  # [..., T]
         positions = torch.arange(self.lookback, device=x.device)
         real = positions[:, None] >= first_real.unsqueeze(-2)  # [..., L, T]
-        multiplier, offset = self._indices(y, first_real)  # [..., m, T] each
+        multiplier, offset = self._indices(y, first_real, real)  # [..., m, T] each
         to_window = _phase_matrix(
             (positions - self.lookback) % self.period, self.period, x.dtype
         )  # [L, m]
@@ -143,9 +143,10 @@ class SeasonalNorm:
             torch.minimum(forecast, state.high.unsqueeze(-2)), state.low.unsqueeze(-2)
         )
 
-    def _indices(self, y: Tensor, first_real: Tensor) -> tuple[Tensor, Tensor]:
+    def _indices(self, y: Tensor, first_real: Tensor, real: Tensor) -> tuple[Tensor, Tensor]:
         """Multiplicative and additive indices `[..., m, T]` per window (1 and 0 where a
-        window has none of that kind)."""
+        window has none of that kind), from `y [..., L, T]`, the index of its first real
+        value `[..., T]` and the mask of its real values `[..., L, T]`."""
         shape = (*y.shape[:-2], self.period, y.shape[-1])
         ones, zeros = y.new_ones(shape), y.new_zeros(shape)
         if not self.seasonal:
@@ -159,7 +160,6 @@ class SeasonalNorm:
         complete = starts[:, None] >= first_real.unsqueeze(-2)  # [..., C, T]
         observed = y[..., half : half + centres, :]
         enough = (length - first_real) >= 2 * m  # [..., T]
-        real = torch.arange(length, device=y.device)[:, None] >= first_real.unsqueeze(-2)
         positive = torch.where(real, y > 0, torch.ones_like(real)).all(dim=-2) & enough
         if self.seasonality == "additive":
             positive = torch.zeros_like(positive)

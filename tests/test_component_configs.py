@@ -272,7 +272,13 @@ def test_a_subclass_declares_only_the_options_it_adds():
         build_task_sampler("noisy_sinusoid_for_config_test", noize=0.5)
     # the window forecaster extends the MLP's options (and widens its default)
     forecaster, mlp = get_model("forecaster"), get_model("mlp")
-    assert fields(forecaster.Options) - fields(mlp.Options) == {"window_norm", "target_channels"}
+    assert fields(forecaster.Options) - fields(mlp.Options) == {
+        "window_norm",
+        "target_channels",
+        "seasonal_period",
+        "seasonality",
+        "clamp",
+    }
     assert forecaster.Options().hidden_sizes == (64, 64) != mlp.Options().hidden_sizes
 
 

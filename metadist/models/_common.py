@@ -87,8 +87,9 @@ def window_norm_options(
     target_channels: Sequence[int] | None,
     input_shape: tuple[int, ...],
     output_shape: tuple[int, ...],
+    modes: Sequence[str] = WINDOW_NORMS,
 ) -> tuple[str, tuple[int, ...] | None]:
-    """Validated `(window_norm, target_channels)` for a window model.
+    """Validated `(window_norm, target_channels)` for a window model that offers `modes`.
 
     `target_channels[t]` is the input feature (the position of the column in the sampler's
     `input_columns`) that holds target `t` (`target_columns[t]`). It may be left out only
@@ -99,9 +100,9 @@ def window_norm_options(
             target channels missing (for more than one feature or target), of the wrong
             length, repeated or outside `[0, F)`.
     """
-    if mode not in WINDOW_NORMS:
+    if mode not in modes:
         raise ValueError(
-            f"model {model!r}: window_norm must be one of {', '.join(WINDOW_NORMS)}, got {mode!r}"
+            f"model {model!r}: window_norm must be one of {', '.join(modes)}, got {mode!r}"
         )
     if mode == "none":
         return mode, None

@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from torch import Tensor
 
 from metadist.models._common import (
+    WINDOW_NORMS,
     denormalise_forecast,
     normalise_window,
+    split_leading,
     window_norm_options,
     window_shape,
 )
 from metadist.models.mlp import MLP
 from metadist.models.registry import register_model
+from metadist.models.seasonal import SEASONALITIES, SeasonalNorm
+
+FORECASTER_NORMS = (*WINDOW_NORMS, "seasonal")
 
 
 @register_model("forecaster")
@@ -28,6 +33,11 @@ class WindowForecaster(MLP):
     and in `batched_forward` alike: the network learns shapes, not levels, and a window
     `a · x + b` (a > 0) is forecast as `a · f(x) + b`. Predictions, losses and adaptation
     stay in the data's units.
+
+    With `window_norm="seasonal"`, each window is also deseasonalised first, with
+    seasonal indices of period `seasonal_period` estimated from the window itself, and
+    the forecast reseasonalised; `clamp` keeps forecasts near the window's range
+    (`metadist.models.seasonal.SeasonalNorm`).
 
     Args:
         input_shape: `(L, F)`, window length and number of features.
@@ -48,15 +58,25 @@ class WindowForecaster(MLP):
 
         Attributes:
             hidden_sizes: widths of the hidden layers (64, 64 here).
-            window_norm: "none", "last" or "mean" (see above).
+            window_norm: "none", "last", "mean" or "seasonal" (see above).
             target_channels: with window_norm, the input feature index of each target
                 (the positions of the sampler's `target_columns` in its
                 `input_columns`); may be left out for one feature and one target.
+            seasonal_period: with window_norm "seasonal", the period m (1: none; a
+                window shorter than 2m has none either).
+            seasonality: with window_norm "seasonal", "multiplicative" (for windows of
+                positive values; the others additive) or "additive".
+            clamp: with window_norm "seasonal", c: forecasts are kept within
+                `[min − c·range, max + c·range]` of the window's target values; None
+                for no clamp.
         """
 
         hidden_sizes: Sequence[int] = (64, 64)
         window_norm: str = "none"
         target_channels: Sequence[int] | None = None
+        seasonal_period: int = 1
+        seasonality: str = "multiplicative"
+        clamp: float | None = None
 
     options: WindowForecaster.Options
     model_name = "forecaster"
@@ -77,15 +97,69 @@ class WindowForecaster(MLP):
             self.options.target_channels,
             self.input_shape,
             self.output_shape,
+            FORECASTER_NORMS,
         )
+        self.seasonal_norm = self._seasonal_norm()
+
+    def _seasonal_norm(self) -> SeasonalNorm | None:
+        """The seasonal normalisation under window_norm "seasonal"; its options checked.
+
+        Raises:
+            ValueError: a bad seasonal_period, seasonality or clamp, or one of them set
+                without window_norm "seasonal".
+        """
+        opts, name = self.options, self.model_name
+        if isinstance(opts.seasonal_period, bool) or int(opts.seasonal_period) < 1:
+            raise ValueError(
+                f"model {name!r}: seasonal_period must be an integer >= 1, "
+                f"got {opts.seasonal_period!r}"
+            )
+        if opts.seasonality not in SEASONALITIES:
+            raise ValueError(
+                f"model {name!r}: seasonality must be one of {', '.join(SEASONALITIES)}, "
+                f"got {opts.seasonality!r}"
+            )
+        if opts.clamp is not None and not float(opts.clamp) >= 0.0:
+            raise ValueError(f"model {name!r}: clamp must be >= 0 or null, got {opts.clamp!r}")
+        if self.window_norm != "seasonal":
+            neutral = (("seasonal_period", 1), ("seasonality", "multiplicative"), ("clamp", None))
+            for field, value in neutral:
+                if getattr(opts, field) != value:
+                    raise ValueError(
+                        f"model {name!r}: {field} applies with window_norm: seasonal only, "
+                        f"got window_norm={self.window_norm!r}"
+                    )
+            return None
+        assert self.target_channels is not None
+        (lookback, num_features), (horizon, _) = self.input_shape, self.output_shape
+        return SeasonalNorm(
+            lookback,
+            horizon,
+            num_features,
+            self.target_channels,
+            int(opts.seasonal_period),
+            opts.seasonality,
+            None if opts.clamp is None else float(opts.clamp),
+        )
+
+    def _normalised(self, x: Tensor) -> tuple[Tensor, Callable[[Tensor], Tensor]]:
+        """The window the MLP reads, and the map of its output back to the data's units."""
+        if self.seasonal_norm is not None:
+            split_leading(self.model_name, x, self.input_shape)
+            seasonal = self.seasonal_norm
+            x, state = seasonal.normalise(x)
+            return x, lambda y: seasonal.restore(y, state)
+        assert self.target_channels is not None
+        x, level, scale = normalise_window(
+            self.model_name, x, self.input_shape, self.window_norm, self.target_channels
+        )
+        return x, lambda y: denormalise_forecast(y, level, scale)
 
     def forward(self, x: Tensor) -> Tensor:
         if self.target_channels is None:
             return super().forward(x)
-        x, level, scale = normalise_window(
-            self.model_name, x, self.input_shape, self.window_norm, self.target_channels
-        )
-        return denormalise_forecast(super().forward(x), level, scale)
+        x, restore = self._normalised(x)
+        return restore(super().forward(x))
 
     def batched_forward(self, params: dict[str, Tensor], x: Tensor) -> Tensor:
         """`forward` under B parameter sets at once (see `MLP.batched_forward`).
@@ -102,7 +176,5 @@ class WindowForecaster(MLP):
         """
         if self.target_channels is None:
             return super().batched_forward(params, x)
-        x, level, scale = normalise_window(
-            self.model_name, x, self.input_shape, self.window_norm, self.target_channels
-        )
-        return denormalise_forecast(super().batched_forward(params, x), level, scale)
+        x, restore = self._normalised(x)
+        return restore(super().batched_forward(params, x))

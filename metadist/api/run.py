@@ -164,6 +164,11 @@ class Run:
         """
         if self.kind != "classification":
             raise ValueError(f"run {self.run_dir} is a {self.kind} run, not a classifier")
+        if self.source.store is None:
+            raise ValueError(
+                f"run {self.run_dir} has no store schema: classify reads examples in a "
+                "store's columns"
+            )
         return classification.classify(
             self.learner,
             self.source.sampler,

@@ -146,16 +146,7 @@ def evaluate_run(
     timings = {"setup": time.perf_counter() - started}
     result, examples = _score(learner, config, options, parts, progress, kept, timings)
     timings["total"] = time.perf_counter() - started
-    step = int(state.get("step", pointer.get("step", 0)))
-    result["title"] = f"{config.experiment}: evaluation on held-out tasks after {step} meta-steps"
-    result["settings"] = {
-        "experiment": config.experiment,
-        "checkpoint": describe_checkpoint(checkpoint_path, pointer),
-        "learner": config.learner.name,
-        "model": config.model.name,
-        "tasks": parts.description,
-        **result["settings"],
-    }
+    _describe(result, config, state, checkpoint_path, pointer, parts.description)
     if options.ensemble:
         members.insert(0, f"{run_dir} ({checkpoint_path.name})")
         result["settings"]["ensemble"] = f"{options.ensemble_reduce} of " + ", ".join(members)
@@ -325,6 +316,27 @@ def load_trained(
     )
     learner.eval()
     return run_dir, config, learner, source, options
+
+
+def _describe(
+    result: dict[str, Any],
+    config: TrainConfig,
+    state: dict[str, Any],
+    checkpoint_path: Path,
+    pointer: dict[str, Any],
+    tasks: str,
+) -> None:
+    """The result's title and what was evaluated (experiment, checkpoint, components)."""
+    step = int(state.get("step", pointer.get("step", 0)))
+    result["title"] = f"{config.experiment}: evaluation on held-out tasks after {step} meta-steps"
+    result["settings"] = {
+        "experiment": config.experiment,
+        "checkpoint": describe_checkpoint(checkpoint_path, pointer),
+        "learner": config.learner.name,
+        "model": config.model.name,
+        "tasks": tasks,
+        **result["settings"],
+    }
 
 
 def _run_eval_options(

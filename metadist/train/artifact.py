@@ -20,7 +20,7 @@ import json
 import os
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -248,11 +248,15 @@ def recorded_source(run_dir: str | os.PathLike, record: dict[str, Any]) -> TaskS
     path = Path(run_dir) / INFERENCE_FILE
     sampler = record["sampler"]
     shapes = record["shapes"]
+    # Stand-ins that serve inference only (the schema, the sampler's recorded
+    # attributes); evaluation, which needs the real store and split, never gets them.
     return TaskSource(
-        store=None if not recorded else RecordedStore(path, recorded["metadata"]),
+        store=cast(Any, None if not recorded else RecordedStore(path, recorded["metadata"])),
         store_identity=None if not recorded else recorded["identity"],
-        sampler=RecordedSampler(sampler["name"], sampler["class"], sampler["attributes"]),
-        partitioner=None,
+        sampler=cast(
+            Any, RecordedSampler(sampler["name"], sampler["class"], sampler["attributes"])
+        ),
+        partitioner=cast(Any, None),
         input_shape=tuple(shapes["input_shape"]),
         # what evaluation's from-scratch baseline reads, which a recorded source never
         # serves (evaluation needs the store): the model's output shape stands in

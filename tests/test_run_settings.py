@@ -29,6 +29,7 @@ def test_a_run_without_recorded_settings_says_which_it_uses(tmp_path, capsys, mo
     state = load_checkpoint(path, pointer)
     del state["config"]["eval"]
     save_checkpoint(run_dir, 3, state)
+    (run_dir / "checkpoints" / "best").unlink()  # nor a best checkpoint on meta-val
     result = evaluate_run(
         run_dir, overrides=["eval.max_tasks=2", "eval.scratch_steps=0"], write=False, progress=False
     )

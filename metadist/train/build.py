@@ -235,7 +235,7 @@ def build_loaders(
         )
     if config.trainer.eval_every <= 0:
         return train_loader, None
-    if config.data.fractions[1] == 0:
+    if not config.evaluates_meta_val:
         # A recipe that selects on meta-val, on data too small to spare one (a UCR set of
         # a few classes, split class-disjointly into meta-train and meta-test only).
         if env.rank == 0:

@@ -391,6 +391,12 @@ class TrainConfig:
     eval: dict[str, Any] = field(default_factory=dict)
 
     @property
+    def evaluates_meta_val(self) -> bool:
+        """Whether training evaluates meta-val (and so selects and stops early):
+        `trainer.eval_every > 0` and meta-val has a share in `data.fractions`."""
+        return self.trainer.eval_every > 0 and self.data.fractions[1] > 0
+
+    @property
     def resolved_run_dir(self) -> Path:
         """The run directory: `run_dir`, or `runs/<experiment>` (never time-stamped)."""
         return Path(self.run_dir) if self.run_dir else Path("runs") / self.experiment

@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from metadist.learners import LEARNERS
 from metadist.options import to_plain
 from metadist.store import SeriesStore
 from metadist.store.identity import check_store_identity
@@ -138,7 +139,11 @@ def finished_before(overrides: list[str], run_dir: Path) -> bool:
         config = load_config(overrides)
         state = load_checkpoint(path, pointer)  # the pointer's size and SHA-256 checked
         finished = int(state.get("step", -1)) >= config.trainer.meta_steps
-        if not finished and not stopped_early(config.selection, state.get("selection")):
+        loss = str(getattr(config.learner.read_options(LEARNERS), "loss", ""))
+        stopped = config.evaluates_meta_val and stopped_early(
+            config.selection, loss, state.get("selection")
+        )
+        if not finished and not stopped:
             return False
         check_same_run(state.get("config", {}), config.to_dict(), run_dir)
         if config.data.store is not None:

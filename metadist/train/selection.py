@@ -121,7 +121,7 @@ class Selection:
 
     def record(self) -> dict[str, Any]:
         """What `checkpoints/best` and `best.json` record besides the checkpoint."""
-        return {"split": "val", "metric": self.metric, "mode": self.mode, "value": self.best_value}
+        return _record(self.metric, self.mode, self.best_value)
 
     def state(self) -> dict[str, Any]:
         """The record, for a checkpoint."""
@@ -167,16 +167,16 @@ class Selection:
         )
 
 
-def stopped_early(config: SelectionConfig, state: dict[str, Any] | None) -> bool:
-    """Whether a checkpoint's selection record (`state`) has used up `config.patience`,
-    counted on the same metric and mode (a run resumed with a larger patience, or none,
-    goes on)."""
-    if not state or config.patience is None:
-        return False
-    metric = config.metric or state.get("metric")
-    if (metric, config.resolved_mode(str(metric))) != (state.get("metric"), state.get("mode")):
-        return False
-    return int(state.get("bad_evals", 0)) >= config.patience
+def _record(metric: str, mode: str, value: float | None) -> dict[str, Any]:
+    return {"split": "val", "metric": metric, "mode": mode, "value": value}
+
+
+def stopped_early(config: SelectionConfig, loss: str, state: dict[str, Any] | None) -> bool:
+    """Whether a checkpoint's selection record (`state`) has used up `config.patience`
+    (of a learner whose loss is `loss`), counted on the same metric and mode: a run
+    resumed with a larger patience, or none, goes on, as `train` would."""
+    selection = Selection(config, loss)
+    return bool(state) and selection.restore(state) is None and selection.exhausted
 
 
 def describe_checkpoint(path: Path, pointer: dict[str, Any]) -> str:
@@ -210,10 +210,7 @@ def restore_best(run_dir: str | os.PathLike, state: dict[str, Any] | None) -> bo
         "step": int(state["best_step"]),
         "num_bytes": len(data),
         "sha256": hashlib.sha256(data).hexdigest(),
-        "split": "val",
-        "metric": state["metric"],
-        "mode": state["mode"],
-        "value": state["best_value"],
+        **_record(state["metric"], state["mode"], state["best_value"]),
     }
     write_best(directory, pointer)
     return True

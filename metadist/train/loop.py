@@ -26,6 +26,7 @@ from metadist.batch import MetaBatch
 from metadist.data import BatchMetaDataLoader
 from metadist.runlock import RunLock
 from metadist.tasks import TaskSampler
+from metadist.train.artifact import write_inference
 from metadist.train.build import RunParts, build_parts
 from metadist.train.checkpoint import checkpoint_path, save_checkpoint
 from metadist.train.config import TrainConfig, TrainerConfig
@@ -155,6 +156,8 @@ class _Context:
 
 def _run(config: TrainConfig, env: DistEnv, parts: RunParts, on_eval) -> TrainResult:
     step, run_id, checkpoint, metrics_window, selected = resume(config, env, parts)
+    if env.is_main:  # what inference needs, kept with the run (also if it is cut short)
+        write_inference(config.resolved_run_dir, config, parts)
     if env.is_main:
         logger: RunLogger | NullLogger = RunLogger(
             config.resolved_run_dir,

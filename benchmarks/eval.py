@@ -1,9 +1,10 @@
-"""Evaluation speed: `evaluate_run` of this checkout against another one, side by side.
+r"""Evaluation speed: `evaluate_run` of this checkout against another one, side by side.
 
-    git worktree add /tmp/eval_before <commit>       # "today's code", once
-    python benchmarks/eval.py --baseline /tmp/eval_before --rounds 3 --json runs/eval_bench.json
+    git worktree add --detach /tmp/eval_before <commit>      # "today's code", once
+    python benchmarks/eval.py --baseline /tmp/eval_before --rounds 3 --ets-tasks 30 \
+      --json runs/eval_bench.json
 
-Builds once, in `--work` (default /tmp/metadist-eval-bench), a synthetic sensor panel
+(figures: BENCHMARKS.md, "Evaluation speed"). Builds once, in `--work` (default /tmp/metadist-eval-bench), a synthetic sensor panel
 (`metadist synth`, 1,000 entities of 200-400 steps) ingested with its profiles as labels
 (`metadist ingest --label-col label`), and trains two short runs with this checkout:
 

@@ -93,7 +93,7 @@ class ScratchBaseline:
             batch.query.x,
             list(batch.query.y.shape),
         )
-        found = self.cache.get("from-scratch predictions", key) if self.cache else None
+        found = None if self.cache is None else self.cache.get("from-scratch predictions", key)
         if found is not None:
             self._advance(batch.num_tasks * self.options.scratch_steps)
             return torch.from_numpy(found)

@@ -96,7 +96,8 @@ class StatisticalForecasts:
         cache: EvalCache | None = None,
         counter: Any = None,
     ) -> None:
-        self.methods = tuple(m for m in ("ets",) if m in methods)
+        # the optional baselines scored (the others always are)
+        self.extra = tuple(m for m in ("ets",) if m in methods)
         self.workers = default_workers() if workers is None else max(1, int(workers))
         self.cache = cache
         self.counter = counter
@@ -108,9 +109,9 @@ class StatisticalForecasts:
         pending = Pending(len(jobs))
         missing = []
         for index, (history, horizon, period) in enumerate(jobs):
-            key = digest("statistical", CACHE_VERSION, self.methods, horizon, period, history)
+            key = digest("statistical", CACHE_VERSION, self.extra, horizon, period, history)
             pending.keys[index] = key
-            found = self.cache.get("statistical forecasts", key) if self.cache else None
+            found = None if self.cache is None else self.cache.get("statistical forecasts", key)
             if found is None:
                 missing.append(index)
             else:
@@ -121,7 +122,7 @@ class StatisticalForecasts:
         for first in range(0, len(missing), step):
             positions = missing[first : first + step]
             part = [jobs[i] for i in positions]
-            work = pool.submit(forecast_jobs, part, self.methods) if pool else part
+            work = pool.submit(forecast_jobs, part, self.extra) if pool else part
             pending.parts.append((positions, work))
         return pending
 
@@ -134,9 +135,7 @@ class StatisticalForecasts:
                 futures.pop(id(future))
                 self._advance(len(future.result()))
         for positions, work in pending.parts:
-            results = (
-                work.result() if isinstance(work, Future) else forecast_jobs(work, self.methods)
-            )
+            results = work.result() if isinstance(work, Future) else forecast_jobs(work, self.extra)
             if not isinstance(work, Future):
                 self._advance(len(positions))
             for index, forecast in zip(positions, results, strict=True):

@@ -98,7 +98,16 @@ def work(tmp_path_factory):
 
 def test_a_sampler_without_the_protocol_is_refused_in_one_line(work):
     train(work, "bare_windows", "bare_windows", "runs/bare")
-    done = run("forecast", "runs/bare", "history.parquet", "--out", "out.parquet", cwd=work)
+    done = run(
+        "forecast",
+        "runs/bare",
+        "history.parquet",
+        "--out",
+        "out.parquet",
+        "--allow-import",
+        "bare_windows",
+        cwd=work,
+    )
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert done.stderr.strip() == (
         "metadist forecast: error: sampler 'bare_windows' (BareWindows) cannot forecast new "
@@ -136,7 +145,16 @@ print("same", len(forecast))
 
 def test_the_docs_sampler_forecasts_its_own_windows(work):
     train(work, "recent_windows", "recent_windows", "runs/recent")
-    done = run("forecast", "runs/recent", "history.parquet", "--out", "out.parquet", cwd=work)
+    done = run(
+        "forecast",
+        "runs/recent",
+        "history.parquet",
+        "--out",
+        "out.parquet",
+        "--allow-import",
+        "recent_windows",
+        cwd=work,
+    )
     assert done.returncode == 0, done.stderr
     assert pq.read_table(work / "out.parquet").num_rows == 8
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(work)])}

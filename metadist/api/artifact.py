@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,7 @@ def load_parts(
     *,
     ensemble: Sequence[str | os.PathLike] | None,
     store: str | os.PathLike | None,
+    allow_imports: Collection[str] = (),
 ) -> Loaded:
     """`(run_dir, config, learner, task source, eval options)` of a run (see `load_run`).
 
@@ -59,12 +60,12 @@ def load_parts(
     if store is None and record is not None and record.get("store"):
         found = recorded_store_path(run_dir, record)
         if found is None:
-            return _from_record(run_dir, record, ensemble)
+            return _from_record(run_dir, record, ensemble, allow_imports)
         named = record["store"]["config_path"]
         if not (named and Path(named).resolve() == found.resolve()):
             store = found  # not where data.store leads from here: name it
     try:
-        loaded = load_trained(run_dir, ensemble=ensemble, store=store)
+        loaded = load_trained(run_dir, ensemble=ensemble, store=store, allow_imports=allow_imports)
     except FileNotFoundError as error:
         if store is not None or not str(error).startswith("data.store"):
             raise
@@ -80,14 +81,17 @@ def load_parts(
 
 
 def _from_record(
-    run_dir: Path, record: dict[str, Any], ensemble: Sequence[str | os.PathLike] | None
+    run_dir: Path,
+    record: dict[str, Any],
+    ensemble: Sequence[str | os.PathLike] | None,
+    allow_imports: Collection[str],
 ) -> Loaded:
     """The run's parts with its recorded source in place of its store."""
     source = recorded_source(run_dir, record)
     # The record stands in for the store; naming the run directory as the store only
     # passes the config's check that data.store is a directory (nothing is read there).
     path, config, learner, source, options = load_trained(
-        run_dir, ensemble=ensemble, store=run_dir, source=source
+        run_dir, ensemble=ensemble, store=run_dir, source=source, allow_imports=allow_imports
     )
     config.data.store = record["store"]["config_path"]
     if not config.eval and record.get("eval"):

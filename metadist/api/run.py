@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Hashable, Sequence
+from collections.abc import Collection, Hashable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
@@ -26,6 +26,7 @@ def load_run(
     *,
     ensemble: Sequence[str | os.PathLike] | None = None,
     store: str | os.PathLike | None = None,
+    allow_imports: Collection[str] = (),
 ) -> Run:
     """The latest checkpoint of a training run, ready to adapt and predict.
 
@@ -38,12 +39,17 @@ def load_run(
             relative to the run directory, else the run's `data.store`). Without a
             store, a run forecasts from its own record of it (`inference.json`): the
             store is needed only to evaluate the run on its held-out split.
+        allow_imports: modules the run's config lists in `imports` that may be imported:
+            a loaded run is data, not code, and imports nothing else (a module already
+            imported needs no allowing).
 
     Raises:
         FileNotFoundError: no run, no checkpoint, or neither its store nor its record.
         ValueError: a run whose store no longer matches its checkpoint.
     """
-    path, config, learner, source, options = load_parts(run_dir, ensemble=ensemble, store=store)
+    path, config, learner, source, options = load_parts(
+        run_dir, ensemble=ensemble, store=store, allow_imports=allow_imports
+    )
     # a Learner or a LearnerEnsemble: both adapt and predict
     return Run(path, config, cast(AdaptingLearner, learner), source, options)
 

@@ -35,6 +35,14 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--period", type=int, default=None, help="seasonal period m")
     parser.add_argument(
+        "--allow-import",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="a module the run's `imports` may import (repeatable); a received run runs "
+        "no code unless allowed",
+    )
+    parser.add_argument(
         "--ensemble", nargs="*", default=None, help="other run directories to average with"
     )
     parser.add_argument(
@@ -47,7 +55,9 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
 
 def run_cli(args: argparse.Namespace) -> int:
     """Loads the run, forecasts the history and writes the forecasts atomically."""
-    run = load_run(args.run_dir, ensemble=args.ensemble, store=args.store)
+    run = load_run(
+        args.run_dir, ensemble=args.ensemble, store=args.store, allow_imports=args.allow_import
+    )
     table = run.forecast(
         args.history,
         horizon=args.horizon,

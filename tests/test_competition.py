@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -449,8 +450,12 @@ def test_sigterm_to_a_competition_stops_every_training_it_started(data_dir, tmp_
         competition.send_signal(signal.SIGTERM)
         _, err = competition.communicate(timeout=150)
     finally:
+        leftover = descendants(competition.pid)  # never leave a training behind, even on failure
         if competition.poll() is None:
             competition.kill()
+        for pid in leftover:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
     assert competition.returncode == 128 + signal.SIGTERM, err[-2000:]
     last = err.strip().splitlines()[-1]
     assert last.startswith("metadist competition: stopped by SIGTERM; "), err[-2000:]

@@ -1,5 +1,6 @@
 """A stop signal reaches every process a command started, even those in new sessions."""
 
+import contextlib
 import json
 import os
 import signal
@@ -128,8 +129,12 @@ def test_sigterm_to_a_multi_process_train_stops_torchrun_and_every_rank(tmp_path
         train.send_signal(signal.SIGTERM)
         out, err = train.communicate(timeout=120)
     finally:
+        leftover = descendants(train.pid)  # never leave a training behind, even on failure
         if train.poll() is None:
             train.kill()
+        for pid in leftover:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
     assert train.returncode == 128 + signal.SIGTERM, err[-2000:]
     assert "Traceback" not in err, err[-3000:]
     assert err.strip().splitlines()[-1].startswith("metadist train: stopped by SIGTERM; ")

@@ -26,6 +26,7 @@ from metadist.store.format import (
     read_metadata,
 )
 from metadist.store.scaler import Scaler
+from metadist.store.schema import StoreColumns
 
 # Variable-width strings for entity ids (numpy >= 2); Python objects on older numpy.
 _ID_DTYPE = getattr(getattr(np, "dtypes", None), "StringDType", lambda: object)()
@@ -158,7 +159,7 @@ class _Mapped:
         return cls(metadata, index, starts, lengths, values, times)
 
 
-class SeriesStore:
+class SeriesStore(StoreColumns):
     """A series store opened read-only.
 
     `values` and `times` are memory maps; `series(i)` is a view into them, so reading a
@@ -233,28 +234,6 @@ class SeriesStore:
     def num_rows(self) -> int:
         """Total rows over all entities."""
         return int(self.metadata["num_rows"])
-
-    @property
-    def num_columns(self) -> int:
-        """C, the number of value columns (features, then extra targets)."""
-        return len(self.metadata["column_names"])
-
-    @property
-    def feature_names(self) -> list[str]:
-        return list(self.metadata["feature_names"])
-
-    @property
-    def target_names(self) -> list[str]:
-        return list(self.metadata["target_names"])
-
-    @property
-    def column_names(self) -> list[str]:
-        return list(self.metadata["column_names"])
-
-    @property
-    def time_kind(self) -> str:
-        """`"int"` or `"timestamp"` (int64 nanoseconds since the epoch)."""
-        return str(self.metadata["time_kind"])
 
     def column_index(self, names: str | Sequence[str]) -> list[int]:
         """Column positions of `names` in `values`' last dimension.

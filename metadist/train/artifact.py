@@ -29,6 +29,7 @@ from metadist.store.format import is_store
 from metadist.store.identity import store_identity
 from metadist.store.reader import SeriesStore
 from metadist.store.scaler import Scaler
+from metadist.store.schema import StoreColumns
 from metadist.tasks.inference import protocol_attributes
 from metadist.train.build import TaskSource
 from metadist.train.config import TrainConfig
@@ -168,7 +169,7 @@ def _identity_of(path: Path) -> dict[str, Any] | None:
         return None
 
 
-class RecordedStore:
+class RecordedStore(StoreColumns):
     """What a forecast reads of a run's store (schema, NaN rule, scaling rule), as the
     run recorded it: stands in for a `SeriesStore` that is no longer there.
 
@@ -183,26 +184,6 @@ class RecordedStore:
 
     def __repr__(self) -> str:
         return f"RecordedStore({str(self.path)!r})"
-
-    @property
-    def column_names(self) -> list[str]:
-        return list(self.metadata["column_names"])
-
-    @property
-    def feature_names(self) -> list[str]:
-        return list(self.metadata["feature_names"])
-
-    @property
-    def target_names(self) -> list[str]:
-        return list(self.metadata["target_names"])
-
-    @property
-    def time_kind(self) -> str:
-        return str(self.metadata["time_kind"])
-
-    @property
-    def num_columns(self) -> int:
-        return len(self.column_names)
 
     def column_index(self, names: str | list[str]) -> list[int]:
         """Column positions of `names` (`ValueError` for a name the store lacks)."""

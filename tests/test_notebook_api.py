@@ -68,7 +68,7 @@ def test_import_metadist_imports_no_torch():
         "import sys, metadist\n"
         "assert {'fit', 'ingest', 'load_run'} <= set(dir(metadist))\n"
         "metadist.ingest\n"  # the store alone: numpy and pyarrow
-        "assert 'torch' not in sys.modules, 'torch imported'\n"
+        "assert 'torch' not in sys.modules and 'pandas' not in sys.modules\n"
         "import metadist.train\n"
         "assert metadist.fit is not metadist.train and callable(metadist.train.train)\n"
     )

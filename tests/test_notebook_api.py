@@ -113,6 +113,13 @@ def test_fit_takes_a_config_instead_of_overrides(tmp_path):
     run = metadist.fit(config=config, run_dir=tmp_path / "sin", evaluate=False, progress=False)
     assert run.kind == "other" and run.config.trainer.meta_steps == 2
     assert not (tmp_path / "sin" / "eval").exists()
+    # the same call again resumes the finished run: no step more, no checkpoint more
+    before = sorted(p.name for p in (tmp_path / "sin" / "checkpoints").iterdir())
+    again = metadist.fit(config=config, run_dir=tmp_path / "sin", evaluate=False, progress=False)
+    assert sorted(p.name for p in (tmp_path / "sin" / "checkpoints").iterdir()) == before
+    assert "step_00000002.pt" in before
+    for name, value in again.learner.state_dict().items():
+        torch.testing.assert_close(value, run.learner.state_dict()[name])
 
 
 @pytest.mark.parametrize(

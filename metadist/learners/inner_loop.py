@@ -176,11 +176,16 @@ class FunctionalInnerLoop:
 
     def _unadapted(self, x: Tensor, batched: bool) -> Tensor:
         """The model with its own parameters on `x` (`[B, N, ...]` when batched): a plain
-        call (`vmap`ped over B, or the model's `batched_forward`), which skips
-        `functional_call`'s parameter swapping."""
+        call, which skips `functional_call`'s parameter swapping. Batched, a model with its
+        own `batched_forward` (whose `forward` maps `[..., *input_shape]` example by
+        example, as the learners require) takes all B tasks in one call, its shared
+        weights in one matmul per layer instead of B expanded copies; other models are
+        `vmap`ped over B."""
         if not batched:
             return self.model(x)
         if self._native_batching:
+            if self.shared_head is None:
+                return self.model(x)
             return self._run_model({}, self._state()[0], {}, x, True)
         return vmap(self.model, randomness="different")(x)
 
@@ -248,9 +253,7 @@ class FunctionalInnerLoop:
         return metrics
 
 
-def _sgd_steps(
-    fast: Params, step_sizes: list[Tensor | float], grads: tuple[Tensor, ...]
-) -> Params:
+def _sgd_steps(fast: Params, step_sizes: list[Tensor | float], grads: tuple[Tensor, ...]) -> Params:
     """`param - step_size * grad` for every parameter of `fast` (in order).
 
     One fixed step size for all (plain MAML): one fused `torch._foreach_add` (one call,

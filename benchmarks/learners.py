@@ -25,6 +25,13 @@ second order, MLP 1-40-40-1 ReLU, Adam 1e-3):
   store (L=32, H=8, K=8 support and 4 query windows, hidden 64-64), one inner step.
 
     python benchmarks/learners.py --threads 1 --rounds 5 --steps-per-round 10
+
+Side by side with earlier code: `--baseline DIR` names a checkout of it (`git worktree
+add /tmp/learners_before COMMIT`); each tree then runs in its own persistent worker
+process (this script with `PYTHONPATH` set to the tree, so both use this harness and this
+reference loop), one round in each tree in turn, and every ratio is against the per-task
+loop of its own process. `--optimizer adam-fused` gives every implementation Adam with
+`fused=True` (default: torch's default Adam, one tensor at a time on the CPU).
 """
 
 from __future__ import annotations

@@ -25,14 +25,24 @@ second order, MLP 1-40-40-1 ReLU, Adam 1e-3):
   store (L=32, H=8, K=8 support and 4 query windows, hidden 64-64), one inner step.
 
     python benchmarks/learners.py --threads 1 --rounds 5 --steps-per-round 10
+
+Side by side with earlier code: `--baseline DIR` names a checkout of it (`git worktree
+add /tmp/learners_before COMMIT`); each tree then runs in its own persistent worker
+process (this script with `PYTHONPATH` set to the tree, so both use this harness and this
+reference loop), one round in each tree in turn, and every ratio is against the per-task
+loop of its own process. `--optimizer adam-fused` gives every implementation Adam with
+`fused=True` (default: torch's default Adam, one tensor at a time on the CPU).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -42,6 +52,7 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call
 
+import metadist
 from metadist.learners import build_learner
 from metadist.models import build_model
 from metadist.tasks import build_task_sampler, derive_task_seeds
@@ -135,7 +146,13 @@ def make_model(workload: str, batch):
     )
 
 
-def measure(workload: str, batches, inner_steps: int, rounds: int, steps_per_round: int):
+def make_optimizer(kind: str, parameters):
+    """Adam 1e-3: torch's default on the CPU (one tensor at a time) or `fused=True`."""
+    return torch.optim.Adam(parameters, lr=1e-3, fused=kind == "adam-fused")
+
+
+def build_runners(workload: str, batches, inner_steps: int, optimizer: str):
+    """Implementation name → (meta-loss function of a batch, optimizer), same weights."""
     runners = {}
     for impl in IMPLEMENTATIONS:
         model = make_model(workload, batches[0])
@@ -158,31 +175,118 @@ def measure(workload: str, batches, inner_steps: int, rounds: int, steps_per_rou
             def loss_fn(batch, module=module):
                 return module(batch).loss
 
-        runners[impl] = (loss_fn, torch.optim.Adam(module.parameters(), lr=1e-3))
+        runners[impl] = (loss_fn, make_optimizer(optimizer, module.parameters()))
+    return runners
 
-    first = {impl: fn(batches[0]).item() for impl, (fn, _) in runners.items()}
-    cursor = {impl: 0 for impl in runners}
 
-    def run(impl, num_steps):
-        fn, optimizer = runners[impl]
+class Rounds:
+    """Runs rounds of meta-steps of every implementation (one after the other) on the
+    batches in turn, after 3 warm-up steps each; `first` holds the first meta-losses."""
+
+    def __init__(self, workload: str, batches, inner_steps: int, optimizer: str) -> None:
+        self.batches = batches
+        self.runners = build_runners(workload, batches, inner_steps, optimizer)
+        self.first = {impl: fn(batches[0]).item() for impl, (fn, _) in self.runners.items()}
+        self.cursor = {impl: 0 for impl in self.runners}
+        for impl in self.runners:
+            self.run(impl, 3)
+
+    def run(self, impl: str, num_steps: int) -> None:
+        fn, optimizer = self.runners[impl]
         for _ in range(num_steps):
-            batch = batches[cursor[impl] % len(batches)]
-            cursor[impl] += 1
+            batch = self.batches[self.cursor[impl] % len(self.batches)]
+            self.cursor[impl] += 1
             optimizer.zero_grad(set_to_none=True)
             fn(batch).backward()
             optimizer.step()
 
-    for impl in runners:
-        run(impl, 3)  # warm-up
-    rates = {impl: {"wall": [], "cpu": []} for impl in runners}
-    for _ in range(rounds):
-        for impl in runners:
+    def round(self, steps_per_round: int) -> dict[str, dict[str, float]]:
+        """Tasks per wall-second and per CPU-second of each implementation, one round."""
+        out = {}
+        for impl in self.runners:
             wall, cpu = time.perf_counter(), time.process_time()
-            run(impl, steps_per_round)
+            self.run(impl, steps_per_round)
             num_tasks = steps_per_round * META_BATCH
-            rates[impl]["wall"].append(num_tasks / (time.perf_counter() - wall))
-            rates[impl]["cpu"].append(num_tasks / (time.process_time() - cpu))
+            out[impl] = {
+                "wall": num_tasks / (time.perf_counter() - wall),
+                "cpu": num_tasks / (time.process_time() - cpu),
+            }
+        return out
+
+
+def worker(args) -> None:
+    """`--worker`: the implementations of the metadist on `PYTHONPATH`, one round per
+    "round" line read on stdin, its rates printed as one JSON line (see `--baseline`)."""
+    torch.set_num_threads(args.threads)
+    with tempfile.TemporaryDirectory() as tmp:
+        rounds = Rounds(
+            args.worker,
+            load_batches(args.worker, args.seed, Path(tmp)),
+            workload_steps(args.worker),
+            args.optimizer,
+        )
+        package = str(Path(metadist.__file__).parent)
+        print(json.dumps({"first": rounds.first, "metadist": package}), flush=True)
+        for line in sys.stdin:
+            if line.strip() != "round":
+                break
+            print(json.dumps(rounds.round(args.steps_per_round)), flush=True)
+
+
+def measure_trees(workload: str, trees: dict[str, Path], args):
+    """The rounds of a workload interleaved over metadist trees (label → checkout): one
+    persistent `--worker` process per tree, each round run in every tree in turn."""
+    workers = {}
+    for label, root in trees.items():
+        env = {**os.environ, "PYTHONPATH": str(root)}
+        command = [sys.executable, __file__, "--worker", workload, "--threads", str(args.threads),
+                   "--steps-per-round", str(args.steps_per_round), "--seed", str(args.seed),
+                   "--optimizer", args.optimizer]  # fmt: skip
+        workers[label] = subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
+        )
+    try:
+        first = {}
+        for label, proc in workers.items():
+            hello = json.loads(proc.stdout.readline())
+            print(f"{label}: metadist from {hello['metadist']}", flush=True)
+            for impl, loss in hello["first"].items():
+                first[f"{label}: {impl}"] = loss
+        rates = {key: {"wall": [], "cpu": []} for key in first}
+        for _ in range(args.rounds):
+            for label, proc in workers.items():
+                proc.stdin.write("round\n")
+                proc.stdin.flush()
+                for impl, rate in json.loads(proc.stdout.readline()).items():
+                    for clock in ("wall", "cpu"):
+                        rates[f"{label}: {impl}"][clock].append(rate[clock])
+    finally:
+        for proc in workers.values():
+            proc.stdin.close()
+            proc.wait(timeout=60)
     return first, rates
+
+
+def measure(
+    workload: str, batches, inner_steps: int, rounds: int, steps_per_round: int, optimizer: str
+):
+    runs = Rounds(workload, batches, inner_steps, optimizer)
+    rates = {impl: {"wall": [], "cpu": []} for impl in runs.runners}
+    for _ in range(rounds):
+        for impl, rate in runs.round(steps_per_round).items():
+            for clock in ("wall", "cpu"):
+                rates[impl][clock].append(rate[clock])
+    return runs.first, rates
+
+
+def workload_steps(workload: str) -> int:
+    return int(workload.rsplit("-", 1)[1])
+
+
+def load_batches(workload: str, seed: int, work_dir: Path):
+    if workload.startswith("sinusoid"):
+        return sinusoid_batches(8, seed)
+    return forecast_batches(8, seed, work_dir)
 
 
 def main() -> None:
@@ -194,51 +298,49 @@ def main() -> None:
     parser.add_argument(
         "--workloads", nargs="+", default=["sinusoid-1", "sinusoid-5", "forecaster-1"]
     )
+    parser.add_argument("--optimizer", choices=("adam", "adam-fused"), default="adam")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="a checkout of earlier code (git worktree add DIR COMMIT): its metadist runs "
+        "beside this tree's, each in its own process, rounds interleaved",
+    )
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument(
         "--out", type=Path, default=Path(__file__).parent / "results" / "learners.json"
     )
     args = parser.parse_args()
+    if args.worker:
+        worker(args)
+        return
+    if args.baseline is not None and not (args.baseline / "metadist" / "__init__.py").is_file():
+        parser.error(f"--baseline {args.baseline}: no metadist package there")
     torch.set_num_threads(args.threads)
-
     rows, records = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for workload in args.workloads:
-            kind, steps = workload.rsplit("-", 1)
-            if kind == "sinusoid":
-                batches = sinusoid_batches(8, args.seed)
+            load_before = os.getloadavg()[0]
+            if args.baseline is None:
+                batches = load_batches(workload, args.seed, Path(tmp))
+                first, rates = measure(
+                    workload, batches, workload_steps(workload), args.rounds,
+                    args.steps_per_round, args.optimizer,
+                )  # fmt: skip
             else:
-                batches = forecast_batches(8, args.seed, Path(tmp))
-            first, rates = measure(workload, batches, int(steps), args.rounds, args.steps_per_round)
-            medians = {
-                impl: {clock: statistics.median(r[clock]) for clock in ("wall", "cpu")}
-                for impl, r in rates.items()
-            }
-            base = medians["per-task loop"]
-            shape = f"x {tuple(batches[0].support.x.shape)} y {tuple(batches[0].support.y.shape)}"
-            for impl, median in medians.items():
-                cpu = rates[impl]["cpu"]
-                rows.append(
-                    f"| {workload} | {impl} | {median['cpu']:,.0f} | "
-                    f"{min(cpu):,.0f}–{max(cpu):,.0f} | **{median['cpu'] / base['cpu']:.1f}×** | "
-                    f"{median['wall']:,.0f} | {median['wall'] / base['wall']:.1f}× |"
-                )
+                trees = {"this tree": Path(__file__).resolve().parents[1]}
+                trees[f"baseline {tree_commit(args.baseline)}"] = args.baseline
+                first, rates = measure_trees(workload, trees, args)
+            load = (load_before, os.getloadavg()[0])
+            rows += table_rows(workload, rates)
             spread = max(first.values()) - min(first.values())
-            records.append(
-                {
-                    "workload": workload,
-                    "support": shape,
-                    "tasks_per_s": rates,
-                    "medians": medians,
-                    "first_meta_loss": first,
-                }
-            )
-            print(
-                f"{workload}: {shape}; first meta-losses agree within {spread:.1e}",
-                flush=True,
-            )
+            records.append({"workload": workload, "load_1min": load, "tasks_per_s": rates,
+                            "first_meta_loss": first})  # fmt: skip
+            print(f"{workload}: first meta-losses agree within {spread:.1e}; "
+                  f"load {load[0]:.1f} → {load[1]:.1f}", flush=True)  # fmt: skip
     print(
         f"\ntorch {torch.__version__}, {args.threads} thread(s), {platform.machine()}, "
-        f"{args.rounds} rounds × {args.steps_per_round} meta-steps × {META_BATCH} tasks\n"
+        f"{args.rounds} rounds × {args.steps_per_round} meta-steps × {META_BATCH} tasks, "
+        f"{args.optimizer}\n"
     )
     print(
         "| workload | implementation | tasks per CPU-s (median) | range over rounds "
@@ -247,18 +349,34 @@ def main() -> None:
     print("| --- | --- | --- | --- | --- | --- | --- |")
     print("\n".join(rows))
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(
-        json.dumps(
-            {
-                "threads": args.threads,
-                "rounds": args.rounds,
-                "steps_per_round": args.steps_per_round,
-                "torch": torch.__version__,
-                "results": records,
-            },
-            indent=2,
+    summary = {"threads": args.threads, "rounds": args.rounds, "optimizer": args.optimizer,
+               "steps_per_round": args.steps_per_round, "torch": torch.__version__}  # fmt: skip
+    args.out.write_text(json.dumps({**summary, "results": records}, indent=2))
+
+
+def table_rows(workload: str, rates) -> list[str]:
+    """Markdown rows: medians over rounds, each against the per-task loop of its own
+    process (the same code in every tree)."""
+    rows = []
+    for key, rate in rates.items():
+        prefix = key.rsplit(": ", 1)[0] + ": " if ": " in key else ""
+        base = rates[prefix + "per-task loop"]
+        median = {clock: statistics.median(rate[clock]) for clock in ("wall", "cpu")}
+        ratio = {clock: median[clock] / statistics.median(base[clock]) for clock in median}
+        cpu = rate["cpu"]
+        rows.append(
+            f"| {workload} | {key} | {median['cpu']:,.0f} | {min(cpu):,.0f}–{max(cpu):,.0f} "
+            f"| **{ratio['cpu']:.1f}×** | {median['wall']:,.0f} | {ratio['wall']:.1f}× |"
         )
+    return rows
+
+
+def tree_commit(root: Path) -> str:
+    """The short commit of a checkout, or its path where git cannot say."""
+    result = subprocess.run(
+        ["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
     )
+    return result.stdout.strip() or str(root)
 
 
 if __name__ == "__main__":

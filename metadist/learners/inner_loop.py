@@ -138,10 +138,7 @@ class FunctionalInnerLoop:
                 )
             losses.append(loss)
             with torch.set_grad_enabled(build_graph):
-                fast = {
-                    n: _sgd_step(fast[n], self.step_size(step, n), g)
-                    for n, g in zip(names, grads, strict=True)
-                }
+                fast = _sgd_steps(fast, [self.step_size(step, n) for n in names], grads)
         if not build_graph:
             fast = {n: v.detach() for n, v in fast.items()}
         with torch.no_grad():  # detached, in one op rather than one per step
@@ -179,11 +176,16 @@ class FunctionalInnerLoop:
 
     def _unadapted(self, x: Tensor, batched: bool) -> Tensor:
         """The model with its own parameters on `x` (`[B, N, ...]` when batched): a plain
-        call (`vmap`ped over B, or the model's `batched_forward`), which skips
-        `functional_call`'s parameter swapping."""
+        call, which skips `functional_call`'s parameter swapping. Batched, a model with its
+        own `batched_forward` (whose `forward` maps `[..., *input_shape]` example by
+        example, as the learners require) takes all B tasks in one call, its shared
+        weights in one matmul per layer instead of B expanded copies; other models are
+        `vmap`ped over B."""
         if not batched:
             return self.model(x)
         if self._native_batching:
+            if self.shared_head is None:
+                return self.model(x)
             return self._run_model({}, self._state()[0], {}, x, True)
         return vmap(self.model, randomness="different")(x)
 
@@ -251,8 +253,18 @@ class FunctionalInnerLoop:
         return metrics
 
 
-def _sgd_step(param: Tensor, step_size: Tensor | float, grad: Tensor) -> Tensor:
-    """`param - step_size * grad` as one op (one autograd node instead of two)."""
-    if isinstance(step_size, Tensor):
-        return torch.addcmul(param, step_size, grad, value=-1)
-    return torch.add(param, grad, alpha=-step_size)
+def _sgd_steps(fast: Params, step_sizes: list[Tensor | float], grads: tuple[Tensor, ...]) -> Params:
+    """`param - step_size * grad` for every parameter of `fast` (in order).
+
+    One fixed step size for all (plain MAML): one fused `torch._foreach_add` (one call,
+    one autograd node for the whole update). Learned or per-parameter step sizes: one
+    `addcmul`/`add` per parameter (one autograd node each instead of two).
+    """
+    first = step_sizes[0]
+    if all(not isinstance(s, Tensor) and s == first for s in step_sizes):
+        updated = torch._foreach_add(list(fast.values()), grads, alpha=-float(first))
+        return dict(zip(fast, updated, strict=True))
+    return {
+        n: torch.addcmul(p, s, g, value=-1) if isinstance(s, Tensor) else torch.add(p, g, alpha=-s)
+        for (n, p), s, g in zip(fast.items(), step_sizes, grads, strict=True)
+    }

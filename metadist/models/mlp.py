@@ -95,19 +95,23 @@ class MLP(ConfigurableModel):
             ValueError: inputs whose trailing dims differ from `input_shape`.
         """
         leading = split_leading(self.model_name, x, self.input_shape)
-        # Features-first activations [B, D, N], so each layer is W [B, D_out, D_in] @ h:
-        # the weights (the large tensors, and their gradients) are never transposed.
-        hidden = x.reshape(leading[0], -1, numel(self.input_shape)).transpose(1, 2)
+        # Examples-first activations [B, N, D]: each layer is h [B, N, D_in] @ W^T
+        # [B, D_in, D_out], the layout in which every batched matmul of the forward, the
+        # backward and the double backward runs fastest on the CPU (2-4x the features-first
+        # W @ h [B, D_out, N] for the sinusoid's 40 x 40 layer).
+        hidden = x.reshape(leading[0], -1, numel(self.input_shape))
         for index, layer in enumerate(self.body):
             if isinstance(layer, nn.Linear):
                 hidden = _linear(params, f"body.{index}", hidden)
             else:
                 hidden = layer(hidden)
-        output = _linear(params, "head", hidden).transpose(1, 2)
+        output = _linear(params, "head", hidden)
         return output.reshape(*leading, *self.output_shape)
 
 
 def _linear(params: dict[str, Tensor], name: str, x: Tensor) -> Tensor:
-    """`x [B, D_in, N]` through per-task weights `[B, D_out, D_in]` and biases `[B, D_out]`
-    → `[B, D_out, N]`."""
-    return torch.baddbmm(params[name + ".bias"].unsqueeze(2), params[name + ".weight"], x)
+    """`x [B, N, D_in]` through per-task weights `[B, D_out, D_in]` and biases `[B, D_out]`
+    → `[B, N, D_out]`."""
+    return torch.baddbmm(
+        params[name + ".bias"].unsqueeze(1), x, params[name + ".weight"].transpose(1, 2)
+    )

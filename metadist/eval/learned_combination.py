@@ -27,8 +27,9 @@ from metadist.eval import metrics
 METHOD = "fforma"
 # The default candidates, in order; `ets` joins where it is scored.
 DEFAULT_CANDIDATES = ("adapted", "theta", "ets", "seasonal_naive", "naive")
-# L2 penalties tried on the validation split; `inf` keeps the intercepts only (one
-# weight vector for every series, learned).
+# L2 penalties (on every coefficient, the intercepts too) tried on the validation split;
+# `inf` is the plain mean of the candidates (every weight alike), so the fixed average
+# is one of the choices.
 PENALTIES = (1e-4, 1e-3, 1e-2, 1e-1, 1.0, np.inf)
 # A series' relative error is clipped here (one method exploding on one series must not
 # dominate the fit).
@@ -56,6 +57,12 @@ class WeightModel:
     coef: np.ndarray
     penalty: float
     validation_loss: dict[float, float]
+
+    def describe_penalty(self) -> str | float:
+        """The penalty as the report says it."""
+        if np.isinf(self.penalty):
+            return "every weight alike" if not self.coef.any() else "intercepts only"
+        return self.penalty
 
     def weights(self, features: np.ndarray) -> np.ndarray:
         """`[N, M]` weights (rows sum to 1) of series with `features [N, D]`."""
@@ -95,9 +102,11 @@ def relative_errors(truth: np.ndarray, forecasts: np.ndarray, scale: np.ndarray)
 def _relative(error: np.ndarray, finite: np.ndarray) -> np.ndarray:
     """`error [N, M]` over its mean across the finite methods of each row; 1 where that
     mean is 0 (every method perfect), NaN where the metric is undefined."""
-    kept = np.where(finite, error, np.nan)
+    kept = np.where(finite & np.isfinite(error), error, np.nan)
+    count = np.isfinite(kept).sum(axis=1, keepdims=True)
+    total = np.nansum(kept, axis=1, keepdims=True)
+    mean = np.where(count > 0, total / np.maximum(count, 1), np.nan)
     with np.errstate(invalid="ignore", divide="ignore"):
-        mean = np.nanmean(np.where(np.isfinite(kept), kept, np.nan), axis=1, keepdims=True)
         out = kept / mean
     return np.where(mean == 0, 1.0, out)
 
@@ -106,9 +115,10 @@ def fit_weight_model(features: np.ndarray, errors: np.ndarray, seed: int = 0) ->
     """Learns softmax-linear weights minimising `mean_i sum_m w_m(x_i) errors[i, m]`.
 
     The penalty is the one of `PENALTIES` with the lowest weighted error on a seeded
-    quarter of the series, fitted on the rest; the model is then refitted on every series
-    with it. With fewer than `_MIN_SPLIT` series only the intercepts are fitted (one weight
-    vector for all); with none, every method weighs alike.
+    quarter of the series, fitted on the rest (ties: the stronger); the model is then
+    refitted on every series with it. With fewer than `_MIN_SPLIT` series only the
+    intercepts are fitted (one weight vector for all); with none, every method weighs
+    alike.
 
     Args:
         features: `[N, D]` finite features of the validation series.
@@ -178,28 +188,29 @@ def _loss(design: np.ndarray, errors: np.ndarray, coef: np.ndarray) -> float:
     return float((_softmax(design @ coef) * errors).sum(axis=1).mean())
 
 
-def _fit(design: np.ndarray, errors: np.ndarray, penalty: float) -> np.ndarray:
+def _fit(design: np.ndarray, errors: np.ndarray, penalty: float | None) -> np.ndarray:
     """`[D + 1, M]` Adam, `_STEPS` full-batch steps from uniform weights, on the mean
-    weighted error plus `penalty` times the squared coefficients (the intercepts are not
-    penalised; an infinite penalty fits the intercepts alone)."""
+    weighted error plus `penalty` times the squared coefficients; an infinite penalty
+    gives zeros (every weight alike), `None` fits the intercepts alone, unpenalised."""
     num, width = design.shape
     coef = np.zeros((width, errors.shape[1]))
-    if np.isinf(penalty):
-        design = design[:, -1:]
-        coef = coef[-1:]
+    if penalty is not None and np.isinf(penalty):
+        return coef
+    if penalty is None:
+        design, coef = design[:, -1:], coef[-1:]
     first, second = np.zeros_like(coef), np.zeros_like(coef)
     beta1, beta2 = 0.9, 0.999
     for step in range(1, _STEPS + 1):
         weights = _softmax(design @ coef)
         expected = (weights * errors).sum(axis=1, keepdims=True)
         grad = design.T @ (weights * (errors - expected)) / num
-        if not np.isinf(penalty):
-            grad[:-1] += 2 * penalty * coef[:-1]
+        if penalty is not None:
+            grad += 2 * penalty * coef
         first = beta1 * first + (1 - beta1) * grad
         second = beta2 * second + (1 - beta2) * grad**2
         corrected = first / (1 - beta1**step), second / (1 - beta2**step)
         coef -= _LEARNING_RATE * corrected[0] / (np.sqrt(corrected[1]) + 1e-8)
-    if np.isinf(penalty):
+    if penalty is None:
         full = np.zeros((width, errors.shape[1]))
         full[-1] = coef[0]
         return full

@@ -94,6 +94,8 @@ class ValidationCollector:
         self._features: list[np.ndarray] = []
         self._errors: list[np.ndarray] = []
         self.model: WeightModel | None = None
+        self._weight_sums = np.zeros(len(self.candidates))
+        self._num_weighted = 0
 
     def validation_jobs(
         self, histories: list[np.ndarray], horizon: int
@@ -165,15 +167,23 @@ class ValidationCollector:
         evaluated horizon, weighted by the features of the whole `histories`."""
         assert self.model is not None  # `fit` comes first
         weights = self.model.weights(features_of(histories, list(periods)))
+        self._weight_sums += weights.sum(axis=0)
+        self._num_weighted += len(weights)
         stacked = np.stack([forecasts[m] for m in self.candidates], axis=1)
         return weighted_forecast(stacked, weights)
 
     def summary(self) -> dict[str, Any]:
-        """What the report says of the fit: candidates, series, penalty, mean weights."""
+        """What the report says of the fit: the candidates, the validation series, the
+        penalty chosen and each candidate's mean weight over the series combined."""
         model = self.model
         out: dict[str, Any] = {"candidates": self.candidates, "validation_series": self.num_rows}
         if model is not None:
-            out["penalty"] = model.penalty
+            out["penalty"] = model.describe_penalty()
+        if self._num_weighted:
+            mean = self._weight_sums / self._num_weighted
+            out["mean_weights"] = {
+                m: round(float(w), 3) for m, w in zip(self.candidates, mean, strict=True)
+            }
         return out
 
     def _model_forecasts(

@@ -82,27 +82,28 @@ def features_of(histories: list[np.ndarray], periods: list[int]) -> np.ndarray:
 
 
 def _decompose(z: np.ndarray, period: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """`(trend, seasonal, remainder)`, each `[n]`, of the standardised series `z`: the
-    trend a centred moving average (order `period`, 2×m for even m; order 3 without a
-    season), the seasonal part the mean detrended value per position (too short for two
-    seasons: none)."""
+    """`(trend, seasonal, remainder)` of the standardised series `z`, on the points where
+    the trend is defined: the trend a centred moving average (order `period`, 2×m for even
+    m; order 3 without a season), the seasonal part the mean detrended value per position
+    in the season (fewer than two seasons: none). Too short for the average: the trend is
+    the mean, over every point."""
     n = len(z)
     order = period if period > 1 else 3
     if n < order + 1:
-        trend = np.full(n, z.mean())
+        trend, offset, kept = np.full(n, z.mean()), 0, z
     else:
         weights = (
             np.full(order, 1.0 / order)
             if order % 2
             else np.r_[0.5, np.ones(order - 1), 0.5] / order
         )
-        inner = np.convolve(z, weights, mode="valid")
-        half = len(weights) // 2
-        trend = np.r_[np.full(half, inner[0]), inner, np.full(n - half - len(inner), inner[-1])]
-    detrended = z - trend
-    seasonal = np.zeros(n)
-    if period > 1 and n >= 2 * period:
-        position = np.arange(n) % period
+        trend = np.convolve(z, weights, mode="valid")
+        offset = len(weights) // 2
+        kept = z[offset : offset + len(trend)]
+    detrended = kept - trend
+    seasonal = np.zeros(len(kept))
+    if period > 1 and len(kept) >= 2 * period:
+        position = (np.arange(len(kept)) + offset) % period
         means = np.array([detrended[position == p].mean() for p in range(period)])
         seasonal = (means - means.mean())[position]
     return trend, seasonal, detrended - seasonal

@@ -2,11 +2,13 @@
 place in forecast scoring (weights from validation windows only)."""
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
 import torch
 
+from metadist.commands.competition.evaluation import learned_candidates
 from metadist.datasets.synthetic import (
     SYNTHETIC_INGEST_ARGS,
     SYNTHETIC_PERIODS,
@@ -21,6 +23,7 @@ from metadist.eval.learned_combination import (
 )
 from metadist.eval.predictions import model_predictions
 from metadist.eval.series_features import FEATURE_NAMES, features_of, series_features
+from metadist.eval.settings import load_eval_options
 from metadist.eval.statistical import StatisticalForecasts, statistical_forecasts
 from metadist.eval.task_scores import TaskScores
 from metadist.eval.validation_window import model_validation_batch, validation_histories
@@ -237,3 +240,26 @@ def test_weights_come_only_from_the_validation_windows(store):
     expected = store.series(0)[len(store.series(0)) - 1 - HORIZON : -1, sampler.target_columns]
     np.testing.assert_array_equal(batch.query.y[0, 0].numpy(), expected)
     assert batch.support.y.shape[1:] == (3, HORIZON, 1)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("theta", "must be a list"),
+        (["theta"], "two or more"),
+        (["fforma", "theta"], "unknown method 'fforma'"),
+        (["theta", "theta"], "two or more different"),
+    ],
+)
+def test_bad_learned_combinations_name_the_field(value, message):
+    with pytest.raises(ValueError, match=message) as error:
+        EvalOptions.from_dict({"learned_combination": value})
+    assert "eval.learned_combination" in str(error.value)
+
+
+def test_the_competition_scores_the_learned_combination_of_its_methods():
+    assert learned_candidates(ets=True) == ["adapted", "theta", "ets", "seasonal_naive", "naive"]
+    assert "ets" not in learned_candidates(ets=False)
+    override = f"eval.learned_combination={json.dumps(learned_candidates(False))}"
+    options = load_eval_options("none", [override], recorded={"split": "all"})
+    assert options.learned_combination == learned_candidates(False)

@@ -166,12 +166,11 @@ class ForecastScorer:
             self._held.append((tasks, truth, forecasts))
             self._scores = scores
 
-    def finish(self) -> dict[str, Any] | None:
+    def finish(self) -> None:
         """Scores the batches held back for the learned combination, with the weights
-        learned from every task's validation window; returns what the fit was (`None`
-        without a learned combination)."""
+        learned from every task's validation window."""
         if self.learned is None:
-            return None
+            return
         self.learned.fit(self.options.seed)
         for tasks, truth, forecasts in self._held:
             histories = [t.history for t in tasks]
@@ -181,7 +180,10 @@ class ForecastScorer:
             assert self._scores is not None  # set with the first batch held
             self._score_tasks(self._scores, tasks, truth, forecasts)
         self._held.clear()
-        return self.learned.summary()
+
+    def settings(self) -> dict[str, Any]:
+        """What the report's settings say of the learned combination (its fit)."""
+        return {} if self.learned is None else {"learned_combination": self.learned.summary()}
 
     def _inverse(self, values: np.ndarray, index: Any) -> np.ndarray:
         return self.store.scaler.inverse(values, index, self.columns)

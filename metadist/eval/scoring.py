@@ -125,9 +125,7 @@ def evaluate_tasks(
         cache: from-scratch predictions and statistical forecasts of an earlier evaluation
             of the same tasks, reused where their keys match, and where this evaluation's
             are kept (`metadist.eval.cache`); `None` computes everything.
-        windows: the run's forecast windows (`metadist.tasks.inference.ForecastWindows`),
-            for the model's forecasts of the validation windows that
-            `eval.learned_combination` learns from; `None`: the model is no candidate.
+        windows: the run's `ForecastWindows`, for `eval.learned_combination`'s model forecasts.
 
     Returns:
         (result, examples): the result dict that `report.write_report` writes, and up to
@@ -146,10 +144,8 @@ def evaluate_tasks(
     forecasts = None
     if kind == "forecast":
         assert target_columns is not None  # `_task_kind` checks it
-        statistical = StatisticalForecasts(methods, cache=cache)
-        forecasts = ForecastScorer(
-            store, target_columns, options, methods, statistical, learner, windows
-        )
+        stats = StatisticalForecasts(methods, cache=cache)
+        forecasts = ForecastScorer(store, target_columns, options, methods, stats, learner, windows)
     score: Scorer = forecasts or _SCORERS[kind]
     scratch = _scratch(learner, fresh_model, options, cache)
     predict = Predictor(learner, options, "unadapted" in methods, kind, pretrained)
@@ -158,7 +154,6 @@ def evaluate_tasks(
         _score_batches(
             learner, batches, scores, predict, scratch, score, options, progress, num_tasks
         )
-        learned = None if forecasts is None else forecasts.finish()
     finally:
         if forecasts is not None:
             forecasts.close()
@@ -168,8 +163,7 @@ def evaluate_tasks(
     result["diverged"] = scores.num_diverged()
     _warn_diverged(result, scores.num_tasks)
     result["settings"]["seconds"] = round(time.perf_counter() - started, 2)
-    if learned:
-        result["settings"]["learned_combination"] = learned
+    result["settings"].update({} if forecasts is None else forecasts.settings())
     return result, ([] if forecasts is None else forecasts.examples())
 
 
@@ -272,6 +266,8 @@ def _score_batches(
             arrays = {k: v.detach().cpu().numpy() for k, v in predictions.items()}
             score(scores, batch, arrays)
             shown.update(scores.num_tasks)
+        if isinstance(score, ForecastScorer):
+            score.finish()  # the tasks held back for the learned combination
     finally:
         display.close()
         learner.train(was_training)

@@ -15,6 +15,7 @@ from metadist.datasets.synthetic import (
     write_synthetic_panel,
 )
 from metadist.eval import EvalOptions, evaluate_tasks
+from metadist.eval.combination_loss import CombinedLoss
 from metadist.eval.forecast_scoring import ForecastScorer
 from metadist.eval.learned_combination import (
     fit_weight_model,
@@ -263,3 +264,22 @@ def test_the_competition_scores_the_learned_combination_of_its_methods():
     override = f"eval.learned_combination={json.dumps(learned_candidates(False))}"
     options = load_eval_options("none", [override], recorded={"split": "all"})
     assert options.learned_combination == learned_candidates(False)
+
+
+def test_the_combined_forecast_loss_has_the_gradient_of_its_value():
+    rng = np.random.default_rng(0)
+    truth = rng.normal(5, 1, (6, 4, 1))
+    forecasts = rng.normal(5, 2, (6, 3, 4, 1))
+    loss = CombinedLoss(truth, forecasts, np.abs(rng.normal(1, 0.2, (6, 1))))
+    weights = rng.dirichlet(np.ones(3), 6)
+    value, grad = loss(weights)
+    numeric = np.zeros_like(weights)
+    for i, m in np.ndindex(*weights.shape):
+        moved = weights.copy()
+        moved[i, m] += 1e-6
+        numeric[i, m] = (loss(moved)[0] - value) / 1e-6
+    np.testing.assert_allclose(grad, numeric, atol=1e-5)
+    # two methods erring in opposite directions: their mean beats either alone
+    pair = np.stack([truth + 1, truth - 1], axis=1)
+    both = CombinedLoss(truth, pair, np.ones((6, 1)))
+    assert both(np.full((6, 2), 0.5))[0] < 0.01 < both(np.tile([1.0, 0.0], (6, 1)))[0]

@@ -5,8 +5,10 @@ a validation window at the end of each series' history with every candidate meth
 describes the series by features, and learns a map from features to softmax weights
 over the methods that minimises the weighted validation error `sum_m w_m(x) err_m`
 across series; each series' forecast is then the weighted mean of the methods'
-forecasts. Here the map is softmax-linear (numpy, a fixed number of Adam steps), its L2
-penalty chosen on a seeded split of the validation series, then refitted on all of them.
+forecasts. Here the map is softmax-linear (numpy, a fixed number of Adam steps), fitted
+to FFORMA's loss or to the error of the weighted forecast itself
+(`metadist.eval.combination_loss`), the loss and its L2 penalty chosen on a seeded split
+of the validation series, then refitted on all of them.
 
 `fit_weight_model(features [N, D], errors [N, M])` learns it, `relative_errors` makes
 the validation errors comparable across series, `weighted_forecast` combines. What
@@ -17,17 +19,24 @@ the evaluated forecasts.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from metadist.eval import metrics
+from metadist.eval.combination_loss import CombinedLoss, weighted_loss
+
+# A loss of the weights `[N, M]`: (value, gradient `[N, M]`).
+Loss = Callable[[np.ndarray], tuple[float, np.ndarray]]
 
 # The method name of the learned combination (scored and reported as a method of its own).
 METHOD = "fforma"
 # The default candidates, in order; `ets` joins where it is scored.
 DEFAULT_CANDIDATES = ("adapted", "theta", "ets", "seasonal_naive", "naive")
-# L2 penalties (on every coefficient, the intercepts too) tried on the validation split;
+# L2 penalties (on every coefficient, the intercepts too) tried on the validation split
+# with each loss;
 # `inf` is the plain mean of the candidates (every weight alike), so the fixed average
 # is one of the choices.
 PENALTIES = (1e-4, 1e-3, 1e-2, 1e-1, 1.0, np.inf)
@@ -49,14 +58,16 @@ class WeightModel:
         scale: `[D]` their standard deviations (1 where constant).
         coef: `[D + 1, M]` the linear map of standardised features (last row: intercepts).
         penalty: the L2 penalty chosen on the validation split.
-        validation_loss: `{penalty: mean weighted error on the held-out series}`.
+        loss: the loss fitted, chosen there too: `weighted` (FFORMA's) or `combined`.
+        validation_loss: `{"<loss> <penalty>": its error on the held-out series}`.
     """
 
     mean: np.ndarray
     scale: np.ndarray
     coef: np.ndarray
     penalty: float
-    validation_loss: dict[float, float]
+    loss: str
+    validation_loss: dict[str, float]
 
     def describe_penalty(self) -> str | float:
         """The penalty as the report says it."""
@@ -111,19 +122,27 @@ def _relative(error: np.ndarray, finite: np.ndarray) -> np.ndarray:
     return np.where(mean == 0, 1.0, out)
 
 
-def fit_weight_model(features: np.ndarray, errors: np.ndarray, seed: int = 0) -> WeightModel:
-    """Learns softmax-linear weights minimising `mean_i sum_m w_m(x_i) errors[i, m]`.
+def fit_weight_model(
+    features: np.ndarray,
+    errors: np.ndarray,
+    seed: int = 0,
+    combined: CombinedLoss | None = None,
+) -> WeightModel:
+    """Learns softmax-linear weights of M methods from D features of N series.
 
-    The penalty is the one of `PENALTIES` with the lowest weighted error on a seeded
-    quarter of the series, fitted on the rest (ties: the stronger); the model is then
-    refitted on every series with it. With fewer than `_MIN_SPLIT` series only the
-    intercepts are fitted (one weight vector for all); with none, every method weighs
-    alike.
+    The fitted loss is FFORMA's, `mean_i sum_m w_m(x_i) errors[i, m]`, and, with
+    `combined`, also the error of the weighted forecast itself (`CombinedLoss`); which
+    loss and which of `PENALTIES` are chosen on a seeded quarter of the series (fitted on
+    the rest, scored by the combined forecast's error where `combined` is given, else by
+    FFORMA's loss; ties: the stronger penalty); the model is then refitted on every
+    series. With fewer than `_MIN_SPLIT` series only the intercepts are fitted (one
+    weight vector for all, FFORMA's loss); with none, every method weighs alike.
 
     Args:
         features: `[N, D]` finite features of the validation series.
         errors: `[N, M]` each method's (relative) validation error on each series.
         seed: seed of the split.
+        combined: the combined forecast's loss on the same N series' windows.
 
     Raises:
         ValueError: shapes that do not match, or non-finite inputs.
@@ -142,20 +161,28 @@ def fit_weight_model(features: np.ndarray, errors: np.ndarray, seed: int = 0) ->
     scale = features.std(axis=0) if num else np.ones(num_features)
     scale = np.where(scale > 1e-12, scale, 1.0)
     design = _design(features, mean, scale)
+    losses: dict[str, Callable[[np.ndarray], Loss]] = {
+        "weighted": lambda rows: functools.partial(weighted_loss, errors=errors[rows])
+    }
+    if combined is not None:
+        losses["combined"] = combined.subset
     if num < _MIN_SPLIT:
-        coef = (
-            _fit(design, errors, np.inf) if num else np.zeros((num_features + 1, errors.shape[1]))
-        )
-        return WeightModel(mean, scale, coef, float(np.inf), {})
+        everything = np.arange(num)
+        coef = _fit(design, losses["weighted"](everything), None, errors.shape[1])
+        return WeightModel(mean, scale, coef, float(np.inf), "weighted", {})
     order = np.random.default_rng(seed).permutation(num)
     held = order[: max(1, int(round(_HELD_OUT * num)))]
     kept = order[len(held) :]
-    losses = {}
-    for penalty in PENALTIES:
-        coef = _fit(design[kept], errors[kept], penalty)
-        losses[float(penalty)] = _loss(design[held], errors[held], coef)
-    best = min(losses, key=lambda p: (losses[p], -p))  # ties: the stronger penalty
-    return WeightModel(mean, scale, _fit(design, errors, best), best, losses)
+    judge = losses["combined" if combined is not None else "weighted"](held)
+    scores: dict[str, float] = {}
+    for name, loss in losses.items():
+        for penalty in PENALTIES:
+            coef = _fit(design[kept], loss(kept), penalty, errors.shape[1])
+            scores[f"{name} {penalty:g}"] = judge(_softmax(design[held] @ coef))[0]
+    best = min(scores, key=lambda k: (scores[k], -float(k.split()[1])))
+    name, penalty = best.split()[0], float(best.split()[1])
+    coef = _fit(design, losses[name](np.arange(num)), penalty, errors.shape[1])
+    return WeightModel(mean, scale, coef, penalty, name, scores)
 
 
 def weighted_forecast(forecasts: np.ndarray, weights: np.ndarray) -> np.ndarray:
@@ -184,16 +211,12 @@ def _softmax(logits: np.ndarray) -> np.ndarray:
     return exp / exp.sum(axis=1, keepdims=True)
 
 
-def _loss(design: np.ndarray, errors: np.ndarray, coef: np.ndarray) -> float:
-    return float((_softmax(design @ coef) * errors).sum(axis=1).mean())
-
-
-def _fit(design: np.ndarray, errors: np.ndarray, penalty: float | None) -> np.ndarray:
-    """`[D + 1, M]` Adam, `_STEPS` full-batch steps from uniform weights, on the mean
-    weighted error plus `penalty` times the squared coefficients; an infinite penalty
-    gives zeros (every weight alike), `None` fits the intercepts alone, unpenalised."""
-    num, width = design.shape
-    coef = np.zeros((width, errors.shape[1]))
+def _fit(design: np.ndarray, loss: Loss, penalty: float | None, num_methods: int) -> np.ndarray:
+    """`[D + 1, M]` Adam, `_STEPS` full-batch steps from uniform weights, on `loss` plus
+    `penalty` times the squared coefficients; an infinite penalty gives zeros (every
+    weight alike), `None` fits the intercepts alone, unpenalised."""
+    width = design.shape[1]
+    coef = np.zeros((width, num_methods))
     if penalty is not None and np.isinf(penalty):
         return coef
     if penalty is None:
@@ -202,8 +225,10 @@ def _fit(design: np.ndarray, errors: np.ndarray, penalty: float | None) -> np.nd
     beta1, beta2 = 0.9, 0.999
     for step in range(1, _STEPS + 1):
         weights = _softmax(design @ coef)
-        expected = (weights * errors).sum(axis=1, keepdims=True)
-        grad = design.T @ (weights * (errors - expected)) / num
+        _, by_weight = loss(weights)
+        # through the softmax: d/dz_m = w_m (d/dw_m - sum_k w_k d/dw_k)
+        by_logit = weights * (by_weight - (weights * by_weight).sum(axis=1, keepdims=True))
+        grad = design.T @ by_logit
         if penalty is not None:
             grad += 2 * penalty * coef
         first = beta1 * first + (1 - beta1) * grad
@@ -211,7 +236,7 @@ def _fit(design: np.ndarray, errors: np.ndarray, penalty: float | None) -> np.nd
         corrected = first / (1 - beta1**step), second / (1 - beta2**step)
         coef -= _LEARNING_RATE * corrected[0] / (np.sqrt(corrected[1]) + 1e-8)
     if penalty is None:
-        full = np.zeros((width, errors.shape[1]))
+        full = np.zeros((width, num_methods))
         full[-1] = coef[0]
         return full
     return coef

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from metadist.eval import metrics
+from metadist.eval.combination_loss import CombinedLoss
 from metadist.eval.learned_combination import (
     METHOD,
     WeightModel,
@@ -93,6 +94,8 @@ class ValidationCollector:
         self.windows = windows
         self._features: list[np.ndarray] = []
         self._errors: list[np.ndarray] = []
+        # each batch's validation windows: (truth [n, H, T], forecasts [n, M, H, T], scale)
+        self._windows: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         self.model: WeightModel | None = None
         self._weight_sums = np.zeros(len(self.candidates))
         self._num_weighted = 0
@@ -142,6 +145,7 @@ class ValidationCollector:
             ]
         )
         self._errors.append(relative_errors(truth[rows], stacked, scale))
+        self._windows.append((truth[rows], stacked, scale))
         kept = [h for h, r in zip(shortened, rows, strict=True) if r]
         self._features.append(
             features_of(kept, [p for p, r in zip(periods, rows, strict=True) if r])
@@ -152,7 +156,11 @@ class ValidationCollector:
         num = len(self.candidates)
         features = np.concatenate(self._features) if self._features else np.zeros((0, NUM_FEATURES))
         errors = np.concatenate(self._errors) if self._errors else np.zeros((0, num))
-        self.model = fit_weight_model(features, errors, seed)
+        combined = None
+        if self._windows:
+            truth, forecasts, scale = (np.concatenate(p) for p in zip(*self._windows, strict=True))
+            combined = CombinedLoss(truth, forecasts, scale)
+        self.model = fit_weight_model(features, errors, seed, combined)
         return self.model
 
     @property
@@ -178,6 +186,7 @@ class ValidationCollector:
         model = self.model
         out: dict[str, Any] = {"candidates": self.candidates, "validation_series": self.num_rows}
         if model is not None:
+            out["loss"] = model.loss
             out["penalty"] = model.describe_penalty()
         if self._num_weighted:
             mean = self._weight_sums / self._num_weighted

@@ -4,7 +4,10 @@
 `split_time`) in the store's original units, next to the naive, seasonal-naive, naive 2
 and Theta forecasts of the task's history (and ETS and forecast combinations when asked
 for; `metadist.eval.statistical` computes them on every core), and keeps a few forecasts
-for the report's figure.
+for the report's figure. With `eval.learned_combination`, every task's validation window
+(the last H points of its history) is forecast too, and the tasks are scored once all
+are in (`finish`): the learned combination's weights come from every task's validation
+window (`metadist.eval.learned_scoring`).
 """
 
 from __future__ import annotations
@@ -17,9 +20,17 @@ import numpy as np
 
 from metadist.batch import MetaBatch
 from metadist.eval import metrics
+from metadist.eval.learned_scoring import METHOD as LEARNED
+from metadist.eval.learned_scoring import ValidationCollector
 from metadist.eval.settings import EvalOptions, combination_key, combination_label
 from metadist.eval.statistical import Pending, StatisticalForecasts
 from metadist.eval.task_scores import TaskScores, diverged_rows, reference_scale
+from metadist.tasks.inference import ForecastWindows
+
+# A batch started: its tasks, their statistical forecasts (the evaluated horizon's, then
+# the validation windows' where a learned combination is scored) and the validation
+# windows (`ValidationCollector.validation_jobs`, or None).
+_Started = tuple[list["_Task"], Pending, Any]
 
 
 @dataclass
@@ -30,6 +41,7 @@ class _Task:
     stratum: str
     label: str
     history: np.ndarray
+    period: int = 1
 
 
 class ForecastScorer:
@@ -47,6 +59,9 @@ class ForecastScorer:
         methods: the methods scored (`ets` among them adds AutoETS).
         statistical: computes the statistical forecasts (default: on every core, without a
             cache).
+        learner: the meta-trained learner, for its forecasts of the validation windows
+            (`eval.learned_combination`).
+        windows: the run's forecast windows (`metadist.tasks.inference`), likewise.
     """
 
     def __init__(
@@ -56,12 +71,22 @@ class ForecastScorer:
         options: EvalOptions,
         methods: list[str] | None = None,
         statistical: StatisticalForecasts | None = None,
+        learner: Any = None,
+        windows: ForecastWindows | None = None,
     ) -> None:
         self.store = store
         self.columns = list(target_columns)
         self.options = options
         self.statistical = statistical or StatisticalForecasts(methods or [])
-        self._started: deque[tuple[list[_Task], Pending]] = deque()
+        self._started: deque[_Started] = deque()
+        self.learned = (
+            None
+            if options.learned_combination is None
+            else ValidationCollector(options.learned_combination, store, options, learner, windows)
+        )
+        # batches held back until the learned combination's weights are fitted
+        self._held: list[tuple[list[_Task], np.ndarray, dict[str, np.ndarray]]] = []
+        self._scores: TaskScores | None = None
         # Forecasts for the figure: tasks of a stratum or label not drawn yet, then others.
         self._examples: list[dict[str, Any]] = []
         self._spare: list[dict[str, Any]] = []
@@ -91,9 +116,14 @@ class ForecastScorer:
         ):
             stratum, label = self._stratum_and_label(int(entity))
             history = self._history(int(entity), split_time)
-            tasks.append(_Task(int(entity), stratum, label, history))
-        jobs = [(t.history, horizon, self.options.period_of(t.stratum, t.label)) for t in tasks]
-        self._started.append((tasks, self.statistical.start(jobs)))
+            period = self.options.period_of(stratum, label)
+            tasks.append(_Task(int(entity), stratum, label, history, period))
+        jobs = [(t.history, horizon, t.period) for t in tasks]
+        validation = None
+        if self.learned is not None:
+            validation = self.learned.validation_jobs([t.history for t in tasks], horizon)
+            jobs += [(h, horizon, t.period) for h, t in zip(validation[0], tasks, strict=True)]
+        self._started.append((tasks, self.statistical.start(jobs), validation))
 
     def close(self) -> None:
         """Stops the statistical forecasts' workers."""
@@ -109,8 +139,18 @@ class ForecastScorer:
         """
         if not self._started:
             self.start(batch)
-        tasks, pending = self._started.popleft()
+        tasks, pending, validation = self._started.popleft()
         statistical = self.statistical.collect(pending)
+        if self.learned is not None:
+            self.learned.add(
+                [t.entity for t in tasks],
+                [len(t.history) for t in tasks],
+                [t.period for t in tasks],
+                validation,
+                statistical[len(tasks) :],
+                self._inverse,
+            )
+            statistical = statistical[: len(tasks)]
         index = batch.entity_index.cpu().numpy()[:, None, None]
         truth = self._inverse(batch.query.y.cpu().numpy().astype(np.float64), index)[:, 0]
         model_forecasts = {
@@ -120,7 +160,30 @@ class ForecastScorer:
             **model_forecasts,
             **{m: np.stack([s[m] for s in statistical]) for m in statistical[0]},
         }
-        self._score_tasks(scores, tasks, truth, forecasts)
+        if self.learned is None:
+            self._score_tasks(scores, tasks, truth, forecasts)
+        else:  # scored by `finish`, once every validation window is in
+            self._held.append((tasks, truth, forecasts))
+            self._scores = scores
+
+    def finish(self) -> None:
+        """Scores the batches held back for the learned combination, with the weights
+        learned from every task's validation window."""
+        if self.learned is None:
+            return
+        self.learned.fit(self.options.seed)
+        for tasks, truth, forecasts in self._held:
+            histories = [t.history for t in tasks]
+            forecasts[LEARNED] = self.learned.combine(
+                histories, [t.period for t in tasks], forecasts
+            )
+            assert self._scores is not None  # set with the first batch held
+            self._score_tasks(self._scores, tasks, truth, forecasts)
+        self._held.clear()
+
+    def settings(self) -> dict[str, Any]:
+        """What the report's settings say of the learned combination (its fit)."""
+        return {} if self.learned is None else {"learned_combination": self.learned.summary()}
 
     def _inverse(self, values: np.ndarray, index: Any) -> np.ndarray:
         return self.store.scaler.inverse(values, index, self.columns)
@@ -135,7 +198,7 @@ class ForecastScorer:
         """Scores a batch's tasks: `truth [B, H, T]`, `forecasts {method: [B, H, T]}` in
         original units (the networks' and the statistical baselines'), each metric
         computed for the whole batch at once and summed task by task."""
-        periods = [self.options.period_of(t.stratum, t.label) for t in tasks]
+        periods = [t.period for t in tasks]
         for combination in self.options.combinations or []:
             forecasts[combination_key(combination)] = np.mean(
                 [forecasts[m] for m in combination], axis=0

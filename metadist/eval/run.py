@@ -34,6 +34,7 @@ from metadist.models import build_model
 from metadist.progress import Progress
 from metadist.store.identity import check_store_identity
 from metadist.tasks.base import EvaluationTasks
+from metadist.tasks.inference import ForecastWindows, forecast_windows
 from metadist.train.build import TaskSource, build_task_source
 from metadist.train.config import TrainConfig
 from metadist.train.selection import describe_checkpoint
@@ -56,6 +57,8 @@ class EvalParts:
         store_identity: the store's identity the run recorded (`None` without a store).
         train_units: `[U]` the meta-train units of the run's partition (what the
             pretrained-embedding baseline trains on).
+        windows: the sampler's forecast windows (`None`: it has none), for the model's
+            forecasts of the validation windows (`eval.learned_combination`).
     """
 
     store: Any
@@ -67,6 +70,7 @@ class EvalParts:
     description: str
     store_identity: dict | None = None
     train_units: np.ndarray | None = None
+    windows: ForecastWindows | None = None
 
     @property
     def target_columns(self) -> list[int] | None:
@@ -206,6 +210,7 @@ def _score(
             num_tasks=parts.num_tasks,
             pretrained=pretrained,
             cache=cache,
+            windows=parts.windows,
         )
     timings["scoring"] = time.perf_counter() - started
     return scored
@@ -403,7 +408,18 @@ def _eval_parts(
         description=description,
         store_identity=recorded_identity,
         train_units=train_units,
+        windows=_windows(source, options),
     )
+
+
+def _windows(source: TaskSource, options: EvalOptions) -> ForecastWindows | None:
+    """The sampler's forecast windows where a learned combination needs them."""
+    if options.learned_combination is None or source.store is None:
+        return None
+    try:
+        return forecast_windows(source.sampler, source.store.num_columns)
+    except ValueError:  # a sampler without the forecasting protocol: no model candidate
+        return None
 
 
 def _evaluated_units(source: TaskSource, options: EvalOptions, config: TrainConfig) -> np.ndarray:

@@ -27,6 +27,7 @@ from metadist.batch import MetaBatch
 from metadist.eval.cache import EvalCache
 from metadist.eval.classification_scoring import score_classification
 from metadist.eval.forecast_scoring import ForecastScorer
+from metadist.eval.learned_scoring import learned_methods
 from metadist.eval.predictions import Predictor, ScratchBaseline
 from metadist.eval.predictions import rolled_forecast as _forecast  # noqa: F401 (metadist.api)
 from metadist.eval.regression_scoring import score_regression
@@ -96,6 +97,7 @@ def evaluate_tasks(
     num_tasks: int | None = None,
     pretrained: nn.Module | None = None,
     cache: EvalCache | None = None,
+    windows: Any = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Scores every method on every task of `batches`.
 
@@ -123,6 +125,7 @@ def evaluate_tasks(
         cache: from-scratch predictions and statistical forecasts of an earlier evaluation
             of the same tasks, reused where their keys match, and where this evaluation's
             are kept (`metadist.eval.cache`); `None` computes everything.
+        windows: the run's `ForecastWindows`, for `eval.learned_combination`'s model forecasts.
 
     Returns:
         (result, examples): the result dict that `report.write_report` writes, and up to
@@ -141,8 +144,8 @@ def evaluate_tasks(
     forecasts = None
     if kind == "forecast":
         assert target_columns is not None  # `_task_kind` checks it
-        statistical = StatisticalForecasts(methods, cache=cache)
-        forecasts = ForecastScorer(store, target_columns, options, methods, statistical)
+        stats = StatisticalForecasts(methods, cache=cache)
+        forecasts = ForecastScorer(store, target_columns, options, methods, stats, learner, windows)
     score: Scorer = forecasts or _SCORERS[kind]
     scratch = _scratch(learner, fresh_model, options, cache)
     predict = Predictor(learner, options, "unadapted" in methods, kind, pretrained)
@@ -160,6 +163,7 @@ def evaluate_tasks(
     result["diverged"] = scores.num_diverged()
     _warn_diverged(result, scores.num_tasks)
     result["settings"]["seconds"] = round(time.perf_counter() - started, 2)
+    result["settings"].update({} if forecasts is None else forecasts.settings())
     return result, ([] if forecasts is None else forecasts.examples())
 
 
@@ -226,7 +230,7 @@ def _methods(
                     "embedding model or with eval.scratch_steps=0)"
                 )
         methods += [combination_key(c) for c in combinations]
-    return methods
+    return methods + learned_methods(options, methods, kind)
 
 
 def _score_batches(
@@ -262,6 +266,8 @@ def _score_batches(
             arrays = {k: v.detach().cpu().numpy() for k, v in predictions.items()}
             score(scores, batch, arrays)
             shown.update(scores.num_tasks)
+        if isinstance(score, ForecastScorer):
+            score.finish()  # the tasks held back for the learned combination
     finally:
         display.close()
         learner.train(was_training)

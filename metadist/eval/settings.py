@@ -27,7 +27,11 @@ FORECAST_METHODS = {
     "naive2": "naive 2 (seasonally adjusted)",
     "theta": "Theta method",
     "ets": "ETS (AutoETS)",
+    "fforma": "learned combination (FFORMA weights from series features, fit on validation)",
 }
+# The learned combination's method name (`eval.learned_combination`); it cannot itself
+# be a member of a combination.
+LEARNED_METHOD = "fforma"
 # Baselines scored only when asked for (`eval.extra_baselines`): they need an optional
 # package or take long.
 EXTRA_BASELINES = ("ets",)
@@ -114,6 +118,12 @@ class EvalOptions:
             `seasonal_naive`, `naive2`, `theta`, `ets`) whose forecasts are averaged point
             by point in original units, e.g. `[[adapted, theta]]`, named `adapted+theta`.
             Forecasting on a store only; `None`: none.
+        learned_combination: the candidates of a learned forecast combination scored as
+            the method `fforma` (FFORMA: softmax weights per series from its features,
+            learned on each series' validation window, the last H points of its
+            history; `metadist.eval.learned_combination`), e.g. `[adapted, theta,
+            seasonal_naive, naive]` (`ets` where it is scored). Forecasting on a store
+            only; `None`: not scored.
         extra_baselines: forecast baselines scored besides naive, seasonal naive, naive 2
             and Theta: `ets` (AutoETS; needs statsforecast, the `ets` extra).
         checkpoint: the run's checkpoint evaluated: `best` (its best on meta-val,
@@ -144,6 +154,7 @@ class EvalOptions:
     ensemble: list[str] | None = None
     ensemble_reduce: str = "mean"
     combinations: list[list[str]] | None = None
+    learned_combination: list[str] | None = None
     extra_baselines: list[str] = field(default_factory=list)
     checkpoint: str = "best"
 
@@ -273,6 +284,14 @@ def _check_combinations(options: EvalOptions) -> None:
         )
     for combination in options.combinations or []:
         _check_combination(combination)
+    candidates = options.learned_combination
+    if candidates is not None:
+        if isinstance(candidates, str) or not isinstance(candidates, (list, tuple)):
+            raise ValueError(
+                "eval.learned_combination must be a list of forecast methods or null, e.g. "
+                f"[adapted, theta, seasonal_naive, naive], got {candidates!r}"
+            )
+        _check_combination(candidates, "eval.learned_combination")
     if options.combinations and len({frozenset(c) for c in options.combinations}) < len(
         options.combinations
     ):
@@ -325,22 +344,22 @@ def combination_label(methods: Iterable[str]) -> str:
     return "mean of " + ", ".join(names[:-1]) + " and " + names[-1]
 
 
-def _check_combination(combination: Any) -> None:
+def _check_combination(combination: Any, field: str = "eval.combinations") -> None:
     if not isinstance(combination, (list, tuple)):
         raise ValueError(
             f"eval.combinations entries must be lists of methods, got {combination!r} "
             "(write [[adapted, theta]], not [adapted, theta])"
         )
-    unknown = [m for m in combination if m not in FORECAST_METHODS]
+    members = [m for m in FORECAST_METHODS if m != LEARNED_METHOD]
+    unknown = [m for m in combination if m not in members]
     if unknown:
         raise ValueError(
-            f"eval.combinations: unknown method {unknown[0]!r} in {list(combination)}; "
-            f"methods: {', '.join(FORECAST_METHODS)}"
+            f"{field}: unknown method {unknown[0]!r} in {list(combination)}; "
+            f"methods: {', '.join(members)}"
         )
     if len(set(combination)) < 2 or len(set(combination)) < len(combination):
         raise ValueError(
-            "eval.combinations: a combination needs two or more different methods, got "
-            f"{list(combination)}"
+            f"{field}: a combination needs two or more different methods, got {list(combination)}"
         )
 
 

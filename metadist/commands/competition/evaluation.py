@@ -1,5 +1,7 @@
 """Each horizon's ensemble evaluated on the series of that horizon (their labels),
-forecasting the holdout, next to the baselines."""
+forecasting the holdout, next to the baselines and the learned combination (`fforma`:
+weights of the model and the statistical methods per series, learned on each series'
+last H training points; `eval.learned_combination=null` leaves it out)."""
 
 from __future__ import annotations
 
@@ -63,8 +65,15 @@ def evaluation_overrides(
         f"eval.references={json.dumps(_references(spec.references, labels))}",
         f"eval.ensemble={ensemble}",
         *(["eval.extra_baselines=[ets]"] if ets else []),
+        f"eval.learned_combination={json.dumps(learned_candidates(ets))}",
         *extra,
     ]
+
+
+def learned_candidates(ets: bool) -> list[str]:
+    """The methods the learned combination weighs: the model, Theta, ETS (where scored),
+    seasonal naive and naive."""
+    return ["adapted", "theta", *(["ets"] if ets else []), "seasonal_naive", "naive"]
 
 
 def want_ets(choice: str) -> bool:

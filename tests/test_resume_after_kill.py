@@ -41,7 +41,7 @@ RUN = [
     "data.verify_store=false",
     "logging.progress=false",
     "logging.wandb.mode=disabled",
-    "logging.log_every=5",
+    "logging.log_every=10",  # checkpoints of steps 5, 15, ... hold a record under way
 ]
 
 

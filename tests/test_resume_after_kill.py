@@ -9,6 +9,7 @@ meta-gradient (a sum of per-rank means) differed in its last bits (3.7e-8 after 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -21,6 +22,7 @@ import pytest
 import torch
 
 from metadist.datasets.synthetic import SYNTHETIC_INGEST_ARGS, write_synthetic_panel
+from metadist.launch.children import descendants
 from metadist.store.ingest import ingest
 from metadist.train import latest_checkpoint_state
 
@@ -97,12 +99,31 @@ def _kill_rank_after_first_checkpoint(command: list[str], run_dir: Path) -> str:
         os.kill(victim, signal.SIGKILL)
         output, _ = process.communicate(timeout=120)
     finally:
-        if process.poll() is None:  # whatever it left: the launcher's group
-            process.kill()
-            process.wait(timeout=30)
+        _stop(process)
     assert process.returncode == 1, output[-3000:]
     assert "rank 1 was killed by SIGKILL" in output, output[-3000:]
     return output
+
+
+def _run(command: list[str]) -> tuple[int, str]:
+    """Runs `command` to its end (at most 180 s); returns its exit status and stderr."""
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _, err = process.communicate(timeout=180)
+    finally:
+        _stop(process)
+    return process.returncode, err
+
+
+def _stop(process: subprocess.Popen) -> None:
+    """Kills `process` and whatever it left (never a training behind, even on failure)."""
+    leftover = descendants(process.pid)
+    if process.poll() is None:
+        process.kill()
+        process.wait(timeout=30)
+    for pid in leftover:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def _train_records(run_dir: Path) -> list[dict]:
@@ -116,25 +137,20 @@ def _train_records(run_dir: Path) -> list[dict]:
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs Linux /proc")
 def test_resume_after_a_rank_is_killed_equals_the_uninterrupted_run_bitwise(tmp_path, store):
     straight_dir, killed_dir = tmp_path / "straight", tmp_path / "killed"
-    straight = subprocess.run(
-        _command(store, straight_dir), capture_output=True, text=True, timeout=180
-    )
-    assert straight.returncode == 0, straight.stderr[-3000:]
+    code, err = _run(_command(store, straight_dir))
+    assert code == 0, err[-3000:]
 
     _kill_rank_after_first_checkpoint(_command(store, killed_dir), killed_dir)
     stop_step = int(latest_checkpoint_state(killed_dir)["step"])
     assert 5 <= stop_step < 100
-    resumed = subprocess.run(
-        _command(store, killed_dir), capture_output=True, text=True, timeout=180
-    )
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert f"at step {stop_step}" in resumed.stderr
+    code, err = _run(_command(store, killed_dir))
+    assert code == 0, err[-3000:]
+    assert f"at step {stop_step}" in err
 
     ends = [latest_checkpoint_state(d) for d in (straight_dir, killed_dir)]
     assert ends[0]["step"] == ends[1]["step"] == 100
-    for part in ("learner",):
-        for name, value in ends[0][part].items():
-            assert torch.equal(value, ends[1][part][name]), name
+    for name, value in ends[0]["learner"].items():
+        assert torch.equal(value, ends[1]["learner"][name]), name
     for key, state in ends[0]["optimizer"]["state"].items():
         for name, value in state.items():
             assert torch.equal(value, ends[1]["optimizer"]["state"][key][name]), (key, name)

@@ -338,6 +338,20 @@ def test_a_history_with_a_gap_is_refused_naming_it(runs):
         run.forecast(gapped)
 
 
+@pytest.mark.parametrize("column", [SYNTHETIC_ENTITY, SYNTHETIC_TIME])
+def test_a_null_id_or_time_is_refused_naming_its_row(runs, column):
+    """A null id formed an entity "None" of its own, and the entity it was cut from
+    was then refused for a gap it does not have."""
+    run = metadist.load_run(runs["global"])
+    history = _panel_rows(runs["panel"], str(run.source.store.entity_ids[2]))
+    index = history.column_names.index(column)
+    values = history.column(column).to_pylist()
+    values[7] = None
+    broken = history.set_column(index, column, pa.array(values, history.schema.field(column).type))
+    with pytest.raises(ValueError, match=rf"^history: row 7: column '{column}' is null$"):
+        run.forecast(broken)
+
+
 def test_times_come_back_in_the_history_type(runs):
     """Timestamps give timestamps (unit and zone kept), dates give dates, monthly data
     continues by calendar months; the forecasts do not depend on the time type."""

@@ -37,6 +37,7 @@ def sinusoid(*overrides: str, world_size: int = 1):
         ("data.prefetch_factor=2", "data.prefetch_factor"),
         ("data.order=sorted", "data.order"),
         ("data.window_blocks=0", "data.window_blocks"),
+        ("data.window_blocks=1180591620717411303424", "data.window_blocks must be <= "),
         ("data.store=/no/such/store", "data.store"),
         ("logging.wandb.mode=sometimes", "logging.wandb.mode"),
         ("logging.log_every=0", "logging.log_every"),

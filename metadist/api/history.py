@@ -78,6 +78,8 @@ def read_history(history: History, store: StoreSchema) -> list[Entity]:
         )
     if table.num_rows == 0:
         raise ValueError("history has no rows")
+    for name in (entity_col, time_col):
+        _check_no_null(table.column(name), name)
     keys = np.asarray(table.column(entity_col).to_pylist(), dtype=object).astype(str)
     time_type = table.schema.field(time_col).type
     times = time_numbers(table.column(time_col), time_col)
@@ -134,6 +136,14 @@ def _table(history: History) -> pa.Table:
         f"history must be a pandas DataFrame, a pyarrow Table, a mapping of columns or a "
         f"Parquet path, got {type(history).__name__}"
     )
+
+
+def _check_no_null(column: pa.ChunkedArray, name: str) -> None:
+    """Raises `ValueError` naming the first null row of an id or time column (as
+    `metadist ingest` does): its row would otherwise form an entity of its own, "None"."""
+    if column.null_count:
+        row = int(np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))[0])
+        raise ValueError(f"history: row {row}: column {name!r} is null")
 
 
 def _floats(column: pa.ChunkedArray, name: str) -> np.ndarray:

@@ -211,19 +211,28 @@ class BatchMetaDataLoader:
         return (self.dealer.num_units - self.tasks_consumed) // self.tasks_per_step
 
     def _rank_deal(self) -> tuple[np.ndarray, np.ndarray]:
-        """This rank's `(units [M], seeds [M])` from the current position to epoch end."""
-        key = (self.epoch, self.tasks_consumed, self._num_batches_left())
+        """This rank's `(units [M], seeds [M])` from the current position to epoch end.
+
+        The epoch is dealt from its first whole step (position `tasks_consumed %
+        tasks_per_step`, 0 unless the run was resumed under another world or batch size)
+        and the steps already consumed are cut off. Which rank gets which task of a round
+        depends on where the deal starts (the colouring balances strata over the dealt
+        stretch), so a deal from the resumed position would give the ranks the same tasks
+        of a step in another arrangement: the DDP-averaged meta-gradient, a sum of per-rank
+        means, would then differ in its last bits from the uninterrupted run's.
+        """
+        tps = self.tasks_per_step
+        anchor = self.tasks_consumed % tps
+        key = (self.epoch, anchor, (self.dealer.num_units - anchor) // tps)
         if self._deal_cache is None or self._deal_cache[0] != key:
             deal = self.dealer.deal(
-                self.epoch,
-                self.world_size,
-                start=self.tasks_consumed,
-                num_rounds=key[2] * self.batch_size,
+                self.epoch, self.world_size, start=anchor, num_rounds=key[2] * self.batch_size
             )
             positions = deal.positions[self.rank]
             seeds = derive_task_seeds(self.seed, self.epoch, positions)
             self._deal_cache = (key, deal.units[self.rank], seeds)
-        return self._deal_cache[1], self._deal_cache[2]
+        skip = (self.tasks_consumed - anchor) // self.world_size  # rounds consumed
+        return self._deal_cache[1][skip:], self._deal_cache[2][skip:]
 
     def _plan(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         units, seeds = self._rank_deal()

@@ -142,7 +142,7 @@ class DataConfig:
             raise ValueError("data.persistent_workers needs data.num_workers > 0")
         check_choice("data.order", self.order, ("random", "blocked"))
         check_range("data.block_bytes", self.block_bytes, 1, INT64_MAX, "a 64-bit byte count")
-        check_min("data.window_blocks", self.window_blocks, 1)
+        check_range("data.window_blocks", self.window_blocks, 1, INT64_MAX, "an int64")
         if self.read_ahead is not None:
             check_min("data.read_ahead", self.read_ahead, 0)
         if self.release and self.order != "blocked":

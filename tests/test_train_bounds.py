@@ -7,9 +7,12 @@ import subprocess
 import sys
 
 import pytest
+from torch import nn
 
 from metadist.runlock import RunLock
+from metadist.train import build
 from metadist.train.compose import load_config
+from metadist.train.distributed import DistEnv
 from metadist.train.loop import train
 
 pytestmark = pytest.mark.integration
@@ -121,3 +124,19 @@ def test_a_second_training_in_a_held_run_directory_is_refused(tmp_path):
     assert train(config).step == 2
     with RunLock(run_dir):  # and the finished training released its lock
         pass
+
+
+@pytest.mark.parametrize("learner,refused", [("reptile", False), ("maml", True)])
+def test_the_memory_estimate_keeps_one_copy_for_first_order_learners(monkeypatch, learner, refused):
+    # Reptile is first order by default: its memory does not grow with inner steps,
+    # while second-order MAML keeps every adapted copy (4 M parameters x 5,000 steps).
+    monkeypatch.setattr(build, "available_memory", lambda: 8 * 2**30)
+    config = load_config(
+        ["experiment=sinusoid_maml", f"learner={learner}", "learner.options.inner_steps=5000"]
+    )
+    check = lambda: build.check_run_memory(config, DistEnv(), lambda: nn.Linear(2000, 2000))  # noqa: E731
+    if refused:
+        with pytest.raises(ValueError, match="needs at least"):
+            check()
+    else:
+        check()

@@ -388,12 +388,17 @@ def check_run_memory(config: TrainConfig, env: DistEnv, make: Callable[[], nn.Mo
     except Exception:  # noqa: BLE001 - a model that cannot be built on `meta`: not estimated
         return
     options = dict(config.learner.options)
-    inner = get_learner(config.learner.name).has_inner_loop
+    learner = get_learner(config.learner.name)
+    defaults = getattr(
+        learner, "Options", None
+    )  # the learner's own defaults (Reptile: 5, first order)
+    inner_steps = options.get("inner_steps", getattr(defaults, "inner_steps", 1))
+    first_order = options.get("first_order", getattr(defaults, "first_order", False))
     estimate = estimate_memory(
         num_parameters,
         tasks_per_rank=max(1, config.trainer.meta_batch_size // env.world_size),
-        inner_steps=int(options.get("inner_steps", 1)) if inner else 0,
-        first_order=bool(options.get("first_order", False)) or config.learner.name == "fomaml",
+        inner_steps=int(inner_steps) if learner.has_inner_loop else 0,
+        first_order=bool(first_order) or config.learner.name == "fomaml",
     )
     available = available_memory() if env.device.type == "cpu" else None
     check_memory(

@@ -17,21 +17,20 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 from torch import nn
 
 from metadist.batch import MetaBatch
-from metadist.eval import baselines
 from metadist.eval.archive import keep_previous_evaluation
-from metadist.eval.cache import CACHE_VERSION, EvalCache, digest, model_digest
+from metadist.eval.cache import EvalCache
 from metadist.eval.holdout import HoldoutReader
+from metadist.eval.pretrained_run import pretrained_backbone
 from metadist.eval.report import write_report
 from metadist.eval.scoring import evaluate_tasks
 from metadist.eval.settings import EvalOptions, eval_settings_file, load_eval_options
+from metadist.eval.shard import EvalShard, Reiterable
 from metadist.eval.threads import eval_threads
 from metadist.eval.trained import load_run, trained_learner, with_ensemble
 from metadist.models import build_model
-from metadist.progress import Progress
 from metadist.store.identity import check_store_identity
 from metadist.tasks.base import EvaluationTasks
 from metadist.train.build import TaskSource, build_task_source
@@ -88,6 +87,7 @@ def evaluate_run(
     progress: bool | None = None,
     allow_imports: Collection[str] = (),
     cache: bool = True,
+    shard: EvalShard | None = None,
 ) -> dict[str, Any]:
     """Evaluates a training run's best checkpoint on meta-val (where it kept one), else
     its latest (`eval.checkpoint=latest`: the latest), on its held-out tasks.
@@ -114,10 +114,13 @@ def evaluate_run(
             code unless allowed; modules already imported need no allowing).
         cache: reuse the baselines an earlier evaluation kept and keep this one's (also
             with `write=False`); `False` neither reuses nor keeps any.
+        shard: this process's share of an evaluation sharded across processes
+            (`EvalShard.from_env()` under torchrun: each rank predicts a share of the
+            batches, rank 0 scores them and writes the same report as one process).
 
     Returns:
         The result dict, with `paths` (the files written) and `timings` (seconds by
-        phase; `settings.seconds` is their total) added.
+        phase; `settings.seconds` is their total) added; `{}` on a shard's other ranks.
 
     Raises:
         FileNotFoundError: no run directory or no checkpoint in it, or a missing store.
@@ -144,13 +147,23 @@ def evaluate_run(
     )
     kept = EvalCache(run_dir / "eval" if cache else None)
     timings = {"setup": time.perf_counter() - started}
-    result, examples = _score(learner, config, options, parts, progress, kept, timings)
+    shard = shard or EvalShard()
+    if not shard.is_main:
+        progress = False
+    result, examples = _score(learner, config, options, parts, progress, kept, timings, shard)
+    shares = shard.gather(kept.share())  # the from-scratch predictions each rank computed
+    if not shard.is_main:
+        return {}
+    for share in (shares or [])[1:]:
+        kept.absorb(share)
     timings["total"] = time.perf_counter() - started
     _describe(result, config, state, checkpoint_path, pointer, parts.description)
     if options.ensemble:
         members.insert(0, f"{run_dir} ({checkpoint_path.name})")
         result["settings"]["ensemble"] = f"{options.ensemble_reduce} of " + ", ".join(members)
     _add_timings(result, timings, kept)
+    if shard.is_sharded:
+        result["settings"]["processes"] = shard.world_size
     if write:
         archived = keep_previous_evaluation(run_dir, result, options, checkpoint_path.name)
         result["paths"] = {k: str(v) for k, v in write_report(result, run_dir, examples).items()}
@@ -176,10 +189,11 @@ def _score(
     progress: bool | None,
     cache: EvalCache,
     timings: dict[str, float],
+    shard: EvalShard,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """`evaluate_tasks` of the run's tasks, with the from-scratch and (classification)
-    pretrained-embedding baselines the run's model allows, all on `eval_threads`;
-    `timings` gets each phase's seconds."""
+    """`evaluate_tasks` of the run's tasks (this rank's share of them, when `shard` is
+    sharded), with the from-scratch and (classification) pretrained-embedding baselines
+    the run's model allows, all on `eval_threads`; `timings` gets each phase's seconds."""
     classification = getattr(learner, "loss", "mse") == "cross_entropy"
     build_fresh = _fresh_model_builder(config, parts)
     # From scratch, a classifier gets one output per way (an embedding network, e.g. of
@@ -190,12 +204,17 @@ def _score(
         started = time.perf_counter()
         pretrained = None
         if classification:
-            pretrained = _pretrained(config, options, parts, build_fresh, progress, cache)
+            pretrained = pretrained_backbone(
+                config, options, parts, build_fresh, progress, cache, shard
+            )
             timings["pretrained embedding"] = time.perf_counter() - started
         started = time.perf_counter()
+        batches: Any = parts.batches
+        if shard.is_sharded:  # rank 0 draws them twice: to predict its share, to score all
+            batches = Reiterable(lambda: parts.tasks.batches(options.batch_size, options.seed))
         scored = evaluate_tasks(
             learner,
-            parts.batches,
+            batches,
             options=options,
             # forecasts are scored in original units when the sampler names their store
             # columns; other tasks are scored as sampled
@@ -206,6 +225,7 @@ def _score(
             num_tasks=parts.num_tasks,
             pretrained=pretrained,
             cache=cache,
+            shard=shard,
         )
     timings["scoring"] = time.perf_counter() - started
     return scored
@@ -221,65 +241,6 @@ def _fresh_model_builder(config: TrainConfig, parts: EvalParts) -> Callable[...,
         )
 
     return build_fresh
-
-
-def _pretrained(
-    config: TrainConfig,
-    options: EvalOptions,
-    parts: EvalParts,
-    build_fresh: Callable[..., nn.Module],
-    progress: bool | None,
-    cache: EvalCache,
-) -> nn.Module | None:
-    """The backbone of the pretrained-embedding classification baseline, trained as an
-    ordinary classifier of the meta-train classes (or taken from `cache`, trained from
-    the same settings, store, split and initial weights); `None` where it does not
-    apply."""
-    tasks = parts.tasks
-    if options.pretrain_steps <= 0 or tasks.labelled_examples is None:
-        return None
-    embedding_size = int(np.prod(config.model.output_shape or [64]))
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(options.seed)
-        backbone = build_fresh((embedding_size,))
-    settings = {
-        "steps": options.pretrain_steps,
-        "lr": options.pretrain_lr,
-        "batch_size": options.pretrain_batch_size,
-        "seed": options.seed,
-        "embedding_size": embedding_size,
-        "num_classes": tasks.num_classes,
-    }
-    key = digest(
-        "pretrained",
-        CACHE_VERSION,
-        settings,
-        model_digest(backbone),
-        parts.store_identity,
-        parts.train_units,
-        config.sampler.name,
-        dict(config.sampler.options),
-        options.sampler_options,
-        # the first batch it trains on: what the examples are, whatever produced them
-        *tasks.labelled_examples(options.pretrain_batch_size, options.seed * 1_000_003),
-    )
-    if cache.load_pretrained(key, backbone):
-        return backbone.eval()
-    with Progress(progress, transient=True) as display:
-        shown = display.counter("pretrained embedding", options.pretrain_steps, "steps")
-        baselines.pretrain_embedding(
-            backbone,
-            tasks.labelled_examples,
-            num_classes=tasks.num_classes,
-            embedding_size=embedding_size,
-            steps=options.pretrain_steps,
-            lr=options.pretrain_lr,
-            batch_size=options.pretrain_batch_size,
-            seed=options.seed,
-            on_step=lambda step, loss: shown.update(step, f"loss {loss:.3f}"),
-        )
-    cache.save_pretrained(key, backbone, settings)
-    return backbone
 
 
 def load_trained(

@@ -14,6 +14,7 @@ methods' predictions are made in `predictions`, and kept per task in `task_score
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections import deque
@@ -42,7 +43,8 @@ from metadist.eval.settings import (
     combination_key,
     combination_label,
 )
-from metadist.eval.statistical import StatisticalForecasts
+from metadist.eval.shard import EvalShard, predict_share
+from metadist.eval.statistical import StatisticalForecasts, default_workers
 from metadist.eval.task_scores import (
     DIVERGENCE_FACTOR,
     TaskScores,
@@ -96,6 +98,7 @@ def evaluate_tasks(
     num_tasks: int | None = None,
     pretrained: nn.Module | None = None,
     cache: EvalCache | None = None,
+    shard: EvalShard | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Scores every method on every task of `batches`.
 
@@ -123,10 +126,14 @@ def evaluate_tasks(
         cache: from-scratch predictions and statistical forecasts of an earlier evaluation
             of the same tasks, reused where their keys match, and where this evaluation's
             are kept (`metadist.eval.cache`); `None` computes everything.
+        shard: this process's share of a sharded evaluation (`metadist.eval.shard`):
+            it predicts its batches, rank 0 scores them all; `batches` must then be
+            re-iterable (rank 0 draws them twice). `None`: one process does it all.
 
     Returns:
         (result, examples): the result dict that `report.write_report` writes, and up to
-        `options.num_examples` forecasts for the figure.
+        `options.num_examples` forecasts for the figure; `({}, [])` on a shard's other
+        ranks.
 
     Raises:
         ValueError: a batch that does not fit the protocol (several query windows with a
@@ -141,7 +148,9 @@ def evaluate_tasks(
     forecasts = None
     if kind == "forecast":
         assert target_columns is not None  # `_task_kind` checks it
-        statistical = StatisticalForecasts(methods, cache=cache)
+        # ranks sharing a machine share its cores (rank 0 runs them while all predict)
+        workers = max(1, default_workers() // _local_world_size(shard))
+        statistical = StatisticalForecasts(methods, workers=workers, cache=cache)
         forecasts = ForecastScorer(store, target_columns, options, methods, statistical)
     score: Scorer = forecasts or _SCORERS[kind]
     scratch = _scratch(learner, fresh_model, options, cache)
@@ -149,11 +158,13 @@ def evaluate_tasks(
     started = time.perf_counter()
     try:
         _score_batches(
-            learner, batches, scores, predict, scratch, score, options, progress, num_tasks
+            learner, batches, scores, predict, scratch, score, options, progress, num_tasks, shard
         )
     finally:
         if forecasts is not None:
             forecasts.close()
+    if shard is not None and not shard.is_main:
+        return {}, []
     if scores.num_tasks == 0:
         raise ValueError("evaluate_tasks: no task to evaluate (the held-out split is empty)")
     result = _result(scores, kind, options, learner)
@@ -177,6 +188,13 @@ def _scratch(
     device = None if parameter is None else parameter.device
     loss = getattr(learner, "loss", "mse")
     return ScratchBaseline(fresh_model, options, loss, device, cache)
+
+
+def _local_world_size(shard: EvalShard | None) -> int:
+    """The ranks of a sharded evaluation on this machine (torchrun's `LOCAL_WORLD_SIZE`)."""
+    if shard is None or not shard.is_sharded:
+        return 1
+    return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", shard.world_size)))
 
 
 def _task_kind(learner: nn.Module, store: Any, target_columns: list[int] | None) -> str:
@@ -239,32 +257,67 @@ def _score_batches(
     options: EvalOptions,
     progress: bool | None,
     num_tasks: int | None,
+    shard: EvalShard | None = None,
 ) -> None:
     """The episode loop: predicts and scores each batch (up to `options.max_tasks` tasks),
     with the learner in eval mode, showing each phase's progress: the tasks scored, the
-    from-scratch network's task-steps and the statistical forecasts' series."""
+    from-scratch network's task-steps and the statistical forecasts' series. Sharded,
+    each rank predicts its batches and rank 0 scores every batch (`_score_sharded`)."""
     was_training = learner.training
     learner.eval()
     if options.max_tasks is not None:
         num_tasks = min(num_tasks or options.max_tasks, options.max_tasks)
     display = Progress(progress, transient=True).__enter__()
     shown = display.counter("evaluating", num_tasks, "tasks")
+    world = 1 if shard is None else shard.world_size
     if scratch is not None:
-        total = None if num_tasks is None else num_tasks * options.scratch_steps
-        scratch.counter = display.counter("from scratch", total, "task-steps")
+        total = None if num_tasks is None else -(-num_tasks // world) * options.scratch_steps
+        label = "from scratch" if world == 1 else "from scratch (this rank's share)"
+        scratch.counter = display.counter(label, total, "task-steps")
     if isinstance(score, ForecastScorer):
         score.statistical.counter = display.counter("statistical forecasts", num_tasks, "series")
+
+    def arrays(batch: MetaBatch) -> dict[str, np.ndarray]:
+        predictions = predict(batch)
+        if scratch is not None:
+            predictions["scratch"] = scratch(batch)
+        return {k: v.detach().cpu().numpy() for k, v in predictions.items()}
+
     try:
+        if shard is not None and shard.is_sharded:
+            _score_sharded(shard, batches, arrays, scores, score, options, shown)
+            return
         for batch in _started_ahead(_limited(batches, options.max_tasks), score):
-            predictions = predict(batch)
-            if scratch is not None:
-                predictions["scratch"] = scratch(batch)
-            arrays = {k: v.detach().cpu().numpy() for k, v in predictions.items()}
-            score(scores, batch, arrays)
+            score(scores, batch, arrays(batch))
             shown.update(scores.num_tasks)
     finally:
         display.close()
         learner.train(was_training)
+
+
+def _score_sharded(
+    shard: EvalShard,
+    batches: Iterable[MetaBatch],
+    arrays: Callable[[MetaBatch], dict[str, np.ndarray]],
+    scores: TaskScores,
+    score: Scorer,
+    options: EvalOptions,
+    shown: Any,
+) -> None:
+    """Each rank predicts its share of the batches (`predict_share`); rank 0 then draws
+    the batches again and scores each with the predictions gathered, in order."""
+    if iter(batches) is batches:
+        raise ValueError(
+            "a sharded evaluation draws the batches twice: pass a re-iterable "
+            "(metadist.eval.shard.Reiterable), not an iterator"
+        )
+    start = score.start if isinstance(score, ForecastScorer) else None
+    every = predict_share(shard, _limited(batches, options.max_tasks), arrays, start)
+    if every is None:  # another rank's predictions are scored on rank 0
+        return
+    for index, batch in enumerate(_limited(batches, options.max_tasks)):
+        score(scores, batch, every.pop(index))
+        shown.update(scores.num_tasks)
 
 
 def _limited(batches: Iterable[MetaBatch], max_tasks: int | None) -> Iterator[MetaBatch]:

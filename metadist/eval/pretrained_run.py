@@ -3,8 +3,8 @@
 `pretrained_backbone` trains a fresh network of the run's architecture as an ordinary
 classifier of its meta-train classes (`baselines.pretrain_embedding`), or takes it from
 the run's `EvalCache` when it was trained from the same settings, store, split and
-initial weights. In a sharded evaluation rank 0 trains (or loads) it and sends its
-weights to the other ranks.
+initial weights. In a sharded evaluation rank 0 trains (or loads) it, while the other
+ranks start predicting, and scores it (`metadist.eval.shard`).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def pretrained_backbone(
     """The backbone of the pretrained-embedding classification baseline, trained as an
     ordinary classifier of the meta-train classes (or taken from `cache`, trained from
     the same settings, store, split and initial weights); `None` where it does not
-    apply. Sharded, rank 0 trains (or loads) it and sends its weights to the others."""
+    apply; on a sharded evaluation's other ranks, `None` (rank 0 scores it)."""
     tasks = parts.tasks
     if options.pretrain_steps <= 0 or tasks.labelled_examples is None:
         return None
@@ -44,11 +44,9 @@ def pretrained_backbone(
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(options.seed)
         backbone = build_fresh((embedding_size,))
-    if shard.is_sharded:
-        trained = _trained_backbone(config, options, parts, backbone, progress, cache, shard)
-        backbone.load_state_dict(shard.broadcast(trained))
-        return backbone.eval()
-    return _trained_backbone(config, options, parts, backbone, progress, cache, shard)
+    if not shard.is_main:  # a sharded evaluation scores it on rank 0 only
+        return None
+    return _trained_backbone(config, options, parts, backbone, progress, cache)
 
 
 def _trained_backbone(
@@ -58,12 +56,8 @@ def _trained_backbone(
     backbone: nn.Module,
     progress: bool | None,
     cache: EvalCache,
-    shard: EvalShard,
-) -> Any:
-    """`backbone` pretrained (or loaded from `cache`); sharded, its weights (`state_dict`)
-    on rank 0 and `None` on the others (which receive rank 0's)."""
-    if not shard.is_main:
-        return None
+) -> nn.Module:
+    """`backbone` pretrained (or loaded from `cache`)."""
     tasks = parts.tasks
     assert tasks.num_classes is not None and tasks.labelled_examples is not None
     embedding_size = int(np.prod(config.model.output_shape or [64]))
@@ -89,7 +83,7 @@ def _trained_backbone(
         *tasks.labelled_examples(options.pretrain_batch_size, options.seed * 1_000_003),
     )
     if cache.load_pretrained(key, backbone):
-        return backbone.state_dict() if shard.is_sharded else backbone.eval()
+        return backbone.eval()
     with Progress(progress, transient=True) as display:
         shown = display.counter("pretrained embedding", options.pretrain_steps, "steps")
         baselines.pretrain_embedding(
@@ -104,4 +98,4 @@ def _trained_backbone(
             on_step=lambda step, loss: shown.update(step, f"loss {loss:.3f}"),
         )
     cache.save_pretrained(key, backbone, settings)
-    return backbone.state_dict() if shard.is_sharded else backbone
+    return backbone

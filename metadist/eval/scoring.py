@@ -14,7 +14,7 @@ methods' predictions are made in `predictions`, and kept per task in `task_score
 
 from __future__ import annotations
 
-import os
+import functools
 import sys
 import time
 from collections import deque
@@ -26,7 +26,7 @@ from torch import nn
 
 from metadist.batch import MetaBatch
 from metadist.eval.cache import EvalCache
-from metadist.eval.classification_scoring import score_classification
+from metadist.eval.classification_scoring import classification_baselines, score_classification
 from metadist.eval.forecast_scoring import ForecastScorer
 from metadist.eval.predictions import Predictor, ScratchBaseline
 from metadist.eval.predictions import rolled_forecast as _forecast  # noqa: F401 (metadist.api)
@@ -44,7 +44,7 @@ from metadist.eval.settings import (
     combination_label,
 )
 from metadist.eval.shard import EvalShard, predict_share
-from metadist.eval.statistical import StatisticalForecasts, default_workers
+from metadist.eval.statistical import StatisticalForecasts
 from metadist.eval.task_scores import (
     DIVERGENCE_FACTOR,
     TaskScores,
@@ -148,18 +148,24 @@ def evaluate_tasks(
     forecasts = None
     if kind == "forecast":
         assert target_columns is not None  # `_task_kind` checks it
-        # ranks sharing a machine share its cores (rank 0 runs them while all predict)
-        workers = max(1, default_workers() // _local_world_size(shard))
-        statistical = StatisticalForecasts(methods, workers=workers, cache=cache)
+        statistical = StatisticalForecasts(methods, cache=cache)
         forecasts = ForecastScorer(store, target_columns, options, methods, statistical)
     score: Scorer = forecasts or _SCORERS[kind]
     scratch = _scratch(learner, fresh_model, options, cache)
-    predict = Predictor(learner, options, "unadapted" in methods, kind, pretrained)
+    # sharded, the ranks make the model's predictions, and rank 0 the cheap classifiers'
+    sharded = shard is not None and shard.is_sharded
+    predict = Predictor(
+        learner, options, "unadapted" in methods, "" if sharded else kind, pretrained
+    )
+    local = None
+    if sharded and kind == "classification":
+        local = functools.partial(classification_baselines, pretrained=pretrained)
     started = time.perf_counter()
     try:
         _score_batches(
-            learner, batches, scores, predict, scratch, score, options, progress, num_tasks, shard
-        )
+            learner, batches, scores, predict, scratch, score, options, progress, num_tasks,
+            shard, local,
+        )  # fmt: skip
     finally:
         if forecasts is not None:
             forecasts.close()
@@ -188,13 +194,6 @@ def _scratch(
     device = None if parameter is None else parameter.device
     loss = getattr(learner, "loss", "mse")
     return ScratchBaseline(fresh_model, options, loss, device, cache)
-
-
-def _local_world_size(shard: EvalShard | None) -> int:
-    """The ranks of a sharded evaluation on this machine (torchrun's `LOCAL_WORLD_SIZE`)."""
-    if shard is None or not shard.is_sharded:
-        return 1
-    return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", shard.world_size)))
 
 
 def _task_kind(learner: nn.Module, store: Any, target_columns: list[int] | None) -> str:
@@ -258,11 +257,13 @@ def _score_batches(
     progress: bool | None,
     num_tasks: int | None,
     shard: EvalShard | None = None,
+    local: Callable[[MetaBatch], dict[str, Any]] | None = None,
 ) -> None:
     """The episode loop: predicts and scores each batch (up to `options.max_tasks` tasks),
     with the learner in eval mode, showing each phase's progress: the tasks scored, the
     from-scratch network's task-steps and the statistical forecasts' series. Sharded,
-    each rank predicts its batches and rank 0 scores every batch (`_score_sharded`)."""
+    each rank predicts its batches and rank 0 scores every batch, adding `local(batch)`'s
+    predictions (`_score_sharded`)."""
     was_training = learner.training
     learner.eval()
     if options.max_tasks is not None:
@@ -285,7 +286,7 @@ def _score_batches(
 
     try:
         if shard is not None and shard.is_sharded:
-            _score_sharded(shard, batches, arrays, scores, score, options, shown)
+            _score_sharded(shard, batches, arrays, local, scores, score, options, shown)
             return
         for batch in _started_ahead(_limited(batches, options.max_tasks), score):
             score(scores, batch, arrays(batch))
@@ -299,13 +300,15 @@ def _score_sharded(
     shard: EvalShard,
     batches: Iterable[MetaBatch],
     arrays: Callable[[MetaBatch], dict[str, np.ndarray]],
+    local: Callable[[MetaBatch], dict[str, Any]] | None,
     scores: TaskScores,
     score: Scorer,
     options: EvalOptions,
     shown: Any,
 ) -> None:
     """Each rank predicts its share of the batches (`predict_share`); rank 0 then draws
-    the batches again and scores each with the predictions gathered, in order."""
+    the batches again and scores each, in order, with the predictions gathered and those
+    of `local` (the classification baselines, cheap, made here)."""
     if iter(batches) is batches:
         raise ValueError(
             "a sharded evaluation draws the batches twice: pass a re-iterable "
@@ -316,7 +319,10 @@ def _score_sharded(
     if every is None:  # another rank's predictions are scored on rank 0
         return
     for index, batch in enumerate(_limited(batches, options.max_tasks)):
-        score(scores, batch, every.pop(index))
+        predictions = every.pop(index)
+        if local is not None:
+            predictions.update({k: v.cpu().numpy() for k, v in local(batch).items()})
+        score(scores, batch, predictions)
         shown.update(scores.num_tasks)
 
 

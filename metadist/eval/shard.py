@@ -3,13 +3,14 @@ batches, rank 0 scores them all and writes the report.
 
 Under torchrun (`metadist eval ... --nproc-per-node N`), `EvalShard.from_env()` forms a
 gloo process group. Every rank draws the same batches (the evaluation tasks are seeded)
-and predicts those it owns (batch `i` on rank `i % N`): the meta-trained model's
-predictions and the from-scratch baseline, the costly part. Rank 0 gathers the
-predictions and scores every batch in the original order with the same code as one
-process (statistical forecasts, metrics, the figure's examples), so the report is the
-one a single process writes: each batch's predictions are computed by the same
-operations on the same inputs wherever they run. The pretrained embedding is trained
-(or loaded) on rank 0 and sent to the others.
+and predicts the meta-trained model's and the from-scratch baseline's predictions (the
+costly part) of the batches it claims: the next batch not yet claimed by any rank, from
+a counter in the process group's store, so a rank slowed by other work (rank 0 trains
+the pretrained embedding first) claims fewer. Rank 0 gathers the predictions and scores
+every batch in the original order with the same code as one process (the cheap
+classification baselines, statistical forecasts, metrics, the figure's examples), so
+the report is the one a single process writes: each batch's predictions are computed by
+the same operations on the same inputs whichever rank computes them (a test checks it).
 
 On a GPU machine each rank evaluates on `cuda:LOCAL_RANK`; the collectives carry only
 CPU objects (gloo).
@@ -49,6 +50,9 @@ class EvalShard:
         self.rank = rank
         self.world_size = world_size
         self._formed = False
+        # the process group's store, whose counter hands out the batches (`claim`)
+        self._store: Any = None
+        self._claimed = -1
 
     @classmethod
     def from_env(cls) -> EvalShard:
@@ -69,8 +73,14 @@ class EvalShard:
         if torch.cuda.is_available() and local_rank < torch.cuda.device_count():
             torch.cuda.set_device(local_rank)  # `evaluation_device` takes the current GPU
         if world_size > 1 and not dist.is_initialized():
-            dist.init_process_group("gloo", timeout=_TIMEOUT)
-            shard._formed = True
+            store, _, _ = next(
+                dist.rendezvous("env://", rank=rank, world_size=world_size, timeout=_TIMEOUT)
+            )
+            store = dist.PrefixStore("metadist/eval", store)
+            dist.init_process_group(
+                "gloo", store=store, rank=rank, world_size=world_size, timeout=_TIMEOUT
+            )
+            shard._formed, shard._store = True, store
         return shard
 
     @property
@@ -82,8 +92,19 @@ class EvalShard:
         return self.world_size > 1
 
     def owns(self, index: int) -> bool:
-        """Whether batch `index` (0-based, in the tasks' order) is this rank's."""
-        return index % self.world_size == self.rank
+        """Whether batch `index` (0-based, in the tasks' order) is this rank's: claimed
+        by it (`claim`) where the ranks share a store, else every `world_size`-th."""
+        if self._store is None and self.is_sharded:
+            return index % self.world_size == self.rank
+        while self._claimed < index:
+            self._claimed = self.claim()
+        return self._claimed == index
+
+    def claim(self) -> int:
+        """The next batch no rank has claimed (alone: the next batch)."""
+        if self._store is None:
+            return self._claimed + 1
+        return int(self._store.add("next_batch", 1)) - 1
 
     def gather(self, value: Any) -> list[Any] | None:
         """Every rank's `value` (picklable), in rank order, on rank 0; `None` elsewhere."""
@@ -129,7 +150,8 @@ def predict_share(
 
     Args:
         shard: this process's shard.
-        batches: every batch of the evaluation, in order (each rank draws all of them).
+        batches: every batch of the evaluation, in order (each rank draws them until it
+            has claimed one past the last).
         predict: `batch -> {method: [B, ...] array}`.
         start: rank 0 only: called with every batch first (the statistical forecasts
             start on its worker processes while the ranks predict).

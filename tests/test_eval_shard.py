@@ -99,14 +99,19 @@ def _one_and_sharded(run_dir: Path, monkeypatch, *overrides: str) -> tuple[Path,
     return run_dir / "eval", copy / "eval"
 
 
-def _assert_same_report(one: Path, two: Path) -> None:
+def _assert_same_report(one: Path, two: Path, batch_size: int) -> None:
     pd.testing.assert_frame_equal(
         pd.read_parquet(one / "tasks.parquet"), pd.read_parquet(two / "tasks.parquet")
     )  # the very numbers: no tolerance
     first = json.loads((one / "metrics.json").read_text())
     second = json.loads((two / "metrics.json").read_text())
     assert _stable(second) == _stable(first)
-    assert "processes" not in first["settings"] and second["settings"]["processes"] == 2
+    assert "processes" not in first["settings"]
+    # every batch predicted once, by one rank or the other
+    processes = second["settings"]["processes"]
+    assert processes.startswith("2 (batches predicted by each: "), processes
+    counts = [int(n) for n in processes.split(": ")[1].rstrip(")").split(", ")]
+    assert len(counts) == 2 and sum(counts) == -(-first["num_tasks"] // batch_size)
 
 
 @pytest.mark.integration
@@ -131,7 +136,7 @@ def test_sharded_few_shot_evaluation_equals_one_process(store, tmp_path, monkeyp
         "eval.batch_size=4",
     ]
     one, two = _one_and_sharded(run_dir, monkeypatch, *overrides)
-    _assert_same_report(one, two)
+    _assert_same_report(one, two, batch_size=4)
     metrics = json.loads((two / "metrics.json").read_text())
     assert metrics["num_tasks"] == 11
     assert {"scratch", "pretrained", "one_nn"} <= set(metrics["methods"])
@@ -154,7 +159,7 @@ def test_sharded_forecast_evaluation_equals_one_process(store, tmp_path, monkeyp
     )
     overrides = ["eval.scratch_steps=3", "eval.batch_size=3", "eval.num_examples=4"]
     one, two = _one_and_sharded(run_dir, monkeypatch, *overrides)
-    _assert_same_report(one, two)
+    _assert_same_report(one, two, batch_size=3)
     pd.testing.assert_frame_equal(
         pd.read_parquet(one / "forecasts.parquet"), pd.read_parquet(two / "forecasts.parquet")
     )

@@ -163,7 +163,7 @@ def evaluate_run(
         result["settings"]["ensemble"] = f"{options.ensemble_reduce} of " + ", ".join(members)
     _add_timings(result, timings, kept)
     if shard.is_sharded:
-        result["settings"]["processes"] = shard.world_size
+        result["settings"]["processes"] = shard.describe()
     if write:
         archived = keep_previous_evaluation(run_dir, result, options, checkpoint_path.name)
         result["paths"] = {k: str(v) for k, v in write_report(result, run_dir, examples).items()}

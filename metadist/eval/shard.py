@@ -53,6 +53,8 @@ class EvalShard:
         # the process group's store, whose counter hands out the batches (`claim`)
         self._store: Any = None
         self._claimed = -1
+        # on rank 0 after `predict_share`: how many batches each rank predicted
+        self.batches_per_rank: list[int] = []
 
     @classmethod
     def from_env(cls) -> EvalShard:
@@ -122,6 +124,11 @@ class EvalShard:
         dist.broadcast_object_list(box, src=0)
         return box[0]
 
+    def describe(self) -> str:
+        """The processes and what each did, as the report's settings give it."""
+        done = ", ".join(str(n) for n in self.batches_per_rank)
+        return f"{self.world_size} (batches predicted by each: {done})"
+
     def close(self) -> None:
         """Tears down the process group `from_env` formed."""
         if self._formed and dist.is_initialized():
@@ -171,4 +178,5 @@ def predict_share(
     every: dict[int, Arrays] = {}
     for share in gathered:
         every.update(share)
+    shard.batches_per_rank = [len(share) for share in gathered]
     return every

@@ -225,10 +225,11 @@ def measure(args, runs: dict[str, Path]) -> dict[str, Any]:
         for round_index in range(args.rounds):
             order = ["baseline", "current"] if round_index % 2 == 0 else ["current", "baseline"]
             for side in order:
+                # cold: a baseline that keeps its baselines too (eval/cache.py) keeps nothing
+                shutil.rmtree(dirs[side] / "eval", ignore_errors=True)
                 if side == "baseline":
                     timed["baseline"].append(evaluate(sides[side], dirs[side], overrides))
                     continue
-                shutil.rmtree(dirs[side] / "eval", ignore_errors=True)
                 timed["cold"].append(evaluate(sides[side], dirs[side], overrides))
                 timed["warm"].append(evaluate(sides[side], dirs[side], overrides))
                 if args.nproc > 1:

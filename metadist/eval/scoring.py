@@ -272,8 +272,9 @@ def _score_batches(
     shown = display.counter("evaluating", num_tasks, "tasks")
     world = 1 if shard is None else shard.world_size
     if scratch is not None:
-        total = None if num_tasks is None else -(-num_tasks // world) * options.scratch_steps
-        label = "from scratch" if world == 1 else "from scratch (this rank's share)"
+        # sharded, the ranks claim batches as they go: this rank's share is not known
+        total = None if num_tasks is None or world > 1 else num_tasks * options.scratch_steps
+        label = "from scratch" if world == 1 else "from scratch (on rank 0)"
         scratch.counter = display.counter(label, total, "task-steps")
     if isinstance(score, ForecastScorer):
         score.statistical.counter = display.counter("statistical forecasts", num_tasks, "series")

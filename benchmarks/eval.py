@@ -27,7 +27,9 @@ directory removed first: what the first evaluation of a run costs) and "warm" (a
 `metadist eval` after training's own evaluation would: whatever the first left in the run
 directory is reused). With `--nproc N` (N > 1) this checkout also runs a cold evaluation
 sharded over N processes (`metadist eval ... --nproc-per-node N`, which writes the report;
-its time is rank 0's `evaluate_run` as the report gives it, its CPU that of every process). The baseline checkout is timed once per round (it keeps nothing).
+its time is rank 0's `evaluate_run` as the report gives it, its CPU that of every
+process). The baseline checkout is timed once per round, cold (its `eval/` removed first,
+should it keep baselines too).
 Times are the seconds `evaluate_run` took inside the child (wall, and CPU of the child and
 its worker processes) and the child process's whole wall time (imports included); the
 table gives medians over rounds and the ratios of medians. The methods' scores of both checkouts

@@ -114,9 +114,8 @@ def evaluate_run(
             code unless allowed; modules already imported need no allowing).
         cache: reuse the baselines an earlier evaluation kept and keep this one's (also
             with `write=False`); `False` neither reuses nor keeps any.
-        shard: this process's share of an evaluation sharded across processes
-            (`EvalShard.from_env()` under torchrun: each rank predicts a share of the
-            batches, rank 0 scores them and writes the same report as one process).
+        shard: this process's share of an evaluation sharded over torchrun ranks
+            (`EvalShard.from_env()`): rank 0 writes the report one process would.
 
     Returns:
         The result dict, with `paths` (the files written) and `timings` (seconds by
@@ -138,32 +137,19 @@ def evaluate_run(
             run_dir, "run_dir", allow_imports=allow_imports, checkpoint="latest"
         )
     parts = _eval_parts(config, options, state.get("store_identity"), run_dir)
-    learner, members = with_ensemble(
-        trained_learner(config, state, parts),
-        config,
-        parts,
-        options.ensemble or [],
-        options.ensemble_reduce,
-    )
+    learner, members = _learner(config, state, parts, options)
     kept = EvalCache(run_dir / "eval" if cache else None)
     timings = {"setup": time.perf_counter() - started}
     shard = shard or EvalShard()
-    if not shard.is_main:
-        progress = False
     result, examples = _score(learner, config, options, parts, progress, kept, timings, shard)
-    shares = shard.gather(kept.share())  # the from-scratch predictions each rank computed
-    if not shard.is_main:
-        return {}
-    for share in (shares or [])[1:]:
-        kept.absorb(share)
+    if not _gather_kept(shard, kept):
+        return {}  # rank 0 scores and writes this rank's share
     timings["total"] = time.perf_counter() - started
     _describe(result, config, state, checkpoint_path, pointer, parts.description)
     if options.ensemble:
         members.insert(0, f"{run_dir} ({checkpoint_path.name})")
         result["settings"]["ensemble"] = f"{options.ensemble_reduce} of " + ", ".join(members)
-    _add_timings(result, timings, kept)
-    if shard.is_sharded:
-        result["settings"]["processes"] = shard.describe()
+    _add_timings(result, timings, kept, shard)
     if write:
         archived = keep_previous_evaluation(run_dir, result, options, checkpoint_path.name)
         result["paths"] = {k: str(v) for k, v in write_report(result, run_dir, examples).items()}
@@ -172,13 +158,41 @@ def evaluate_run(
     return result
 
 
-def _add_timings(result: dict[str, Any], timings: dict[str, float], kept: EvalCache) -> None:
+def _learner(
+    config: TrainConfig, state: dict[str, Any], parts: EvalParts, options: EvalOptions
+) -> tuple[nn.Module, list[str]]:
+    """The run's meta-trained learner (with `eval.ensemble`'s checkpoints joined to it)
+    and the ensemble's other members, as the report names them."""
+    return with_ensemble(
+        trained_learner(config, state, parts),
+        config,
+        parts,
+        options.ensemble or [],
+        options.ensemble_reduce,
+    )
+
+
+def _gather_kept(shard: EvalShard, kept: EvalCache) -> bool:
+    """Rank 0's cache takes what every rank's used and computed (the from-scratch
+    predictions of its batches), so that it keeps them all; whether this is rank 0."""
+    shares = shard.gather(kept.share())
+    for share in (shares or [])[1:]:
+        kept.absorb(share)
+    return shard.is_main
+
+
+def _add_timings(
+    result: dict[str, Any], timings: dict[str, float], kept: EvalCache, shard: EvalShard
+) -> None:
     """`timings` (seconds by phase) into the result; `settings.seconds` is the whole
-    evaluation's, and `settings.reused` says which baselines came from the cache."""
+    evaluation's, `settings.reused` says which baselines came from the cache, and
+    `settings.processes` how a sharded evaluation was shared."""
     result["timings"] = {k: round(v, 2) for k, v in timings.items()}
     result["settings"]["seconds"] = result["timings"]["total"]
     if kept.summary():
         result["settings"]["reused"] = kept.summary()
+    if shard.is_sharded:
+        result["settings"]["processes"] = shard.describe()
 
 
 def _score(
@@ -195,6 +209,7 @@ def _score(
     sharded), with the from-scratch and (classification) pretrained-embedding baselines
     the run's model allows, all on `eval_threads`; `timings` gets each phase's seconds."""
     classification = getattr(learner, "loss", "mse") == "cross_entropy"
+    progress = progress if shard.is_main else False
     build_fresh = _fresh_model_builder(config, parts)
     # From scratch, a classifier gets one output per way (an embedding network, e.g. of
     # protonet, gets that head in place of its embedding); a forecasting embedding network

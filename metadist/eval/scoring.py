@@ -126,14 +126,12 @@ def evaluate_tasks(
         cache: from-scratch predictions and statistical forecasts of an earlier evaluation
             of the same tasks, reused where their keys match, and where this evaluation's
             are kept (`metadist.eval.cache`); `None` computes everything.
-        shard: this process's share of a sharded evaluation (`metadist.eval.shard`):
-            it predicts its batches, rank 0 scores them all; `batches` must then be
-            re-iterable (rank 0 draws them twice). `None`: one process does it all.
+        shard: this process's share of a sharded evaluation (`metadist.eval.shard`);
+            `batches` must then be re-iterable (rank 0 draws them twice).
 
     Returns:
         (result, examples): the result dict that `report.write_report` writes, and up to
-        `options.num_examples` forecasts for the figure; `({}, [])` on a shard's other
-        ranks.
+        `options.num_examples` forecasts for the figure (`({}, [])` on other ranks).
 
     Raises:
         ValueError: a batch that does not fit the protocol (several query windows with a
@@ -145,21 +143,9 @@ def evaluate_tasks(
         fresh_model = None  # with no steps, that row would be an untrained network
     methods = _methods(learner, options, kind, fresh_model is not None, pretrained)
     scores = TaskScores(methods, _METRICS[kind])
-    forecasts = None
-    if kind == "forecast":
-        assert target_columns is not None  # `_task_kind` checks it
-        statistical = StatisticalForecasts(methods, cache=cache)
-        forecasts = ForecastScorer(store, target_columns, options, methods, statistical)
-    score: Scorer = forecasts or _SCORERS[kind]
+    score, forecasts = _scorer(kind, methods, store, target_columns, options, cache)
     scratch = _scratch(learner, fresh_model, options, cache)
-    # sharded, the ranks make the model's predictions, and rank 0 the cheap classifiers'
-    sharded = shard is not None and shard.is_sharded
-    predict = Predictor(
-        learner, options, "unadapted" in methods, "" if sharded else kind, pretrained
-    )
-    local = None
-    if sharded and kind == "classification":
-        local = functools.partial(classification_baselines, pretrained=pretrained)
+    predict, local = _predictors(learner, options, methods, kind, pretrained, shard)
     started = time.perf_counter()
     try:
         _score_batches(
@@ -178,6 +164,43 @@ def evaluate_tasks(
     _warn_diverged(result, scores.num_tasks)
     result["settings"]["seconds"] = round(time.perf_counter() - started, 2)
     return result, ([] if forecasts is None else forecasts.examples())
+
+
+def _scorer(
+    kind: str,
+    methods: list[str],
+    store: Any,
+    target_columns: list[int] | None,
+    options: EvalOptions,
+    cache: EvalCache | None,
+) -> tuple[Scorer, ForecastScorer | None]:
+    """`(score, forecasts)`: the scorer of tasks of `kind`, and for forecasts on a store
+    the `ForecastScorer` it is (with the statistical baselines, on every core)."""
+    if kind != "forecast":
+        return _SCORERS[kind], None
+    assert target_columns is not None  # `_task_kind` checks it
+    statistical = StatisticalForecasts(methods, cache=cache)
+    forecasts = ForecastScorer(store, target_columns, options, methods, statistical)
+    return forecasts, forecasts
+
+
+def _predictors(
+    learner: nn.Module,
+    options: EvalOptions,
+    methods: list[str],
+    kind: str,
+    pretrained: nn.Module | None,
+    shard: EvalShard | None,
+) -> tuple[Predictor, Callable[[MetaBatch], dict[str, Any]] | None]:
+    """`(predict, local)`: what every rank predicts of its batches and what rank 0 adds
+    (sharded, the ranks make the model's predictions, rank 0 the cheap classifiers')."""
+    sharded = shard is not None and shard.is_sharded
+    unadapted = "unadapted" in methods
+    predict = Predictor(learner, options, unadapted, "" if sharded else kind, pretrained)
+    local = None
+    if sharded and kind == "classification":
+        local = functools.partial(classification_baselines, pretrained=pretrained)
+    return predict, local
 
 
 def _scratch(

@@ -101,8 +101,10 @@ def _one_and_sharded(run_dir: Path, monkeypatch, *overrides: str) -> tuple[Path,
 
 def _assert_same_report(one: Path, two: Path, batch_size: int) -> None:
     pd.testing.assert_frame_equal(
-        pd.read_parquet(one / "tasks.parquet"), pd.read_parquet(two / "tasks.parquet")
-    )  # the very numbers: no tolerance
+        pd.read_parquet(one / "tasks.parquet"),
+        pd.read_parquet(two / "tasks.parquet"),
+        check_exact=True,  # the very numbers: no tolerance
+    )
     first = json.loads((one / "metrics.json").read_text())
     second = json.loads((two / "metrics.json").read_text())
     assert _stable(second) == _stable(first)
@@ -161,7 +163,9 @@ def test_sharded_forecast_evaluation_equals_one_process(store, tmp_path, monkeyp
     one, two = _one_and_sharded(run_dir, monkeypatch, *overrides)
     _assert_same_report(one, two, batch_size=3)
     pd.testing.assert_frame_equal(
-        pd.read_parquet(one / "forecasts.parquet"), pd.read_parquet(two / "forecasts.parquet")
+        pd.read_parquet(one / "forecasts.parquet"),
+        pd.read_parquet(two / "forecasts.parquet"),
+        check_exact=True,
     )
     assert (two / "forecasts.png").is_file()
     assert json.loads((two / "metrics.json").read_text())["num_tasks"] > 3

@@ -25,7 +25,11 @@ checkout), rounds interleaved so that load from other work hits both sides alike
 Every evaluation of this checkout runs twice in a row: "cold" (the run's `eval/`
 directory removed first: what the first evaluation of a run costs) and "warm" (again, as
 `metadist eval` after training's own evaluation would: whatever the first left in the run
-directory is reused). The baseline checkout is timed once per round (it keeps nothing).
+directory is reused). With `--nproc N` (N > 1) this checkout also runs a cold evaluation
+sharded over N processes (`metadist eval ... --nproc-per-node N`, which writes the report;
+its time is rank 0's `evaluate_run` as the report gives it, its CPU that of every
+process). The baseline checkout is timed once per round, cold (its `eval/` removed first,
+should it keep baselines too).
 Times are the seconds `evaluate_run` took inside the child (wall, and CPU of the child and
 its worker processes) and the child process's whole wall time (imports included); the
 table gives medians over rounds and the ratios of medians. The methods' scores of both checkouts
@@ -41,6 +45,7 @@ import json
 import math
 import os
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
@@ -175,6 +180,32 @@ def evaluate(checkout: Path, run_dir: Path, overrides: list[str], profile: bool 
     return out
 
 
+def evaluate_sharded(run_dir: Path, overrides: list[str], nproc: int) -> dict[str, Any]:
+    """A cold evaluation of this checkout sharded over `nproc` processes (the command line,
+    which writes the report): its figures as `evaluate` gives them."""
+    shutil.rmtree(run_dir / "eval", ignore_errors=True)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-m", "metadist.cli", "eval", f"run_dir={run_dir}"]
+    command += [f"--nproc-per-node={nproc}", *overrides]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env)
+    process_seconds = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode:
+        raise SystemExit(f"sharded evaluation failed:\n{done.stderr[-3000:]}")
+    result = json.loads((run_dir / "eval" / "metrics.json").read_text())
+    primary = result["primary_metric"]
+    return {
+        "seconds": result["settings"]["seconds"],
+        "cpu_seconds": (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime),
+        "process_seconds": process_seconds,
+        "num_tasks": result["num_tasks"],
+        "scores": {m: s[primary]["value"] for m, s in result["overall"].items()},
+        "timings": result.get("timings"),
+    }
+
+
 def _side_dir(run_dir: Path, side: str) -> Path:
     """A copy of `run_dir` for one side (its checkpoints only), so neither side sees what
     the other leaves in its run directory."""
@@ -190,15 +221,22 @@ def measure(args, runs: dict[str, Path]) -> dict[str, Any]:
     for case, (run_dir, overrides) in cases(runs, args.ets_tasks).items():
         dirs = {side: _side_dir(run_dir, side) for side in sides}
         timed: dict[str, list[dict[str, Any]]] = {"baseline": [], "cold": [], "warm": []}
+        if args.nproc > 1:
+            timed["sharded"] = []
+            dirs["sharded"] = _side_dir(run_dir, "sharded")
         for round_index in range(args.rounds):
             order = ["baseline", "current"] if round_index % 2 == 0 else ["current", "baseline"]
             for side in order:
+                # cold: a baseline that keeps its baselines too (eval/cache.py) keeps nothing
+                shutil.rmtree(dirs[side] / "eval", ignore_errors=True)
                 if side == "baseline":
                     timed["baseline"].append(evaluate(sides[side], dirs[side], overrides))
                     continue
-                shutil.rmtree(dirs[side] / "eval", ignore_errors=True)
                 timed["cold"].append(evaluate(sides[side], dirs[side], overrides))
                 timed["warm"].append(evaluate(sides[side], dirs[side], overrides))
+                if args.nproc > 1:
+                    sharded = evaluate_sharded(dirs["sharded"], overrides, args.nproc)
+                    timed["sharded"].append(sharded)
             line = ", ".join(f"{k} {v[-1]['seconds']:.1f} s" for k, v in timed.items())
             print(f"{case} round {round_index + 1}: {line}", flush=True)
         profiles = {}
@@ -208,7 +246,12 @@ def measure(args, runs: dict[str, Path]) -> dict[str, Any]:
                     shutil.rmtree(dirs[side] / "eval", ignore_errors=True)
                 profiles[side] = evaluate(checkout, dirs[side], overrides, profile=True)["profile"]
                 print(f"--- {case}, {side}: cProfile (cumulative)\n{profiles[side]}")
-        records[case] = {"overrides": overrides, "runs": timed, "profiles": profiles}
+        records[case] = {
+            "overrides": overrides,
+            "runs": timed,
+            "profiles": profiles,
+            "nproc": args.nproc,
+        }
     return records
 
 
@@ -227,11 +270,10 @@ def table(records: dict[str, Any]) -> str:
         base_wall = _median(runs["baseline"], "seconds")
         base_cpu = _median(runs["baseline"], "cpu_seconds")
         base_scores = runs["baseline"][0]["scores"]
-        for side, label in (
-            ("baseline", "baseline"),
-            ("cold", "this, cold"),
-            ("warm", "this, warm"),
-        ):
+        labels = [("baseline", "baseline"), ("cold", "this, cold"), ("warm", "this, warm")]
+        if "sharded" in runs:
+            labels.append(("sharded", f"this, cold, {record['nproc']} processes"))
+        for side, label in labels:
             wall = [r["seconds"] for r in runs[side]]
             scores = runs[side][0]["scores"]
             diff = max(
@@ -257,6 +299,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--ets-tasks", type=int, default=50)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument(
+        "--nproc", type=int, default=1, help="also a cold evaluation sharded over N processes"
+    )
     parser.add_argument("--json", type=Path, help="write every measurement here")
     args = parser.parse_args(argv)
     if not (args.baseline / "metadist" / "__init__.py").is_file():

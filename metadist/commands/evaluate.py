@@ -5,21 +5,30 @@ Alias: `python -m metadist.eval`.
 Adapts the run's latest checkpoint on each held-out task's support set, scores the query
 next to the baselines, prints the table and writes `metrics.json`, `metrics.md`,
 `tasks.parquet` (one row per task) and `forecasts.png` to `<run_dir>/eval/`.
+
+`--nproc-per-node=N` shares the evaluation among N local processes (torchrun, started
+for you): each predicts a share of the tasks, rank 0 scores them all and writes the same
+report as one process (`metadist.eval.shard`).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from pathlib import Path
 
 from metadist.diskspace import OutOfSpaceError
 from metadist.eval import evaluate_run
 from metadist.eval.report import markdown_report
+from metadist.eval.shard import EvalShard
+from metadist.launch.children import OwnedChildren, StopRequested
 
 EPILOG = """\
 examples:
   metadist eval run_dir=runs/demo/run      # the run of `make run`
   metadist eval run_dir=runs/demo/run eval.inner_steps=10 eval.scratch_steps=200
+  metadist eval run_dir=runs/demo/run --nproc-per-node 2   # two processes share it
   metadist eval run_dir=runs/m3/h8/seed1 'eval.labels=[quarterly,other]' \
       'eval.ensemble=[runs/m3/h8/seed2,runs/m3/h8/seed3]'
   python -m metadist.eval.combine runs/m3 runs/m3/h6/seed1 runs/m3/h8/seed1 runs/m3/h18/seed1
@@ -46,6 +55,14 @@ def build_parser(prog: str = "metadist eval") -> argparse.ArgumentParser:
         help="a module the run's `imports` may import (repeatable); a run imports nothing "
         "unless allowed, so a received run runs no code of its own",
     )
+    parser.add_argument(
+        "--nproc-per-node",
+        type=int,
+        default=None,
+        metavar="N",
+        help="share the evaluation among N processes of this machine (torchrun, started "
+        "for you; each rank on its own GPU where there are GPUs); the report is the same",
+    )
     return parser
 
 
@@ -62,20 +79,77 @@ def main(argv: list[str] | None = None, prog: str = "metadist eval") -> int:
     if not run_dir:
         print(f"{prog}: error: give the run as run_dir=PATH", file=sys.stderr)
         return 2
+    nproc = args.nproc_per_node
+    if nproc is not None and nproc < 1:
+        print(f"{prog}: error: --nproc-per-node must be >= 1, got {nproc}", file=sys.stderr)
+        return 2
+    if nproc is not None and nproc > 1:
+        if not Path(run_dir).is_dir():
+            print(f"{prog}: error: run_dir {run_dir}: no such directory", file=sys.stderr)
+            return 1
+        return _launch(argv if argv is not None else sys.argv[1:], nproc, prog)
+    return _evaluate(run_dir, overrides, args, prog)
+
+
+def _evaluate(run_dir: str, overrides: list[str], args: argparse.Namespace, prog: str) -> int:
+    """Evaluates the run (this rank's share of it under torchrun); rank 0 prints the
+    report and the errors (every rank meets the same one)."""
+    shard = None
     try:
+        shard = EvalShard.from_env()
         result = evaluate_run(
             run_dir,
             overrides=overrides,
             config_dir=args.config_dir,
             allow_imports=args.allow_import,
+            shard=shard,
         )
     except (ValueError, FileNotFoundError, OutOfSpaceError) as error:
-        print(f"{prog}: error: {error}", file=sys.stderr)
+        if shard is None or shard.is_main:
+            print(f"{prog}: error: {error}", file=sys.stderr)
         return 1
+    finally:
+        if shard is not None:
+            shard.close()
+    if not shard.is_main:
+        return 0
     print(markdown_report(result), end="")
     for kind, path in result.get("paths", {}).items():
         print(f"{kind}: {path}")
     return 0
+
+
+def _launch(argv: list[str], nproc: int, prog: str) -> int:
+    """Runs this command under torchrun on `nproc` local processes; returns torchrun's exit
+    status. A stop signal to this command reaches torchrun and every rank
+    (`OwnedChildren`), and the command says so in one line."""
+    forwarded = []
+    skip = False
+    for item in argv:
+        if skip:
+            skip = False
+        elif item == "--nproc-per-node":
+            skip = True
+        elif not item.startswith("--nproc-per-node="):
+            forwarded.append(item)
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", "1")  # torchrun's own default, without its notice
+    command = [
+        sys.executable,
+        "-m",
+        "metadist.launch.torchrun",
+        "--standalone",
+        f"--nproc_per_node={nproc}",
+        "-m",
+        "metadist.eval",
+        *forwarded,
+    ]
+    try:
+        with OwnedChildren(prog) as children:
+            return children.call(command, env=env)
+    except StopRequested as stop:
+        print(f"{prog}: {stop.summary}", file=sys.stderr)
+        return stop.exit_status
 
 
 if __name__ == "__main__":

@@ -134,6 +134,19 @@ class EvalCache:
         if self._used:
             self._write(PREDICTIONS_FILE, self._used)
 
+    def share(self) -> tuple[dict[str, Any], Counter[str], Counter[str]]:
+        """What this evaluation used and computed (entries, reused and computed counts),
+        for `absorb` by another process's cache (a sharded evaluation's rank 0)."""
+        return dict(self._used), Counter(self.reused), Counter(self.computed)
+
+    def absorb(self, share: tuple[dict[str, Any], Counter[str], Counter[str]]) -> None:
+        """Adds another process's `share` to this cache's (kept by `save`, counted by
+        `summary`)."""
+        used, reused, computed = share
+        self._used.update(used)
+        self.reused.update(reused)
+        self.computed.update(computed)
+
     def summary(self) -> str | None:
         """What was reused, e.g. "pretrained embedding; from-scratch predictions 8/8" (None:
         nothing)."""

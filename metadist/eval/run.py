@@ -17,21 +17,20 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 from torch import nn
 
 from metadist.batch import MetaBatch
-from metadist.eval import baselines
 from metadist.eval.archive import keep_previous_evaluation
-from metadist.eval.cache import CACHE_VERSION, EvalCache, digest, model_digest
+from metadist.eval.cache import EvalCache
 from metadist.eval.holdout import HoldoutReader
+from metadist.eval.pretrained_run import pretrained_backbone
 from metadist.eval.report import write_report
 from metadist.eval.scoring import evaluate_tasks
 from metadist.eval.settings import EvalOptions, eval_settings_file, load_eval_options
+from metadist.eval.shard import EvalShard, Reiterable
 from metadist.eval.threads import eval_threads
 from metadist.eval.trained import load_run, trained_learner, with_ensemble
 from metadist.models import build_model
-from metadist.progress import Progress
 from metadist.store.identity import check_store_identity
 from metadist.tasks.base import EvaluationTasks
 from metadist.tasks.inference import ForecastWindows, forecast_windows
@@ -92,6 +91,7 @@ def evaluate_run(
     progress: bool | None = None,
     allow_imports: Collection[str] = (),
     cache: bool = True,
+    shard: EvalShard | None = None,
 ) -> dict[str, Any]:
     """Evaluates a training run's best checkpoint on meta-val (where it kept one), else
     its latest (`eval.checkpoint=latest`: the latest), on its held-out tasks.
@@ -118,10 +118,12 @@ def evaluate_run(
             code unless allowed; modules already imported need no allowing).
         cache: reuse the baselines an earlier evaluation kept and keep this one's (also
             with `write=False`); `False` neither reuses nor keeps any.
+        shard: this process's share of an evaluation sharded over torchrun ranks
+            (`EvalShard.from_env()`): rank 0 writes the report one process would.
 
     Returns:
         The result dict, with `paths` (the files written) and `timings` (seconds by
-        phase; `settings.seconds` is their total) added.
+        phase; `settings.seconds` is their total) added; `{}` on a shard's other ranks.
 
     Raises:
         FileNotFoundError: no run directory or no checkpoint in it, or a missing store.
@@ -139,22 +141,19 @@ def evaluate_run(
             run_dir, "run_dir", allow_imports=allow_imports, checkpoint="latest"
         )
     parts = _eval_parts(config, options, state.get("store_identity"), run_dir)
-    learner, members = with_ensemble(
-        trained_learner(config, state, parts),
-        config,
-        parts,
-        options.ensemble or [],
-        options.ensemble_reduce,
-    )
+    learner, members = _learner(config, state, parts, options)
     kept = EvalCache(run_dir / "eval" if cache else None)
     timings = {"setup": time.perf_counter() - started}
-    result, examples = _score(learner, config, options, parts, progress, kept, timings)
+    shard = shard or EvalShard()
+    result, examples = _score(learner, config, options, parts, progress, kept, timings, shard)
+    if not _gather_kept(shard, kept):
+        return {}  # rank 0 scores and writes this rank's share
     timings["total"] = time.perf_counter() - started
     _describe(result, config, state, checkpoint_path, pointer, parts.description)
     if options.ensemble:
         members.insert(0, f"{run_dir} ({checkpoint_path.name})")
         result["settings"]["ensemble"] = f"{options.ensemble_reduce} of " + ", ".join(members)
-    _add_timings(result, timings, kept)
+    _add_timings(result, timings, kept, shard)
     if write:
         archived = keep_previous_evaluation(run_dir, result, options, checkpoint_path.name)
         result["paths"] = {k: str(v) for k, v in write_report(result, run_dir, examples).items()}
@@ -163,13 +162,41 @@ def evaluate_run(
     return result
 
 
-def _add_timings(result: dict[str, Any], timings: dict[str, float], kept: EvalCache) -> None:
+def _learner(
+    config: TrainConfig, state: dict[str, Any], parts: EvalParts, options: EvalOptions
+) -> tuple[nn.Module, list[str]]:
+    """The run's meta-trained learner (with `eval.ensemble`'s checkpoints joined to it)
+    and the ensemble's other members, as the report names them."""
+    return with_ensemble(
+        trained_learner(config, state, parts),
+        config,
+        parts,
+        options.ensemble or [],
+        options.ensemble_reduce,
+    )
+
+
+def _gather_kept(shard: EvalShard, kept: EvalCache) -> bool:
+    """Rank 0's cache takes what every rank's used and computed (the from-scratch
+    predictions of its batches), so that it keeps them all; whether this is rank 0."""
+    shares = shard.gather(kept.share())
+    for share in (shares or [])[1:]:
+        kept.absorb(share)
+    return shard.is_main
+
+
+def _add_timings(
+    result: dict[str, Any], timings: dict[str, float], kept: EvalCache, shard: EvalShard
+) -> None:
     """`timings` (seconds by phase) into the result; `settings.seconds` is the whole
-    evaluation's, and `settings.reused` says which baselines came from the cache."""
+    evaluation's, `settings.reused` says which baselines came from the cache, and
+    `settings.processes` how a sharded evaluation was shared."""
     result["timings"] = {k: round(v, 2) for k, v in timings.items()}
     result["settings"]["seconds"] = result["timings"]["total"]
     if kept.summary():
         result["settings"]["reused"] = kept.summary()
+    if shard.is_sharded:
+        result["settings"]["processes"] = shard.describe()
 
 
 def _score(
@@ -180,11 +207,13 @@ def _score(
     progress: bool | None,
     cache: EvalCache,
     timings: dict[str, float],
+    shard: EvalShard,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """`evaluate_tasks` of the run's tasks, with the from-scratch and (classification)
-    pretrained-embedding baselines the run's model allows, all on `eval_threads`;
-    `timings` gets each phase's seconds."""
+    """`evaluate_tasks` of the run's tasks (this rank's share of them, when `shard` is
+    sharded), with the from-scratch and (classification) pretrained-embedding baselines
+    the run's model allows, all on `eval_threads`; `timings` gets each phase's seconds."""
     classification = getattr(learner, "loss", "mse") == "cross_entropy"
+    progress = progress if shard.is_main else False
     build_fresh = _fresh_model_builder(config, parts)
     # From scratch, a classifier gets one output per way (an embedding network, e.g. of
     # protonet, gets that head in place of its embedding); a forecasting embedding network
@@ -194,12 +223,17 @@ def _score(
         started = time.perf_counter()
         pretrained = None
         if classification:
-            pretrained = _pretrained(config, options, parts, build_fresh, progress, cache)
+            pretrained = pretrained_backbone(
+                config, options, parts, build_fresh, progress, cache, shard
+            )
             timings["pretrained embedding"] = time.perf_counter() - started
         started = time.perf_counter()
+        batches: Any = parts.batches
+        if shard.is_sharded:  # rank 0 draws them twice: to predict its share, to score all
+            batches = Reiterable(lambda: parts.tasks.batches(options.batch_size, options.seed))
         scored = evaluate_tasks(
             learner,
-            parts.batches,
+            batches,
             options=options,
             # forecasts are scored in original units when the sampler names their store
             # columns; other tasks are scored as sampled
@@ -211,6 +245,7 @@ def _score(
             pretrained=pretrained,
             cache=cache,
             windows=parts.windows,
+            shard=shard,
         )
     timings["scoring"] = time.perf_counter() - started
     return scored
@@ -226,65 +261,6 @@ def _fresh_model_builder(config: TrainConfig, parts: EvalParts) -> Callable[...,
         )
 
     return build_fresh
-
-
-def _pretrained(
-    config: TrainConfig,
-    options: EvalOptions,
-    parts: EvalParts,
-    build_fresh: Callable[..., nn.Module],
-    progress: bool | None,
-    cache: EvalCache,
-) -> nn.Module | None:
-    """The backbone of the pretrained-embedding classification baseline, trained as an
-    ordinary classifier of the meta-train classes (or taken from `cache`, trained from
-    the same settings, store, split and initial weights); `None` where it does not
-    apply."""
-    tasks = parts.tasks
-    if options.pretrain_steps <= 0 or tasks.labelled_examples is None:
-        return None
-    embedding_size = int(np.prod(config.model.output_shape or [64]))
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(options.seed)
-        backbone = build_fresh((embedding_size,))
-    settings = {
-        "steps": options.pretrain_steps,
-        "lr": options.pretrain_lr,
-        "batch_size": options.pretrain_batch_size,
-        "seed": options.seed,
-        "embedding_size": embedding_size,
-        "num_classes": tasks.num_classes,
-    }
-    key = digest(
-        "pretrained",
-        CACHE_VERSION,
-        settings,
-        model_digest(backbone),
-        parts.store_identity,
-        parts.train_units,
-        config.sampler.name,
-        dict(config.sampler.options),
-        options.sampler_options,
-        # the first batch it trains on: what the examples are, whatever produced them
-        *tasks.labelled_examples(options.pretrain_batch_size, options.seed * 1_000_003),
-    )
-    if cache.load_pretrained(key, backbone):
-        return backbone.eval()
-    with Progress(progress, transient=True) as display:
-        shown = display.counter("pretrained embedding", options.pretrain_steps, "steps")
-        baselines.pretrain_embedding(
-            backbone,
-            tasks.labelled_examples,
-            num_classes=tasks.num_classes,
-            embedding_size=embedding_size,
-            steps=options.pretrain_steps,
-            lr=options.pretrain_lr,
-            batch_size=options.pretrain_batch_size,
-            seed=options.seed,
-            on_step=lambda step, loss: shown.update(step, f"loss {loss:.3f}"),
-        )
-    cache.save_pretrained(key, backbone, settings)
-    return backbone
 
 
 def load_trained(

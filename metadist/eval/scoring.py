@@ -14,6 +14,7 @@ methods' predictions are made in `predictions`, and kept per task in `task_score
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
 from collections import deque
@@ -25,7 +26,7 @@ from torch import nn
 
 from metadist.batch import MetaBatch
 from metadist.eval.cache import EvalCache
-from metadist.eval.classification_scoring import score_classification
+from metadist.eval.classification_scoring import classification_baselines, score_classification
 from metadist.eval.forecast_scoring import ForecastScorer
 from metadist.eval.learned_scoring import learned_methods
 from metadist.eval.predictions import Predictor, ScratchBaseline
@@ -43,6 +44,7 @@ from metadist.eval.settings import (
     combination_key,
     combination_label,
 )
+from metadist.eval.shard import EvalShard, predict_share
 from metadist.eval.statistical import StatisticalForecasts
 from metadist.eval.task_scores import (
     DIVERGENCE_FACTOR,
@@ -98,6 +100,7 @@ def evaluate_tasks(
     pretrained: nn.Module | None = None,
     cache: EvalCache | None = None,
     windows: Any = None,
+    shard: EvalShard | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Scores every method on every task of `batches`.
 
@@ -126,10 +129,12 @@ def evaluate_tasks(
             of the same tasks, reused where their keys match, and where this evaluation's
             are kept (`metadist.eval.cache`); `None` computes everything.
         windows: the run's `ForecastWindows`, for `eval.learned_combination`'s model forecasts.
+        shard: this process's share of a sharded evaluation (`metadist.eval.shard`);
+            `batches` must then be re-iterable (rank 0 draws them twice).
 
     Returns:
         (result, examples): the result dict that `report.write_report` writes, and up to
-        `options.num_examples` forecasts for the figure.
+        `options.num_examples` forecasts for the figure (`({}, [])` on other ranks).
 
     Raises:
         ValueError: a batch that does not fit the protocol (several query windows with a
@@ -141,30 +146,68 @@ def evaluate_tasks(
         fresh_model = None  # with no steps, that row would be an untrained network
     methods = _methods(learner, options, kind, fresh_model is not None, pretrained)
     scores = TaskScores(methods, _METRICS[kind])
-    forecasts = None
-    if kind == "forecast":
-        assert target_columns is not None  # `_task_kind` checks it
-        stats = StatisticalForecasts(methods, cache=cache)
-        forecasts = ForecastScorer(store, target_columns, options, methods, stats, learner, windows)
-    score: Scorer = forecasts or _SCORERS[kind]
+    score, forecasts = _scorer(kind, methods, store, target_columns, options, cache, learner, windows)  # fmt: skip
     scratch = _scratch(learner, fresh_model, options, cache)
-    predict = Predictor(learner, options, "unadapted" in methods, kind, pretrained)
+    predict, local = _predictors(learner, options, methods, kind, pretrained, shard)
     started = time.perf_counter()
     try:
         _score_batches(
-            learner, batches, scores, predict, scratch, score, options, progress, num_tasks
-        )
+            learner, batches, scores, predict, scratch, score, options, progress, num_tasks,
+            shard, local,
+        )  # fmt: skip
     finally:
         if forecasts is not None:
             forecasts.close()
+    if shard is not None and not shard.is_main:
+        return {}, []
     if scores.num_tasks == 0:
         raise ValueError("evaluate_tasks: no task to evaluate (the held-out split is empty)")
-    result = _result(scores, kind, options, learner)
-    result["diverged"] = scores.num_diverged()
+    result = dict(_result(scores, kind, options, learner), diverged=scores.num_diverged())
     _warn_diverged(result, scores.num_tasks)
     result["settings"]["seconds"] = round(time.perf_counter() - started, 2)
     result["settings"].update({} if forecasts is None else forecasts.settings())
     return result, ([] if forecasts is None else forecasts.examples())
+
+
+def _scorer(
+    kind: str,
+    methods: list[str],
+    store: Any,
+    target_columns: list[int] | None,
+    options: EvalOptions,
+    cache: EvalCache | None,
+    learner: nn.Module,
+    windows: Any,
+) -> tuple[Scorer, ForecastScorer | None]:
+    """`(score, forecasts)`: the scorer of tasks of `kind`, and for forecasts on a store
+    the `ForecastScorer` it is (with the statistical baselines, on every core)."""
+    if kind != "forecast":
+        return _SCORERS[kind], None
+    assert target_columns is not None  # `_task_kind` checks it
+    statistical = StatisticalForecasts(methods, cache=cache)
+    forecasts = ForecastScorer(
+        store, target_columns, options, methods, statistical, learner, windows
+    )
+    return forecasts, forecasts
+
+
+def _predictors(
+    learner: nn.Module,
+    options: EvalOptions,
+    methods: list[str],
+    kind: str,
+    pretrained: nn.Module | None,
+    shard: EvalShard | None,
+) -> tuple[Predictor, Callable[[MetaBatch], dict[str, Any]] | None]:
+    """`(predict, local)`: what every rank predicts of its batches and what rank 0 adds
+    (sharded, the ranks make the model's predictions, rank 0 the cheap classifiers')."""
+    sharded = shard is not None and shard.is_sharded
+    unadapted = "unadapted" in methods
+    predict = Predictor(learner, options, unadapted, "" if sharded else kind, pretrained)
+    local = None
+    if sharded and kind == "classification":
+        local = functools.partial(classification_baselines, pretrained=pretrained)
+    return predict, local
 
 
 def _scratch(
@@ -243,34 +286,79 @@ def _score_batches(
     options: EvalOptions,
     progress: bool | None,
     num_tasks: int | None,
+    shard: EvalShard | None = None,
+    local: Callable[[MetaBatch], dict[str, Any]] | None = None,
 ) -> None:
     """The episode loop: predicts and scores each batch (up to `options.max_tasks` tasks),
     with the learner in eval mode, showing each phase's progress: the tasks scored, the
-    from-scratch network's task-steps and the statistical forecasts' series."""
+    from-scratch network's task-steps and the statistical forecasts' series. Sharded,
+    each rank predicts its batches and rank 0 scores every batch, adding `local(batch)`'s
+    predictions (`_score_sharded`)."""
     was_training = learner.training
     learner.eval()
     if options.max_tasks is not None:
         num_tasks = min(num_tasks or options.max_tasks, options.max_tasks)
     display = Progress(progress, transient=True).__enter__()
     shown = display.counter("evaluating", num_tasks, "tasks")
+    world = 1 if shard is None else shard.world_size
     if scratch is not None:
-        total = None if num_tasks is None else num_tasks * options.scratch_steps
-        scratch.counter = display.counter("from scratch", total, "task-steps")
+        # sharded, the ranks claim batches as they go: this rank's share is not known
+        total = None if num_tasks is None or world > 1 else num_tasks * options.scratch_steps
+        label = "from scratch" if world == 1 else "from scratch (on rank 0)"
+        scratch.counter = display.counter(label, total, "task-steps")
     if isinstance(score, ForecastScorer):
         score.statistical.counter = display.counter("statistical forecasts", num_tasks, "series")
+
+    def arrays(batch: MetaBatch) -> dict[str, np.ndarray]:
+        predictions = predict(batch)
+        if scratch is not None:
+            predictions["scratch"] = scratch(batch)
+        return {k: v.detach().cpu().numpy() for k, v in predictions.items()}
+
     try:
+        if shard is not None and shard.is_sharded:
+            _score_sharded(shard, batches, arrays, local, scores, score, options, shown)
+            return
         for batch in _started_ahead(_limited(batches, options.max_tasks), score):
-            predictions = predict(batch)
-            if scratch is not None:
-                predictions["scratch"] = scratch(batch)
-            arrays = {k: v.detach().cpu().numpy() for k, v in predictions.items()}
-            score(scores, batch, arrays)
+            score(scores, batch, arrays(batch))
             shown.update(scores.num_tasks)
         if isinstance(score, ForecastScorer):
             score.finish()  # the tasks held back for the learned combination
     finally:
         display.close()
         learner.train(was_training)
+
+
+def _score_sharded(
+    shard: EvalShard,
+    batches: Iterable[MetaBatch],
+    arrays: Callable[[MetaBatch], dict[str, np.ndarray]],
+    local: Callable[[MetaBatch], dict[str, Any]] | None,
+    scores: TaskScores,
+    score: Scorer,
+    options: EvalOptions,
+    shown: Any,
+) -> None:
+    """Each rank predicts its share of the batches (`predict_share`); rank 0 then draws
+    the batches again and scores each, in order, with the predictions gathered and those
+    of `local` (the classification baselines, cheap, made here)."""
+    if iter(batches) is batches:
+        raise ValueError(
+            "a sharded evaluation draws the batches twice: pass a re-iterable "
+            "(metadist.eval.shard.Reiterable), not an iterator"
+        )
+    start = score.start if isinstance(score, ForecastScorer) else None
+    every = predict_share(shard, _limited(batches, options.max_tasks), arrays, start)
+    if every is None:  # another rank's predictions are scored on rank 0
+        return
+    for index, batch in enumerate(_limited(batches, options.max_tasks)):
+        predictions = every.pop(index)
+        if local is not None:
+            predictions.update({k: v.cpu().numpy() for k, v in local(batch).items()})
+        score(scores, batch, predictions)
+        shown.update(scores.num_tasks)
+    if isinstance(score, ForecastScorer):
+        score.finish()  # the tasks held back for the learned combination
 
 
 def _limited(batches: Iterable[MetaBatch], max_tasks: int | None) -> Iterator[MetaBatch]:

@@ -165,7 +165,9 @@ def test_training_progress_counts_steps_from_the_runs_records(tmp_path):
 @pytest.mark.integration
 @pytest.mark.timeout(300)
 def test_a_run_trained_on_monthly_data_forecasts_theta_with_period_12(tmp_path):
-    data = _write(tmp_path / "data", {"monthly": (6, 12, 6)}, metric="mape")
+    # one horizon, two periods: one ensemble per period, each on its own series
+    labels = {"monthly": (6, 12, 8), "quarterly": (6, 4, 8)}
+    data = _write(tmp_path / "data", labels, metric="mape")
     out = tmp_path / "out"
     command = [
         *(sys.executable, "-m", "metadist.cli", "competition", str(data), "--out", str(out)),
@@ -176,13 +178,19 @@ def test_a_run_trained_on_monthly_data_forecasts_theta_with_period_12(tmp_path):
     env = dict(os.environ, OMP_NUM_THREADS="1", WANDB_MODE="disabled")
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=280)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    run_dir = out / "h6" / "L12-mape-s1"  # the metric is the loss
+    run_dir = out / "h6-m12" / "L12-mape-s1"  # the metric is the loss
     config = (run_dir / "config.yaml").read_text()
     assert "seasonal_period: 12" in config and "loss: mape" in config
+    assert "- monthly" in config  # meta-trained on the monthly series alone
     assert recorded_periods(run_dir) == 12
+    assert recorded_periods(out / "h6-m4" / "L12-mape-s1") == 4
     result = json.loads((run_dir / "eval" / "metrics.json").read_text())
-    assert result["primary_metric"] == "mape"
-    assert json.loads((out / "adaptation.json").read_text())["horizons"]["6"]["metric"] == "mape"
+    assert result["primary_metric"] == "mape" and result["num_tasks"] == 8
+    decisions = json.loads((out / "adaptation.json").read_text())["horizons"]
+    assert set(decisions) == {"6-m4", "6-m12"}
+    assert {d["metric"] for d in decisions.values()} == {"mape"}
+    pooled = json.loads((out / "metrics.json").read_text())
+    assert pooled["num_tasks"] == 16 and pooled["primary_metric"] == "mape"
     history = pd.read_parquet(data / "train.parquet")
     history = history[history.series_id == "monthly0"][["series_id", "t", "value"]]
     run = metadist.load_run(run_dir)

@@ -24,6 +24,7 @@ from metadist.commands.competition.members import (
     Group,
     groups_of,
     members_of,
+    record_periods,
     series_periods,
     training_overrides,
 )
@@ -126,6 +127,18 @@ def test_a_runs_recorded_periods_replace_its_evaluation_setting(tmp_path):
         recorded_periods(tmp_path)
     options = EvalOptions(seasonal_period={"M": 12}, seasonal_period_from="label")
     assert options.period_of("", "M") == 12
+
+
+def test_each_run_records_the_period_of_the_series_its_group_forecasts(tmp_path):
+    periods = {"monthly": 12, "quarterly": 4, "other": 1}
+    monthly = Group(24, ("monthly",), 12)  # meta-trained on every series, forecasts monthly
+    mixed = Group(8, ("other", "quarterly"))  # a model without a seasonal period
+    ensembles = {g.key: members_of(g, [2], ["mape"], 1) for g in (monthly, mixed)}
+    for members in ensembles.values():
+        members[0].run_dir(tmp_path).mkdir(parents=True)  # trained runs
+    record_periods([monthly, mixed], ensembles, tmp_path, periods)
+    assert recorded_periods(ensembles["24"][0].run_dir(tmp_path)) == 12
+    assert recorded_periods(ensembles["8"][0].run_dir(tmp_path)) == {"other": 1, "quarterly": 4}
 
 
 def test_an_adaptation_choice_made_on_another_metric_is_refused(tmp_path):

@@ -6,8 +6,8 @@ A group is the series one ensemble forecasts: a horizon's labels, or, where thos
 mix seasonal periods and the model takes one (`model.options.seasonal_period`), the
 labels of one period (each such member meta-trains on its labels' series only). Each
 member's model gets its group's period, and its run records the seasonal period of the
-series it trained on (`periods.json`, by label where they differ; `api.artifact`), so
-that `load_run(...).forecast` gives Theta and seasonal naive the data's period.
+series its group forecasts (`periods.json`, by label where they differ; `api.artifact`),
+so that `load_run(...).forecast` gives Theta and seasonal naive the data's period.
 """
 
 from __future__ import annotations
@@ -142,19 +142,24 @@ def training_overrides(
 
 
 def series_periods(periods: dict[str, int], labels: Sequence[str]) -> int | dict[str, int]:
-    """The seasonal period of the series a member trains on (`labels`' of `periods`, all
-    of them where `labels` is empty): one integer where they share one, else by label."""
+    """The seasonal period of the series of `labels` (of `periods`; all of them where
+    `labels` is empty): one integer where they share one, else by label."""
     own = {k: v for k, v in periods.items() if not labels or k in labels}
     values = sorted(set(own.values()))
     return values[0] if len(values) == 1 else dict(sorted(own.items()))
 
 
-def record_periods(ensembles: dict[str, list[Member]], out: Path, periods: dict[str, int]) -> None:
-    """Records in every member's run the seasonal periods of the series it trained on
-    (`periods`: every label's), for `load_run(...).forecast` (`api.artifact`)."""
-    for members in ensembles.values():
-        for member in members:
-            write_periods(member.run_dir(out), series_periods(periods, member.labels))
+def record_periods(
+    groups: Sequence[Group],
+    ensembles: dict[str, list[Member]],
+    out: Path,
+    periods: dict[str, int],
+) -> None:
+    """Records in every member's run the seasonal period of the series its group
+    forecasts (`periods`: every label's), for `load_run(...).forecast` (`api.artifact`)."""
+    for group in groups:
+        for member in ensembles[group.key]:
+            write_periods(member.run_dir(out), series_periods(periods, group.labels))
 
 
 def train_members(

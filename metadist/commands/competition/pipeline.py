@@ -109,7 +109,7 @@ def run_pipeline(args: argparse.Namespace, prog: str) -> int:
     )
     if trained != 0:
         return 1
-    record_periods(ensembles, plan.out, plan.info.periods)
+    record_periods(plan.groups, ensembles, plan.out, plan.info.periods)
     firsts = []
     for number, group in enumerate(plan.groups, 1):
         print(f"== evaluation {number}/{len(plan.groups)}", flush=True)

@@ -261,7 +261,7 @@ def test_an_adaptation_choice_comes_from_a_validation_run_with_every_horizon(tmp
     with pytest.raises(ValueError, match="written by a test run"):
         read_adaptation_choice(tmp_path, [6])
     path.write_text(json.dumps({"protocol": "validation", "horizons": horizons}))
-    assert read_adaptation_choice(tmp_path, [8, 6]) == {8: "unadapted", 6: "adapted"}
+    assert read_adaptation_choice(tmp_path, [8, 6]) == {"8": "unadapted", "6": "adapted"}
     with pytest.raises(ValueError, match="no choice for horizon 18"):
         read_adaptation_choice(tmp_path, [6, 18])
 
@@ -300,7 +300,7 @@ def test_adaptation_wins_only_where_it_is_better_and_finite(tmp_path):
         "7": "adapted",
     }
     assert decisions["4"]["metric"] == "mase" and decisions["13"]["adapted"] == 9.5
-    assert read_adaptation_choice(tmp_path, [4, 24]) == {4: "adapted", 24: "unadapted"}
+    assert read_adaptation_choice(tmp_path, [4, 24]) == {"4": "adapted", "24": "unadapted"}
 
 
 def test_the_holdout_is_checked_against_each_series_horizon_before_anything_runs(

@@ -50,6 +50,7 @@ def test_every_series_as_the_package_holds_it(name, tmp_path):
 
     spec = load_spec(out)
     assert spec.name == name and spec.references == {}
+    assert spec.metric == {"m1": "smape", "m3": "smape", "tourism": "mape"}[name]
 
 
 def test_categories_come_from_the_package():

@@ -8,11 +8,17 @@ Where none holds it, the run's record stands in for the store: a moved run forec
 from any working directory without it. A run loaded from its store gains the record
 when it lacks it (or when it is stale), so runs trained before records were kept gain
 it on first use.
+
+A run may also record the seasonal period of the series it was trained on
+(`periods.json`, written by `metadist competition` from the data): one integer, or one
+per label. It replaces the run's `eval.seasonal_period` when the run is loaded, so that
+`Run.forecast` gives Theta and seasonal naive the data's period without `period=`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import sys
 from collections.abc import Collection, Sequence
@@ -21,6 +27,7 @@ from typing import Any
 
 from torch import nn
 
+from metadist.durable import atomic_write_text
 from metadist.eval.run import load_trained
 from metadist.eval.settings import EvalOptions
 from metadist.train.artifact import (
@@ -35,6 +42,54 @@ from metadist.train.build import TaskSource
 from metadist.train.config import TrainConfig
 
 Loaded = tuple[Path, TrainConfig, nn.Module, TaskSource, EvalOptions]
+# the seasonal period of a run's series: {"seasonal_period": m or {label: m}, "keyed_by"}
+PERIODS_FILE = "periods.json"
+
+
+def write_periods(run_dir: str | os.PathLike, periods: int | dict[str, int]) -> None:
+    """Records in `run_dir` the seasonal period of the series it was trained on: one
+    integer, or `{label: m}` (written only where it changes).
+
+    Raises:
+        ValueError: a period that is not an integer >= 1.
+    """
+    values = list(periods.values()) if isinstance(periods, dict) else [periods]
+    if not values or any(isinstance(m, bool) or not isinstance(m, int) or m < 1 for m in values):
+        raise ValueError(f"seasonal periods must be integers >= 1, got {periods!r}")
+    document = {"seasonal_period": periods, "keyed_by": "label"}
+    path = Path(run_dir) / PERIODS_FILE
+    text = json.dumps(document, indent=1, sort_keys=True) + "\n"
+    if not (path.is_file() and path.read_text() == text):
+        atomic_write_text(path, text)
+
+
+def recorded_periods(run_dir: str | os.PathLike) -> int | dict[str, int] | None:
+    """The seasonal period `run_dir` records (`write_periods`), or None where it records
+    none.
+
+    Raises:
+        ValueError: a `periods.json` that is not one `write_periods` writes.
+    """
+    path = Path(run_dir) / PERIODS_FILE
+    if not path.is_file():
+        return None
+    try:
+        periods = json.loads(path.read_text())["seasonal_period"]
+        values = list(periods.values()) if isinstance(periods, dict) else [periods]
+        valid = values and all(type(m) is int and m >= 1 for m in values)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        valid = False
+    if not valid:
+        raise ValueError(f"{path} does not hold seasonal periods as metadist records them")
+    return {str(k): int(v) for k, v in periods.items()} if isinstance(periods, dict) else periods
+
+
+def with_recorded_periods(run_dir: Path, options: EvalOptions) -> EvalOptions:
+    """`options` with the seasonal period the run records, where it records one."""
+    periods = recorded_periods(run_dir)
+    if periods is None:
+        return options
+    return dataclasses.replace(options, seasonal_period=periods, seasonal_period_from="label")
 
 
 def load_parts(
@@ -60,7 +115,10 @@ def load_parts(
     if store is None and record is not None and record.get("store"):
         found = recorded_store_path(run_dir, record)
         if found is None:
-            return _from_record(run_dir, record, ensemble, allow_imports)
+            path, config, learner, source, options = _from_record(
+                run_dir, record, ensemble, allow_imports
+            )
+            return path, config, learner, source, with_recorded_periods(run_dir, options)
         named = record["store"]["config_path"]
         if not (named and Path(named).resolve() == found.resolve()):
             store = found  # not where data.store leads from here: name it
@@ -77,7 +135,8 @@ def load_parts(
             "PATH) if it is elsewhere"
         ) from None
     _keep_record(run_dir, record, loaded)
-    return loaded
+    path, config, learner, source, options = loaded
+    return path, config, learner, source, with_recorded_periods(run_dir, options)
 
 
 def _from_record(

@@ -7,7 +7,8 @@ wheel, nothing downloaded: M1 (1001 series), M3 (3003) and the tourism competiti
 
 - `train.parquet`: each series' in-sample part, `t = 0 .. n-1`;
 - `test.parquet`: each series' competition holdout, `t = n .. n+h-1`;
-- `competition.yaml`: the data set's name and its columns, for `metadist competition`.
+- `competition.yaml`: the data set's name and the metric it was scored by, for
+  `metadist competition`.
 
 with the columns `series_id`, `t`, `value`, `category` (the series' category as the
 package records it: the stratum), `frequency` (the label), `horizon` and `period` (the
@@ -46,6 +47,9 @@ COMPETITIONS = {
     "m3": ("load_m3", "m3_data.json"),
     "tourism": ("load_tourism", "tcomp_data.json"),
 }
+# the metric each competition was scored by (competition.yaml's `metric`): M1 and M3 by
+# sMAPE, the tourism competition (Athanasopoulos et al., 2011) by MAPE
+METRICS = {"m1": "smape", "m3": "smape", "tourism": "mape"}
 
 
 @dataclass(frozen=True)
@@ -168,6 +172,8 @@ def write_competition(
             "# stratum. Published figures of this competition go under references:\n"
             "#   references: {METHOD: {all: X, label: {FREQUENCY: X}}}\n"
             f"name: {name}\n"
+            "# the competition's own metric: the primary metric, training loss and criterion\n"
+            f"metric: {METRICS[name]}\n"
         )
     counts = Counter(s.frequency for s in series)
     labels = {s.frequency: (counts[s.frequency], s.horizon, s.period) for s in series}

@@ -13,12 +13,16 @@ from metadist.commands.competition.pipeline import run_pipeline
 from metadist.commands.competition.spec import ADAPTATION_FILE
 from metadist.launch.children import OwnedChildren, StopRequested
 
+# --recipe: (the experiment meta-trained, trainings at a time)
+RECIPES = {"default": ("competition", 2), "cpu": ("competition_cpu", 1)}
+
 
 def build_parser(prog: str = "metadist competition") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog,
         description=__doc__.splitlines()[0],
-        epilog="example: metadist competition data/m3 --out runs/m3 --lookbacks 2 3 --seeds 2",
+        epilog="example: metadist competition data/m3 --out runs/m3 --lookbacks 2 3 --seeds 2; "
+        "on a laptop's CPU: metadist competition data/tourism --validation --recipe cpu",
     )
     parser.add_argument(
         "data_dir", metavar="DATA_DIR", type=Path, help="train.parquet, test.parquet"
@@ -32,9 +36,18 @@ def build_parser(prog: str = "metadist competition") -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--experiment",
-        default="competition",
-        help="the experiment meta-trained (default: competition: MAML on an MLP forecaster, "
-        "3,000 meta-steps of 64 tasks; overrides such as trainer.meta_steps=N change it)",
+        default=None,
+        help="the experiment meta-trained (default: the recipe's; competition: MAML on an "
+        "MLP forecaster, 3,000 meta-steps of 64 tasks; overrides such as "
+        "trainer.meta_steps=N change it)",
+    )
+    parser.add_argument(
+        "--recipe",
+        choices=sorted(RECIPES),
+        default="default",
+        help="default: experiment=competition, two trainings at a time; cpu: "
+        "experiment=competition_cpu (the seasonal forecaster, at most 600 meta-steps with "
+        "early stopping on meta-val, one thread), one training at a time",
     )
     parser.add_argument(
         "--lookbacks",
@@ -47,9 +60,10 @@ def build_parser(prog: str = "metadist competition") -> argparse.ArgumentParser:
     parser.add_argument(
         "--losses",
         nargs="+",
-        default=["smape"],
+        default=None,
         choices=["smape", "mape", "mae", "mse"],
-        help="training losses, one ensemble member each (default: smape)",
+        help="training losses, one ensemble member each (default: the data set's metric, "
+        "competition.yaml's `metric`, where a loss of that name exists, else smape)",
     )
     parser.add_argument(
         "--seeds", type=int, default=1, help="seeds per lookback and loss (default: 1)"
@@ -57,8 +71,8 @@ def build_parser(prog: str = "metadist competition") -> argparse.ArgumentParser:
     parser.add_argument(
         "--jobs",
         type=int,
-        default=2,
-        help="training processes at a time, each on one core (default: 2)",
+        default=None,
+        help="training processes at a time, each on one core (default: the recipe's, 2 or 1)",
     )
     parser.add_argument("--validation", action="store_true", help="the validation protocol")
     parser.add_argument(
@@ -85,6 +99,11 @@ def build_parser(prog: str = "metadist competition") -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None, prog: str = "metadist competition") -> int:
     parser = build_parser(prog)
     args = parser.parse_intermixed_args(argv)
+    experiment, jobs = RECIPES[args.recipe]
+    if args.experiment is not None and args.recipe != "default":
+        parser.error(f"--experiment and --recipe {args.recipe} both name the experiment")
+    args.experiment = args.experiment or experiment
+    args.jobs = jobs if args.jobs is None else args.jobs
     if args.seeds < 1 or args.jobs < 1 or any(k <= 0 for k in args.lookbacks):
         parser.error("--seeds and --jobs must be >= 1, --lookbacks > 0")
     try:

@@ -95,7 +95,7 @@ def want_ets(choice: str) -> bool:
 
 
 def _evaluate(run_dir: Path, overrides: list[str]) -> None:
-    evaluate_run(run_dir, overrides=overrides, progress=False)
+    evaluate_run(run_dir, overrides=overrides, progress=None)  # time left, every 15 s
 
 
 def _holdout(path: Path, spec: CompetitionSpec) -> dict[str, Any]:

@@ -1,8 +1,18 @@
-"""The ensemble members of each horizon: which models there are, and their meta-training,
-`--jobs` processes at a time, where a member trained before is confirmed, not retrained."""
+"""The ensemble members of each group of series: which models there are, and their
+meta-training, `--jobs` processes at a time, where a member trained before is confirmed,
+not retrained.
+
+A group is the series one ensemble forecasts: a horizon's labels, or, where those labels
+mix seasonal periods and the model takes one (`model.options.seasonal_period`), the
+labels of one period (each such member meta-trains on its labels' series only). Each
+member's model gets its group's period, and its run records the seasonal period of the
+series its group forecasts (`periods.json`, by label where they differ; `api.artifact`),
+so that `load_run(...).forecast` gives Theta and seasonal naive the data's period.
+"""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -11,37 +21,99 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from metadist.api.artifact import write_periods
+from metadist.commands.competition.eta import TrainingProgress
+from metadist.commands.competition.series import SeriesInfo
 from metadist.commands.competition.steps import METADIST
 from metadist.launch.children import OwnedChildren
+from metadist.progress import Progress
+from metadist.train.compose import compose_dict
 from metadist.train.loop import finished_before
+
+# seconds between two reads of the running trainings' progress
+_POLL_S = 5.0
+
+
+@dataclass(frozen=True)
+class Group:
+    """The series one ensemble forecasts.
+
+    Attributes:
+        horizon: their forecast horizon H.
+        labels: their labels (all of the horizon's, or those of one period).
+        period: the model's seasonal period (None: the model takes none, or the
+            labels' periods differ).
+        restricted: whether the members meta-train on these labels' series only (the
+            horizon's labels mix periods); otherwise on every series of the data set.
+    """
+
+    horizon: int
+    labels: tuple[str, ...]
+    period: int | None = None
+    restricted: bool = False
+
+    @property
+    def key(self) -> str:
+        """`H`, or `H-mP` for the labels of period P of a horizon that mixes periods."""
+        return f"{self.horizon}-m{self.period}" if self.restricted else str(self.horizon)
+
+
+def groups_of(info: SeriesInfo, horizons: Sequence[int], takes_period: bool) -> list[Group]:
+    """The groups of `horizons`: one per horizon, or, for a model that takes a seasonal
+    period (`takes_period`), one per period of a horizon whose labels mix periods."""
+    groups = []
+    for horizon in horizons:
+        labels = info.labels_of(horizon)
+        periods = sorted({info.periods[label] for label in labels})
+        if len(periods) == 1:
+            groups.append(Group(horizon, tuple(labels), periods[0] if takes_period else None))
+        elif not takes_period:
+            groups.append(Group(horizon, tuple(labels)))
+        else:
+            for period in periods:
+                own = tuple(label for label in labels if info.periods[label] == period)
+                groups.append(Group(horizon, own, period, restricted=True))
+    return groups
 
 
 @dataclass(frozen=True)
 class Member:
-    """One meta-trained model of a horizon's ensemble."""
+    """One meta-trained model of a group's ensemble.
+
+    Attributes:
+        period: the model's `seasonal_period` (None: not set).
+        labels: the labels it meta-trains on (empty: every series).
+    """
 
     horizon: int
     lookback: int
     loss: str
     seed: int
+    period: int | None = None
+    labels: tuple[str, ...] = ()
 
     def run_dir(self, out: Path) -> Path:
-        return out / f"h{self.horizon}" / f"L{self.lookback}-{self.loss}-s{self.seed}"
+        group = f"h{self.horizon}" + (f"-m{self.period}" if self.labels else "")
+        return out / group / f"L{self.lookback}-{self.loss}-s{self.seed}"
 
     def title(self) -> str:
-        return f"meta-train H={self.horizon} L={self.lookback} {self.loss} seed {self.seed}"
+        period = f" m={self.period}" if self.labels else ""
+        return f"meta-train H={self.horizon}{period} L={self.lookback} {self.loss} seed {self.seed}"
 
 
 def members_of(
-    horizon: int, lookbacks: Sequence[float], losses: Sequence[str], seeds: int
+    horizon: int | Group, lookbacks: Sequence[float], losses: Sequence[str], seeds: int
 ) -> list[Member]:
-    """Every (lookback multiple × loss × seed) of one horizon, lookback = round(k·H) ≥ 2."""
+    """Every (lookback multiple × loss × seed) of one horizon (or group), lookback =
+    round(k·H) ≥ 2."""
+    group = horizon if isinstance(horizon, Group) else Group(horizon, ())
+    labels = group.labels if group.restricted else ()
     out = []
     for k in lookbacks:
-        lookback = max(2, int(round(float(k) * horizon)))
+        lookback = max(2, int(round(float(k) * group.horizon)))
         for loss in losses:
             for seed in range(1, seeds + 1):
-                out.append(Member(horizon, lookback, loss, seed))
+                out.append(Member(group.horizon, lookback, loss, seed, group.period, labels))
     return list(dict.fromkeys(out))
 
 
@@ -49,8 +121,9 @@ def training_overrides(
     member: Member, experiment: str, store: Path, out: Path, extra: Sequence[str]
 ) -> list[str]:
     """The `metadist train` overrides of `member`: `experiment` on `store`, with its
-    horizon, lookback, loss and seed, in its run directory under `out`; then `extra`."""
-    return [
+    horizon, lookback, loss, seed, seasonal period and labels, in its run directory under
+    `out`; then `extra`."""
+    overrides = [
         f"experiment={experiment}",
         f"data.store={store}",
         f"sampler.options.horizon={member.horizon}",
@@ -60,12 +133,37 @@ def training_overrides(
         f"trainer.seed={member.seed}",
         f"run_dir={member.run_dir(out)}",
         "logging.progress=false",
-        *extra,
     ]
+    if member.period is not None:
+        overrides.append(f"model.options.seasonal_period={member.period}")
+    if member.labels:
+        overrides.append(f"sampler.options.labels={json.dumps(list(member.labels))}")
+    return [*overrides, *extra]
+
+
+def series_periods(periods: dict[str, int], labels: Sequence[str]) -> int | dict[str, int]:
+    """The seasonal period of the series of `labels` (of `periods`; all of them where
+    `labels` is empty): one integer where they share one, else by label."""
+    own = {k: v for k, v in periods.items() if not labels or k in labels}
+    values = sorted(set(own.values()))
+    return values[0] if len(values) == 1 else dict(sorted(own.items()))
+
+
+def record_periods(
+    groups: Sequence[Group],
+    ensembles: dict[str, list[Member]],
+    out: Path,
+    periods: dict[str, int],
+) -> None:
+    """Records in every member's run the seasonal period of the series its group
+    forecasts (`periods`: every label's), for `load_run(...).forecast` (`api.artifact`)."""
+    for group in groups:
+        for member in ensembles[group.key]:
+            write_periods(member.run_dir(out), series_periods(periods, group.labels))
 
 
 def train_members(
-    ensembles: dict[int, list[Member]],
+    ensembles: dict[str, list[Member]],
     experiment: str,
     store: Path,
     out: Path,
@@ -76,6 +174,7 @@ def train_members(
     """Meta-trains every member of `ensembles` not trained before (`finished_before`,
     confirmed in this process), `width` at a time; 1 where a training failed, else 0."""
     jobs = []
+    steps: dict[Path, int] = {}
     for members in ensembles.values():
         for member in members:
             run_dir = member.run_dir(out)
@@ -90,16 +189,55 @@ def train_members(
                 jobs.append(
                     (member.title(), [*METADIST, "train", "--no-eval", *overrides], run_dir)
                 )
-    return run_parallel(jobs, env, width)
+                steps[run_dir] = meta_steps(overrides)
+    return run_parallel(jobs, env, width, steps)
 
 
-def run_parallel(jobs: list[tuple[str, list[str], Path]], env: dict[str, str], width: int) -> int:
+def meta_steps(overrides: list[str]) -> int:
+    """`trainer.meta_steps` of the training `overrides` describe (0 where they do not
+    compose: the training itself then says what is wrong)."""
+    try:
+        return int(compose_dict(overrides)["trainer"]["meta_steps"])
+    except (ValueError, KeyError, TypeError, FileNotFoundError):
+        return 0
+
+
+def run_parallel(
+    jobs: list[tuple[str, list[str], Path]],
+    env: dict[str, str],
+    width: int,
+    steps: dict[Path, int] | None = None,
+) -> int:
     """Runs the training jobs `width` at a time, each logging to `<run_dir>.log`; a job
-    that fails is named with the last lines of its log."""
+    that fails is named with the last lines of its log. With `steps` (run directory ->
+    meta-steps), the meta-steps done over all jobs are shown with the time left."""
+    with Progress() as display:
+        tracker = TrainingProgress(display, steps) if steps else None
+        failed = _run_jobs(jobs, env, width, tracker)
+    for line in failed:
+        print(f"failed: {line}", file=sys.stderr)
+    if any("run_dir=" in line for line in failed):
+        print(
+            "note: in metadist competition, a run with other settings needs another --out "
+            "(never run_dir=)",
+            file=sys.stderr,
+        )
+    return 1 if failed else 0
+
+
+def _run_jobs(
+    jobs: list[tuple[str, list[str], Path]],
+    env: dict[str, str],
+    width: int,
+    tracker: TrainingProgress | None,
+) -> list[str]:
+    """The loop of `run_parallel`; the failures' lines."""
     pending = list(jobs)
     running: list[tuple[str, subprocess.Popen, Any, float]] = []
     failed: list[str] = []
     total = len(jobs)
+    run_dirs = {title: run_dir for title, _, run_dir in jobs}
+    polled = time.perf_counter()
     while pending or running:
         while pending and len(running) < width:
             title, command, run_dir = pending.pop(0)
@@ -111,26 +249,23 @@ def run_parallel(jobs: list[tuple[str, list[str], Path]], env: dict[str, str], w
             )
             running.append((title, process, log, time.perf_counter()))
         time.sleep(0.5)
+        if tracker is not None and time.perf_counter() - polled >= _POLL_S:
+            tracker.poll()
+            polled = time.perf_counter()
         for entry in list(running):
             if entry[1].poll() is None:
                 continue
             running.remove(entry)
             OwnedChildren.release(entry[1])
+            if tracker is not None:
+                tracker.end(run_dirs[entry[0]])
             failure = _finished(*entry)
             if failure is not None:
                 failed.append(failure)
                 if pending:  # the others would most likely fail alike: stop starting them
                     print(f"== not started: {len(pending)} training(s), after a failure")
                     pending.clear()
-    for line in failed:
-        print(f"failed: {line}", file=sys.stderr)
-    if any("run_dir=" in line for line in failed):
-        print(
-            "note: in metadist competition, a run with other settings needs another --out "
-            "(never run_dir=)",
-            file=sys.stderr,
-        )
-    return 1 if failed else 0
+    return failed
 
 
 def _finished(title: str, process: subprocess.Popen, log: Any, began: float) -> str | None:

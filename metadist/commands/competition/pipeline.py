@@ -4,6 +4,7 @@ evaluation, pooled table), each confirmed rather than redone where it can be."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import time
 from dataclasses import dataclass
@@ -19,7 +20,14 @@ from metadist.commands.competition.evaluation import (
     want_ets,
 )
 from metadist.commands.competition.holdout import check_holdout, write_validation_split
-from metadist.commands.competition.members import Member, members_of, train_members
+from metadist.commands.competition.members import (
+    Group,
+    Member,
+    groups_of,
+    members_of,
+    record_periods,
+    train_members,
+)
 from metadist.commands.competition.series import SeriesInfo, scan_series
 from metadist.commands.competition.sources import check_same_source, recorded_fingerprint
 from metadist.commands.competition.spec import (
@@ -34,6 +42,8 @@ from metadist.commands.competition.spec import (
 from metadist.commands.competition.steps import METADIST, run_command, step
 from metadist.commands.competition.table import pooled_table, table_title
 from metadist.eval.settings import load_eval_options, split_eval_overrides
+from metadist.learners import REGRESSION_LOSSES
+from metadist.train.compose import compose_dict
 
 # under the validation protocol: OUT/validation_data holds the split
 VALIDATION_DIR = "validation_data"
@@ -50,9 +60,14 @@ class Plan:
         spec, info: the data set's settings and what the scan found in its training file.
         out: the output directory.
         horizons: the horizons run, ascending.
-        chosen: per horizon, the method a validation run chose (`--adaptation-from`).
-        train_overrides, eval_overrides: the user's overrides, split.
+        chosen: per group (`Group.key`), the method a validation run chose
+            (`--adaptation-from`).
+        train_overrides, eval_overrides: the user's overrides, split (the data set's
+            metric first among the eval overrides: `eval.primary_metric`).
         ets: whether AutoETS is scored.
+        groups: the series each ensemble forecasts, in order of horizon.
+        losses: the training losses (`--losses`, else the data set's metric where a loss
+            of that name exists, else smape).
     """
 
     name: str
@@ -61,10 +76,12 @@ class Plan:
     info: SeriesInfo
     out: Path
     horizons: list[int]
-    chosen: dict[int, str] | None
+    chosen: dict[str, str] | None
     train_overrides: list[str]
     eval_overrides: list[str]
     ets: bool = False
+    groups: tuple[Group, ...] = ()
+    losses: tuple[str, ...] = ("smape",)
 
     @property
     def test_path(self) -> Path:
@@ -86,15 +103,27 @@ def run_pipeline(args: argparse.Namespace, prog: str) -> int:
     store = plan.out / "store"
     if _ingest(plan, store, env) != 0:
         return 1
-    ensembles = {h: members_of(h, args.lookbacks, args.losses, args.seeds) for h in plan.horizons}
+    ensembles = {g.key: members_of(g, args.lookbacks, plan.losses, args.seeds) for g in plan.groups}
     trained = train_members(
         ensembles, args.experiment, store, plan.out, plan.train_overrides, env, args.jobs
     )
     if trained != 0:
         return 1
-    firsts = evaluate_horizons(
-        ensembles, plan.out, plan.spec, plan.info, plan.test_path, plan.ets, plan.eval_overrides
-    )
+    record_periods(plan.groups, ensembles, plan.out, plan.info.periods)
+    firsts = []
+    for number, group in enumerate(plan.groups, 1):
+        print(f"== evaluation {number}/{len(plan.groups)}", flush=True)
+        # the group's labels alone: each horizon's evaluation scores its labels
+        info = dataclasses.replace(plan.info, horizons={k: group.horizon for k in group.labels})
+        firsts += evaluate_horizons(
+            {group.horizon: ensembles[group.key]},
+            plan.out,
+            plan.spec,
+            info,
+            plan.test_path,
+            plan.ets,
+            plan.eval_overrides,
+        )
     _report(plan, args, ensembles, firsts)
     print(f"== all steps: {time.perf_counter() - started:.1f} s; table: {plan.out / 'metrics.md'}")
     return 0
@@ -117,12 +146,17 @@ def plan_run(args: argparse.Namespace) -> Plan:
     out: Path = args.out or default_output(spec, data_dir, "_val" if args.validation else "")
     info = scan_series(data_dir / spec.train, spec)
     horizons = _horizons(info, args.horizons)
+    train_overrides, eval_overrides = split_eval_overrides(args.overrides)
+    groups = groups_of(info, horizons, model_takes_period(args.experiment, train_overrides))
+    # the data set's own metric: the primary metric, and what the adaptation compares
+    eval_overrides = [f"eval.primary_metric={spec.metric}", *eval_overrides]
     chosen = None
     if args.adaptation_from is not None:
         if args.validation:
             raise ValueError("--adaptation-from chooses for a test run; leave out --validation")
-        chosen = read_adaptation_choice(args.adaptation_from, horizons)
-    train_overrides, eval_overrides = split_eval_overrides(args.overrides)
+        chosen = read_adaptation_choice(
+            args.adaptation_from, [g.key for g in groups], _primary_metric(args, eval_overrides)
+        )
     # the user's eval overrides, checked now rather than after the training
     holdout = load_eval_options(args.experiment, eval_overrides).holdout or {}
     ets = want_ets(args.ets)
@@ -141,9 +175,49 @@ def plan_run(args: argparse.Namespace) -> Plan:
         raise FileNotFoundError(f"no holdout file at {test_path}")
     _describe(name, info, spec, args.validation)
     check_holdout(test_path, spec, info, horizons, bool(holdout.get("partial")))
+    losses = tuple(args.losses or [training_loss(spec.metric)])
     return Plan(
-        name, data_dir, spec, info, out, horizons, chosen, train_overrides, eval_overrides, ets
+        name,
+        data_dir,
+        spec,
+        info,
+        out,
+        horizons,
+        chosen,
+        train_overrides,
+        eval_overrides,
+        ets,
+        tuple(groups),
+        losses,
     )
+
+
+def training_loss(metric: str) -> str:
+    """The training loss for a data set scored by `metric`: the loss of that name where
+    there is one (`metadist.learners.REGRESSION_LOSSES`), else smape (a note says so).
+    The meta-val selection compares the loss (`selection.metric`'s default,
+    `query_loss_after`), so it selects on the data set's metric too."""
+    if metric in REGRESSION_LOSSES:
+        return metric
+    print(f"note: no training loss is {metric}: the members train on smape (--losses)")
+    return "smape"
+
+
+def model_takes_period(experiment: str, overrides: list[str]) -> bool:
+    """Whether the model of `experiment` (with the training `overrides`) has a
+    `seasonal_period` option, which each group's members then get.
+
+    Raises:
+        ValueError: the experiment and overrides do not compose (naming why).
+    """
+    composed = compose_dict([f"experiment={experiment}", *overrides])
+    options = (composed.get("model") or {}).get("options") or {}
+    return "seasonal_period" in options
+
+
+def _primary_metric(args: argparse.Namespace, eval_overrides: list[str]) -> str:
+    """The evaluation's primary metric: the data set's, or the user's eval override."""
+    return load_eval_options(args.experiment, eval_overrides).primary_metric
 
 
 def _check_validation_horizons(info: SeriesInfo, horizons: list[int]) -> None:
@@ -235,28 +309,28 @@ def _ingest(plan: Plan, store: Path, env: dict[str, str]) -> int:
 
 
 def _report(
-    plan: Plan, args: argparse.Namespace, ensembles: dict[int, list[Member]], firsts: list[Path]
+    plan: Plan, args: argparse.Namespace, ensembles: dict[str, list[Member]], firsts: list[Path]
 ) -> None:
-    """Writes each horizon's adaptation choice and the pooled table, and prints both."""
-    horizons, chosen = plan.horizons, plan.chosen
+    """Writes each group's adaptation choice and the pooled table, and prints both."""
+    keys, chosen = [g.key for g in plan.groups], plan.chosen
     decisions = write_adaptation_choice(
-        plan.out, dict(zip(horizons, firsts, strict=True)), args.validation
+        plan.out, dict(zip(keys, firsts, strict=True)), args.validation
     )
     title = table_title(
         args.experiment,
         plan.name,
         args.validation,
-        len(ensembles[horizons[0]]),
+        len(ensembles[keys[0]]),
         chosen is not None,
     )
-    picks = None if chosen is None else [chosen[h] for h in horizons]
+    picks = None if chosen is None else [chosen[k] for k in keys]
     table = pooled_table(firsts, plan.out, title, picks)
     print(table.read_text(), end="")
     for key, entry in decisions.items():
         print(
             f"== H={key}: adapted {entry['adapted']:.3f}, unadapted {entry['unadapted']:.3f} "
             f"{entry['metric']}: {entry['choice']} wins"
-            + (f"; reported as the model: {chosen[int(key)]} (validation)" if chosen else "")
+            + (f"; reported as the model: {chosen[key]} (validation)" if chosen else "")
         )
 
 

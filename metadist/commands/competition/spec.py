@@ -10,6 +10,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from metadist.eval.settings import FORECAST_METRICS
 from metadist.options import from_mapping
 
 TRAIN_FILE = "train.parquet"
@@ -44,6 +45,11 @@ class CompetitionSpec:
         references: published figures of this data set, shown next to the primary
             metric: `{method: {all: x, label: {LABEL: x}}}`.
         group_names: what labels and strata are called in the tables.
+        metric: the data set's own accuracy metric (`smape`, `mape`, `mase`, `mae` or
+            `mse`; tourism: `mape`, M1/M3: `smape`): the evaluation's primary metric, the
+            training loss where a loss of that name exists (`metadist.learners.LOSSES`),
+            the meta-val selection criterion with it, and what the adaptation choice
+            compares.
     """
 
     name: str | None = None
@@ -60,6 +66,7 @@ class CompetitionSpec:
     periods: dict[str, int] = field(default_factory=dict)
     references: dict[str, Any] = field(default_factory=dict)
     group_names: dict[str, str] = field(default_factory=dict)
+    metric: str = "smape"
 
 
 def load_spec(data_dir: Path) -> CompetitionSpec:
@@ -78,7 +85,12 @@ def load_spec(data_dir: Path) -> CompetitionSpec:
         if loaded is not None and not isinstance(loaded, dict):
             raise ValueError(f"{path} must hold a mapping of settings")
         values = {str(k): v for k, v in (loaded or {}).items()}
-    return from_mapping(CompetitionSpec, values, str(path))
+    spec = from_mapping(CompetitionSpec, values, str(path))
+    if spec.metric not in FORECAST_METRICS:
+        raise ValueError(
+            f"{path}: metric must be one of {', '.join(FORECAST_METRICS)}, got {spec.metric!r}"
+        )
+    return spec
 
 
 def spec_dict(spec: CompetitionSpec) -> dict[str, Any]:

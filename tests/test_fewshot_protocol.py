@@ -419,7 +419,7 @@ def test_class_disjoint_run_is_scored_next_to_the_baselines(scaled_class_store, 
         overrides=["eval.scratch_steps=3", "eval.pretrain_steps=5", "eval.tasks_per_unit=2"],
         write=False,
     )
-    expected = {"adapted", "scratch", "nearest_centroid", "one_nn", "pretrained"}
+    expected = {"adapted", "scratch", "nearest_centroid", "one_nn", "pretrained", "baseline_pp"}
     if learner == "maml":
         expected.add("unadapted")
     assert set(result["overall"]) == expected

@@ -355,7 +355,14 @@ def test_ucr_meta_val_classes_are_disjoint_from_train_and_test(class_store, tmp_
     from metadist.train.build import build_parts
     from metadist.train.distributed import read_env
 
-    config = _ucr(experiment, class_store, tmp_path / "run", "data.fractions=[0.6,0.2,0.2]")
+    # the values must stay as stored (they encode entity and row): no case z-normalisation
+    config = _ucr(
+        experiment,
+        class_store,
+        tmp_path / "run",
+        "data.fractions=[0.6,0.2,0.2]",
+        "sampler.options.z_normalise=false",
+    )
     assert config.data.split_by == "label" and config.trainer.eval_every > 0
     parts = build_parts(config, read_env("cpu"))
     codes = np.asarray(class_store.label_codes)

@@ -206,6 +206,7 @@ def _score(
             num_tasks=parts.num_tasks,
             pretrained=pretrained,
             cache=cache,
+            examples_normalised=parts.tasks.examples_normalised,
         )
     timings["scoring"] = time.perf_counter() - started
     return scored

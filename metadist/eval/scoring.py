@@ -96,6 +96,7 @@ def evaluate_tasks(
     num_tasks: int | None = None,
     pretrained: nn.Module | None = None,
     cache: EvalCache | None = None,
+    examples_normalised: bool = False,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Scores every method on every task of `batches`.
 
@@ -123,6 +124,7 @@ def evaluate_tasks(
         cache: from-scratch predictions and statistical forecasts of an earlier evaluation
             of the same tasks, reused where their keys match, and where this evaluation's
             are kept (`metadist.eval.cache`); `None` computes everything.
+        examples_normalised: `EvaluationTasks.examples_normalised`.
 
     Returns:
         (result, examples): the result dict that `report.write_report` writes, and up to
@@ -145,7 +147,9 @@ def evaluate_tasks(
         forecasts = ForecastScorer(store, target_columns, options, methods, statistical)
     score: Scorer = forecasts or _SCORERS[kind]
     scratch = _scratch(learner, fresh_model, options, cache)
-    predict = Predictor(learner, options, "unadapted" in methods, kind, pretrained)
+    predict = Predictor(
+        learner, options, "unadapted" in methods, kind, pretrained, examples_normalised
+    )
     started = time.perf_counter()
     try:
         _score_batches(
@@ -208,7 +212,9 @@ def _methods(
     if not getattr(learner, "has_inner_loop", True):
         methods.remove("unadapted")  # nothing to compare adaptation with
     if kind == "classification":
-        methods += ["nearest_centroid", "one_nn"] + (["pretrained"] if pretrained else [])
+        methods += ["nearest_centroid", "one_nn"] + (
+            ["pretrained", "baseline_pp"] if pretrained else []
+        )
     combinations = [list(c) for c in options.combinations or []]
     if combinations and kind != "forecast":
         raise ValueError(

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from metadist.batch import MetaBatch
+from metadist.data.splits import describe_split
 from metadist.eval import baselines
 from metadist.eval.archive import keep_previous_evaluation
 from metadist.eval.cache import CACHE_VERSION, EvalCache, digest, model_digest
@@ -147,6 +148,7 @@ def evaluate_run(
     result, examples = _score(learner, config, options, parts, progress, kept, timings)
     timings["total"] = time.perf_counter() - started
     _describe(result, config, state, checkpoint_path, pointer, parts.description)
+    result["settings"].update(parts.tasks.settings)  # e.g. the split protocol and classes
     if options.ensemble:
         members.insert(0, f"{run_dir} ({checkpoint_path.name})")
         result["settings"]["ensemble"] = f"{options.ensemble_reduce} of " + ", ".join(members)
@@ -387,6 +389,7 @@ def _eval_parts(
         holdout=holdout,
         **options.sampler_options,
     )
+    tasks.settings.update(describe_split(source.sampler, store, source.partitioner, config.data))
     if tasks.num_tasks == 0 and options.labels is not None and holdout is None:
         raise ValueError(
             f"eval.labels={options.labels}: none of the {options.split} units has them"

@@ -41,6 +41,8 @@ class EvaluationTasks:
         examples_normalised: classification: the sampler already z-normalised each case
             as a whole (before resampling it), so the raw-example baselines take the
             examples as they are rather than normalising each one again.
+        settings: entries for the report's settings (`metrics.json` and the header), e.g.
+            the split protocol and the classes of each split (`describe_split`).
     """
 
     num_tasks: int
@@ -50,6 +52,7 @@ class EvaluationTasks:
     labelled_examples: Callable[[int, int], tuple[Any, Any]] | None = None
     num_classes: int = 0
     examples_normalised: bool = False
+    settings: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 class TaskSampler(ABC):

@@ -277,7 +277,8 @@ class NWayKShotSampler(TaskSampler, Configurable):
             f"{len(self.class_names)} {self.class_by} classes in all, and data.split_by="
             f"{self.class_by} deals whole classes out to meta-train, meta-val and meta-test, "
             "so with few classes use data.split_by=unit (every split holds every class; not "
-            "class-disjoint) or give the split short of classes a larger share in "
+            "class-disjoint), data.split_by=auto (class-disjoint only where every split gets "
+            "2 classes, else by unit) or give the split short of classes a larger share in "
             "data.fractions (meta_batch_size does not help)"
         )
 

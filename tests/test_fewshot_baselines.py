@@ -14,12 +14,14 @@ import pytest
 import torch
 from torch.nn import functional
 
+from metadist.api.classification import classifier_inputs
 from metadist.batch import MetaBatch, TaskSet
 from metadist.eval import baselines
 from metadist.eval.baseline_pp import cosine_classifier_scores
 from metadist.eval.classification_scoring import classification_baselines
 from metadist.store import ingest
 from metadist.tasks import build_task_sampler, derive_task_seeds
+from metadist.tasks.inference import classify_windows, protocol_attributes
 
 NUM_WAYS = 3
 
@@ -202,3 +204,20 @@ def test_z_normalise_scales_each_whole_case_before_it_is_resampled(tmp_path):
     tasks = sampler.for_evaluation(np.arange(9), split="test")
     assert tasks.examples_normalised and not raw.for_evaluation(np.arange(9)).examples_normalised
     assert math.isclose(float(x[..., 0].mean()), 0.0, abs_tol=0.2)  # not the resampled grid's
+
+
+def test_a_run_classifies_new_cases_normalised_as_its_sampler_did(tmp_path):
+    lengths = [5, 9, 13, 7, 4, 11]
+    store = _case_store(tmp_path, lengths)
+    sampler = build_task_sampler(
+        "nway_kshot", store, num_ways=2, num_shots=1, lookback=None, resample_to=8, z_normalise=True
+    )
+    windows = classify_windows(sampler)
+    assert windows.z_normalise and windows.resample
+    assert protocol_attributes(sampler)["z_normalise"] is True  # what a run records
+    values, starts = np.asarray(store.values), np.asarray(store.starts)
+    cases = [values[s : s + n] for s, n in zip(starts, lengths, strict=True)]
+    given = classifier_inputs(windows, store, cases, "examples")
+    units = np.arange(len(lengths))
+    expected = sampler._gather(starts[units], units)  # what training and evaluation read
+    np.testing.assert_allclose(given, expected, rtol=0, atol=1e-5)

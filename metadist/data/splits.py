@@ -152,14 +152,19 @@ _PROTOCOL_NAMES = {
 
 
 def describe_split(sampler: Any, store: Any, partitioner: Any, data: Any) -> dict[str, Any]:
-    """What the report says about a run's meta-split: `{"split protocol": ..., "classes":
-    {split: class names}}` (the classes only for samplers with `unit_classes` and
-    `class_names`, as `nway_kshot`); `data` is the run's `DataConfig`."""
+    """What the report says about a classification run's meta-split: `{"split protocol":
+    ..., "classes": {split: class names}}`, and `"model selection": "off: ..."` where
+    meta-val has no share; `{}` for samplers without classes (`unit_classes` and
+    `class_names`, as `nway_kshot` has). `data` is the run's `DataConfig`."""
+    unit_classes = getattr(sampler, "unit_classes", None)
+    names = getattr(sampler, "class_names", None)
+    if not callable(unit_classes) or names is None:
+        return {}
     protocol = split_protocol(sampler, store, data.fractions, data.split_by)
     name = _PROTOCOL_NAMES[protocol]
-    if data.split_by == "auto":
-        name = f"auto, {name}"
-    out: dict[str, Any] = {"split protocol": name}
+    out: dict[str, Any] = {"split protocol": f"auto, {name}" if data.split_by == "auto" else name}
+    codes = split_classes(partitioner, unit_classes())
+    out["classes"] = {f"meta-{split}": [str(names[c]) for c in codes[split]] for split in codes}
     if not float(data.fractions[1]) > 0:
         # Selecting on held-out cases of the meta-train classes would pick the checkpoint
         # that knows those classes best, not the one that learns new classes best.
@@ -167,11 +172,6 @@ def describe_split(sampler: Any, store: Any, partitioner: Any, data: Any) -> dic
             "off: meta-val has no share in data.fractions, so the latest checkpoint is "
             "scored (nothing of the meta-train or meta-test split stands in for it)"
         )
-    unit_classes = getattr(sampler, "unit_classes", None)
-    names = getattr(sampler, "class_names", None)
-    if callable(unit_classes) and names is not None:
-        codes = split_classes(partitioner, unit_classes())
-        out["classes"] = {f"meta-{split}": [str(names[c]) for c in codes[split]] for split in codes}
     return out
 
 

@@ -147,9 +147,8 @@ def evaluate_tasks(
         forecasts = ForecastScorer(store, target_columns, options, methods, statistical)
     score: Scorer = forecasts or _SCORERS[kind]
     scratch = _scratch(learner, fresh_model, options, cache)
-    predict = Predictor(
-        learner, options, "unadapted" in methods, kind, pretrained, examples_normalised
-    )
+    unadapted = "unadapted" in methods
+    predict = Predictor(learner, options, unadapted, kind, pretrained, examples_normalised)
     started = time.perf_counter()
     try:
         _score_batches(

@@ -125,6 +125,7 @@ class NWayKShotSampler(TaskSampler, Configurable):
         opts = self.options
         lengths = np.asarray(store.lengths, dtype=np.int64)
         self.whole_series = opts.lookback is None
+        self.z_normalise = bool(opts.z_normalise)  # the inference protocol reads it
         self.resample = False
         lookback = opts.lookback
         if lookback is None:

@@ -10,8 +10,8 @@ extra; nothing is downloaded), every shot count and every learner:
 1. `metadist datasets ucr NAME OUT/data/NAME` and `metadist ingest` with the arguments it
    prints (one entity per case, its class as label, each case z-normalised);
 2. N = min(5, the classes of the smaller meta-split that have K + Q cases): meta-train and
-   meta-test hold disjoint halves of the classes (`data.split_by=label`,
-   `data.fractions=[0.5, 0, 0.5]`);
+   meta-test hold disjoint halves of the classes (`data.split_by=label`, which the
+   recipes' `auto` gives wherever each split has 2 classes; `data.fractions=[0.5, 0, 0.5]`);
 3. `metadist train experiment=ucr_<learner> ...` (training, then evaluation on the
    meta-test classes with the nearest-centroid, 1-NN, from-scratch, pretrained-embedding
    and Baseline++ baselines on the same episodes; the pretrained embedding gets the
@@ -122,6 +122,8 @@ def run_one(
         f"experiment=ucr_{learner}",
         f"data.store={store}",
         f"run_dir={run_dir}",
+        # class-disjoint whatever the set (the recipes' `auto` is too, where N fits)
+        "data.split_by=label",
         f"sampler.options.num_ways={ways}",
         f"sampler.options.num_shots={shots}",
         # the pretrained embedding reads as many labelled examples per step as a

@@ -10,11 +10,13 @@ extra; nothing is downloaded), every shot count and every learner:
 1. `metadist datasets ucr NAME OUT/data/NAME` and `metadist ingest` with the arguments it
    prints (one entity per case, its class as label, each case z-normalised);
 2. N = min(5, the classes of the smaller meta-split that have K + Q cases): meta-train and
-   meta-test hold disjoint halves of the classes (`data.split_by=label`,
-   `data.fractions=[0.5, 0, 0.5]`);
+   meta-test hold disjoint halves of the classes (`data.split_by=label`, which the
+   recipes' `auto` gives wherever each split has 2 classes; `data.fractions=[0.5, 0, 0.5]`);
 3. `metadist train experiment=ucr_<learner> ...` (training, then evaluation on the
-   meta-test classes with the nearest-centroid, 1-NN, from-scratch and
-   pretrained-embedding baselines on the same episodes);
+   meta-test classes with the nearest-centroid, 1-NN, from-scratch, pretrained-embedding
+   and Baseline++ baselines on the same episodes; the pretrained embedding gets the
+   meta-learner's budget: trainer.meta_steps steps of meta_batch_size × N × (K + Q)
+   labelled examples);
 4. one table of accuracies ± 95% intervals (over episodes) in OUT/fewshot.md.
 
 Nothing here is specific to a set: any installed classification set with at least four
@@ -38,7 +40,15 @@ from metadist.launch.children import OwnedChildren, StopRequested
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_SETS = ("ACSF1", "OSULeaf")
-METHOD_ORDER = ("adapted", "unadapted", "scratch", "nearest_centroid", "one_nn", "pretrained")
+METHOD_ORDER = (
+    "adapted",
+    "unadapted",
+    "scratch",
+    "nearest_centroid",
+    "one_nn",
+    "pretrained",
+    "baseline_pp",
+)
 COLUMN_NAMES = {
     "adapted": "meta-learned",
     "unadapted": "no adaptation",
@@ -46,7 +56,10 @@ COLUMN_NAMES = {
     "nearest_centroid": "nearest centroid",
     "one_nn": "1-NN",
     "pretrained": "pretrained emb.",
+    "baseline_pp": "Baseline++",
 }
+NUM_QUERY = 5  # the recipe's sampler.options.num_query
+META_BATCH_SIZE = 8  # the recipes' trainer.meta_batch_size
 
 
 def _metadist(*args: str) -> str:
@@ -109,8 +122,13 @@ def run_one(
         f"experiment=ucr_{learner}",
         f"data.store={store}",
         f"run_dir={run_dir}",
+        # class-disjoint whatever the set (the recipes' `auto` is too, where N fits)
+        "data.split_by=label",
         f"sampler.options.num_ways={ways}",
         f"sampler.options.num_shots={shots}",
+        # the pretrained embedding reads as many labelled examples per step as a
+        # meta-batch holds (and as many steps: the recipe's eval.pretrain_steps)
+        f"eval.pretrain_batch_size={_meta_batch_size(extra) * ways * (shots + NUM_QUERY)}",
         "logging.progress=false",
         "logging.wandb.mode=disabled",
         "trainer.num_threads=1",
@@ -127,6 +145,12 @@ def run_one(
         raise SystemExit(f"{' '.join(command)} failed:\n{stderr[-3000:]}")
     seconds = time.perf_counter() - started
     return json.loads((run_dir / "eval" / "metrics.json").read_text()), seconds
+
+
+def _meta_batch_size(overrides: list[str]) -> int:
+    """trainer.meta_batch_size as the overrides leave it."""
+    given = [o.split("=", 1)[1] for o in overrides if o.startswith("trainer.meta_batch_size=")]
+    return int(given[-1]) if given else META_BATCH_SIZE
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -147,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.sets:
         store = prepare(name, out)
         for shots in args.shots:
-            ways, train_classes, test_classes = num_ways(store, shots, 5, args.seed)
+            ways, train_classes, test_classes = num_ways(store, shots, NUM_QUERY, args.seed)
             if ways < 2:
                 print(f"{name}, {shots}-shot: fewer than 2 usable classes per split; skipped")
                 continue

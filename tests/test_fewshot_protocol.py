@@ -101,18 +101,18 @@ def _sampler(name, store):
 
 
 @pytest.mark.parametrize("name", registered_task_samplers())
-@pytest.mark.parametrize("split_by", ["unit", "label"])
+@pytest.mark.parametrize("split_by", ["unit", "label", "auto"])
 def test_no_example_of_any_split_comes_from_outside_it(encoded_store, class_store, name, split_by):
-    store = class_store if split_by == "label" else encoded_store
+    store = class_store if split_by in ("label", "auto") else encoded_store
     sampler = _sampler(name, store)
     if sampler.unit_entities() is None:
         # Units that are not store entities (task numbers) hold no data to leak.
         assert not sampler.draws_across_units
-        if split_by == "label":
-            with pytest.raises(ValueError, match="data.split_by=label needs a sampler whose"):
+        if split_by != "unit":
+            with pytest.raises(ValueError, match=f"data.split_by={split_by} needs a sampler whose"):
                 build_partitioner(sampler, None, seed=0, split_by=split_by)
         return
-    fractions = (0.6, 0.2, 0.2) if split_by == "label" else (0.4, 0.3, 0.3)
+    fractions = (0.6, 0.2, 0.2) if split_by != "unit" else (0.4, 0.3, 0.3)
     part = build_partitioner(sampler, store, seed=3, fractions=fractions, split_by=split_by)
     unit_entities = sampler.unit_entities()
     for split in ("train", "val", "test"):
@@ -419,7 +419,7 @@ def test_class_disjoint_run_is_scored_next_to_the_baselines(scaled_class_store, 
         overrides=["eval.scratch_steps=3", "eval.pretrain_steps=5", "eval.tasks_per_unit=2"],
         write=False,
     )
-    expected = {"adapted", "scratch", "nearest_centroid", "one_nn", "pretrained"}
+    expected = {"adapted", "scratch", "nearest_centroid", "one_nn", "pretrained", "baseline_pp"}
     if learner == "maml":
         expected.add("unadapted")
     assert set(result["overall"]) == expected

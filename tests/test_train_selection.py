@@ -355,8 +355,16 @@ def test_ucr_meta_val_classes_are_disjoint_from_train_and_test(class_store, tmp_
     from metadist.train.build import build_parts
     from metadist.train.distributed import read_env
 
-    config = _ucr(experiment, class_store, tmp_path / "run", "data.fractions=[0.6,0.2,0.2]")
-    assert config.data.split_by == "label" and config.trainer.eval_every > 0
+    # the values must stay as stored (they encode entity and row): no case z-normalisation
+    config = _ucr(
+        experiment,
+        class_store,
+        tmp_path / "run",
+        "data.fractions=[0.6,0.2,0.2]",
+        "sampler.options.z_normalise=false",
+    )
+    # auto: 10 classes give every split 2 or more, so the split is by class
+    assert config.data.split_by == "auto" and config.trainer.eval_every > 0
     parts = build_parts(config, read_env("cpu"))
     codes = np.asarray(class_store.label_codes)
     entity_of_unit = parts.sampler.unit_entities()

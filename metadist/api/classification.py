@@ -104,6 +104,9 @@ def classifier_inputs(
         entity = scale_entity(store, Entity(str(i), np.arange(len(item)), item))
         assert entity.scaled is not None
         scaled = entity.scaled[:, columns]
+        if windows.z_normalise:  # the whole example, before it is resampled or cut
+            std = scaled.std(axis=0)
+            scaled = (scaled - scaled.mean(axis=0)) / np.where(std > 1e-8, std, 1.0)
         if windows.resample:
             scaled = resample(scaled, length)
         elif len(scaled) < length:

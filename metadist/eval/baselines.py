@@ -23,7 +23,10 @@ Few-shot classification, on the same episodes:
   (`fit_from_scratch` with cross-entropy);
 - `pretrain_embedding` + `embedding_centroid_scores`: the backbone trained as an ordinary
   classifier of the meta-train classes, then nearest class centroid of its features on
-  the new classes (Chen et al. 2019, Tian et al. 2020).
+  the new classes (Chen et al. 2019, Tian et al. 2020);
+- Baseline++ (`metadist.eval.baseline_pp.cosine_classifier_scores`): that backbone frozen,
+  a cosine-similarity classifier with a learned scale fine-tuned on each support set
+  (Chen et al. 2019).
 """
 
 from __future__ import annotations
@@ -35,11 +38,13 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from metadist.eval.baseline_pp import cosine_classifier_scores
 from metadist.eval.scratch import fit_from_scratch, predict_stacked
 from metadist.train.pretrain import pretrain_classifier
 
 __all__ = [
     "centroid_scores",
+    "cosine_classifier_scores",
     "embedding_centroid_scores",
     "ets_forecast",
     "fit_from_scratch",
@@ -304,20 +309,31 @@ def centroid_scores(
     return -torch.cdist(query_features, centroids).pow(2)
 
 
+def _raw(x: Tensor, normalise: bool) -> Tensor:
+    """`[B, M, D]` raw examples, each z-normalised over its own rows when `normalise`."""
+    return _flat(z_normalise(x) if normalise else x.to(torch.float64))
+
+
 def nearest_centroid_scores(
-    support_x: Tensor, support_y: Tensor, query_x: Tensor, num_ways: int
+    support_x: Tensor, support_y: Tensor, query_x: Tensor, num_ways: int, normalise: bool = True
 ) -> Tensor:
-    """Nearest class centroid of the z-normalised raw examples (no learning): `[B, Q, N]`."""
+    """Nearest class centroid of the z-normalised raw examples (no learning): `[B, Q, N]`.
+
+    `normalise=False` takes examples the sampler already z-normalised as whole cases
+    (before resampling them: `nway_kshot`'s `z_normalise`) as they are.
+    """
     return centroid_scores(
-        _flat(z_normalise(support_x)), support_y, _flat(z_normalise(query_x)), num_ways
+        _raw(support_x, normalise), support_y, _raw(query_x, normalise), num_ways
     )
 
 
-def one_nn_scores(support_x: Tensor, support_y: Tensor, query_x: Tensor, num_ways: int) -> Tensor:
+def one_nn_scores(
+    support_x: Tensor, support_y: Tensor, query_x: Tensor, num_ways: int, normalise: bool = True
+) -> Tensor:
     """1-nearest-neighbour (Euclidean distance of the z-normalised raw examples): `[B, Q, N]`
     with 1 for the class of each query's nearest support example and 0 elsewhere (ties go
-    to the first support example)."""
-    distances = torch.cdist(_flat(z_normalise(query_x)), _flat(z_normalise(support_x)))
+    to the first support example); `normalise` as for `nearest_centroid_scores`."""
+    distances = torch.cdist(_raw(query_x, normalise), _raw(support_x, normalise))
     nearest = distances.argmin(-1)  # [B, Q]
     labels = torch.gather(support_y.long(), 1, nearest)
     return torch.nn.functional.one_hot(labels, num_ways).to(torch.float64)

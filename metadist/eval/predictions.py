@@ -23,7 +23,8 @@ from metadist.eval.settings import EvalOptions
 class Predictor:
     """`batch -> {method: predictions}` of the meta-trained model (adapted, and unadapted
     when scored) and, for tasks of `kind` classification, of the non-meta-learned
-    classifiers (`pretrained`: the pretrained-embedding baseline's backbone, or `None`)."""
+    classifiers (`pretrained`: the pretrained-embedding baseline's backbone, or `None`;
+    `examples_normalised`: see `classification_baselines`)."""
 
     def __init__(
         self,
@@ -32,17 +33,19 @@ class Predictor:
         unadapted: bool,
         kind: str,
         pretrained: nn.Module | None,
+        examples_normalised: bool = False,
     ) -> None:
         self.learner = learner
         self.options = options
         self.unadapted = unadapted
         self.classification = kind == "classification"
         self.pretrained = pretrained
+        self.examples_normalised = examples_normalised
 
     def __call__(self, batch: MetaBatch) -> dict[str, torch.Tensor]:
         out = model_predictions(self.learner, batch, self.options, self.unadapted)
         if self.classification:
-            out.update(classification_baselines(batch, self.pretrained))
+            out.update(classification_baselines(batch, self.pretrained, self.examples_normalised))
         return out
 
 

@@ -294,6 +294,8 @@ def _plain(value: Any) -> str:
         return ", ".join(f"{k}={_plain(v)}" for k, v in value.items())
     if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
         return " | ".join(f"({_plain(v)})" for v in value)
+    if isinstance(value, list):  # e.g. a split's class names
+        return "[" + ", ".join(str(v) for v in value) + "]"
     return str(value)
 
 

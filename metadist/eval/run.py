@@ -20,6 +20,7 @@ import numpy as np
 from torch import nn
 
 from metadist.batch import MetaBatch
+from metadist.data.splits import describe_split
 from metadist.eval.archive import keep_previous_evaluation
 from metadist.eval.cache import EvalCache
 from metadist.eval.holdout import HoldoutReader
@@ -150,6 +151,7 @@ def evaluate_run(
         return {}  # rank 0 scores and writes this rank's share
     timings["total"] = time.perf_counter() - started
     _describe(result, config, state, checkpoint_path, pointer, parts.description)
+    result["settings"].update(parts.tasks.settings)  # e.g. the split protocol and classes
     if options.ensemble:
         members.insert(0, f"{run_dir} ({checkpoint_path.name})")
         result["settings"]["ensemble"] = f"{options.ensemble_reduce} of " + ", ".join(members)
@@ -246,6 +248,7 @@ def _score(
             cache=cache,
             windows=parts.windows,
             shard=shard,
+            examples_normalised=parts.tasks.examples_normalised,
         )
     timings["scoring"] = time.perf_counter() - started
     return scored
@@ -367,6 +370,7 @@ def _eval_parts(
         holdout=holdout,
         **options.sampler_options,
     )
+    tasks.settings.update(describe_split(source.sampler, store, source.partitioner, config.data))
     if tasks.num_tasks == 0 and options.labels is not None and holdout is None:
         raise ValueError(
             f"eval.labels={options.labels}: none of the {options.split} units has them"

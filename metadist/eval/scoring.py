@@ -101,12 +101,12 @@ def evaluate_tasks(
     cache: EvalCache | None = None,
     windows: Any = None,
     shard: EvalShard | None = None,
+    examples_normalised: bool = False,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Scores every method on every task of `batches`.
 
     Args:
-        learner: a trained learner (`adapt(support, steps)`, `predict(params, x)`,
-            `.model`, `.loss`).
+        learner: a trained learner (`adapt`, `predict(params, x)`, `.model`, `.loss`).
         batches: the held-out tasks. Forecasting on a store: `support.x [B, K, L, F]`,
             `support.y [B, K, H, T]`, one query window per task (`query.y [B, 1, H, T]`,
             the last H steps after `split_time`). Regression: `[B, Q, T]` targets.
@@ -118,19 +118,19 @@ def evaluate_tasks(
         fresh_model: builds a freshly initialised model of the same architecture for the
             from-scratch baseline; `None` (or `options.scratch_steps == 0`) leaves that
             baseline out.
-        progress: show tasks done (`metadist.progress`: `None` also shows it, as a bar on a
-            terminal, else a line every 15 s; `False` shows nothing).
+        progress: show tasks done (`metadist.progress`: `None` too, a bar on a terminal,
+            else a line every 15 s; `False`: nothing).
         num_tasks: tasks expected, for the progress display.
         pretrained: classification only: a backbone pretrained as an ordinary classifier
             of the meta-train classes (`baselines.pretrain_embedding`), scored as the
             "pretrained" baseline; `None` leaves it out. Classification always scores the
             nearest-centroid and 1-NN baselines on the raw examples.
-        cache: from-scratch predictions and statistical forecasts of an earlier evaluation
-            of the same tasks, reused where their keys match, and where this evaluation's
-            are kept (`metadist.eval.cache`); `None` computes everything.
+        cache: an earlier evaluation's from-scratch predictions and statistical forecasts,
+            reused where keys match and kept (`metadist.eval.cache`); `None`: all computed.
         windows: the run's `ForecastWindows`, for `eval.learned_combination`'s model forecasts.
         shard: this process's share of a sharded evaluation (`metadist.eval.shard`);
             `batches` must then be re-iterable (rank 0 draws them twice).
+        examples_normalised: `EvaluationTasks.examples_normalised` (raw baselines).
 
     Returns:
         (result, examples): the result dict that `report.write_report` writes, and up to
@@ -148,7 +148,7 @@ def evaluate_tasks(
     scores = TaskScores(methods, _METRICS[kind])
     score, forecasts = _scorer(kind, methods, store, target_columns, options, cache, learner, windows)  # fmt: skip
     scratch = _scratch(learner, fresh_model, options, cache)
-    predict, local = _predictors(learner, options, methods, kind, pretrained, shard)
+    predict, local = _predictors(learner, options, methods, kind, pretrained, shard, examples_normalised)  # fmt: skip
     started = time.perf_counter()
     try:
         _score_batches(
@@ -198,15 +198,23 @@ def _predictors(
     kind: str,
     pretrained: nn.Module | None,
     shard: EvalShard | None,
+    examples_normalised: bool,
 ) -> tuple[Predictor, Callable[[MetaBatch], dict[str, Any]] | None]:
     """`(predict, local)`: what every rank predicts of its batches and what rank 0 adds
-    (sharded, the ranks make the model's predictions, rank 0 the cheap classifiers')."""
+    (sharded, the ranks make the model's predictions, rank 0 the non-meta-learned
+    classifiers'; `examples_normalised`: see `classification_baselines`)."""
     sharded = shard is not None and shard.is_sharded
     unadapted = "unadapted" in methods
-    predict = Predictor(learner, options, unadapted, "" if sharded else kind, pretrained)
+    predict = Predictor(
+        learner, options, unadapted, "" if sharded else kind, pretrained, examples_normalised
+    )
     local = None
     if sharded and kind == "classification":
-        local = functools.partial(classification_baselines, pretrained=pretrained)
+        local = functools.partial(
+            classification_baselines,
+            pretrained=pretrained,
+            examples_normalised=examples_normalised,
+        )
     return predict, local
 
 
@@ -255,7 +263,9 @@ def _methods(
     if not getattr(learner, "has_inner_loop", True):
         methods.remove("unadapted")  # nothing to compare adaptation with
     if kind == "classification":
-        methods += ["nearest_centroid", "one_nn"] + (["pretrained"] if pretrained else [])
+        methods += ["nearest_centroid", "one_nn"] + (
+            ["pretrained", "baseline_pp"] if pretrained else []
+        )
     combinations = [list(c) for c in options.combinations or []]
     if combinations and kind != "forecast":
         raise ValueError(

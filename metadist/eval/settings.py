@@ -42,6 +42,7 @@ CLASSIFICATION_METHODS = {
     "nearest_centroid": "nearest centroid (z-normalised raw)",
     "one_nn": "1-NN, Euclidean (z-normalised raw)",
     "pretrained": "pretrained embedding + nearest centroid",
+    "baseline_pp": "Baseline++ (pretrained, cosine head on support)",
 }
 FORECAST_METRICS = ("smape", "mape", "mase", "mae", "mse")
 # Metrics derived from the pooled ones (not summed per task): OWA, the mean of sMAPE and

@@ -38,6 +38,11 @@ class EvaluationTasks:
             *training* units with their global class index, for baselines that pretrain
             an ordinary classifier; `None` where that does not apply.
         num_classes: number of global classes `labelled_examples` uses.
+        examples_normalised: classification: the sampler already z-normalised each case
+            as a whole (before resampling it), so the raw-example baselines take the
+            examples as they are rather than normalising each one again.
+        settings: entries for the report's settings (`metrics.json` and the header), e.g.
+            the split protocol and the classes of each split (`describe_split`).
     """
 
     num_tasks: int
@@ -46,6 +51,8 @@ class EvaluationTasks:
     target_columns: list[int] | None = None
     labelled_examples: Callable[[int, int], tuple[Any, Any]] | None = None
     num_classes: int = 0
+    examples_normalised: bool = False
+    settings: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 class TaskSampler(ABC):
@@ -273,6 +280,7 @@ def repeated_unit_tasks(
     num_classes: int = 0,
     max_tasks: int | None = None,
     seed: int = 0,
+    examples_normalised: bool = False,
 ) -> EvaluationTasks:
     """`EvaluationTasks` drawing `tasks_per_unit` tasks from each of `units` with `sampler`.
 
@@ -304,6 +312,7 @@ def repeated_unit_tasks(
         target_columns=target_columns,
         labelled_examples=labelled_examples,
         num_classes=num_classes,
+        examples_normalised=examples_normalised,
     )
 
 

@@ -13,7 +13,8 @@ them; a sampler of your own sets them in its `__init__`):
   may lie before the history's first row, repeating it; default 0);
 - to classify (`Run.classify`): `lookback` (rows of an example) and `input_columns`;
   optionally `resample` (examples are resampled to `lookback` rows instead of cut to
-  their last ones; default False).
+  their last ones; default False) and `z_normalise` (each example z-normalised per
+  column over all its rows first; default False).
 
 `forecast_windows(sampler)` and `classify_windows(sampler)` read them, or say in one
 line which of them a sampler lacks; `protocol_attributes(sampler)` is what a run records
@@ -30,7 +31,7 @@ from typing import Any
 FORECAST_REQUIRED = ("lookback", "horizon", "num_support", "input_columns", "target_columns")
 FORECAST_OPTIONAL = {"stride": 1, "pad_inputs": 0}
 CLASSIFY_REQUIRED = ("lookback", "input_columns")
-CLASSIFY_OPTIONAL = {"resample": False}
+CLASSIFY_OPTIONAL = {"resample": False, "z_normalise": False}
 ATTRIBUTES = tuple(
     dict.fromkeys((*FORECAST_REQUIRED, *FORECAST_OPTIONAL, *CLASSIFY_REQUIRED, *CLASSIFY_OPTIONAL))
 )
@@ -64,6 +65,7 @@ class ClassifyWindows:
     lookback: int | None
     input_columns: tuple[int, ...]
     resample: bool
+    z_normalise: bool = False
 
 
 def forecast_windows(sampler: Any, num_columns: int | None = None) -> ForecastWindows:
@@ -107,6 +109,7 @@ def classify_windows(sampler: Any, num_columns: int | None = None) -> ClassifyWi
         lookback=None if lookback is None else _count(sampler, "lookback", lookback),
         input_columns=_columns(sampler, "input_columns", num_columns),
         resample=bool(getattr(sampler, "resample", CLASSIFY_OPTIONAL["resample"])),
+        z_normalise=bool(getattr(sampler, "z_normalise", CLASSIFY_OPTIONAL["z_normalise"])),
     )
 
 

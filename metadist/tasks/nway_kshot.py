@@ -8,7 +8,13 @@ no entity is in both the support and the query set.
 Whole series (`lookback=None`) of different lengths are resampled to one length
 (`resample_to` rows, default the longest series) by linear interpolation over each
 series' own time axis, so every example has the same shape and no padding or mask is
-needed; multivariate series keep all their columns (`[L, F]` examples).
+needed; multivariate series keep all their columns (`[L, F]` examples). With `z_normalise`,
+each case is first z-normalised per column over *all its own rows* (before it is
+resampled or cut to a window), the usual preprocessing of UCR/UEA cases; linear
+resampling commutes with that scaling, so it is applied to the gathered rows with the
+case's statistics. Every method scored sees these same examples, and the raw-example
+baselines then take them as they are (`EvaluationTasks.examples_normalised`) instead of
+normalising each resampled example again over its resampled grid.
 
 A task reads many entities, so the sampler declares `draws_across_units` and confines
 itself to a split (`confined_to`): classes and examples then come from that split's
@@ -76,6 +82,9 @@ class NWayKShotSampler(TaskSampler, Configurable):
             resample_to: with `lookback=None`, the rows every whole series is resampled
                 to (linear interpolation); default: the longest series' length when
                 lengths differ, none when they are equal.
+            z_normalise: z-normalise each case (entity) per column over all its rows
+                before an example is resampled or cut from it (a constant column becomes
+                zeros).
         """
 
         num_ways: int = 5
@@ -85,6 +94,7 @@ class NWayKShotSampler(TaskSampler, Configurable):
         lookback: int | None = 32
         input_columns: Sequence[str] | None = None
         resample_to: int | None = None
+        z_normalise: bool = False
 
         def validate(self) -> None:
             """Checks what needs no store; `ValueError` naming the option."""
@@ -115,6 +125,7 @@ class NWayKShotSampler(TaskSampler, Configurable):
         opts = self.options
         lengths = np.asarray(store.lengths, dtype=np.int64)
         self.whole_series = opts.lookback is None
+        self.z_normalise = bool(opts.z_normalise)  # the inference protocol reads it
         self.resample = False
         lookback = opts.lookback
         if lookback is None:
@@ -150,7 +161,24 @@ class NWayKShotSampler(TaskSampler, Configurable):
         self.unit_length = lengths[self.unit_entity]
         self._unit_strata = np.asarray(store.stratum_codes, dtype=np.int64)[self.unit_entity]
         self._gatherer: WindowGatherer | None = None
+        self._case_mean = self._case_scale = None
+        if opts.z_normalise:
+            self._case_mean, self._case_scale = self._case_moments()
         self._set_pool(np.arange(len(self.unit_entity)))
+
+    def _case_moments(self) -> tuple[np.ndarray, np.ndarray]:
+        """`([U, F] mean, [U, F] standard deviation)` of every unit's whole case over its
+        rows, per input column (a scale of 1 where a column is constant)."""
+        values = np.asarray(self.store.values)
+        columns = np.asarray(self.input_columns, dtype=np.int64)
+        mean = np.zeros((self.num_units, len(columns)))
+        scale = np.ones((self.num_units, len(columns)))
+        for i, (start, length) in enumerate(zip(self.unit_start, self.unit_length, strict=True)):
+            case = values[start : start + length][:, columns].astype(np.float64)
+            mean[i] = case.mean(axis=0)
+            std = case.std(axis=0)
+            scale[i] = np.where(std > 1e-8, std, 1.0)
+        return mean, scale
 
     @property
     def num_units(self) -> int:
@@ -222,6 +250,7 @@ class NWayKShotSampler(TaskSampler, Configurable):
             note=f" ({len(confined._class_codes)} {self.class_by} classes)",
             labelled_examples=examples,
             num_classes=num_classes,
+            examples_normalised=bool(confined.options.z_normalise),
         )
 
     def labelled_examples(self, units: np.ndarray):
@@ -249,7 +278,8 @@ class NWayKShotSampler(TaskSampler, Configurable):
             f"{len(self.class_names)} {self.class_by} classes in all, and data.split_by="
             f"{self.class_by} deals whole classes out to meta-train, meta-val and meta-test, "
             "so with few classes use data.split_by=unit (every split holds every class; not "
-            "class-disjoint) or give the split short of classes a larger share in "
+            "class-disjoint), data.split_by=auto (class-disjoint only where every split gets "
+            "2 classes, else by unit) or give the split short of classes a larger share in "
             "data.fractions (meta_batch_size does not help)"
         )
 
@@ -331,7 +361,17 @@ class NWayKShotSampler(TaskSampler, Configurable):
         return self.unit_start[units] + np.minimum((u * span).astype(np.int64), span - 1)
 
     def _gather(self, starts: np.ndarray, units: np.ndarray) -> np.ndarray:
-        """`[*S, L, F]` float32 examples starting at store rows `starts [*S]` of `units`."""
+        """`[*S, L, F]` float32 examples starting at store rows `starts [*S]` of `units`
+        (each z-normalised with its whole case's moments under `z_normalise`)."""
+        x = self._gather_rows(starts, units)
+        if self._case_mean is None or self._case_scale is None:
+            return x
+        mean = self._case_mean[units][..., None, :]
+        scale = self._case_scale[units][..., None, :]
+        return np.ascontiguousarray((x - mean) / scale, dtype=np.float32)
+
+    def _gather_rows(self, starts: np.ndarray, units: np.ndarray) -> np.ndarray:
+        """`[*S, L, F]` float32 store rows (resampled whole series, or windows)."""
         if not self.resample:
             if self._gatherer is None:
                 self._gatherer = WindowGatherer(

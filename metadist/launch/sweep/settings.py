@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from metadist.data.splits import split_protocol
 from metadist.durable import atomic_write_json
 from metadist.launch.slurm import LAUNCH_KEYS, job_from_settings, parse_settings
 from metadist.launch.sweep.space import SWEEP_OWNED_KEYS, ParamSpec, format_override
@@ -251,10 +252,11 @@ def compute_split(config: Any, test_seed: int) -> dict[str, list[int]]:
         reference = config.data.partitioner(sampler, store, test_seed)
         pins = reference.units("test").tolist()
         entities = sampler.unit_entities()
-        if config.data.split_by in ("label", "stratum"):
+        protocol = split_protocol(sampler, store, fractions, config.data.split_by)
+        if protocol in ("label", "stratum"):
             # splitting by class needs a store and units that are its entities (build checks)
             assert store is not None and entities is not None
-            codes = store.label_codes if config.data.split_by == "label" else store.stratum_codes
+            codes = store.label_codes if protocol == "label" else store.stratum_codes
             classes = np.asarray(codes)[entities[pins]]
             _, first = np.unique(classes, return_index=True)
             pins = [pins[i] for i in sorted(first)]

@@ -12,13 +12,18 @@ import pyarrow.parquet as pq
 import pytest
 
 from metadist.eval.holdout import holdout_batches, read_holdout
-from metadist.eval.settings import EXTRA_BASELINES
+from metadist.eval.settings import EXTRA_BASELINES, LEARNED_METHOD
 from metadist.eval.settings import FORECAST_METHODS as ALL_FORECAST_METHODS
 from metadist.store import SeriesStore
 from metadist.store.ingest import ingest
 
-# The methods every forecast evaluation scores (the extra baselines only when asked).
-FORECAST_METHODS = {k: v for k, v in ALL_FORECAST_METHODS.items() if k not in EXTRA_BASELINES}
+# The methods every forecast evaluation scores (the extra baselines and the learned
+# combination only when asked).
+FORECAST_METHODS = {
+    k: v
+    for k, v in ALL_FORECAST_METHODS.items()
+    if k not in EXTRA_BASELINES and k != LEARNED_METHOD
+}
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -45,6 +45,9 @@ def slurm_env():
     """Environment for Slurm commands, starting the test cluster if it is installed."""
     env = dict(os.environ, SLURM_CONF=str(SLURM_DIR / "slurm.conf"))
     env["PATH"] = env.get("PATH", "") + ":/usr/sbin:/sbin"
+    running = subprocess.run(
+        ["bash", str(CLUSTER_SCRIPT), "status"], env=env, capture_output=True, timeout=30
+    )
     started = subprocess.run(
         ["bash", str(CLUSTER_SCRIPT), "start", "--no-install"],
         env=env,
@@ -58,7 +61,11 @@ def slurm_env():
             "no local Slurm cluster (install and start it as root with "
             f"`bash tests/slurm/cluster.sh start`): {started.stderr.strip()}"
         )
-    return env
+    yield env
+    if running.returncode != 0:  # the daemons this test started are stopped with it
+        subprocess.run(
+            ["bash", str(CLUSTER_SCRIPT), "stop"], env=env, capture_output=True, timeout=60
+        )
 
 
 def _slurm(env: dict, *args: str) -> str:

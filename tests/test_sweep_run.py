@@ -62,6 +62,7 @@ def _metadist(*args: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow  # 60-75 s; the sweep's processes are also driven by the tests below
 @pytest.mark.integration
 @pytest.mark.timeout(400)
 def test_three_trial_sweep_two_at_a_time_on_a_toy_store(toy_store, tmp_path):

@@ -119,7 +119,7 @@ def test_describe_split_names_the_protocol_and_the_classes(three_classes, six_cl
 
 
 @pytest.mark.integration
-def test_a_three_class_set_trains_with_the_shipped_ucr_recipe(three_classes, tmp_path):
+def test_a_three_class_set_trains_with_the_shipped_ucr_recipe(three_classes, tmp_path, capsys):
     from metadist.eval import evaluate_run
     from metadist.train.__main__ import main
 
@@ -137,6 +137,8 @@ def test_a_three_class_set_trains_with_the_shipped_ucr_recipe(three_classes, tmp
         "--no-eval",
     ]
     assert main(common) == 0
+    printed = capsys.readouterr()
+    assert "split by auto (unit)" in printed.out + printed.err  # the protocol the run got
     result = evaluate_run(
         run_dir,
         overrides=["eval.scratch_steps=2", "eval.pretrain_steps=3", "eval.tasks_per_unit=1"],

@@ -24,6 +24,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from metadist.batch import MetaBatch
 from metadist.data import BatchMetaDataLoader
+from metadist.data.splits import split_protocol
 from metadist.runlock import RunLock
 from metadist.tasks import TaskSampler
 from metadist.train.artifact import write_inference
@@ -223,10 +224,19 @@ def _header(config: TrainConfig, env: DistEnv, parts: RunParts) -> str:
         )
     return (
         f"{config.experiment or 'run'}: {data}; sampler {config.sampler.name} "
-        f"({parts.sampler.num_units} units, split by {config.data.split_by or 'unit'}); "
+        f"({parts.sampler.num_units} units, split by {_split_by(config, parts)}); "
         f"{config.learner.name} on {config.model.name}; {config.trainer.meta_steps} meta-steps "
         f"on {env.world_size} rank(s), {env.device.type}"
     )
+
+
+def _split_by(config: TrainConfig, parts: RunParts) -> str:
+    """`data.split_by` as the run got it: `auto` with the protocol it resolved to."""
+    split_by = config.data.split_by or "unit"
+    if split_by != "auto":
+        return split_by
+    protocol = split_protocol(parts.sampler, parts.store, config.data.fractions, split_by)
+    return f"auto ({protocol})"
 
 
 def _loop(

@@ -14,7 +14,6 @@ report as one process (`metadist.eval.shard`).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -22,7 +21,7 @@ from metadist.diskspace import OutOfSpaceError
 from metadist.eval import evaluate_run
 from metadist.eval.report import markdown_report
 from metadist.eval.shard import EvalShard
-from metadist.launch.children import OwnedChildren, StopRequested
+from metadist.launch.local_ranks import run_local_ranks
 
 EPILOG = """\
 examples:
@@ -123,33 +122,7 @@ def _launch(argv: list[str], nproc: int, prog: str) -> int:
     """Runs this command under torchrun on `nproc` local processes; returns torchrun's exit
     status. A stop signal to this command reaches torchrun and every rank
     (`OwnedChildren`), and the command says so in one line."""
-    forwarded = []
-    skip = False
-    for item in argv:
-        if skip:
-            skip = False
-        elif item == "--nproc-per-node":
-            skip = True
-        elif not item.startswith("--nproc-per-node="):
-            forwarded.append(item)
-    env = dict(os.environ)
-    env.setdefault("OMP_NUM_THREADS", "1")  # torchrun's own default, without its notice
-    command = [
-        sys.executable,
-        "-m",
-        "metadist.launch.torchrun",
-        "--standalone",
-        f"--nproc_per_node={nproc}",
-        "-m",
-        "metadist.eval",
-        *forwarded,
-    ]
-    try:
-        with OwnedChildren(prog) as children:
-            return children.call(command, env=env)
-    except StopRequested as stop:
-        print(f"{prog}: {stop.summary}", file=sys.stderr)
-        return stop.exit_status
+    return run_local_ranks("metadist.eval", argv, nproc, prog)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 from metadist.diskspace import OutOfSpaceError
 from metadist.eval import EvalOptions, evaluate_run
 from metadist.eval.report import markdown_report
-from metadist.launch.children import OwnedChildren, StopRequested
+from metadist.launch.local_ranks import run_local_ranks
 from metadist.train.checkpoint import CheckpointError
 from metadist.train.compose import compose_dict, load_config
 from metadist.train.loop import NonFiniteLossError, train
@@ -139,36 +139,9 @@ def _launch(argv: list[str], nproc: int, prog: str) -> int:
     """Runs this command under torchrun on `nproc` local processes (the config is already
     checked); returns torchrun's exit status. A stop signal to this command reaches
     torchrun and every rank (`OwnedChildren`), and the command says so in one line."""
-    forwarded = []
-    skip = False
-    for item in argv:
-        if skip:
-            skip = False
-            continue
-        if item == "--nproc-per-node":
-            skip = True
-            continue
-        if item.startswith("--nproc-per-node="):
-            continue
-        forwarded.append(item)
-    env = dict(os.environ)
-    env.setdefault("OMP_NUM_THREADS", "1")  # torchrun's own default, without its notice
-    command = [
-        sys.executable,
-        "-m",
-        "metadist.launch.torchrun",
-        "--standalone",
-        f"--nproc_per_node={nproc}",
-        "-m",
-        "metadist.train",
-        *forwarded,
-    ]
-    try:
-        with OwnedChildren(prog) as children:
-            return children.call(command, env=env)
-    except StopRequested as stop:
-        print(f"{prog}: {stop.summary}; run the same command again to resume", file=sys.stderr)
-        return stop.exit_status
+    return run_local_ranks(
+        "metadist.train", argv, nproc, prog, on_stop="; run the same command again to resume"
+    )
 
 
 def _local_rank() -> int:

@@ -24,7 +24,6 @@ from torch.nn.parallel import DistributedDataParallel
 
 from metadist.batch import MetaBatch
 from metadist.data import BatchMetaDataLoader
-from metadist.data.splits import split_protocol
 from metadist.runlock import RunLock
 from metadist.tasks import TaskSampler
 from metadist.train.artifact import write_inference
@@ -40,6 +39,7 @@ from metadist.train.distributed import (
     init_distributed,
     read_env,
 )
+from metadist.train.header import run_header
 from metadist.train.logging import NullLogger, RunLogger
 from metadist.train.optim import scheduled_lr
 from metadist.train.pretrain_phase import run_pretraining
@@ -171,7 +171,7 @@ def _run(config: TrainConfig, env: DistEnv, parts: RunParts, on_eval) -> TrainRe
         )
     else:
         logger = NullLogger()
-    logger.message(_header(config, env, parts))
+    logger.message(run_header(config, env, parts))
     if checkpoint is not None:
         logger.message(f"resumed from {checkpoint} at step {step}")
         if step >= config.trainer.meta_steps:
@@ -209,34 +209,6 @@ def _run(config: TrainConfig, env: DistEnv, parts: RunParts, on_eval) -> TrainRe
             if loader is not None:
                 loader.close()  # persistent workers stop now, not at a later collection
         logger.close()
-
-
-def _header(config: TrainConfig, env: DistEnv, parts: RunParts) -> str:
-    """One line saying what the run trains on: store (entities, scaling, checksum checked),
-    sampler, learner, model, steps, ranks and device."""
-    data = "no store"
-    if parts.store is not None:
-        identity = parts.store_identity or {}
-        checked = "checksums verified" if config.data.verify_store else "checksums not verified"
-        data = (
-            f"store {config.data.store} ({identity.get('num_entities')} entities, "
-            f"scaling {identity.get('scaling')}, {checked})"
-        )
-    return (
-        f"{config.experiment or 'run'}: {data}; sampler {config.sampler.name} "
-        f"({parts.sampler.num_units} units, split by {_split_by(config, parts)}); "
-        f"{config.learner.name} on {config.model.name}; {config.trainer.meta_steps} meta-steps "
-        f"on {env.world_size} rank(s), {env.device.type}"
-    )
-
-
-def _split_by(config: TrainConfig, parts: RunParts) -> str:
-    """`data.split_by` as the run got it: `auto` with the protocol it resolved to."""
-    split_by = config.data.split_by or "unit"
-    if split_by != "auto":
-        return split_by
-    protocol = split_protocol(parts.sampler, parts.store, config.data.fractions, split_by)
-    return f"auto ({protocol})"
 
 
 def _loop(

@@ -1,0 +1,58 @@
+"""A command run again under torchrun on N processes of this machine.
+
+`metadist train --nproc-per-node N` and `metadist eval --nproc-per-node N` both start
+`python -m metadist.launch.torchrun --standalone --nproc_per_node=N -m MODULE ARGS`
+with the command's own arguments (less `--nproc-per-node`), as children the command owns
+(`launch.children.OwnedChildren`): a stop signal reaches torchrun and every rank, and the
+command says so in one line.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+
+from metadist.launch.children import OwnedChildren, StopRequested
+
+_FLAG = "--nproc-per-node"
+
+
+def without_nproc_flag(argv: Sequence[str]) -> list[str]:
+    """`argv` less `--nproc-per-node N` / `--nproc-per-node=N` (what each rank is given)."""
+    forwarded: list[str] = []
+    skip = False
+    for item in argv:
+        if skip:
+            skip = False
+        elif item == _FLAG:
+            skip = True
+        elif not item.startswith(_FLAG + "="):
+            forwarded.append(item)
+    return forwarded
+
+
+def run_local_ranks(
+    module: str, argv: Sequence[str], nproc: int, prog: str, on_stop: str = ""
+) -> int:
+    """Runs `python -m module` on `nproc` local torchrun ranks with `argv` (less the
+    `--nproc-per-node` flag); returns torchrun's exit status, or the stop signal's after
+    printing `prog: <what was stopped><on_stop>` on stderr."""
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", "1")  # torchrun's own default, without its notice
+    command = [
+        sys.executable,
+        "-m",
+        "metadist.launch.torchrun",
+        "--standalone",
+        f"--nproc_per_node={nproc}",
+        "-m",
+        module,
+        *without_nproc_flag(argv),
+    ]
+    try:
+        with OwnedChildren(prog) as children:
+            return children.call(command, env=env)
+    except StopRequested as stop:
+        print(f"{prog}: {stop.summary}{on_stop}", file=sys.stderr)
+        return stop.exit_status

@@ -128,7 +128,6 @@ def test_a_three_class_set_trains_with_the_shipped_ucr_recipe(three_classes, tmp
         "experiment=ucr_protonet",
         f"data.store={three_classes.path}",
         f"run_dir={run_dir}",
-        "sampler.options.num_ways=3",  # an episode cannot have more ways than the set
         "sampler.options.num_query=2",
         "trainer.meta_steps=3",
         "trainer.meta_batch_size=2",
@@ -136,7 +135,7 @@ def test_a_three_class_set_trains_with_the_shipped_ucr_recipe(three_classes, tmp
         "logging.wandb.mode=disabled",
         "--no-eval",
     ]
-    assert main(common) == 0
+    assert main(common) == 0  # the recipe's 5 ways fitted to the set's 3 classes
     printed = capsys.readouterr()
     assert "split by auto (unit)" in printed.out + printed.err  # the protocol the run got
     result = evaluate_run(
@@ -151,3 +150,19 @@ def test_a_three_class_set_trains_with_the_shipped_ucr_recipe(three_classes, tmp
     header = (run_dir / "eval" / "metrics.md").read_text().splitlines()[2]
     assert "meta-test=[leaf0, leaf1, leaf2]" in header and "split protocol: auto" in header
     assert {"adapted", "baseline_pp", "pretrained"} <= set(result["overall"])
+
+
+def test_fit_ways_lowers_n_to_what_every_split_in_use_can_give(six_classes):
+    with pytest.raises(ValueError, match="num_ways=7 .*sampler.options.fit_ways=true"):
+        _sampler(six_classes, num_ways=7)  # 6 classes: without fit_ways, an error
+    sampler = _sampler(six_classes, num_ways=5, fit_ways=True)
+    assert sampler.num_ways == 5  # 6 classes with K + Q cases: 5 fit
+    partitioner = build_partitioner(
+        sampler, six_classes, split_by="label", fractions=(0.5, 0.0, 0.5), seed=0
+    )
+    sampler.fit_ways_to(partitioner)
+    assert sampler.num_ways == 3  # 3 / 3 classes: the smaller split gives 3
+    batch = sampler.confined_to(partitioner.units("test")).sample(
+        np.zeros(2, dtype=np.int64), np.arange(2, dtype=np.uint64)
+    )
+    assert int(batch.support.y.max()) + 1 == 3

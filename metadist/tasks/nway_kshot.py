@@ -85,6 +85,10 @@ class NWayKShotSampler(TaskSampler, Configurable):
             z_normalise: z-normalise each case (entity) per column over all its rows
                 before an example is resampled or cut from it (a constant column becomes
                 zeros).
+            fit_ways: lower N to the classes the data can give (at least 2): to the
+                classes with K + Q entities in the store, then, once the run's split is
+                made (`fit_ways_to`), in the split that has fewest; the N a run got is in
+                its shapes and inference.json. Off: fewer classes than N is an error.
         """
 
         num_ways: int = 5
@@ -95,6 +99,7 @@ class NWayKShotSampler(TaskSampler, Configurable):
         input_columns: Sequence[str] | None = None
         resample_to: int | None = None
         z_normalise: bool = False
+        fit_ways: bool = False
 
         def validate(self) -> None:
             """Checks what needs no store; `ValueError` naming the option."""
@@ -164,7 +169,30 @@ class NWayKShotSampler(TaskSampler, Configurable):
         self._case_mean = self._case_scale = None
         if opts.z_normalise:
             self._case_mean, self._case_scale = self._case_moments()
+        if opts.fit_ways:
+            self._fit_ways(np.arange(len(self.unit_entity)))
         self._set_pool(np.arange(len(self.unit_entity)))
+
+    def fit_ways_to(self, partitioner: Any) -> None:
+        """With `fit_ways`, lowers N to the usable classes of the split in use that has
+        fewest (meta-train, meta-val, meta-test; a split without units is not in use).
+
+        Raises:
+            ValueError: no split can give 2 ways (as `confined_to` would say).
+        """
+        if not self.options.fit_ways:
+            return
+        for split in ("train", "val", "test"):
+            units = np.asarray(partitioner.units(split), dtype=np.int64)
+            if len(units):
+                self._fit_ways(units)
+
+    def _fit_ways(self, units: np.ndarray) -> None:
+        """N lowered to the classes with K + Q entities among `units`, if that is >= 2."""
+        _, counts = np.unique(self.unit_class[units], return_counts=True)
+        usable = int((counts >= self.num_shots + self.num_query).sum())
+        if 2 <= usable < self.num_ways:
+            self.num_ways = usable
 
     def _case_moments(self) -> tuple[np.ndarray, np.ndarray]:
         """`([U, F] mean, [U, F] standard deviation)` of every unit's whole case over its
@@ -272,7 +300,11 @@ class NWayKShotSampler(TaskSampler, Configurable):
 
     def _fewer_classes_hint(self, usable: int) -> str:
         """What to change when a split has fewer usable classes than `num_ways`."""
-        ways = f"sampler.options.num_ways={usable} or " if usable >= 2 else ""
+        ways = (
+            f"sampler.options.num_ways={usable} (or sampler.options.fit_ways=true) or "
+            if usable >= 2
+            else ""
+        )
         return (
             f"to fix: {ways}lower sampler.options.num_shots / num_query; the store has "
             f"{len(self.class_names)} {self.class_by} classes in all, and data.split_by="

@@ -131,6 +131,9 @@ def build_task_source(config: TrainConfig, *, verify_store: bool | None = None) 
     seed = config.trainer.seed
     partitioner = config.data.partitioner(sampler, store, seed)
     _note_merged_strata(partitioner, store, config.data.fractions)
+    fit_ways = getattr(sampler, "fit_ways_to", None)  # N-way samplers: N the splits can give
+    if fit_ways is not None:
+        fit_ways(partitioner)
     example = sampler.sample(np.zeros(1, dtype=np.int64), derive_task_seeds(seed, 0, np.zeros(1)))
     input_shape, task_output_shape = example_shapes(example, sampler)
     output_shape = task_output_shape

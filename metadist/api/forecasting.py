@@ -25,7 +25,6 @@ from metadist.eval.scoring import _forecast
 from metadist.eval.settings import EvalOptions
 from metadist.learners.base import Params
 from metadist.tasks.inference import ForecastWindows, forecast_windows
-from metadist.tasks.series_end import SeriesEndWindows
 
 MODEL_METHODS = ("adapted", "unadapted")
 BASELINE_METHODS = ("naive", "seasonal_naive", "theta")
@@ -145,14 +144,7 @@ def forecast_batch(spec: ForecastWindows, entities: list[Entity], horizon: int) 
     Raises:
         ValueError: an entity too short for the run's windows.
     """
-    windows = SeriesEndWindows(
-        spec.lookback,
-        spec.horizon,
-        spec.num_support,
-        spec.stride,
-        padding="inputs",
-        pad_inputs=spec.pad_inputs,
-    )
+    windows = spec.end_windows
     support_x, support_y, query_x = [], [], []
     for entity in entities:
         assert entity.scaled is not None

@@ -22,7 +22,6 @@ import torch
 
 from metadist.batch import MetaBatch, TaskSet
 from metadist.tasks.inference import ForecastWindows
-from metadist.tasks.series_end import SeriesEndWindows
 
 # Fewest points a shortened history keeps for its series to have a validation window.
 MIN_POINTS = 3
@@ -72,14 +71,7 @@ def model_validation_batch(
         the split; query: the window of the last `horizon` rows of the history) of the
         entities at `rows` (`[N]` bool), or `(None, rows)` where there is none.
     """
-    ends = SeriesEndWindows(
-        windows.lookback,
-        windows.horizon,
-        windows.num_support,
-        windows.stride,
-        padding="inputs",
-        pad_inputs=windows.pad_inputs,
-    )
+    ends = windows.end_windows
     parts: list[tuple[Any, ...]] = []
     rows = np.zeros(len(entities), dtype=bool)
     for i, (entity, count) in enumerate(zip(entities, num_history, strict=True)):

@@ -28,6 +28,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from metadist.tasks.series_end import SeriesEndWindows
+
 FORECAST_REQUIRED = ("lookback", "horizon", "num_support", "input_columns", "target_columns")
 FORECAST_OPTIONAL = {"stride": 1, "pad_inputs": 0}
 CLASSIFY_REQUIRED = ("lookback", "input_columns")
@@ -50,6 +52,19 @@ class ForecastWindows:
     pad_inputs: int
     input_columns: tuple[int, ...]
     target_columns: tuple[int, ...]
+
+    @property
+    def end_windows(self) -> SeriesEndWindows:
+        """The K support windows ending at a history's end and the query input after them
+        (inputs padded by up to `pad_inputs` rows), as the forecast sampler cuts them."""
+        return SeriesEndWindows(
+            self.lookback,
+            self.horizon,
+            self.num_support,
+            self.stride,
+            padding="inputs",
+            pad_inputs=self.pad_inputs,
+        )
 
     @property
     def rolls_forward(self) -> bool:

@@ -7,6 +7,8 @@ Three shapes of input (`--shape`):
 - `float32-ordered`: `--entities` x `--rows-per-entity` rows of `--features` float32
   features in `--files` files, rows in store order (entities in id order, each one's
   rows together and in time order); by default 1,600 x 6,000 x 8 in 8 files;
+- `float32-ordered-262k`: `float32-ordered` in row groups of 262,144 rows (the shape of
+  issue 38; `float32-ordered` writes 1,048,576-row groups unless `--row-group-rows`);
 - `float32-dealt`: the same kind of rows dealt among the files side by side (file k
   holds times k, k + files, ... of every entity), in row groups of `--row-group-rows`
   rows: such input takes the general path (scan, write, order).
@@ -128,7 +130,7 @@ def _run_child(argv: list[str], source: Path | None = None) -> tuple[float, floa
 
 
 def _panel(args: argparse.Namespace) -> Path:
-    if args.shape == "float32-ordered":
+    if args.shape.startswith("float32-ordered"):
         return _ordered_panel(args)
     if args.shape == "float32-dealt":
         return _dealt_panel(args)
@@ -203,7 +205,7 @@ def _ordered_panel(args: argparse.Namespace) -> Path:
     write."""
     name = (
         f"ordered-{args.entities}x{args.rows_per_entity}x{args.features}-{args.dtype}-"
-        f"{args.files}f-seed{args.seed}"
+        f"{args.files}f-{args.row_group_rows}rg-seed{args.seed}"
     )
     per_file = np.array_split(np.arange(args.entities), args.files)
     step = max(1, (1 << 21) // args.rows_per_entity)
@@ -268,7 +270,9 @@ def _columns(args: argparse.Namespace) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--shape", choices=["sensor", "float32-ordered", "float32-dealt"], default="sensor"
+        "--shape",
+        choices=["sensor", "float32-ordered", "float32-ordered-262k", "float32-dealt"],
+        default="sensor",
     )
     parser.add_argument("--size-mb", type=int, default=1000, help="sensor: Parquet size")
     parser.add_argument("--files", type=int, default=None, help="files (16 sensor, 8 ordered)")
@@ -277,7 +281,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows-per-entity", type=int, default=6000, help="float32-ordered")
     parser.add_argument("--features", type=int, default=8, help="float32-ordered")
     parser.add_argument("--dtype", default="float32", help="float32-ordered: value type")
-    parser.add_argument("--row-group-rows", type=int, default=1 << 20, help="float32-ordered")
+    parser.add_argument(
+        "--row-group-rows",
+        type=int,
+        default=None,
+        help="float32 shapes (default 262,144 for float32-ordered-262k, else 1,048,576)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeats", type=int, default=3, help="runs of each, alternating")
     parser.add_argument("--batch-size", type=int, default=65_536)
@@ -311,6 +320,8 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--baseline {args.baseline} is not a metadist source tree")
     if args.files is None:
         args.files = 16 if args.shape == "sensor" else 8
+    if args.row_group_rows is None:
+        args.row_group_rows = 1 << 18 if args.shape == "float32-ordered-262k" else 1 << 20
     worker_counts = sorted({int(w) for w in args.workers.split(",")})
     if args.size_mb <= 0 or args.repeats <= 0 or min(worker_counts) < 1:
         parser.error("--size-mb, --repeats and --workers must be positive")

@@ -100,12 +100,7 @@ class MappedFile:
         shape: tuple[int, ...],
         existing: bool = False,
         release_bytes: int = _RELEASE_BYTES,
-        reserve: bool = True,
     ):
-        """Maps `path` (created with room for `shape` unless `existing`). A new file is
-        reserved on disk (`posix_fallocate`) unless `reserve` is False: then it is sparse
-        (the free space checked), and the caller reserves each range before writing to
-        it through the mapping (a write into a hole of a full disk would fault)."""
         self.path = path
         self.release_bytes = release_bytes
         self.size = int(np.prod(shape)) * dtype.itemsize
@@ -113,11 +108,8 @@ class MappedFile:
         flags = os.O_RDWR if existing else os.O_RDWR | os.O_CREAT | os.O_EXCL
         self.fd = os.open(path, flags, 0o644)
         try:
-            if not existing and reserve:
+            if not existing:
                 _preallocate(self.fd, self.size)
-            elif not existing:
-                _check_space(path, self.size)
-                os.ftruncate(self.fd, self.size)
             self.mm = mmap.mmap(self.fd, self.size)
         except BaseException:
             os.close(self.fd)
@@ -326,26 +318,14 @@ def _check_space(path: Path, size: int) -> None:
 
 def _preallocate(fd: int, size: int) -> None:
     """Reserves `size` bytes, so a full disk fails here rather than as SIGBUS later."""
-    if not reserve_range(fd, 0, size):
-        os.ftruncate(fd, size)
-
-
-def reserve_range(fd: int, offset: int, length: int) -> bool:
-    """Reserves `length` bytes of a file from `offset` on disk (`posix_fallocate`),
-    growing the file if it is shorter; False where the file system cannot reserve.
-
-    Raises:
-        OSError: ENOSPC, the disk is full.
-    """
     try:
-        os.posix_fallocate(fd, offset, length)
+        os.posix_fallocate(fd, 0, size)
     except OSError as error:
         if error.errno == errno.ENOSPC:
-            raise OSError(errno.ENOSPC, f"not enough disk space for {length} bytes") from error
+            raise OSError(errno.ENOSPC, f"not enough disk space for {size} bytes") from error
         if error.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
             raise
-        return False
-    return True
+        os.ftruncate(fd, size)
 
 
 def _exchange(a: Path, b: Path) -> bool:

@@ -273,8 +273,8 @@ def _build(settings: IngestSettings, temp, src: str | Path, bar) -> None:
     else:
         for name in (VALUES_FILE, TIMES_FILE):
             (temp / name).unlink(missing_ok=True)
-        plan, early, buckets, timings["write_s"] = write(settings, found, plan, temp, bar)
-        checksums, timings["order_s"] = order_rows(settings, plan, temp, bar, early, buckets)
+        plan, early, timings["write_s"] = write(settings, found, plan, temp, bar)
+        checksums, timings["order_s"] = order_rows(settings, plan, temp, bar, early)
     write_index_and_metadata(settings, plan, temp, src, checksums, timings)
 
 

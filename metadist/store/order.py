@@ -11,6 +11,7 @@ order.
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 import time
 from pathlib import Path
@@ -22,7 +23,6 @@ import pyarrow.compute as pc
 
 from metadist.store import sources
 from metadist.store.arrow import to_numpy
-from metadist.store.buckets import Bucket, Buckets
 from metadist.store.files import MappedFile, RawFile
 from metadist.store.format import (
     TIMES_DTYPE,
@@ -41,11 +41,6 @@ FILLED_FILE = ".filled"  # one byte per store row, in the temporary directory on
 
 def _chunk_rows(settings: IngestSettings) -> int:
     return max(settings.batch_size * 4, 1 << 18)
-
-
-def store_chunks(settings: IngestSettings, plan: IngestPlan) -> list[tuple[int, int]]:
-    """The chunks of pass 3 (`[first, last)` store entities each), in store order."""
-    return plan.chunks(_chunk_rows(settings))
 
 
 def _checksum_chunks(
@@ -76,7 +71,7 @@ def _checksum_chunks(
             yield work(vf, tf, *chunk)
 
         for _, (values, times) in ordered_streams(
-            store_chunks(settings, plan)[skip:],
+            plan.chunks(_chunk_rows(settings))[skip:],
             produce,
             settings.workers,
             settings.memory_limit,
@@ -147,36 +142,28 @@ def _order_chunk(
     tf: RawFile,
     first: int,
     last: int,
-    bucket: Bucket | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Makes the store entities `[first, last)` final after pass 2 (times of placed
     entities written and checked, irregular ones sorted, gaps filled) and lets the disk
-    take them; returns their final `(values, times)` for the checksums. With `bucket`,
-    pass 2 left their rows there rather than in the files: they are written once."""
+    take them; returns their final `(values, times)` for the checksums."""
     num_columns = len(settings.value_names)
     row_a = int(plan.starts[first])
     row_b = int(plan.starts[last - 1] + plan.lengths[last - 1])
     lengths = plan.lengths[first:last]
     starts = plan.starts[first:last] - row_a
     regular = plan.regular[first:last]
-    if bucket is not None:
-        times, values = bucket.times, bucket.values
-    elif regular.all():
+    if regular.all():
         times = np.empty(row_b - row_a, TIMES_DTYPE)
     else:
         times = tf.read(row_a, row_b, TIMES_DTYPE)
-    if bucket is None:
-        values = vf.read(row_a, row_b, VALUES_DTYPE).reshape(-1, num_columns)
-    changed = bucket is not None  # not in the file yet
+    values = vf.read(row_a, row_b, VALUES_DTYPE).reshape(-1, num_columns)
+    changed = False
     if regular.any():
-        if bucket is not None:
-            chunk_filled = bucket.filled
-        else:
-            chunk_filled = np.array(filled.array[row_a:row_b])
-            filled.touched(row_a, row_b, row_b - row_a)
+        chunk_filled = np.array(filled.array[row_a:row_b])
+        filled.touched(row_a, row_b, row_b - row_a)
         _place_times(settings, plan, first, times, chunk_filled, starts, lengths, regular)
     if not regular.all():
-        changed |= _sort_irregular(settings, plan, first, times, values, lengths, regular)
+        changed = _sort_irregular(settings, plan, first, times, values, lengths, regular)
     if settings.nan == "ffill" and plan.has_gaps[first:last].any():
         changed |= _fill_chunk(values, starts, lengths, plan.has_gaps[first:last])
     if changed:
@@ -209,8 +196,7 @@ class EarlyFinisher:
         self.settings = settings
         self.plan = plan
         self.temp = temp
-        self.chunks = store_chunks(settings, plan)
-        self.buckets: Buckets | None = None
+        self.chunks = plan.chunks(_chunk_rows(settings))
         self.remaining = plan.lengths.copy()  # [E] rows pass 2 has not reported yet
         self.ready = 0  # chunks whose rows are all written (set by the main thread)
         self.done = 0  # chunks finished and checksummed (set by the thread)
@@ -222,10 +208,8 @@ class EarlyFinisher:
         self._thread: threading.Thread | None = None
         self._files: tuple[RawFile, RawFile, MappedFile] | None = None
 
-    def start(self, buckets: Buckets | None = None) -> None:
-        """Starts the thread; pass 2 has created the store files (and holds the rows of
-        some chunks in `buckets`)."""
-        self.buckets = buckets
+    def start(self) -> None:
+        """Starts the thread; pass 2 has created the store files."""
         row_bytes = len(self.settings.value_names) * VALUES_DTYPE.itemsize
         with contextlib.ExitStack() as opened:  # all three, or none left open
             values_file = opened.enter_context(RawFile(self.temp / VALUES_FILE, row_bytes))
@@ -265,10 +249,8 @@ class EarlyFinisher:
                 if self._stopping:
                     return
             try:
-                first, last = self.chunks[self.done]
-                bucket = self.buckets.take(first) if self.buckets is not None else None
                 values, times = _order_chunk(
-                    self.settings, self.plan, filled, vf, tf, first, last, bucket
+                    self.settings, self.plan, filled, vf, tf, *self.chunks[self.done]
                 )
                 self.values_sum.update(values)
                 self.times_sum.update(times)
@@ -304,12 +286,10 @@ def order_rows(
     temp: Path,
     bar: Bar,
     early: EarlyFinisher | None = None,
-    buckets: Buckets | None = None,
 ) -> tuple[dict[str, str], float]:
     """Pass 3 after pass 2: checks placed entities, sorts the others, fills, checksums;
     returns the checksums and the seconds taken. With `early`, the chunks it finished
-    during pass 2 are taken as they are and the walk goes on from there; the chunks
-    whose rows pass 2 left in `buckets` are taken from there.
+    during pass 2 are taken as they are and the walk goes on from there.
 
     Raises:
         ValueError: a duplicate (entity, time), naming the two source rows.
@@ -326,11 +306,7 @@ def order_rows(
         skip, num_rows_done = early.done, early.num_rows_done
     filled_path = temp / FILLED_FILE
     with MappedFile(filled_path, np.dtype(bool), (plan.num_rows,), existing=True) as filled:
-
-        def work(vf: RawFile, tf: RawFile, first: int, last: int):
-            bucket = buckets.take(first) if buckets is not None else None
-            return _order_chunk(settings, plan, filled, vf, tf, first, last, bucket)
-
+        work = functools.partial(_order_chunk, settings, plan, filled)
         checksums = _checksum_chunks(
             settings, plan, temp, bar, "order", work, skip, num_rows_done, sums
         )

@@ -20,10 +20,9 @@ import pyarrow as pa
 
 from metadist.store import sources
 from metadist.store.batch_stats import dictionary_of, lookup, nonfinite, used_entries
-from metadist.store.buckets import Bucket, Buckets
 from metadist.store.files import PAGE_BYTES, MappedFile
 from metadist.store.format import TIMES_DTYPE, TIMES_FILE, VALUES_DTYPE, VALUES_FILE
-from metadist.store.order import FILLED_FILE, EarlyFinisher, store_chunks
+from metadist.store.order import FILLED_FILE, EarlyFinisher
 from metadist.store.parallel import ordered_streams
 from metadist.store.plan import IngestPlan
 from metadist.store.progress import Bar
@@ -47,19 +46,17 @@ class _Shared:
     times: MappedFile
     filled: MappedFile  # slots of placed series that received a row (times: pass 3)
     cursor: np.ndarray  # [E] rows written so far of each irregular entity
-    buckets: Buckets  # the chunks whose rows are held in memory until pass 3
     lock: threading.Lock = field(default_factory=threading.Lock)
     misfits: list[np.ndarray] = field(default_factory=list)
 
 
 def write(
     settings: IngestSettings, scan: ScanResult, plan: IngestPlan, temp: Path, bar: Bar
-) -> tuple[IngestPlan, EarlyFinisher | None, Buckets, float]:
+) -> tuple[IngestPlan, EarlyFinisher | None, float]:
     """Pass 2; returns the plan, with entities demoted from regular where their times
     turned out not to be a progression (the pass is then redone once for them), the
     pass 3 work done meanwhile on the regions already complete (with two workers or
-    more; see `EarlyFinisher`), the chunks held in memory for pass 3 (`Buckets`) and
-    the seconds taken.
+    more; see `EarlyFinisher`) and the seconds taken.
 
     Raises:
         ValueError: the input changed since pass 1.
@@ -69,13 +66,13 @@ def write(
     while True:
         early = EarlyFinisher(settings, plan, temp) if settings.workers > 1 else None
         try:
-            buckets = _write_all(settings, scan, plan, temp, bar, early)
+            _write_all(settings, scan, plan, temp, bar, early)
             break
         except Demoted as demoted:  # rare: redo the pass with those entities sorted
             plan = plan.demote(demoted.entities)
             for name in (VALUES_FILE, TIMES_FILE, FILLED_FILE):
                 (temp / name).unlink()
-    return plan, early, buckets, time.perf_counter() - began
+    return plan, early, time.perf_counter() - began
 
 
 def _write_all(
@@ -85,12 +82,11 @@ def _write_all(
     temp: Path,
     bar: Bar,
     early: EarlyFinisher | None,
-) -> Buckets:
+) -> None:
     num_columns = len(settings.value_names)
     task = bar.add("write", settings.num_rows_read)
     # resident pages of the three mappings: half the memory limit for the values, an
-    # eighth for each of the others (releasing sooner costs page faults, not bytes);
-    # the buckets another half (see `buckets.py`)
+    # eighth for each of the others (releasing sooner costs page faults, not bytes)
     budget = settings.memory_limit
     with (
         MappedFile(
@@ -98,14 +94,12 @@ def _write_all(
             VALUES_DTYPE,
             (plan.num_rows, num_columns),
             release_bytes=max(budget // 2, 8 << 20),
-            reserve=False,  # chunk by chunk, those written through the mapping
         ) as values,
         MappedFile(
             temp / TIMES_FILE,
             TIMES_DTYPE,
             (plan.num_rows,),
             release_bytes=max(budget // 8, 4 << 20),
-            reserve=False,
         ) as times,
         MappedFile(
             temp / FILLED_FILE,
@@ -114,13 +108,10 @@ def _write_all(
             release_bytes=max(budget // 8, 4 << 20),
         ) as filled,
     ):
-        buckets = Buckets(
-            plan, store_chunks(settings, plan), num_columns, budget // 2, (values.fd, times.fd)
-        )
-        shared = _Shared(values, times, filled, np.zeros(len(plan.order), np.int64), buckets)
+        shared = _Shared(values, times, filled, np.zeros(len(plan.order), np.int64))
         writer = _Writer(settings, scan, plan, shared)
         if early is not None:
-            early.start(buckets)
+            early.start()
         try:
             for _, (num_rows, entities, counts) in ordered_streams(  # small results
                 settings.units, writer.unit_batches, settings.workers, 1, lambda found: 0
@@ -139,7 +130,6 @@ def _write_all(
             if early is not None:
                 early.stop()  # its work is dropped with the files
             raise
-    return buckets
 
 
 class _Writer:
@@ -220,45 +210,25 @@ class _Writer:
         destination, placed = self._destinations(local, entity, times)
         # whole rows as single opaque items: one copy per row instead of one per value
         row_type = np.dtype((np.void, scaled.shape[1] * scaled.itemsize))
+        target = shared.values.array.view(row_type).reshape(-1)
         rows = scaled.view(row_type).reshape(-1)
-        groups = _by_chunk(shared.buckets.chunk_of_entity[entity], local)
-        claimed = shared.buckets.claim(np.array([chunk for chunk, _ in groups], np.int64))
-        for (_, chosen), bucket in zip(groups, claimed, strict=True):
-            sorted_later = None if placed is None else ~placed[chosen]
-            if bucket is None:
-                self._scatter_mapped(destination[chosen], rows[chosen], sorted_later, times[chosen])
-            else:
-                _scatter(bucket, destination[chosen], rows[chosen], sorted_later, times[chosen])
-        per_entity = np.bincount(local, minlength=entity.size)
-        present = np.flatnonzero(per_entity)
-        return entity[present], per_entity[present]
-
-    def _scatter_mapped(
-        self,
-        destination: np.ndarray,
-        rows: np.ndarray,
-        sorted_later: np.ndarray | None,
-        times: np.ndarray,
-    ) -> None:
-        """Writes rows (`[N]` opaque items) to their store rows through the mappings,
-        the times of the rows pass 3 sorts (`sorted_later`, None: none) too, and marks
-        the slots of the others filled."""
-        shared = self.shared
-        target = shared.values.array.view(rows.dtype).reshape(-1)
         # in slices, so that the resident pages are checked every few MB of pages per
         # worker (rows a page apart each make a page resident)
         step = self.slice_rows
         for a in range(0, destination.size, step):
             target[destination[a : a + step]] = rows[a : a + step]
             shared.values.wrote(destination[a : a + step])
-        filled = destination if sorted_later is None else destination[~sorted_later]
+        filled = destination if placed is None else destination[placed]
         for a in range(0, filled.size, step):
             shared.filled.array[filled[a : a + step]] = True
             shared.filled.wrote(filled[a : a + step])
-        if sorted_later is not None:
-            later = destination[sorted_later]
-            shared.times.array[later] = times[sorted_later]
-            shared.times.wrote(later)
+        if placed is not None:
+            sorted_later = destination[~placed]
+            shared.times.array[sorted_later] = times[~placed]
+            shared.times.wrote(sorted_later)
+        per_entity = np.bincount(local, minlength=entity.size)
+        present = np.flatnonzero(per_entity)
+        return entity[present], per_entity[present]
 
     def _destinations(
         self, local: np.ndarray, entity: np.ndarray, times: np.ndarray
@@ -301,37 +271,3 @@ class _Writer:
                 raise ValueError("the input files changed while they were being ingested")
             destination[rows] = plan.starts[group] + np.repeat(base, group_sizes) + rank
         return destination, (None if placed.all() else placed)
-
-
-def _by_chunk(entity_chunk: np.ndarray, local: np.ndarray) -> list[tuple[int, slice | np.ndarray]]:
-    """`(chunk, rows)` of each chunk of the store that a batch writes to, the rows in
-    batch order, given each batch entity's chunk (`[U]`) and each row's entity (`[N]`)."""
-    chunks, rank = np.unique(entity_chunk, return_inverse=True)
-    if chunks.size == 1:
-        return [(int(chunks[0]), slice(None))]
-    row_rank = rank.astype(np.int16 if chunks.size < (1 << 15) else np.int64)[local]
-    order = np.argsort(row_rank, kind="stable")  # a radix sort of small integers
-    bounds = np.zeros(chunks.size + 1, np.int64)
-    np.cumsum(np.bincount(row_rank, minlength=chunks.size), out=bounds[1:])
-    return [
-        (int(chunks[i]), order[bounds[i] : bounds[i + 1]])
-        for i in range(chunks.size)
-        if bounds[i + 1] > bounds[i]
-    ]
-
-
-def _scatter(
-    bucket: Bucket,
-    destination: np.ndarray,
-    rows: np.ndarray,
-    sorted_later: np.ndarray | None,
-    times: np.ndarray,
-) -> None:
-    """`_Writer._scatter_mapped` into a chunk's bucket."""
-    at = destination - bucket.first_row
-    bucket.values.view(rows.dtype).reshape(-1)[at] = rows
-    if sorted_later is None:
-        bucket.filled[at] = True
-    else:
-        bucket.filled[at[~sorted_later]] = True
-        bucket.times[at[sorted_later]] = times[sorted_later]

@@ -14,6 +14,7 @@ order; first order and no-grad evaluation compute it without any graph.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -78,7 +79,7 @@ def explicit_inner_grads(
     prediction_grad = PREDICTION_GRADS.get(loss)
     if prediction_grad is None:
         return None
-    batched_vjp = model.batched_vjp  # type: ignore[operator]
+    batched_vjp: Any = model.batched_vjp  # checked: has_batched_vjp
     with torch.set_grad_enabled(create_graph):
         result = batched_vjp(params, x)
         if result is None:

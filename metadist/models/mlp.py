@@ -14,6 +14,7 @@ from metadist.models._common import activation as check_activation
 from metadist.models._common import hidden_sizes as check_hidden_sizes
 from metadist.models.mlp_vjp import VJP, batched_vjp, mlp_layers
 from metadist.models.registry import register_model
+from metadist.models.thin_matmul import is_thin, thin_matmul
 
 
 @register_model("mlp")
@@ -144,6 +145,7 @@ class MLP(ConfigurableModel):
 def _linear(params: dict[str, Tensor], name: str, x: Tensor) -> Tensor:
     """`x [B, N, D_in]` through per-task weights `[B, D_out, D_in]` and biases `[B, D_out]`
     → `[B, N, D_out]`."""
-    return torch.baddbmm(
-        params[name + ".bias"].unsqueeze(1), x, params[name + ".weight"].transpose(1, 2)
-    )
+    bias, weight_t = params[name + ".bias"].unsqueeze(1), params[name + ".weight"].transpose(1, 2)
+    if is_thin(x, weight_t):  # a first or last layer of width 1 (`thin_matmul`)
+        return thin_matmul(x, weight_t) + bias
+    return torch.baddbmm(bias, x, weight_t)

@@ -28,6 +28,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from metadist.models.thin_matmul import is_thin, thin_matmul
+
 Params = dict[str, Tensor]
 # (dL/d output [B, M, D_out], the parameter names wanted) → gradients of those names
 VJP = Callable[[Tensor, Collection[str]], Params]
@@ -123,12 +125,12 @@ def batched_vjp(
             if act is not None:
                 grad = ACTIVATION_GRADS[type(act)](grad, pre, out)
             if name + ".weight" in wanted:  # per task: dz^T h, [B, D_out, D_in]
-                grads[name + ".weight"] = torch.bmm(grad.transpose(1, 2), layer_in)
+                grads[name + ".weight"] = thin_matmul(grad.transpose(1, 2), layer_in)
             if name + ".bias" in wanted:
                 grads[name + ".bias"] = grad.sum(1)
             if index > first:
                 weight = params[name + ".weight"]
-                grad = torch.matmul(grad, weight) if weight.dim() == 2 else torch.bmm(grad, weight)
+                grad = thin_matmul(grad, weight)
         return grads
 
     return hidden, vjp
@@ -140,9 +142,9 @@ def _layer_wanted(name: str, wanted: set[str]) -> bool:
 
 def _linear(weight: Tensor, bias: Tensor, x: Tensor) -> Tensor:
     """`x [B, M, D_in]` through a weight and bias, each shared or per task."""
-    if weight.dim() == 2:  # shared: one matmul over every task's examples
-        if bias.dim() == 1:
-            return F.linear(x, weight, bias)
-        return F.linear(x, weight) + bias.unsqueeze(1)
     per_task_bias = bias.unsqueeze(1) if bias.dim() == 2 else bias
+    if is_thin(x, weight.transpose(-1, -2)):
+        return thin_matmul(x, weight.transpose(-1, -2)) + per_task_bias
+    if weight.dim() == 2:  # shared: one matmul over every task's examples
+        return F.linear(x, weight, bias) if bias.dim() == 1 else F.linear(x, weight) + per_task_bias
     return torch.baddbmm(per_task_bias, x, weight.transpose(1, 2))

@@ -191,3 +191,20 @@ def test_models_without_a_written_out_backward():
     gelu_tanh.body[1].approximate = "tanh"
     params = {n: p.expand(2, *p.shape) for n, p in gelu_tanh.named_parameters()}
     assert gelu_tanh.batched_vjp(params, torch.randn(2, 4, 2)) is None
+
+
+@pytest.mark.slow
+def test_torch_compile_of_a_second_order_learner_matches_eager():
+    """No double backward is left in the meta-step, so Inductor can compile it (about a
+    minute on a loaded CPU)."""
+    batch = make_batch(num_tasks=3, x_shape=(2,), y_shape=(2,), dtype=torch.float64)
+    grads = []
+    for compiled in (False, True):
+        torch.manual_seed(0)
+        model = build_model("mlp", (2,), (2,), hidden_sizes=(6, 5)).double()
+        learner = build_learner("maml", model, inner_steps=2, inner_lr=0.1)
+        call = torch.compile(learner) if compiled else learner
+        call(batch).loss.backward()
+        grads.append({n: p.grad for n, p in learner.named_parameters()})
+    for name, grad in grads[0].items():
+        torch.testing.assert_close(grads[1][name], grad, rtol=0, atol=1e-10, msg=name)

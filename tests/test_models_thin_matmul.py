@@ -31,3 +31,11 @@ def test_thin_matmul_equals_matmul_with_its_gradients(a_shape, b_shape, thin):
     want = torch.autograd.grad((expected * weights).sum(), (a, b), create_graph=True)
     for x, y in zip(got, want, strict=True):
         torch.testing.assert_close(x, y, rtol=0, atol=1e-12)
+
+
+def test_autocast_keeps_the_matmul():
+    a, b = torch.randn(4, 7, 1), torch.randn(4, 1, 5)
+    assert is_thin(a, b)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert not is_thin(a, b)
+        assert thin_matmul(a, b).dtype == torch.bfloat16

@@ -17,16 +17,20 @@ from torch import Tensor
 
 def thin_matmul(a: Tensor, b: Tensor) -> Tensor:
     """`a [..., m, k] @ b [..., k, n]` (batch dims broadcast, either may be absent), as a
-    broadcast product where `k`, `n` or `m` is 1, else `torch.matmul`."""
+    broadcast product where `k`, `n` or `m` is 1 (and `is_thin`), else `torch.matmul`."""
+    if not is_thin(a, b):
+        return torch.matmul(a, b)
     if a.shape[-1] == 1:  # outer product
         return a * b
     if b.shape[-1] == 1:
         return (a * b.transpose(-1, -2)).sum(-1, keepdim=True)
-    if a.shape[-2] == 1:
-        return (a.transpose(-1, -2) * b).sum(-2, keepdim=True)
-    return torch.matmul(a, b)
+    return (a.transpose(-1, -2) * b).sum(-2, keepdim=True)
 
 
 def is_thin(a: Tensor, b: Tensor) -> bool:
-    """Whether `thin_matmul(a, b)` takes a broadcast product."""
+    """Whether `a @ b` should run as `thin_matmul`'s broadcast product: a dimension is 1,
+    and autocast is off (under autocast a matmul runs in the lower precision, as the
+    user asked, and a broadcast product would not)."""
+    if torch.is_autocast_enabled(a.device.type):
+        return False
     return a.shape[-1] == 1 or b.shape[-1] == 1 or a.shape[-2] == 1

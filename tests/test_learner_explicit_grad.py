@@ -11,6 +11,8 @@ from metadist.learners import build_learner
 from metadist.learners.batching import has_batched_vjp
 from metadist.models import build_model
 from metadist.models.mlp import MLP
+from metadist.train.distributed import DistEnv
+from metadist.train.step import MetaStep
 
 ACTIVATIONS = ("relu", "tanh", "silu", "gelu")
 LEARNERS = [
@@ -208,3 +210,21 @@ def test_torch_compile_of_a_second_order_learner_matches_eager():
         grads.append({n: p.grad for n, p in learner.named_parameters()})
     for name, grad in grads[0].items():
         torch.testing.assert_close(grads[1][name], grad, rtol=0, atol=1e-10, msg=name)
+
+
+@pytest.mark.slow
+def test_trainer_compile_keeps_second_order_maml_compiled():
+    """`trainer.compile=true` used to fall back to eager for second-order MAML (no double
+    backward in compiled graphs); on the written-out path it stays compiled."""
+    batch = make_batch(num_tasks=3, x_shape=(2,), y_shape=(2,))
+    losses, messages = [], []
+    for compile in (False, True):
+        torch.manual_seed(0)
+        learner = build_learner("maml", build_model("mlp", (2,), (2,), hidden_sizes=(8,)))
+        optimizer = torch.optim.Adam(learner.parameters(), lr=1e-2)
+        step = MetaStep(learner, learner, optimizer, DistEnv(), compile=compile,
+                        message=messages.append)  # fmt: skip
+        losses.append([step(batch, i, 1e-2, sync=True).loss for i in range(3)])
+        assert step.compiled == compile
+    assert messages == []
+    torch.testing.assert_close(losses[1], losses[0], rtol=1e-5, atol=1e-6)

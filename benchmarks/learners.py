@@ -16,7 +16,10 @@ every query set too: one more forward per task than the loop does) and with
 `unadapted_metrics=False` (exactly the loop's work), both batched and with
 `vectorize=False` (its own per-task loop, the fallback for models that cannot run
 batched); a bare `vmap` of `torch.func.grad` with no learner around it is shown for
-reference.
+reference. `torch.compile(learner)` compiles the batched learner with Inductor (it can since
+the MLP writes out its inner gradient, `MLP.batched_vjp`: no double backward; earlier code
+fails at its first step, which the table then leaves out with the error printed); its first
+step, the compilation, is timed apart and not in the rates.
 
 Workloads (Finn et al. sinusoid: meta-batch 25, K=10 support, 10 query, inner lr 0.01,
 second order, MLP 1-40-40-1 ReLU, Adam 1e-3):
@@ -32,6 +35,7 @@ process (this script with `PYTHONPATH` set to the tree, so both use this harness
 reference loop), one round in each tree in turn, and every ratio is against the per-task
 loop of its own process. `--optimizer adam-fused` gives every implementation Adam with
 `fused=True` (default: torch's default Adam, one tensor at a time on the CPU).
+`--implementations` runs only the rows named (and the per-task loop).
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch._inductor.config as inductor_config
 import torch.nn.functional as F
 from torch.func import functional_call
 
@@ -65,6 +70,7 @@ IMPLEMENTATIONS = (
     "metadist vectorize=False, unadapted_metrics=False",
     "metadist batched",
     "metadist batched, unadapted_metrics=False",
+    "metadist batched, torch.compile(learner)",
     "bare torch.func vmap",
 )
 
@@ -151,10 +157,10 @@ def make_optimizer(kind: str, parameters):
     return torch.optim.Adam(parameters, lr=1e-3, fused=kind == "adam-fused")
 
 
-def build_runners(workload: str, batches, inner_steps: int, optimizer: str):
+def build_runners(workload: str, batches, inner_steps: int, optimizer: str, implementations):
     """Implementation name → (meta-loss function of a batch, optimizer), same weights."""
     runners = {}
-    for impl in IMPLEMENTATIONS:
+    for impl in implementations:
         model = make_model(workload, batches[0])
         if impl in ("per-task loop", "bare torch.func vmap"):
             module = model
@@ -171,9 +177,10 @@ def build_runners(workload: str, batches, inner_steps: int, optimizer: str):
                 vectorize="vectorize=False" not in impl,
                 unadapted_metrics="unadapted_metrics=False" not in impl,
             )
+            call = torch.compile(module) if "torch.compile" in impl else module
 
-            def loss_fn(batch, module=module):
-                return module(batch).loss
+            def loss_fn(batch, call=call):
+                return call(batch).loss
 
         runners[impl] = (loss_fn, make_optimizer(optimizer, module.parameters()))
     return runners
@@ -181,12 +188,27 @@ def build_runners(workload: str, batches, inner_steps: int, optimizer: str):
 
 class Rounds:
     """Runs rounds of meta-steps of every implementation (one after the other) on the
-    batches in turn, after 3 warm-up steps each; `first` holds the first meta-losses."""
+    batches in turn, after 3 warm-up steps each (`torch.compile` compiles in the first);
+    `first` holds the first meta-losses, `failed` the implementations whose first step
+    raised (one line each; they are left out)."""
 
-    def __init__(self, workload: str, batches, inner_steps: int, optimizer: str) -> None:
+    def __init__(
+        self, workload: str, batches, inner_steps: int, optimizer: str, implementations
+    ) -> None:
         self.batches = batches
-        self.runners = build_runners(workload, batches, inner_steps, optimizer)
-        self.first = {impl: fn(batches[0]).item() for impl, (fn, _) in self.runners.items()}
+        self.runners = build_runners(workload, batches, inner_steps, optimizer, implementations)
+        self.first, self.failed, self.compile_s = {}, {}, {}
+        for impl, (fn, _) in list(self.runners.items()):
+            start = time.perf_counter()
+            try:
+                loss = fn(batches[0])
+                loss.backward()
+            except Exception as error:  # noqa: BLE001 - reported, e.g. no double backward
+                self.failed[impl] = f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
+                del self.runners[impl]
+                continue
+            self.first[impl] = loss.item()
+            self.compile_s[impl] = time.perf_counter() - start
         self.cursor = {impl: 0 for impl in self.runners}
         for impl in self.runners:
             self.run(impl, 3)
@@ -224,9 +246,12 @@ def worker(args) -> None:
             load_batches(args.worker, args.seed, Path(tmp)),
             workload_steps(args.worker),
             args.optimizer,
+            args.implementations,
         )
         package = str(Path(metadist.__file__).parent)
-        print(json.dumps({"first": rounds.first, "metadist": package}), flush=True)
+        hello = {"first": rounds.first, "failed": rounds.failed, "metadist": package,
+                 "first_step_s": rounds.compile_s}  # fmt: skip
+        print(json.dumps(hello), flush=True)
         for line in sys.stdin:
             if line.strip() != "round":
                 break
@@ -241,7 +266,7 @@ def measure_trees(workload: str, trees: dict[str, Path], args):
         env = {**os.environ, "PYTHONPATH": str(root)}
         command = [sys.executable, __file__, "--worker", workload, "--threads", str(args.threads),
                    "--steps-per-round", str(args.steps_per_round), "--seed", str(args.seed),
-                   "--optimizer", args.optimizer]  # fmt: skip
+                   "--optimizer", args.optimizer, "--implementations", *args.implementations]  # fmt: skip
         workers[label] = subprocess.Popen(
             command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
         )
@@ -252,6 +277,7 @@ def measure_trees(workload: str, trees: dict[str, Path], args):
             print(f"{label}: metadist from {hello['metadist']}", flush=True)
             for impl, loss in hello["first"].items():
                 first[f"{label}: {impl}"] = loss
+            report_first_steps(label, hello["failed"], hello["first_step_s"])
         rates = {key: {"wall": [], "cpu": []} for key in first}
         for _ in range(args.rounds):
             for label, proc in workers.items():
@@ -267,13 +293,20 @@ def measure_trees(workload: str, trees: dict[str, Path], args):
     return first, rates
 
 
-def measure(
-    workload: str, batches, inner_steps: int, rounds: int, steps_per_round: int, optimizer: str
-):
-    runs = Rounds(workload, batches, inner_steps, optimizer)
+def report_first_steps(label: str, failed: dict[str, str], first_step_s: dict[str, float]):
+    for impl, error in failed.items():
+        print(f"{label}: {impl} FAILED at its first step, left out: {error}", flush=True)
+    for impl, seconds in first_step_s.items():
+        if "torch.compile" in impl:
+            print(f"{label}: {impl}: first step (compiling) {seconds:.0f} s", flush=True)
+
+
+def measure(workload: str, batches, inner_steps: int, args):
+    runs = Rounds(workload, batches, inner_steps, args.optimizer, args.implementations)
+    report_first_steps("this tree", runs.failed, runs.compile_s)
     rates = {impl: {"wall": [], "cpu": []} for impl in runs.runners}
-    for _ in range(rounds):
-        for impl, rate in runs.round(steps_per_round).items():
+    for _ in range(args.rounds):
+        for impl, rate in runs.round(args.steps_per_round).items():
             for clock in ("wall", "cpu"):
                 rates[impl][clock].append(rate[clock])
     return runs.first, rates
@@ -300,6 +333,15 @@ def main() -> None:
     )
     parser.add_argument("--optimizer", choices=("adam", "adam-fused"), default="adam")
     parser.add_argument(
+        "--implementations",
+        nargs="+",
+        choices=IMPLEMENTATIONS,
+        default=list(IMPLEMENTATIONS),
+        metavar="NAME",
+        help="which rows to run (the per-task loop always runs: every ratio is against it); "
+        f"default all: {'; '.join(IMPLEMENTATIONS)}",
+    )
+    parser.add_argument(
         "--baseline",
         type=Path,
         help="a checkout of earlier code (git worktree add DIR COMMIT): its metadist runs "
@@ -310,6 +352,10 @@ def main() -> None:
         "--out", type=Path, default=Path(__file__).parent / "results" / "learners.json"
     )
     args = parser.parse_args()
+    if "per-task loop" not in args.implementations:
+        args.implementations.insert(0, "per-task loop")
+    # a shared machine: Inductor compiles in this process, not in a pool of workers
+    inductor_config.compile_threads = 1
     if args.worker:
         worker(args)
         return
@@ -322,10 +368,7 @@ def main() -> None:
             load_before = os.getloadavg()[0]
             if args.baseline is None:
                 batches = load_batches(workload, args.seed, Path(tmp))
-                first, rates = measure(
-                    workload, batches, workload_steps(workload), args.rounds,
-                    args.steps_per_round, args.optimizer,
-                )  # fmt: skip
+                first, rates = measure(workload, batches, workload_steps(workload), args)
             else:
                 trees = {"this tree": Path(__file__).resolve().parents[1]}
                 trees[f"baseline {tree_commit(args.baseline)}"] = args.baseline

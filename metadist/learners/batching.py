@@ -19,6 +19,22 @@ def has_batched_forward(model: nn.Module) -> bool:
     return batched is not None and forward is not None and issubclass(batched, forward)
 
 
+def has_batched_vjp(model: nn.Module) -> bool:
+    """Whether the inner loop may take `model`'s gradients from its own `batched_vjp`
+    (`metadist.learners.explicit_grad`) instead of `torch.autograd.grad`: by the rule of
+    `has_batched_forward` (a subclass that overrides `forward` alone does not inherit it),
+    and only for a model without tied tensors (whose gradient the written-out backward
+    would split between the names)."""
+    vjp = _defining_class(type(model), "batched_vjp")
+    forward = _defining_class(type(model), "forward")
+    return (
+        vjp is not None
+        and forward is not None
+        and issubclass(vjp, forward)
+        and not _has_tied_tensors(model)
+    )
+
+
 def _has_tied_tensors(model: nn.Module) -> bool:
     """Whether two parameter/buffer names of `model` share one tensor."""
     named = itertools.chain(

@@ -7,7 +7,9 @@ parameter is expanded to `[B, ...]`, the model runs on all tasks at once (`vmap`
 `torch.autograd.grad` of the sum of the per-task losses. Second-order meta-gradients come
 from ordinary autograd through the updates and the expansion: the inner gradients never
 touch `.grad`, so under DDP the only all-reduce is the outer backward. Unbatched, the
-same code runs for one task (`metadist.learners.dispatch` decides which).
+same code runs for one task (`metadist.learners.dispatch` decides which). Models that
+write out their own backward (`batched_vjp`, the MLP) skip `torch.autograd.grad` in the
+batched inner loop (`metadist.learners.explicit_grad`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
 from metadist.batch import TaskSet
+from metadist.learners.batching import has_batched_vjp
+from metadist.learners.explicit_grad import explicit_inner_grads
 from metadist.learners.losses import _accuracy, task_loss, task_losses
 
 Params = dict[str, Tensor]
@@ -110,40 +114,89 @@ class FunctionalInnerLoop:
         gradients never touch `.grad` (under DDP the only all-reduce is the outer
         backward). Unbatched, the same runs for one task.
 
+        A model with its own `batched_vjp` and a loss of `explicit_grad.PREDICTION_GRADS`
+        take the gradient written out instead (`learners.explicit_grad`): the first step
+        runs on the shared parameters themselves, and the adapted parameters are plain
+        differentiable functions of them, so the outer backward needs no double backward.
+
         Returns:
             The adapted parameters (only `names`; `[B, ...]` when batched) and the
             support loss before each step, `[B, steps]` or `[steps]` (detached).
         """
         shape = (x.shape[0],) if batched else ()
+        # With a written-out gradient the tasks start from the shared parameters
+        # themselves (one matmul per layer over all tasks); else from [B, ...] expansions.
+        explicit = shared = batched and self._explicit_grads()
         fast = {
-            n: params[n].expand(*shape, *params[n].shape) if batched else params[n] for n in names
+            n: params[n].expand(*shape, *params[n].shape) if batched and not shared else params[n]
+            for n in names
         }
         fixed = {n: p for n, p in params.items() if n not in fast}
         build_graph = torch.is_grad_enabled()
         create_graph = build_graph and not self.first_order
         losses = []
         for step in range(steps):
-            with torch.enable_grad():
-                if not build_graph:
-                    fast = {n: v.detach().requires_grad_() for n, v in fast.items()}
-                if step == 0 and build_graph and not batched and self.shared_head is None:
-                    # `fast` is still the model's own parameters: a plain call is the
-                    # same function without functional_call's parameter swapping.
-                    prediction = self.model(x)
-                else:
-                    prediction = self._run_model(fast, fixed, buffers, x, batched)
-                loss = self._losses(prediction, y, batched)
-                grads = torch.autograd.grad(
-                    loss.sum() if batched else loss, list(fast.values()), create_graph=create_graph
+            found = None
+            if explicit:
+                found = explicit_inner_grads(
+                    self.model, self.loss, {**fixed, **fast}, names, x, y, create_graph
                 )
+                explicit = found is not None
+            if shared:  # the update, and the autograd path, take [B, ...] tensors
+                fast, shared = {n: p.expand(*shape, *p.shape) for n, p in fast.items()}, False
+            if found is None:
+                loss, grads = self._autograd_step(
+                    fast, fixed, buffers, step, batched, build_graph, create_graph, x, y
+                )
+            else:
+                loss, grads = found
             losses.append(loss)
             with torch.set_grad_enabled(build_graph):
                 fast = _sgd_steps(fast, [self.step_size(step, n) for n in names], grads)
+        if shared:  # no step taken
+            fast = {n: p.expand(*shape, *p.shape) for n, p in fast.items()}
         if not build_graph:
             fast = {n: v.detach() for n, v in fast.items()}
         with torch.no_grad():  # detached, in one op rather than one per step
             support_losses = torch.stack(losses, dim=-1) if losses else x.new_zeros(*shape, 0)
         return fast, support_losses
+
+    def _autograd_step(
+        self,
+        fast: Params,
+        fixed: Params,
+        buffers: Params,
+        step: int,
+        batched: bool,
+        build_graph: bool,
+        create_graph: bool,
+        x: Tensor,
+        y: Tensor,
+    ) -> tuple[Tensor, tuple[Tensor, ...]]:
+        """One inner step's loss (per task when batched) and gradients by autograd."""
+        with torch.enable_grad():
+            if not build_graph:
+                fast = {n: v.detach().requires_grad_() for n, v in fast.items()}
+            if step == 0 and build_graph and not batched and self.shared_head is None:
+                # `fast` is still the model's own parameters: a plain call is the
+                # same function without functional_call's parameter swapping.
+                prediction = self.model(x)
+            else:
+                prediction = self._run_model(fast, fixed, buffers, x, batched)
+            loss = self._losses(prediction, y, batched)
+            grads = torch.autograd.grad(
+                loss.sum() if batched else loss, list(fast.values()), create_graph=create_graph
+            )
+        return loss, grads
+
+    def _explicit_grads(self) -> bool:
+        """Whether the batched inner loop takes its gradients from the model's own
+        `batched_vjp` (`learners.explicit_grad`), decided once per learner."""
+        known = self.__dict__.get("_batched_vjp")
+        if known is None:
+            known = self._native_batching and has_batched_vjp(self.model)
+            self.__dict__["_batched_vjp"] = known
+        return known
 
     def _run_model(
         self, fast: Params, fixed: Params, buffers: Params, x: Tensor, batched: bool

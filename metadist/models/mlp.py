@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,7 +12,9 @@ from torch import Tensor, nn
 from metadist.models._common import ConfigurableModel, dropout_rate, numel, split_leading
 from metadist.models._common import activation as check_activation
 from metadist.models._common import hidden_sizes as check_hidden_sizes
+from metadist.models.mlp_vjp import VJP, batched_vjp, mlp_layers
 from metadist.models.registry import register_model
+from metadist.models.thin_matmul import is_thin, thin_matmul
 
 
 @register_model("mlp")
@@ -108,10 +110,42 @@ class MLP(ConfigurableModel):
         output = _linear(params, "head", hidden)
         return output.reshape(*leading, *self.output_shape)
 
+    def batched_vjp(self, params: dict[str, Tensor], x: Tensor) -> tuple[Tensor, VJP] | None:
+        """`batched_forward` and its backward written out as tensor ops
+        (`metadist.models.mlp_vjp`): what the inner loop of the learners uses, where it can,
+        in place of `torch.autograd.grad`.
+
+        Args:
+            params: every parameter of `named_parameters()`, each `[B, *shape]` (per task)
+                or `[*shape]` (shared by all B tasks).
+            x: `[B, ..., *input_shape]`.
+
+        Returns:
+            None where a layer has no written-out backward (active dropout), else the
+            output `[B, ..., *output_shape]` and `vjp(grad_output, names)`: the gradients
+            `[B, *shape]` of `(output * grad_output).sum()` w.r.t. the parameters `names`,
+            differentiable again under grad mode.
+
+        Raises:
+            ValueError: inputs whose trailing dims differ from `input_shape`.
+        """
+        layers = mlp_layers(self.body, "head")
+        if layers is None:
+            return None
+        leading = split_leading(self.model_name, x, self.input_shape)
+        hidden = x.reshape(leading[0], -1, numel(self.input_shape))
+        output, vjp = batched_vjp(layers, params, hidden)
+
+        def flat_vjp(grad_output: Tensor, names: Collection[str]) -> dict[str, Tensor]:
+            return vjp(grad_output.reshape(output.shape), names)
+
+        return output.reshape(*leading, *self.output_shape), flat_vjp
+
 
 def _linear(params: dict[str, Tensor], name: str, x: Tensor) -> Tensor:
     """`x [B, N, D_in]` through per-task weights `[B, D_out, D_in]` and biases `[B, D_out]`
     → `[B, N, D_out]`."""
-    return torch.baddbmm(
-        params[name + ".bias"].unsqueeze(1), x, params[name + ".weight"].transpose(1, 2)
-    )
+    bias, weight_t = params[name + ".bias"].unsqueeze(1), params[name + ".weight"].transpose(1, 2)
+    if is_thin(x, weight_t):  # a first or last layer of width 1 (`thin_matmul`)
+        return thin_matmul(x, weight_t) + bias
+    return torch.baddbmm(bias, x, weight_t)

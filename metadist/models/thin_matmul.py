@@ -1,0 +1,36 @@
+"""Matrix products with a dimension of 1, as broadcast products.
+
+On the CPU a batched GEMM pays a fixed price per matrix whatever its size: `[25, 40, 10]
+@ [25, 10, 1]` takes about as long as `[25, 40, 10] @ [25, 10, 40]` (15-20 µs, one
+thread), and so does its backward (two more such products). When the shared dimension is
+1 the product is an outer product (one broadcast multiply); when a result dimension is 1
+it is a multiply and a sum. Those are elementwise kernels of the same size, several times
+faster, and so are their backwards. The sinusoid MLP (1-40-40-1) has such a product in
+its first and last layers, in the forward, the inner gradient and the outer backward.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def thin_matmul(a: Tensor, b: Tensor) -> Tensor:
+    """`a [..., m, k] @ b [..., k, n]` (batch dims broadcast, either may be absent), as a
+    broadcast product where `k`, `n` or `m` is 1 (and `is_thin`), else `torch.matmul`."""
+    if not is_thin(a, b):
+        return torch.matmul(a, b)
+    if a.shape[-1] == 1:  # outer product
+        return a * b
+    if b.shape[-1] == 1:
+        return (a * b.transpose(-1, -2)).sum(-1, keepdim=True)
+    return (a.transpose(-1, -2) * b).sum(-2, keepdim=True)
+
+
+def is_thin(a: Tensor, b: Tensor) -> bool:
+    """Whether `a @ b` should run as `thin_matmul`'s broadcast product: a dimension is 1,
+    and autocast is off (under autocast a matmul runs in the lower precision, as the
+    user asked, and a broadcast product would not)."""
+    if torch.is_autocast_enabled(a.device.type):
+        return False
+    return a.shape[-1] == 1 or b.shape[-1] == 1 or a.shape[-2] == 1

@@ -60,24 +60,7 @@ def build_parser(prog: str = "metadist competition") -> argparse.ArgumentParser:
         help="lookback multiples of the horizon, one ensemble member each (default: 2; "
         "N-BEATS: 2..7)",
     )
-    parser.add_argument(
-        "--losses",
-        nargs="+",
-        default=None,
-        choices=["smape", "mape", "mae", "mse"],
-        help="training losses, one ensemble member each (default: the data set's metric, "
-        "competition.yaml's `metric`, where a loss of that name exists, else smape)",
-    )
-    parser.add_argument(
-        "--loss-candidates",
-        nargs="+",
-        default=None,
-        choices=["smape", "mape", "mae", "mse"],
-        help="with --validation: the losses tried per group, one ensemble each; the one "
-        "scoring best by the data set's metric is kept (choices.json), and a test run "
-        "with --adaptation-from trains it alone (default: the recipe's; cpu: the data "
-        "set's metric and smape; default: none, the metric is the loss)",
-    )
+    _add_loss_options(parser)
     parser.add_argument(
         "--seeds", type=int, default=1, help="seeds per lookback and loss (default: 1)"
     )
@@ -107,6 +90,28 @@ def build_parser(prog: str = "metadist competition") -> argparse.ArgumentParser:
         "overrides", nargs="*", help="training overrides (key=value) and eval.KEY=VALUE"
     )
     return parser
+
+
+def _add_loss_options(parser: argparse.ArgumentParser) -> None:
+    """`--losses` (one ensemble of every loss) and `--loss-candidates` (one chosen)."""
+    parser.add_argument(
+        "--losses",
+        nargs="+",
+        default=None,
+        choices=["smape", "mape", "mae", "mse"],
+        help="training losses, one ensemble member each (default: the data set's metric, "
+        "competition.yaml's `metric`, where a loss of that name exists, else smape)",
+    )
+    parser.add_argument(
+        "--loss-candidates",
+        nargs="+",
+        default=None,
+        choices=["smape", "mape", "mae", "mse"],
+        help="with --validation: the losses tried per group, one ensemble each; the one "
+        "scoring best by the data set's metric is kept (choices.json), and a test run "
+        "with --adaptation-from trains it alone (default: the recipe's; cpu: the data "
+        "set's metric and smape; default: none, the metric is the loss)",
+    )
 
 
 def main(argv: list[str] | None = None, prog: str = "metadist competition") -> int:

@@ -3,6 +3,7 @@ against seasonal naive learned there, both recorded and applied by a test run.""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -23,6 +24,9 @@ from metadist.commands.competition.choice import (
 )
 from metadist.commands.competition.cli import RECIPE_CANDIDATES
 from metadist.commands.competition.guard import guarded_scores, read_points
+from metadist.commands.competition.members import Group
+from metadist.commands.competition.pipeline import _loss_plan
+from metadist.commands.competition.spec import CompetitionSpec
 from metadist.eval.fallback_combination import (
     WEIGHTS,
     fit_shrinkage,
@@ -181,3 +185,23 @@ def test_a_validation_run_chooses_the_loss_and_a_test_run_applies_it(tmp_path):
     assert applied["protocol"] == "test" and applied["from"] == str(val)
     assert "shrunk towards seasonal naive" in printed
     assert (test / "guarded.md").is_file()
+
+
+def test_losses_beside_a_validation_choice_are_refused(tmp_path, capsys):
+    entry = {"loss": "smape", "weight": 0.5, "metric": "smape", "losses": {"smape": 1.0}}
+    write_choices(tmp_path, {"4": entry}, validation=True)
+    args = argparse.Namespace(
+        adaptation_from=tmp_path, losses=["mae"], loss_candidates=["smape"],
+        recipe_candidates=True, validation=False, experiment="competition_cpu",
+    )  # fmt: skip
+    spec, groups = CompetitionSpec(metric="smape"), [Group(4, ("Y",), 1)]
+    with pytest.raises(ValueError, match="chose each group's loss on validation"):
+        _loss_plan(args, spec, groups, ("mae",), [])
+    args.losses = None
+    losses, candidates, choices = _loss_plan(args, spec, groups, ("smape",), [])
+    assert candidates == () and choices is not None and choices["4"]["loss"] == "smape"
+    args.adaptation_from, spec = None, CompetitionSpec(metric="mape")
+    assert _loss_plan(args, spec, groups, ("mape",), [])[:2] == (("mape",), ())
+    assert "without --adaptation-from VAL_OUT this run trains mape" in capsys.readouterr().out
+    args.validation = True
+    assert _loss_plan(args, spec, groups, ("mape",), [])[:2] == (("mape", "smape"),) * 2

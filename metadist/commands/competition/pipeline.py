@@ -211,20 +211,7 @@ def plan_run(args: argparse.Namespace) -> Plan:
     _describe(name, info, spec, args.validation)
     check_holdout(test_path, spec, info, horizons, bool(holdout.get("partial")))
     losses = tuple(args.losses or [training_loss(spec.metric)])
-    candidates = _candidates(args, spec.metric)
-    if candidates and not args.validation:
-        if args.adaptation_from is None:
-            print(
-                f"note: the loss is chosen per group on validation ({', '.join(candidates)}); "
-                f"without --adaptation-from VAL_OUT this run trains {', '.join(losses)}"
-            )
-        candidates = ()
-    elif candidates:
-        losses = candidates
-    choices = None
-    if args.adaptation_from is not None:
-        keys = [g.key for g in groups]
-        choices = read_choices(args.adaptation_from, keys, _primary_metric(args, eval_overrides))
+    losses, candidates, choices = _loss_plan(args, spec, groups, losses, eval_overrides)
     return Plan(
         name,
         data_dir,
@@ -241,6 +228,40 @@ def plan_run(args: argparse.Namespace) -> Plan:
         candidates,
         choices,
     )
+
+
+def _loss_plan(
+    args: argparse.Namespace,
+    spec: CompetitionSpec,
+    groups: list[Group],
+    losses: tuple[str, ...],
+    eval_overrides: list[str],
+) -> tuple[tuple[str, ...], tuple[str, ...], dict[str, dict] | None]:
+    """`(losses, candidates, choices)`: the losses trained, those chosen among on this
+    validation run, and a validation run's choices (`--adaptation-from`).
+
+    Raises:
+        ValueError: a validation run's choices that do not fit, or `--losses` beside them.
+    """
+    candidates = _candidates(args, spec.metric)
+    if candidates and not args.validation:
+        if args.adaptation_from is None:
+            print(
+                f"note: the loss is chosen per group on validation ({', '.join(candidates)}); "
+                f"without --adaptation-from VAL_OUT this run trains {', '.join(losses)}"
+            )
+        candidates = ()
+    elif candidates:
+        losses = candidates
+    choices = None
+    if args.adaptation_from is not None:
+        keys = [g.key for g in groups]
+        choices = read_choices(args.adaptation_from, keys, _primary_metric(args, eval_overrides))
+        if choices is not None and args.losses:
+            raise ValueError(
+                f"{args.adaptation_from} chose each group's loss on validation; leave out --losses"
+            )
+    return losses, candidates, choices
 
 
 def _candidates(args: argparse.Namespace, metric: str) -> tuple[str, ...]:

@@ -317,7 +317,9 @@ def _score_batches(
         label = "from scratch" if world == 1 else "from scratch (on rank 0)"
         scratch.counter = display.counter(label, total, "task-steps")
     if isinstance(score, ForecastScorer):
-        score.statistical.counter = display.counter("statistical forecasts", num_tasks, "series")
+        # with a learned combination, each series' validation window is forecast too
+        jobs = None if num_tasks is None else num_tasks * (1 if score.learned is None else 2)
+        score.statistical.counter = display.counter("statistical forecasts", jobs, "series")
 
     def arrays(batch: MetaBatch) -> dict[str, np.ndarray]:
         predictions = predict(batch)

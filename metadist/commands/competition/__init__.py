@@ -24,6 +24,13 @@ ensemble and which won. `--adaptation-from VAL_OUT` reads a validation run's fil
 adds the column the competition reports as the model alone: per horizon, the adapted
 forecast where adaptation won on validation, the unadapted one where it did not.
 
+A recipe with candidate losses (`--recipe cpu`: the data set's metric and sMAPE;
+`--loss-candidates`) trains one ensemble per candidate under `--validation` and keeps,
+per group, the loss scoring best by the data set's metric there, with the weight of the
+model against seasonal naive learned on the same forecasts (`OUT/choices.json`, printed);
+a test run with `--adaptation-from VAL_OUT` trains the chosen loss alone and reports the
+model shrunk by that weight beside the model alone (`OUT/guarded.md`).
+
 The ingest, the validation split and finished training runs are confirmed, not redone,
 so an interrupted pipeline resumes where it stopped; the evaluation and the pooled table
 are redone on every call.

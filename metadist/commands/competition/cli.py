@@ -15,6 +15,9 @@ from metadist.launch.children import OwnedChildren, StopRequested
 
 # --recipe: (the experiment meta-trained, trainings at a time)
 RECIPES = {"default": ("competition", 2), "cpu": ("competition_cpu", 1)}
+# --recipe: the losses tried per group under --validation, besides the data set's metric
+# (chosen there by that metric, `choice.py`); none: no choice, the metric is the loss
+RECIPE_CANDIDATES: dict[str, tuple[str, ...]] = {"default": (), "cpu": ("smape",)}
 
 
 def build_parser(prog: str = "metadist competition") -> argparse.ArgumentParser:
@@ -57,14 +60,7 @@ def build_parser(prog: str = "metadist competition") -> argparse.ArgumentParser:
         help="lookback multiples of the horizon, one ensemble member each (default: 2; "
         "N-BEATS: 2..7)",
     )
-    parser.add_argument(
-        "--losses",
-        nargs="+",
-        default=None,
-        choices=["smape", "mape", "mae", "mse"],
-        help="training losses, one ensemble member each (default: the data set's metric, "
-        "competition.yaml's `metric`, where a loss of that name exists, else smape)",
-    )
+    _add_loss_options(parser)
     parser.add_argument(
         "--seeds", type=int, default=1, help="seeds per lookback and loss (default: 1)"
     )
@@ -96,6 +92,28 @@ def build_parser(prog: str = "metadist competition") -> argparse.ArgumentParser:
     return parser
 
 
+def _add_loss_options(parser: argparse.ArgumentParser) -> None:
+    """`--losses` (one ensemble of every loss) and `--loss-candidates` (one chosen)."""
+    parser.add_argument(
+        "--losses",
+        nargs="+",
+        default=None,
+        choices=["smape", "mape", "mae", "mse"],
+        help="training losses, one ensemble member each (default: the data set's metric, "
+        "competition.yaml's `metric`, where a loss of that name exists, else smape)",
+    )
+    parser.add_argument(
+        "--loss-candidates",
+        nargs="+",
+        default=None,
+        choices=["smape", "mape", "mae", "mse"],
+        help="with --validation: the losses tried per group, one ensemble each; the one "
+        "scoring best by the data set's metric is kept (choices.json), and a test run "
+        "with --adaptation-from trains it alone (default: the recipe's; cpu: the data "
+        "set's metric and smape; default: none, the metric is the loss)",
+    )
+
+
 def main(argv: list[str] | None = None, prog: str = "metadist competition") -> int:
     parser = build_parser(prog)
     args = parser.parse_intermixed_args(argv)
@@ -104,6 +122,14 @@ def main(argv: list[str] | None = None, prog: str = "metadist competition") -> i
         parser.error(f"--experiment and --recipe {args.recipe} both name the experiment")
     args.experiment = args.experiment or experiment
     args.jobs = jobs if args.jobs is None else args.jobs
+    if args.losses is not None and args.loss_candidates is not None:
+        parser.error(
+            "--losses (one ensemble of every loss) and --loss-candidates (one loss "
+            "chosen on validation) exclude each other"
+        )
+    args.recipe_candidates = args.loss_candidates is None and args.losses is None
+    if args.loss_candidates is None and args.losses is None:
+        args.loss_candidates = list(RECIPE_CANDIDATES[args.recipe])
     if args.seeds < 1 or args.jobs < 1 or any(k <= 0 for k in args.lookbacks):
         parser.error("--seeds and --jobs must be >= 1, --lookbacks > 0")
     try:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import json
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,8 @@ from metadist.commands.competition.series import SeriesInfo
 from metadist.commands.competition.spec import SPEC_FILE, CompetitionSpec
 from metadist.commands.competition.steps import step
 from metadist.eval import evaluate_run
+from metadist.eval.cache import PREDICTIONS_FILE
+from metadist.eval.report import EVAL_DIR
 
 
 def evaluate_horizons(
@@ -40,6 +43,40 @@ def evaluate_horizons(
         step(title, functools.partial(_evaluate, run_dirs[0], overrides))
         firsts.append(run_dirs[0])
     return firsts
+
+
+def evaluate_candidates(
+    horizon: int,
+    candidates: dict[str, list[Member]],
+    out: Path,
+    spec: CompetitionSpec,
+    info: SeriesInfo,
+    test_path: Path,
+    ets: bool,
+    extra: Sequence[str],
+) -> dict[str, Path]:
+    """Evaluates one group's ensemble of each candidate loss (`{loss: members}`) on the
+    same tasks; returns each one's evaluated run. The statistical baselines do not
+    depend on the model (`metadist.eval.cache`): a candidate without a cache of its own
+    starts from the first one's, so AutoETS is fitted once per group."""
+    evaluated: dict[str, Path] = {}
+    for loss, members in candidates.items():
+        target = sorted(members, key=lambda m: -m.lookback)[0].run_dir(out)
+        if evaluated:
+            _share_cache(next(iter(evaluated.values())), target)
+        first = evaluate_horizons({horizon: members}, out, spec, info, test_path, ets, extra)
+        evaluated[loss] = first[0]
+    return evaluated
+
+
+def _share_cache(source: Path, target: Path) -> None:
+    """Copies the baseline cache of the run `source` to the run `target` where it has
+    none (entries are keyed by their inputs: one that does not fit is never used)."""
+    cache = source / EVAL_DIR / PREDICTIONS_FILE
+    own = target / EVAL_DIR / PREDICTIONS_FILE
+    if cache.is_file() and not own.exists():
+        own.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(cache, own)
 
 
 def evaluation_overrides(

@@ -14,11 +14,19 @@ from metadist.commands.competition.adaptation import (
     read_adaptation_choice,
     write_adaptation_choice,
 )
+from metadist.commands.competition.choice import (
+    candidate_losses,
+    choose_group,
+    describe,
+    read_choices,
+    write_choices,
+)
 from metadist.commands.competition.evaluation import (
-    evaluate_horizons,
+    evaluate_candidates,
     evaluation_overrides,
     want_ets,
 )
+from metadist.commands.competition.guard import write_guarded
 from metadist.commands.competition.holdout import check_holdout, write_validation_split
 from metadist.commands.competition.members import (
     Group,
@@ -67,7 +75,12 @@ class Plan:
         ets: whether AutoETS is scored.
         groups: the series each ensemble forecasts, in order of horizon.
         losses: the training losses (`--losses`, else the data set's metric where a loss
-            of that name exists, else smape).
+            of that name exists, else smape; under the validation protocol with
+            candidates, the candidates).
+        candidates: the losses one of which is chosen per group on this validation run
+            (one ensemble each; empty: no choice, every loss in one ensemble).
+        choices: per group, what a validation run chose (`choice.py`: the loss trained,
+            the weight against seasonal naive), read with `--adaptation-from`.
     """
 
     name: str
@@ -82,6 +95,12 @@ class Plan:
     ets: bool = False
     groups: tuple[Group, ...] = ()
     losses: tuple[str, ...] = ("smape",)
+    candidates: tuple[str, ...] = ()
+    choices: dict[str, dict] | None = None
+
+    def losses_of(self, key: str) -> tuple[str, ...]:
+        """The losses group `key` trains: the one a validation run chose, else `losses`."""
+        return (str(self.choices[key]["loss"]),) if self.choices else self.losses
 
     @property
     def test_path(self) -> Path:
@@ -103,28 +122,44 @@ def run_pipeline(args: argparse.Namespace, prog: str) -> int:
     store = plan.out / "store"
     if _ingest(plan, store, env) != 0:
         return 1
-    ensembles = {g.key: members_of(g, args.lookbacks, plan.losses, args.seeds) for g in plan.groups}
+    ensembles = {
+        g.key: members_of(g, args.lookbacks, plan.losses_of(g.key), args.seeds) for g in plan.groups
+    }
     trained = train_members(
         ensembles, args.experiment, store, plan.out, plan.train_overrides, env, args.jobs
     )
     if trained != 0:
         return 1
     record_periods(plan.groups, ensembles, plan.out, plan.info.periods)
-    firsts = []
+    firsts, chosen = [], {}
     for number, group in enumerate(plan.groups, 1):
         print(f"== evaluation {number}/{len(plan.groups)}", flush=True)
         # the group's labels alone: each horizon's evaluation scores its labels
         info = dataclasses.replace(plan.info, horizons={k: group.horizon for k in group.labels})
-        firsts += evaluate_horizons(
-            {group.horizon: ensembles[group.key]},
-            plan.out,
-            plan.spec,
-            info,
-            plan.test_path,
-            plan.ets,
+        members = ensembles[group.key]
+        by_loss = {"": members}
+        if plan.candidates:
+            by_loss = {c: [m for m in members if m.loss == c] for c in plan.candidates}
+        evaluated = evaluate_candidates(
+            group.horizon, by_loss, plan.out, plan.spec, info, plan.test_path, plan.ets,
             plan.eval_overrides,
-        )
+        )  # fmt: skip
+        if plan.candidates:
+            chosen[group.key] = choose_group(evaluated)
+            firsts.append(evaluated[chosen[group.key]["loss"]])
+        else:
+            firsts.append(evaluated[""])
+    if chosen:
+        write_choices(plan.out, chosen, validation=True)
     _report(plan, args, ensembles, firsts)
+    for key, entry in chosen.items():
+        print(describe(key, entry))
+    if plan.choices and plan.chosen:
+        write_choices(plan.out, plan.choices, False, args.adaptation_from)
+        runs = [(f, plan.chosen[g.key], float(plan.choices[g.key]["weight"]))
+                for f, g in zip(firsts, plan.groups, strict=True)]  # fmt: skip
+        weights = {g.key: float(plan.choices[g.key]["weight"]) for g in plan.groups}
+        print(write_guarded(plan.out, runs, plan.spec.metric, weights), end="")
     print(f"== all steps: {time.perf_counter() - started:.1f} s; table: {plan.out / 'metrics.md'}")
     return 0
 
@@ -176,6 +211,7 @@ def plan_run(args: argparse.Namespace) -> Plan:
     _describe(name, info, spec, args.validation)
     check_holdout(test_path, spec, info, horizons, bool(holdout.get("partial")))
     losses = tuple(args.losses or [training_loss(spec.metric)])
+    losses, candidates, choices = _loss_plan(args, spec, groups, losses, eval_overrides)
     return Plan(
         name,
         data_dir,
@@ -189,7 +225,54 @@ def plan_run(args: argparse.Namespace) -> Plan:
         ets,
         tuple(groups),
         losses,
+        candidates,
+        choices,
     )
+
+
+def _loss_plan(
+    args: argparse.Namespace,
+    spec: CompetitionSpec,
+    groups: list[Group],
+    losses: tuple[str, ...],
+    eval_overrides: list[str],
+) -> tuple[tuple[str, ...], tuple[str, ...], dict[str, dict] | None]:
+    """`(losses, candidates, choices)`: the losses trained, those chosen among on this
+    validation run, and a validation run's choices (`--adaptation-from`).
+
+    Raises:
+        ValueError: a validation run's choices that do not fit, or `--losses` beside them.
+    """
+    candidates = _candidates(args, spec.metric)
+    if candidates and not args.validation:
+        if args.adaptation_from is None:
+            print(
+                f"note: the loss is chosen per group on validation ({', '.join(candidates)}); "
+                f"without --adaptation-from VAL_OUT this run trains {', '.join(losses)}"
+            )
+        candidates = ()
+    elif candidates:
+        losses = candidates
+    choices = None
+    if args.adaptation_from is not None:
+        keys = [g.key for g in groups]
+        choices = read_choices(args.adaptation_from, keys, _primary_metric(args, eval_overrides))
+        if choices is not None and args.losses:
+            raise ValueError(
+                f"{args.adaptation_from} chose each group's loss on validation; leave out --losses"
+            )
+    return losses, candidates, choices
+
+
+def _candidates(args: argparse.Namespace, metric: str) -> tuple[str, ...]:
+    """The losses tried per group: `--loss-candidates` as given, or the recipe's with
+    the data set's metric first (`choice.candidate_losses`); empty: none."""
+    wanted = list(getattr(args, "loss_candidates", None) or [])
+    if not wanted:
+        return ()
+    if getattr(args, "recipe_candidates", False):
+        return candidate_losses(metric, wanted, REGRESSION_LOSSES)
+    return tuple(dict.fromkeys(wanted))
 
 
 def training_loss(metric: str) -> str:

@@ -1,0 +1,146 @@
+"""What a validation run chooses per group beyond adaptation: the training loss among
+the candidates, and the weight of the model against seasonal naive (`choices.json`).
+
+A recipe with candidate losses (`--recipe cpu`: the data set's metric and sMAPE) trains
+one ensemble per candidate under `--validation`, evaluates each, and keeps per group the
+loss whose ensemble (adapted or not, whichever is better) scores best by the data set's
+metric on the validation holdout. On the chosen ensemble's validation forecasts it then
+learns one weight `w` per group (`metadist.eval.fallback_combination`): the forecast
+`w · model + (1 − w) · seasonal naive` scoring best there. Both are written to
+`OUT/choices.json`; a test run given `--adaptation-from VAL_OUT` trains each group's
+chosen loss alone and reports the model shrunk by the validation weight beside the
+model alone (`guard.py`). Nothing is chosen on the competition holdout.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from metadist.commands.competition.guard import FALLBACK, read_points
+from metadist.durable import atomic_write_text
+from metadist.eval.fallback_combination import fit_shrinkage
+from metadist.eval.report import EVAL_DIR, JSON_NAME
+
+CHOICES_FILE = "choices.json"
+
+
+def candidate_losses(
+    metric: str, extra: Sequence[str], available: Sequence[str]
+) -> tuple[str, ...]:
+    """The losses tried per group: the data set's `metric` where a loss has its name,
+    then `extra` (those of `available` only), each once."""
+    out = [metric] if metric in available else []
+    out += [loss for loss in extra if loss in available]
+    return tuple(dict.fromkeys(out))
+
+
+def best_method(run_dir: Path) -> tuple[str, float, str]:
+    """`(method, score, metric)`: the better of the adapted and the unadapted forecast of
+    an evaluated run by its primary metric (adapted only where strictly better; a
+    non-finite score never wins)."""
+    result = json.loads((run_dir / EVAL_DIR / JSON_NAME).read_text())
+    metric = str(result["primary_metric"])
+    scores = {}
+    for method in ("adapted", "unadapted"):
+        if method in result["overall"]:
+            scores[method] = float(result["overall"][method][metric]["value"])
+    finite = {m: s for m, s in scores.items() if np.isfinite(s)}
+    if not finite:
+        return "adapted", float("nan"), metric
+    method = min(finite, key=lambda m: (finite[m], m != "adapted"))
+    return method, finite[method], metric
+
+
+def choose_group(runs: dict[str, Path]) -> dict[str, Any]:
+    """One group's choice from its candidates' evaluated runs `{loss: run_dir}`: the
+    loss (first on a tie), its better method, and the weight of that method against
+    seasonal naive on the same validation forecasts."""
+    scored = {loss: best_method(run) for loss, run in runs.items()}
+    finite = [loss for loss in runs if np.isfinite(scored[loss][1])]
+    loss = min(finite, key=lambda k: scored[k][1]) if finite else next(iter(runs))
+    method, _, metric = scored[loss]
+    points = read_points(runs[loss], method)
+    weight, weights = fit_shrinkage(
+        metric,
+        points["truth"],
+        points["model"],
+        points["fallback"],
+        points["task"],
+        points["scale"],
+    )
+    return {
+        "metric": metric,
+        "losses": {k: v[1] for k, v in scored.items()},
+        "loss": loss,
+        "method": method,
+        "fallback": FALLBACK,
+        "weight": weight,
+        "weights": {f"{w:.1f}": s for w, s in weights.items()},
+    }
+
+
+def write_choices(
+    out: Path, groups: dict[str, dict[str, Any]], validation: bool, source: Path | None = None
+) -> None:
+    """`OUT/choices.json`: each group's choice, the protocol it was made on (a test run
+    records the choices it applied, and the validation run they came from: `source`)."""
+    document: dict[str, Any] = {"protocol": "validation" if validation else "test"}
+    if source is not None:
+        document["from"] = str(source)
+    document["groups"] = groups
+    atomic_write_text(out / CHOICES_FILE, json.dumps(document, indent=1) + "\n")
+
+
+def describe(key: str, entry: dict[str, Any]) -> str:
+    """One printed line of a group's choice."""
+    losses = ", ".join(f"{k} {v:.3f}" for k, v in entry["losses"].items())
+    return (
+        f"== H={key}: validation {entry['metric']} by loss: {losses}; chosen {entry['loss']} "
+        f"({entry['method']}); weight of the model against {entry['fallback']}: "
+        f"{entry['weight']:.1f}"
+    )
+
+
+def read_choices(
+    val_out: Path, keys: Sequence[str], metric: str
+) -> dict[str, dict[str, Any]] | None:
+    """Each group's choice from a validation run's `choices.json` (None: it has none,
+    a run without candidate losses).
+
+    Raises:
+        ValueError: the file is not valid, was written by a test run, lacks a group of
+            `keys`, or chose by another metric than `metric`.
+    """
+    path = val_out / CHOICES_FILE
+    if not path.is_file():
+        return None
+    try:
+        document = json.loads(path.read_text())
+        protocol, groups = document["protocol"], document["groups"]
+        entries = {str(k): dict(v) for k, v in groups.items()}
+        for entry in entries.values():
+            str(entry["loss"]), float(entry["weight"]), str(entry["metric"])
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise ValueError(f"{path} is not a choice written by metadist competition") from None
+    if protocol != "validation":
+        raise ValueError(
+            f"{path} was written by a {protocol} run; --adaptation-from takes a --validation "
+            "run's output (settings are never chosen on the test holdout)"
+        )
+    missing = [k for k in keys if k not in entries]
+    if missing:
+        raise ValueError(
+            f"{path} has no choice for horizon {missing[0]} (it has {', '.join(sorted(entries))})"
+        )
+    other = sorted({e["metric"] for e in entries.values()} - {metric})
+    if other:
+        raise ValueError(
+            f"{path} chose by {other[0]}, this run's primary metric is {metric}: run the "
+            "validation protocol again with the same metric"
+        )
+    return {k: entries[k] for k in keys}

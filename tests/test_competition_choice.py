@@ -1,0 +1,207 @@
+"""`metadist competition`: the loss chosen per group on validation, the model's weight
+against seasonal naive learned there, both recorded and applied by a test run."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from metadist.commands.competition.choice import (
+    CHOICES_FILE,
+    best_method,
+    candidate_losses,
+    choose_group,
+    read_choices,
+    write_choices,
+)
+from metadist.commands.competition.cli import RECIPE_CANDIDATES
+from metadist.commands.competition.guard import guarded_scores, read_points
+from metadist.commands.competition.members import Group
+from metadist.commands.competition.pipeline import _loss_plan
+from metadist.commands.competition.spec import CompetitionSpec
+from metadist.eval.fallback_combination import (
+    WEIGHTS,
+    fit_shrinkage,
+    point_terms,
+    pooled_score,
+    shrunk,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _evaluated(run: Path, truth, model, fallback, scores: dict[str, float]) -> Path:
+    """A fake evaluated run: two series of len(truth) / 2 points each."""
+    (run / "eval").mkdir(parents=True)
+    half = len(truth) // 2
+    entities = ["a"] * half + ["b"] * (len(truth) - half)
+    points = pd.DataFrame(
+        {
+            "frequency": "yearly",
+            "entity": entities,
+            "step": list(range(half)) * 2,
+            "truth": truth,
+            "adapted": model,
+            "unadapted": model,
+            "seasonal_naive": fallback,
+        }
+    )
+    points.to_parquet(run / "eval" / "forecasts.parquet")
+    tasks = pd.DataFrame(
+        {
+            "group:entity": ["a", "b"],
+            "seasonal_naive:mae": [2.0, 2.0],
+            "seasonal_naive:mase": [1.0, 1.0],
+        }
+    )
+    tasks.to_parquet(run / "eval" / "tasks.parquet")
+    overall = {m: {"mape": {"value": v}} for m, v in scores.items()}
+    (run / "eval" / "metrics.json").write_text(
+        json.dumps({"primary_metric": "mape", "overall": overall})
+    )
+    return run
+
+
+def test_pooled_scores_leave_out_a_task_with_an_undefined_sum():
+    terms = np.array([1.0, 3.0, np.nan, 10.0])
+    assert pooled_score(terms, np.array(["a", "a", "b", "b"])) == 2.0
+    assert np.isnan(pooled_score(np.array([np.nan]), np.array(["a"])))
+    assert point_terms("mase", np.array([3.0]), np.array([1.0]), np.array([2.0]))[0] == 1.0
+    with pytest.raises(ValueError, match="metric must be one of"):
+        point_terms("owa", np.ones(1), np.ones(1))
+    assert shrunk(np.array([np.nan, 4.0]), np.array([2.0, 2.0]), 0.5).tolist() == [2.0, 3.0]
+
+
+def test_the_weight_follows_whichever_forecast_is_right():
+    truth = np.array([10.0, 12.0, 11.0, 13.0])
+    tasks = np.array(["a", "a", "b", "b"])
+    right, wrong = truth.copy(), truth * 1.5
+    assert fit_shrinkage("mape", truth, right, wrong, tasks)[0] == 1.0
+    assert fit_shrinkage("mape", truth, wrong, right, tasks)[0] == 0.0
+    # errors of opposite sign: the middle cancels them
+    weight, scores = fit_shrinkage("smape", truth, truth + 2, truth - 2, tasks)
+    assert weight == 0.5 and set(scores) == set(WEIGHTS)
+    # the same forecast twice: a tie everywhere keeps the model
+    assert fit_shrinkage("mae", truth, right, right, tasks)[0] == 1.0
+    with pytest.raises(ValueError, match="differ in length"):
+        fit_shrinkage("mape", truth, right, wrong[:2], tasks)
+
+
+def test_the_loss_is_chosen_by_the_validation_score_and_recorded(tmp_path):
+    truth = np.array([10.0, 12.0, 11.0, 13.0])
+    worse = _evaluated(tmp_path / "m", truth, truth * 1.3, truth * 0.8, {"adapted": 30.0})
+    better = _evaluated(
+        tmp_path / "s", truth, truth * 1.1, truth * 0.9, {"adapted": 10.0, "unadapted": 9.0}
+    )
+    assert best_method(better) == ("unadapted", 9.0, "mape")
+    entry = choose_group({"mape": worse, "smape": better})
+    assert entry["loss"] == "smape" and entry["method"] == "unadapted"
+    assert entry["losses"] == {"mape": 30.0, "smape": 9.0}
+    assert entry["weight"] == 0.5  # +10 % and −10 %: the middle is exact
+    write_choices(tmp_path, {"4": entry}, validation=True)
+    assert read_choices(tmp_path, ["4"], "mape")["4"]["loss"] == "smape"
+    with pytest.raises(ValueError, match="chose by mape, this run's primary metric is smape"):
+        read_choices(tmp_path, ["4"], "smape")
+    with pytest.raises(ValueError, match="no choice for horizon 8"):
+        read_choices(tmp_path, ["8"], "mape")
+    write_choices(tmp_path, {"4": entry}, validation=False, source=tmp_path)
+    with pytest.raises(ValueError, match="written by a test run"):
+        read_choices(tmp_path, ["4"], "mape")
+    (tmp_path / CHOICES_FILE).write_text("[]")
+    with pytest.raises(ValueError, match="not a choice written by metadist competition"):
+        read_choices(tmp_path, ["4"], "mape")
+    assert read_choices(tmp_path / "m", ["4"], "mape") is None  # none made
+    scores = guarded_scores([(better, "unadapted", 0.5)], "mape")
+    assert scores["all"]["guarded"]["mape"] == pytest.approx(0.0)
+    assert scores["yearly"]["model"]["mape"] == pytest.approx(10.0)
+    assert read_points(better, "adapted")["scale"].tolist() == [2.0] * 4
+
+
+def test_the_cpu_recipe_tries_the_metric_and_smape():
+    assert RECIPE_CANDIDATES == {"default": (), "cpu": ("smape",)}
+    losses = ("mse", "mae", "smape", "mape")
+    assert candidate_losses("mape", ["smape"], losses) == ("mape", "smape")
+    assert candidate_losses("smape", ["smape"], losses) == ("smape",)
+    assert candidate_losses("mase", ["smape"], losses) == ("smape",)
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(400)
+def test_a_validation_run_chooses_the_loss_and_a_test_run_applies_it(tmp_path):
+    rng = np.random.default_rng(0)
+    rows = {"train": [], "test": []}
+    for i in range(8):
+        t = np.arange(40 + 4)
+        values = 50 + 0.3 * t + 4 * np.sin(2 * np.pi * t / 4) + rng.normal(0, 1, len(t))
+        for step, value in zip(t, values, strict=True):
+            rows["train" if step < 40 else "test"].append((f"Q{i}", int(step), float(value)))
+    data = tmp_path / "data"
+    data.mkdir()
+    for part, records in rows.items():
+        frame = pd.DataFrame(records, columns=["series_id", "t", "value"])
+        frame.assign(frequency="Q", horizon=4, period=4).to_parquet(data / f"{part}.parquet")
+    (data / "competition.yaml").write_text("stratum_col: null\nmetric: mape\n")
+    val, test = tmp_path / "val", tmp_path / "test"
+    tiny = [
+        *("trainer.meta_steps=4", "trainer.meta_batch_size=4", "trainer.eval_every=2"),
+        "model.options.hidden_sizes=[8]",
+    ]
+    command = [sys.executable, "-m", "metadist.cli", "competition", str(data), "--recipe", "cpu"]
+    command += ["--ets", "no", *tiny]
+    env = dict(os.environ, OMP_NUM_THREADS="1", WANDB_MODE="disabled")
+
+    def run(*extra: str) -> str:
+        done = subprocess.run(
+            [*command, *extra], cwd=ROOT, env=env, capture_output=True, text=True, timeout=190
+        )
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        return done.stdout
+
+    printed = run("--validation", "--out", str(val))
+    document = json.loads((val / CHOICES_FILE).read_text())
+    assert document["protocol"] == "validation"
+    entry = document["groups"]["4"]
+    assert set(entry["losses"]) == {"mape", "smape"} and entry["metric"] == "mape"
+    assert f"chosen {entry['loss']}" in printed
+    # each candidate's score is its own evaluation on the validation split's holdout
+    for loss, score in entry["losses"].items():
+        result = json.loads((val / "h4" / f"L8-{loss}-s1" / "eval" / "metrics.json").read_text())
+        assert "validation_data" in json.dumps(result["settings"])
+        assert score == pytest.approx(min(result["overall"][m]["mape"]["value"]
+                                            for m in ("adapted", "unadapted")))  # fmt: skip
+    assert entry["loss"] == min(entry["losses"], key=entry["losses"].get)
+    printed = run("--out", str(test), "--adaptation-from", str(val))
+    trained = sorted(p.name for p in (test / "h4").iterdir() if p.is_dir())
+    assert trained == [f"L8-{entry['loss']}-s1"]  # the chosen loss alone
+    applied = json.loads((test / CHOICES_FILE).read_text())
+    assert applied["protocol"] == "test" and applied["from"] == str(val)
+    assert "shrunk towards seasonal naive" in printed
+    assert (test / "guarded.md").is_file()
+
+
+def test_losses_beside_a_validation_choice_are_refused(tmp_path, capsys):
+    entry = {"loss": "smape", "weight": 0.5, "metric": "smape", "losses": {"smape": 1.0}}
+    write_choices(tmp_path, {"4": entry}, validation=True)
+    args = argparse.Namespace(
+        adaptation_from=tmp_path, losses=["mae"], loss_candidates=["smape"],
+        recipe_candidates=True, validation=False, experiment="competition_cpu",
+    )  # fmt: skip
+    spec, groups = CompetitionSpec(metric="smape"), [Group(4, ("Y",), 1)]
+    with pytest.raises(ValueError, match="chose each group's loss on validation"):
+        _loss_plan(args, spec, groups, ("mae",), [])
+    args.losses = None
+    losses, candidates, choices = _loss_plan(args, spec, groups, ("smape",), [])
+    assert candidates == () and choices is not None and choices["4"]["loss"] == "smape"
+    args.adaptation_from, spec = None, CompetitionSpec(metric="mape")
+    assert _loss_plan(args, spec, groups, ("mape",), [])[:2] == (("mape",), ())
+    assert "without --adaptation-from VAL_OUT this run trains mape" in capsys.readouterr().out
+    args.validation = True
+    assert _loss_plan(args, spec, groups, ("mape",), [])[:2] == (("mape", "smape"),) * 2

@@ -134,6 +134,7 @@ def test_the_cpu_recipe_tries_the_metric_and_smape():
 
 
 @pytest.mark.integration
+@pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_a_validation_run_chooses_the_loss_and_a_test_run_applies_it(tmp_path):
     rng = np.random.default_rng(0)

@@ -17,7 +17,11 @@ extra; nothing is downloaded), every shot count and every learner:
    and Baseline++ baselines on the same episodes; the pretrained embedding gets the
    meta-learner's budget: trainer.meta_steps steps of meta_batch_size × N × (K + Q)
    labelled examples);
-4. one table of accuracies ± 95% intervals (over episodes) in OUT/fewshot.md.
+4. one table of accuracies ± 95% intervals (over episodes) in OUT/fewshot.md, with the
+   meta-learned accuracy minus the pretrained embedding's paired over the same episodes.
+
+`--learners` names the recipes `ucr_<learner>`: `protonet`, `maml`, `maml_plus` (MAML with
+the shared head and the MAML++ options), `metabaseline` (pre-training, then meta-training).
 
 Nothing here is specific to a set: any installed classification set with at least four
 classes works. Settings are the shipped experiment files'; none was tuned on a test split.
@@ -35,6 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
 
 from metadist.launch.children import OwnedChildren, StopRequested
 
@@ -147,6 +152,23 @@ def run_one(
     return json.loads((run_dir / "eval" / "metrics.json").read_text()), seconds
 
 
+def paired_difference(run_dir: Path, other: str = "pretrained") -> str:
+    """The meta-learned accuracy minus `other`'s, paired over the same episodes: mean ±
+    95% interval of the per-episode differences (from the evaluation's tasks.parquet)."""
+    path = run_dir / "eval" / "tasks.parquet"
+    if not path.is_file():
+        return "—"
+    table = pq.read_table(path)
+    if f"{other}:accuracy" not in table.column_names:
+        return "—"
+    points = table.column("num_points").to_numpy()
+    difference = (
+        table.column("adapted:accuracy").to_numpy() - table.column(f"{other}:accuracy").to_numpy()
+    ) / points
+    interval = 1.96 * difference.std(ddof=1) / np.sqrt(len(difference))
+    return f"{difference.mean():+.3f} ± {interval:.3f}"
+
+
 def _meta_batch_size(overrides: list[str]) -> int:
     """trainer.meta_batch_size as the overrides leave it."""
     given = [o.split("=", 1)[1] for o in overrides if o.startswith("trainer.meta_batch_size=")]
@@ -199,13 +221,13 @@ def main(argv: list[str] | None = None) -> int:
     lines = [
         "| set | classes (train / test) | task | learner | "
         + " | ".join(COLUMN_NAMES[m] for m in METHOD_ORDER)
-        + " | episodes | train + eval s |",
+        + " | − pretrained (paired) | episodes | train + eval s |",
         "| --- | --- | --- | --- | "
         + " | ".join("---:" for _ in METHOD_ORDER)
-        + " | ---: | ---: |",
+        + " | ---: | ---: | ---: |",
     ]
     for plan, (metrics, seconds) in zip(plans, results, strict=True):
-        name, shots, ways, train_classes, test_classes, learner, _, _ = plan
+        name, shots, ways, train_classes, test_classes, learner, _, run_dir = plan
         cells = []
         for method in METHOD_ORDER:
             score = metrics["overall"].get(method, {}).get("accuracy")
@@ -213,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(
             f"| {name} | {train_classes} / {test_classes} | {ways}-way {shots}-shot | {learner} | "
             + " | ".join(cells)
-            + f" | {metrics['num_tasks']} | {seconds:.0f} |"
+            + f" | {paired_difference(run_dir)} | {metrics['num_tasks']} | {seconds:.0f} |"
         )
     table = "\n".join(lines)
     (out / "fewshot.md").write_text(table + "\n")

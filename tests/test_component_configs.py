@@ -187,7 +187,12 @@ def test_learner_subclasses_declare_only_what_they_add():
     base = fields(InnerLoopLearner.Options)
     maml = fields(get_learner("maml").Options)
     anil = fields(get_learner("anil").Options)
-    assert maml - base == {"learn_inner_lr"}
+    assert maml - base == {
+        "learn_inner_lr",
+        "inner_lr_per_layer",
+        "multi_step_loss_steps",
+        "first_order_steps",
+    }
     assert anil - maml == {"head"}
     model = nn.Sequential(nn.Linear(1, 4), nn.Tanh(), nn.Linear(4, 1))
     learner = build_learner("anil", model, head=None, inner_lr=0.1, learn_inner_lr=True)

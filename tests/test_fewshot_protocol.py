@@ -409,6 +409,7 @@ def test_class_disjoint_run_is_scored_next_to_the_baselines(scaled_class_store, 
         "sampler.options.resample_to=16",
         "trainer.meta_steps=4",
         "trainer.meta_batch_size=2",
+        "pretrain.steps=2",  # ucr_metabaseline pre-trains; a few steps do here
         "logging.progress=false",
         "logging.wandb.mode=disabled",
         "--no-eval",
@@ -496,7 +497,7 @@ def test_pretraining_phase_runs_first_and_resumes_exactly(scaled_class_store, tm
     straight = _pretrain_run(scaled_class_store, tmp_path / "a", learner, "pretrain.steps=6")
     state = torch.load(tmp_path / "a" / "pretrain.pt", weights_only=True)
     assert state["step"] == 6
-    _pretrain_run(scaled_class_store, tmp_path / "plain", learner)
+    _pretrain_run(scaled_class_store, tmp_path / "plain", learner, "pretrain.steps=0")
     assert not (tmp_path / "plain" / "pretrain.pt").exists()
     differs = [
         name

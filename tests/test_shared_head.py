@@ -67,6 +67,16 @@ INNER_LOOP = {
     "fomaml": ("maml", {"first_order": True}),
     "metasgd": ("metasgd", {}),
     "anil": ("anil", {}),
+    # MAML++: learned per-step, per-layer rates, multi-step loss, annealed first order
+    "maml++": (
+        "maml",
+        {
+            "learn_inner_lr": True,
+            "inner_lr_per_layer": True,
+            "multi_step_loss_steps": 5,
+            "first_order_steps": 1,
+        },
+    ),
 }
 
 
@@ -102,6 +112,9 @@ def test_permuting_the_labels_permutes_the_logits_columns(key, model_name):
         with torch.no_grad():
             for rate in learner.inner_lrs.values():
                 rate.uniform_(0.1, 0.9)
+    if key == "maml++":  # a different rate for every step and layer
+        with torch.no_grad():
+            learner.inner_lrs.uniform_(0.1, 0.9)
     learner.eval()
     batch = episodes()
     logits = adapted_logits(learner, batch)
@@ -125,15 +138,19 @@ def _classify(learner, batch):
 # Learners with an inner loop depend on the label order through their head's initial rows
 # unless shared_head is on (maml, metasgd, anil, reptile: they run with it); prototype
 # learners (protonet, metabaseline: no inner loop) are invariant as they are.
+@pytest.mark.parametrize("trained", [False, True])
 @pytest.mark.parametrize("name", registered_learners())
-def test_every_learner_classifies_the_same_whatever_the_label_order(name):
+def test_every_learner_classifies_the_same_whatever_the_label_order(name, trained):
     batch = episodes()
     if get_learner(name).has_inner_loop:
         options = {"loss": "cross_entropy", "inner_steps": 2, "inner_lr": 0.5, "shared_head": True}
         learner = build_learner(name, classifier(), **options)
     else:
         learner = build_learner(name, classifier(output=6))  # an embedding
+    if trained:  # its learned state moved off its initialisation
+        meta_train(learner)
     predicted = _classify(learner, batch)
+    assert predicted.unique().numel() > 1  # not one class for every query: not trivial
     for permutation in (PERMUTATION, torch.tensor([3, 2, 1, 0])):
         relabelled_predictions = _classify(learner, relabelled(batch, permutation))
         assert torch.equal(relabelled_predictions, permutation[predicted])

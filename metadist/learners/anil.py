@@ -34,9 +34,10 @@ class ANIL(MAML):
         head: str | None = None
 
     def __init__(self, model: nn.Module, **options: Any) -> None:
-        head = resolve_head(model, self.read_options(options).head, "anil")
+        # Set before MAML's __init__, which asks `adapted_names` for the per-layer step
+        # sizes (a plain attribute: nn.Module allows it before its own __init__).
+        self.head = resolve_head(model, self.read_options(options).head, "anil")
         super().__init__(model, **options)
-        self.head = head
 
     def adapted_names(self, params=None) -> list[str]:
         prefix = self.head + "."

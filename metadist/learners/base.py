@@ -260,7 +260,8 @@ class InnerLoopLearner(FunctionalInnerLoop, TaskDispatch, Learner):
             batch.query.y,
         )
         self._raise_if_not_finite(out["support"], out["after"])
-        return MetaOutput(out["after"].mean(), self._metrics(out))
+        # A learner's `_score` may give a meta-loss of its own (MAML++'s multi-step loss).
+        return MetaOutput(out.get("meta_loss", out["after"]).mean(), self._metrics(out))
 
     def adapt(self, support: TaskSet, steps: int | None = None) -> Params:
         """Adapts the model to each task's support set.

@@ -65,15 +65,17 @@ class FunctionalInnerLoop:
         query_x: Tensor,
         query_y: Tensor,
         keep_fast: bool = False,
+        on_step: Callable[[int, Params], None] | None = None,
     ) -> dict[str, Any]:
         """Adapts the tasks and scores them on their query sets.
 
         With `batched`, every tensor has a leading task dim B and the outputs are per
         task (`after [B]`, `support [B, steps]`, ...); without, it is one task's.
-        `keep_fast` adds the adapted parameters under "fast".
+        `keep_fast` adds the adapted parameters under "fast"; `on_step` is passed to
+        `_inner_loop`.
         """
         fast, support_losses = self._inner_loop(
-            params, buffers, names, steps, batched, support_x, support_y
+            params, buffers, names, steps, batched, support_x, support_y, on_step
         )
         fixed = {n: p for n, p in params.items() if n not in fast}
         prediction = self._run_model(fast, fixed, buffers, query_x, batched)
@@ -103,8 +105,10 @@ class FunctionalInnerLoop:
         batched: bool,
         x: Tensor,
         y: Tensor,
+        on_step: Callable[[int, Params], None] | None = None,
     ) -> tuple[Params, Tensor]:
-        """`steps` gradient steps on the support set `(x, y)`.
+        """`steps` gradient steps on the support set `(x, y)`; `on_step(step, fast)`, if
+        given, sees the adapted parameters after each step (MAML++'s multi-step loss).
 
         Batched, each adapted parameter becomes a `[B, ...]` expansion of the shared one
         and the step is one plain `torch.autograd.grad` of the sum of the B task losses:
@@ -153,6 +157,8 @@ class FunctionalInnerLoop:
             losses.append(loss)
             with torch.set_grad_enabled(build_graph):
                 fast = _sgd_steps(fast, [self.step_size(step, n) for n in names], grads)
+                if on_step is not None:
+                    on_step(step, fast)
         if shared:  # no step taken
             fast = {n: p.expand(*shape, *p.shape) for n, p in fast.items()}
         if not build_graph:

@@ -8,7 +8,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from metadist.learners.base import InnerLoopLearner
+from metadist.batch import MetaBatch
+from metadist.learners.base import InnerLoopLearner, MetaOutput, Params
+from metadist.learners.maml_plus import MetaStepCounter, step_loss_weights, weighted_step_losses
 from metadist.learners.registry import register_learner
 
 
@@ -18,42 +20,137 @@ class MAML(InnerLoopLearner):
 
     The meta-loss is the mean over tasks of the query loss after `inner_steps` gradient
     steps on the support set; its gradient flows back through the inner updates (set
-    `first_order=True` for FOMAML).
+    `first_order=True` for FOMAML). The MAML++ options (Antoniou et al. 2019;
+    `metadist.learners.maml_plus`) steady it.
 
     Args:
         model: any `nn.Module`.
         learn_inner_lr: learn one inner step size per inner step (initialised to
             `inner_lr`, parameter `inner_lrs [inner_steps]`, as in MAML++). Evaluation
             with more steps than `inner_steps` reuses the last learned step size.
-        **options: `InnerLoopLearner.Options`, plus `learn_inner_lr`.
+        inner_lr_per_layer: with `learn_inner_lr`, one step size per inner step and per
+            adapted parameter tensor: `inner_lrs [inner_steps, layers]`, the layers in
+            `adapted_names()` order (MAML++'s LSLR).
+        multi_step_loss_steps: for the first T meta-steps the meta-loss weighs the query
+            losses after every inner step, annealed towards the last
+            (`maml_plus.step_loss_weights`); 0 (default) never.
+        first_order_steps: first order for the first F meta-steps, then second order
+            (MAML++'s derivative-order annealing); 0 (default) never.
+        **options: `InnerLoopLearner.Options`, plus the four above.
 
     Raises:
-        ValueError: a bad option (e.g. `learn_inner_lr` with 0 inner steps).
+        ValueError: a bad option, naming it (e.g. `learn_inner_lr` with 0 inner steps,
+            `inner_lr_per_layer` without `learn_inner_lr`, a negative
+            `multi_step_loss_steps`, `first_order_steps` with `first_order`).
     """
 
     @dataclass(frozen=True)
     class Options(InnerLoopLearner.Options):
         learn_inner_lr: bool = False
+        inner_lr_per_layer: bool = False
+        multi_step_loss_steps: int = 0
+        first_order_steps: int = 0
 
     def __init__(self, model: nn.Module, **options: Any) -> None:
         super().__init__(model, **options)
-        self.learn_inner_lr = self.options.learn_inner_lr
+        opts = self.options
+        self.learn_inner_lr = opts.learn_inner_lr
+        self._check_maml_plus(opts)
         if self.learn_inner_lr:
             if self.inner_steps == 0:
                 raise self._options_error(
                     "inner_steps", "must be >= 1 when learn_inner_lr is true", self.inner_steps
                 )
             reference = next(model.parameters())
+            names = self.adapted_names()
+            self._layer_index = {n: i for i, n in enumerate(names)}
+            shape = (
+                (self.inner_steps, len(names)) if opts.inner_lr_per_layer else (self.inner_steps,)
+            )
             self.inner_lrs = nn.Parameter(
-                torch.full(
-                    (self.inner_steps,),
-                    self.inner_lr,
-                    dtype=reference.dtype,
-                    device=reference.device,
-                )
+                torch.full(shape, self.inner_lr, dtype=reference.dtype, device=reference.device)
+            )
+        # Training meta-steps taken, where a MAML++ schedule reads them.
+        self.meta_steps: MetaStepCounter | None = None
+        if opts.multi_step_loss_steps > 0 or opts.first_order_steps > 0:
+            self.meta_steps = MetaStepCounter()
+
+    def _check_maml_plus(self, opts: Any) -> None:
+        for field in ("multi_step_loss_steps", "first_order_steps"):
+            value = getattr(opts, field)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise self._options_error(field, "must be an int >= 0", value)
+        if opts.inner_lr_per_layer and not opts.learn_inner_lr:
+            raise self._options_error(
+                "inner_lr_per_layer", "needs learn_inner_lr: true", opts.inner_lr_per_layer
+            )
+        if opts.first_order_steps > 0 and opts.first_order:
+            raise self._options_error(
+                "first_order_steps",
+                "has no effect with first_order: true (set it to 0)",
+                opts.first_order_steps,
+            )
+        if opts.multi_step_loss_steps > 0 and self.inner_steps == 0:
+            raise self._options_error(
+                "multi_step_loss_steps", "needs inner_steps >= 1", opts.multi_step_loss_steps
             )
 
     def step_size(self, step: int, name: str) -> Tensor | float:
-        if self.learn_inner_lr:
-            return self.inner_lrs[min(step, self.inner_steps - 1)]
-        return self.inner_lr
+        if not self.learn_inner_lr:
+            return self.inner_lr
+        rates = self.inner_lrs[min(step, self.inner_steps - 1)]
+        return rates[self._layer_index[name]] if rates.dim() else rates
+
+    def forward(self, batch: MetaBatch) -> MetaOutput:
+        """As `InnerLoopLearner.forward`, with the MAML++ schedules at this meta-step; a
+        training call (train mode, grad enabled) counts one meta-step."""
+        counting = self.meta_steps is not None and self.training and torch.is_grad_enabled()
+        if self.meta_steps is not None:
+            seen = self.meta_steps.value
+            self.first_order = self.options.first_order or seen < self.options.first_order_steps
+        out = super().forward(batch)
+        if counting:
+            assert self.meta_steps is not None
+            self.meta_steps.advance()
+        return out
+
+    def _score(
+        self,
+        params: Params,
+        buffers: Params,
+        names: list[str],
+        steps: int,
+        batched: bool,
+        support_x: Tensor,
+        support_y: Tensor,
+        query_x: Tensor,
+        query_y: Tensor,
+        keep_fast: bool = False,
+        on_step: Any = None,
+    ) -> dict[str, Any]:
+        """`InnerLoopLearner._score`, plus the multi-step meta-loss (`meta_loss`, per
+        task) while its schedule lasts, in training."""
+        weights = None
+        if self.meta_steps is not None and self.training and torch.is_grad_enabled():
+            weights = step_loss_weights(
+                steps, self.meta_steps.value, self.options.multi_step_loss_steps
+            )
+        if weights is None:
+            return super()._score(
+                params, buffers, names, steps, batched, support_x, support_y, query_x,
+                query_y, keep_fast, on_step,
+            )  # fmt: skip
+        fixed = {n: p for n, p in params.items() if n not in names}
+        step_losses: list[Tensor] = []
+
+        def query_loss(step: int, fast: Params) -> None:
+            if step < steps - 1:  # the last step's is `after`, computed anyway
+                prediction = self._run_model(fast, fixed, buffers, query_x, batched)
+                step_losses.append(self._losses(prediction, query_y, batched))
+
+        out = super()._score(
+            params, buffers, names, steps, batched, support_x, support_y, query_x, query_y,
+            keep_fast, query_loss,
+        )  # fmt: skip
+        out["meta_loss"] = weighted_step_losses([*step_losses, out["after"]], weights)
+        return out

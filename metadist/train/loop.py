@@ -203,6 +203,8 @@ def _run(config: TrainConfig, env: DistEnv, parts: RunParts, on_eval) -> TrainRe
     try:
         with StopRequest() as stop:
             context = _Context(config, env, parts, model, logger, stop, run_id, on_eval, selection)
+            if checkpoint is None and config.pretrain.steps > 0 and selection is not None:
+                checkpoint = _select_pretrained(context)
             return _loop(context, step, checkpoint, metrics_window)
     finally:
         for loader in (parts.train_loader, parts.val_loader):
@@ -323,6 +325,19 @@ def _validate(
     if ctx.on_eval is not None:
         ctx.on_eval(step, values)
     return improved, early
+
+
+def _select_pretrained(ctx: _Context) -> Path | None:
+    """Meta-val of the model right after pre-training (step 0), a candidate of the
+    selection like every later evaluation: where meta-training never beats it on meta-val,
+    the pretrained model is what the run keeps (Meta-Baseline selects so). Returns its
+    checkpoint where it is the best so far (the first evaluation always is)."""
+    val_loader = ctx.parts.val_loader
+    assert val_loader is not None  # a selection exists only with meta-val
+    start = val_loader.state_dict()
+    improved, _ = _validate(ctx, 0, val_loader, start, last=False)
+    val_loader.load_state_dict(start)  # later evaluations start from the same episodes
+    return _save(ctx, 0, _Window(0), best=True) if improved else None
 
 
 def _result(

@@ -31,8 +31,9 @@ def build_parser(prog: str = "metadist competition") -> argparse.ArgumentParser:
         "--out",
         type=Path,
         default=None,
-        help="default: runs/NAME (runs/NAME_val with --validation; NAME: competition.yaml's "
-        "name, a plain word, or the data directory's)",
+        help="a new or empty directory, or an earlier output of this command for the same "
+        "training file and protocol (default: runs/NAME, runs/NAME_val with --validation; "
+        "NAME: competition.yaml's name, a plain word, or the data directory's)",
     )
     parser.add_argument(
         "--experiment",

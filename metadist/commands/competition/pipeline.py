@@ -28,12 +28,14 @@ from metadist.commands.competition.members import (
     record_periods,
     train_members,
 )
+from metadist.commands.competition.output import check_output, claim_output
 from metadist.commands.competition.series import SeriesInfo, scan_series
 from metadist.commands.competition.sources import check_same_source, recorded_fingerprint
 from metadist.commands.competition.spec import (
     SOURCE_FILE,
     TEST_FILE,
     TRAIN_FILE,
+    VALIDATION_DIR,
     CompetitionSpec,
     default_output,
     load_spec,
@@ -44,9 +46,6 @@ from metadist.commands.competition.table import pooled_table, table_title
 from metadist.eval.settings import load_eval_options, split_eval_overrides
 from metadist.learners import REGRESSION_LOSSES
 from metadist.train.compose import compose_dict
-
-# under the validation protocol: OUT/validation_data holds the split
-VALIDATION_DIR = "validation_data"
 
 
 @dataclass(frozen=True)
@@ -68,6 +67,8 @@ class Plan:
         groups: the series each ensemble forecasts, in order of horizon.
         losses: the training losses (`--losses`, else the data set's metric where a loss
             of that name exists, else smape).
+        source: the data set's training file (under the validation protocol, the file
+            the split was cut from), which the output's marker names.
     """
 
     name: str
@@ -82,6 +83,7 @@ class Plan:
     ets: bool = False
     groups: tuple[Group, ...] = ()
     losses: tuple[str, ...] = ("smape",)
+    source: Path = Path()
 
     @property
     def test_path(self) -> Path:
@@ -96,7 +98,7 @@ def run_pipeline(args: argparse.Namespace, prog: str) -> int:
     """
     started = time.perf_counter()
     plan = plan_run(args)
-    plan.out.mkdir(parents=True, exist_ok=True)
+    claim_output(plan.out, plan.source, args.validation)
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")
     env.setdefault("WANDB_MODE", "disabled")
@@ -144,6 +146,8 @@ def plan_run(args: argparse.Namespace) -> Plan:
     spec = load_spec(data_dir)
     name = spec.name or data_dir.resolve().name
     out: Path = args.out or default_output(spec, data_dir, "_val" if args.validation else "")
+    source = data_dir / spec.train
+    check_output(out, source, args.validation)  # before anything is written
     info = scan_series(data_dir / spec.train, spec)
     horizons = _horizons(info, args.horizons)
     train_overrides, eval_overrides = split_eval_overrides(args.overrides)
@@ -189,6 +193,7 @@ def plan_run(args: argparse.Namespace) -> Plan:
         ets,
         tuple(groups),
         losses,
+        source,
     )
 
 
@@ -264,7 +269,7 @@ def _validation_data(
     source = source_dir / spec.train
     data_dir = out / VALIDATION_DIR
     if not (data_dir / TRAIN_FILE).is_file():
-        out.mkdir(parents=True, exist_ok=True)
+        claim_output(out, source, validation=True)
         step(
             f"validation split of {source_dir}",
             lambda: write_validation_split(source_dir, spec, info, data_dir),

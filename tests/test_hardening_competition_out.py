@@ -163,3 +163,10 @@ def test_an_output_of_an_earlier_version_is_adopted_only_for_the_same_file(
     assert competition.main([str(data), "--out", str(other), "--ets", "no"]) == 1
     assert "is a non-empty directory that is not an output" in capsys.readouterr().err
     assert not (other / OUTPUT_FILE).exists()
+
+
+def test_an_empty_out_is_refused_not_taken_for_the_working_directory(data_dir, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        competition.main([str(data_dir), "--out", "", "--ets", "no"])
+    assert stopped.value.code == 2
+    assert "argument --out: an empty --out names no directory" in capsys.readouterr().err

@@ -6,6 +6,10 @@ each child (torchrun stops its ranks, a training checkpoints), waits a grace per
 kills whatever of the children and their descendants is still alive — ranks run in
 sessions of their own, so they are found through `/proc`, not by process group. The
 command then says in one line what it stopped and exits with 128 + the signal's number.
+Killed outright (SIGKILL, which it cannot catch), it forwards nothing: on Linux each
+child is started asking the kernel for a SIGTERM when the command ends
+(`PR_SET_PDEATHSIG`), so torchrun stops its ranks and a training checkpoints and stops
+instead of training on unobserved.
 
 Example:
     with OwnedChildren("metadist train") as children:
@@ -15,17 +19,50 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _prctl() -> Callable[..., int] | None:
+    """libc's `prctl` on Linux, else None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+def stop_with_parent_hook() -> Callable[[], None] | None:
+    """A `preexec_fn` for a child that must end with this process: in the child, before
+    the exec, it asks the kernel for a SIGTERM once the thread that started it ends (the
+    process killed by SIGKILL included), and sends it at once if that already happened.
+    None where the kernel has no such request (not Linux)."""
+    prctl = _prctl()
+    if prctl is None:
+        return None
+    parent = os.getpid()
+
+    def hook() -> None:  # runs between fork and exec: nothing but two system calls
+        prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM))
+        if os.getppid() != parent:  # the parent ended before the request was made
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return hook
 
 
 class StopRequested(BaseException):
@@ -140,6 +177,8 @@ class OwnedChildren:
         with self._lock:
             if self._closed:
                 raise RuntimeError(f"{self.name} is stopping: no new process is started")
+            if "preexec_fn" not in kwargs:  # a SIGKILL of this command still stops it
+                kwargs["preexec_fn"] = stop_with_parent_hook()
             process = subprocess.Popen(list(command), **kwargs)
             self._running.append(process)
         return process

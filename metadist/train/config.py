@@ -39,6 +39,8 @@ _DEVICES = ("auto", "cpu", "cuda")
 _BACKENDS = ("auto", "gloo", "nccl")
 # A bound far above any real run, so that a typo (1e20) is refused, not started.
 MAX_META_STEPS = 10**12
+# data.num_workers: DataLoader worker processes per rank
+MAX_WORKERS = 256
 _PRECISIONS = ("fp32", "bf16")
 _GPU_INDEX = re.compile(r"cuda:\d+")
 _WANDB_MODES = ("online", "offline", "disabled")
@@ -133,9 +135,13 @@ class DataConfig:
                 f"data.stratify_by={self.stratify_by} does not apply to data.split_by="
                 f"{self.split_by}: whole classes are split, not stratified; leave it null"
             )
-        check_min("data.num_workers", self.num_workers, 0)
+        # worker processes per rank: a fixed bound (a config is often checked on another
+        # machine than the one it trains on); 100,000 forked until the machine stalled
+        check_range("data.num_workers", self.num_workers, 0, MAX_WORKERS, "processes per rank")
         if self.prefetch_factor is not None:
-            check_min("data.prefetch_factor", self.prefetch_factor, 1)
+            # torch queues prefetch_factor x num_workers indices before the first batch:
+            # 10^9 of them took minutes before the first step
+            check_range("data.prefetch_factor", self.prefetch_factor, 1, 1024, "batches ahead")
             if self.num_workers == 0:
                 raise ValueError("data.prefetch_factor needs data.num_workers > 0")
         if self.persistent_workers and self.num_workers == 0:
@@ -281,6 +287,8 @@ class TrainerConfig:
         check_choice("trainer.backend", self.backend, _BACKENDS)
         if self.seed < 0:
             raise ValueError(f"trainer.seed must be >= 0, got {self.seed}")
+        # the task streams take seed * 2**32 in 64 bits (tasks/nway_kshot.py)
+        check_range("trainer.seed", self.seed, 0, 2**32 - 1, "a 32-bit seed")
         if self.backend == "nccl" and _GPU_INDEX.fullmatch(str(self.device)) and world_size > 1:
             raise ValueError(
                 f"trainer.device={self.device} puts every rank on one GPU, which NCCL cannot "

@@ -37,7 +37,7 @@ are redone on every call.
 
 One idea per module: `spec` (competition.yaml), `series` (the scan of the training file),
 `holdout` (the holdout's checks, the validation split), `sources` (which training file an
-output was made from), `members` (each horizon's ensemble and its training), `evaluation`
+output was made from), `output` (where it may write), `members` (each horizon's ensemble and its training), `evaluation`
 (each horizon's evaluation), `adaptation` (adapted or not, per horizon), `table` (the
 pooled table), `pipeline` (the steps in order) and `cli` (the command line).
 """

@@ -32,10 +32,11 @@ def build_parser(prog: str = "metadist competition") -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--out",
-        type=Path,
+        type=_output_dir,
         default=None,
-        help="default: runs/NAME (runs/NAME_val with --validation; NAME: competition.yaml's "
-        "name, a plain word, or the data directory's)",
+        help="a new or empty directory, or an earlier output of this command for the same "
+        "training file and protocol (default: runs/NAME, runs/NAME_val with --validation; "
+        "NAME: competition.yaml's name, a plain word, or the data directory's)",
     )
     parser.add_argument(
         "--experiment",
@@ -160,3 +161,11 @@ def _multiple(text: str) -> float:
             f"{text!r} is not a number; put overrides before --lookbacks, after another "
             "option, or after --"
         ) from None
+
+
+def _output_dir(text: str) -> Path:
+    """An `--out` value; an empty one (an unset shell variable) would be the working
+    directory."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty --out names no directory")
+    return Path(text)

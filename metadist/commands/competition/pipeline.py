@@ -36,12 +36,14 @@ from metadist.commands.competition.members import (
     record_periods,
     train_members,
 )
+from metadist.commands.competition.output import check_output, claim_output
 from metadist.commands.competition.series import SeriesInfo, scan_series
 from metadist.commands.competition.sources import check_same_source, recorded_fingerprint
 from metadist.commands.competition.spec import (
     SOURCE_FILE,
     TEST_FILE,
     TRAIN_FILE,
+    VALIDATION_DIR,
     CompetitionSpec,
     default_output,
     load_spec,
@@ -52,9 +54,6 @@ from metadist.commands.competition.table import pooled_table, table_title
 from metadist.eval.settings import load_eval_options, split_eval_overrides
 from metadist.learners import REGRESSION_LOSSES
 from metadist.train.compose import compose_dict
-
-# under the validation protocol: OUT/validation_data holds the split
-VALIDATION_DIR = "validation_data"
 
 
 @dataclass(frozen=True)
@@ -81,6 +80,8 @@ class Plan:
             (one ensemble each; empty: no choice, every loss in one ensemble).
         choices: per group, what a validation run chose (`choice.py`: the loss trained,
             the weight against seasonal naive), read with `--adaptation-from`.
+        source: the data set's training file (under the validation protocol, the file
+            the split was cut from), which the output's marker names.
     """
 
     name: str
@@ -97,6 +98,7 @@ class Plan:
     losses: tuple[str, ...] = ("smape",)
     candidates: tuple[str, ...] = ()
     choices: dict[str, dict] | None = None
+    source: Path = Path()
 
     def losses_of(self, key: str) -> tuple[str, ...]:
         """The losses group `key` trains: the one a validation run chose, else `losses`."""
@@ -115,7 +117,7 @@ def run_pipeline(args: argparse.Namespace, prog: str) -> int:
     """
     started = time.perf_counter()
     plan = plan_run(args)
-    plan.out.mkdir(parents=True, exist_ok=True)
+    claim_output(plan.out, plan.source, args.validation)
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")
     env.setdefault("WANDB_MODE", "disabled")
@@ -179,6 +181,8 @@ def plan_run(args: argparse.Namespace) -> Plan:
     spec = load_spec(data_dir)
     name = spec.name or data_dir.resolve().name
     out: Path = args.out or default_output(spec, data_dir, "_val" if args.validation else "")
+    source = data_dir / spec.train
+    check_output(out, source, args.validation)  # before anything is written
     info = scan_series(data_dir / spec.train, spec)
     horizons = _horizons(info, args.horizons)
     train_overrides, eval_overrides = split_eval_overrides(args.overrides)
@@ -227,6 +231,7 @@ def plan_run(args: argparse.Namespace) -> Plan:
         losses,
         candidates,
         choices,
+        source,
     )
 
 
@@ -347,7 +352,7 @@ def _validation_data(
     source = source_dir / spec.train
     data_dir = out / VALIDATION_DIR
     if not (data_dir / TRAIN_FILE).is_file():
-        out.mkdir(parents=True, exist_ok=True)
+        claim_output(out, source, validation=True)
         step(
             f"validation split of {source_dir}",
             lambda: write_validation_split(source_dir, spec, info, data_dir),

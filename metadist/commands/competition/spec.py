@@ -19,6 +19,8 @@ SPEC_FILE = "competition.yaml"
 ADAPTATION_FILE = "adaptation.json"
 # in a validation split: the fingerprint of the training file it was cut from
 SOURCE_FILE = "source.json"
+# under the validation protocol: OUT/validation_data holds the split
+VALIDATION_DIR = "validation_data"
 # where a run goes without --out: runs/NAME
 RUNS_DIR = Path("runs")
 # a name that can be one directory under runs/: a word of letters, digits, _ . + -,

@@ -1,0 +1,193 @@
+"""Issue 39, the failures that had no test of their own through the command a user runs:
+`metadist forecast` of a received run whose config lists `imports` (the issue's case; the
+`metadist eval` one is in test_train_loop.py), `metadist forecast` of a history holding
+1e300, `metadist eval` on a store whose `entity_stats.npz` is truncated, and
+`benchmarks/fewshot.py` stopped by SIGTERM while a training runs.
+
+Real processes on real files, each with a timeout."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from _task_stores import build_encoded_store
+
+from metadist.datasets.synthetic import (
+    SYNTHETIC_ENTITY,
+    SYNTHETIC_INGEST_ARGS,
+    SYNTHETIC_TIME,
+    write_synthetic_panel,
+)
+from metadist.launch.children import alive, descendants
+from metadist.store.ingest import ingest
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parent.parent
+ENV = dict(os.environ, OMP_NUM_THREADS="1", WANDB_MODE="disabled")
+# a module beside a received run: importing it leaves a file behind
+MODULE = "received_by_mail"
+MODULE_CODE = "import pathlib\npathlib.Path(__file__).with_name('module_ran').write_text('yes')\n"
+
+
+def _metadist(*args: str, cwd: Path, timeout: int = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "metadist.cli", *args],
+        cwd=cwd,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def _one_line_error(done: subprocess.CompletedProcess, *wanted: str) -> str:
+    """The one error line of a refused command (notes aside), holding every `wanted`."""
+    assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
+    lines = [line for line in done.stderr.strip().splitlines() if not line.startswith("note:")]
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    for text in wanted:
+        assert text in lines[0], lines[0]
+    return lines[0]
+
+
+def _train(tmp: Path, store: Path, name: str, *extra: str) -> Path:
+    run_dir = tmp / name
+    done = _metadist(
+        "train",
+        "--no-eval",
+        "experiment=synthetic_maml",
+        f"data.store={store}",
+        f"run_dir={run_dir}",
+        "trainer.meta_steps=2",
+        "trainer.meta_batch_size=2",
+        "trainer.eval_every=0",
+        "trainer.num_threads=1",
+        "model.options.hidden_sizes=[8]",
+        "logging.progress=false",
+        *extra,
+        cwd=tmp,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def received(tmp_path_factory):
+    """A run trained with `imports=[MODULE]` (the module beside it), its store and one
+    entity's history."""
+    tmp = tmp_path_factory.mktemp("received")
+    panel = tmp / "panel"
+    write_synthetic_panel(panel, num_entities=12, length_range=(80, 120), seed=1, nan_fraction=0)
+    store = tmp / "store"
+    ingest(panel, store, progress=False, **SYNTHETIC_INGEST_ARGS)
+    (tmp / f"{MODULE}.py").write_text(MODULE_CODE)
+    run_dir = _train(tmp, store, "run", f"imports=[{MODULE}]")
+    (tmp / "module_ran").unlink()  # the training imported it: its owner's own config
+    table = pq.read_table(panel)
+    entity = table.column(SYNTHETIC_ENTITY)[0].as_py()
+    history = pq.read_table(panel, filters=[(SYNTHETIC_ENTITY, "=", entity)])
+    pq.write_table(history.sort_by(SYNTHETIC_TIME), tmp / "history.parquet")
+    return {"tmp": tmp, "run": run_dir, "store": store, "history": tmp / "history.parquet"}
+
+
+def test_metadist_forecast_of_a_received_run_runs_none_of_its_imports(received):
+    tmp, out = received["tmp"], received["tmp"] / "forecast.parquet"
+    command = ["forecast", str(received["run"]), str(received["history"]), "--out", str(out)]
+    refused = _metadist(*command, cwd=tmp)
+    _one_line_error(refused, f"--allow-import {MODULE}", f"'{MODULE}'")
+    assert not (tmp / "module_ran").exists() and not out.exists()
+    allowed = _metadist(*command, "--allow-import", MODULE, cwd=tmp)
+    assert allowed.returncode == 0, allowed.stderr[-3000:]
+    assert (tmp / "module_ran").read_text() == "yes" and out.is_file()
+    (tmp / "module_ran").unlink()
+    out.unlink()
+
+
+def test_metadist_forecast_of_a_value_a_store_cannot_hold_is_one_line(received):
+    value = 1e300  # exited 0 with NaN forecasts (ingest refuses it)
+    tmp, out = received["tmp"], received["tmp"] / "huge.parquet"
+    history = pq.read_table(received["history"])
+    column = "load"
+    values = history.column(column).to_numpy().copy()
+    values[5] = value
+    at = history.column_names.index(column)
+    pq.write_table(history.set_column(at, column, pa.array(values)), tmp / "huge_history.parquet")
+    done = _metadist(
+        "forecast",
+        str(received["run"]),
+        str(tmp / "huge_history.parquet"),
+        "--out",
+        str(out),
+        "--allow-import",
+        MODULE,
+        cwd=tmp,
+    )
+    _one_line_error(done, "metadist forecast: error:", f"has {value:g} in column '{column}'")
+    assert not out.exists()  # no NaN forecasts written
+
+
+@pytest.mark.slow  # a training of its own; the store's own check is fast in test_store_hardening
+def test_metadist_eval_on_a_truncated_entity_stats_is_one_line(received, tmp_path):
+    store = Path(shutil.copytree(received["store"], tmp_path / "store"))
+    run_dir = _train(tmp_path, store, "run")
+    stats = store / "entity_stats.npz"
+    stats.write_bytes(stats.read_bytes()[: stats.stat().st_size // 2])
+    done = _metadist("eval", f"run_dir={run_dir}", "eval.max_tasks=4", cwd=tmp_path)
+    # refused by the run's record of its store (the file's checksum), before any read
+    _one_line_error(done, "metadist eval: error:", "entity_stats.npz")
+    assert "BadZipFile" not in done.stderr
+
+
+# ---------------------------------------------- an orchestrator owns its trainings
+
+
+@pytest.mark.slow  # ~16 s: a benchmark script's trainings
+@pytest.mark.timeout(240)
+def test_sigterm_to_benchmarks_fewshot_stops_the_training_it_started(tmp_path):
+    out = tmp_path / "out"
+    (out / "data" / "toy").mkdir(parents=True)
+    build_encoded_store(out / "data" / "toy", [60] * 40)  # 4 classes of 10 cases
+    command = [
+        *(sys.executable, str(ROOT / "benchmarks" / "fewshot.py"), "--sets", "toy"),
+        *("--shots", "1", "--learners", "protonet", "--out", str(out)),
+        "trainer.meta_steps=1000000",
+    ]
+    bench = subprocess.Popen(
+        command, cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    seen: set[int] = set()
+    try:
+        deadline = time.monotonic() + 150
+        while time.monotonic() < deadline and not list(out.glob("runs/*/metrics.jsonl")):
+            assert bench.poll() is None, bench.communicate()[1][-3000:]
+            time.sleep(0.2)  # the training has written its first record
+        assert list(out.glob("runs/*/metrics.jsonl")), "the training never started"
+        seen |= set(descendants(bench.pid))
+        bench.send_signal(signal.SIGTERM)
+        _, err = bench.communicate(timeout=120)
+    finally:
+        leftover = descendants(bench.pid)
+        if bench.poll() is None:
+            bench.kill()
+        for pid in leftover:  # never leave a training behind, even on failure
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    assert seen, "no training process was seen"
+    assert bench.returncode == 128 + signal.SIGTERM, err[-3000:]
+    lines = err.strip().splitlines()
+    assert lines[-1] == "benchmarks/fewshot.py: stopped by SIGTERM; 1 process it started stopped"
+    assert "Traceback" not in err
+    for pid in seen:
+        assert not alive(pid), f"process {pid} outlived benchmarks/fewshot.py"
+    assert not (out / "fewshot.md").exists()

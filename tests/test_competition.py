@@ -104,6 +104,7 @@ def test_ensemble_members_span_lookbacks_losses_and_seeds():
 
 
 @pytest.mark.integration
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_the_whole_protocol_on_a_data_set_unlike_m3(data_dir, tmp_path, capsys):
     out = tmp_path / "out"

@@ -197,6 +197,7 @@ def test_a_poor_trial_is_pruned_and_its_processes_stopped(tmp_path):
 
 
 @pytest.mark.integration
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_an_interrupted_sweep_runs_the_cut_off_trial_again(tmp_path):
     import signal

@@ -26,12 +26,7 @@ from metadist.tasks.inference import classify_windows, protocol_attributes
 NUM_WAYS = 3
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _backbone(seed=0):

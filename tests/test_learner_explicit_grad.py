@@ -25,12 +25,7 @@ LEARNERS = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _classification_batch(num_tasks=3, num_ways=3, shots=2, seed=0):

@@ -20,14 +20,7 @@ from metadist.learners import (
 from metadist.models import build_model, registered_models
 from metadist.tasks import build_task_sampler, derive_task_seeds
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models run fastest on one intra-op thread, and a shared CPU is not oversubscribed."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def make_batch(

@@ -14,12 +14,7 @@ from metadist.models import build_model
 LR = 0.3
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def make_batch(num_tasks=3, num_support=4, num_query=5, seed=0):

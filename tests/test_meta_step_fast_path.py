@@ -15,13 +15,7 @@ from metadist.learners import build_learner
 from metadist.models import build_model
 from metadist.tasks import build_task_sampler, derive_task_seeds
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def sinusoid_batch(num_tasks=25, seed=0):

@@ -9,13 +9,7 @@ from metadist.batch import MetaBatch, TaskSet
 from metadist.learners import build_learner, get_learner
 from metadist.models import build_model
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def episodes(num_tasks=3, num_ways=3, num_shots=2, num_query=2, seed=0):

@@ -10,13 +10,7 @@ WINDOW = (6, 2)  # (L, F)
 HORIZON = (3, 2)  # (H, T)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models run fastest on one intra-op thread, and a shared CPU is not oversubscribed."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_builtin_models_are_registered():

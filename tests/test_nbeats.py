@@ -12,12 +12,7 @@ from metadist.models import build_model
 INTERPRETABLE = {"stacks": ["trend", "seasonality", "generic"], "blocks_per_stack": 1}
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_blocks_are_doubly_residual():

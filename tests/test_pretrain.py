@@ -6,13 +6,7 @@ from torch import nn
 
 from metadist.train.pretrain import pretrain_classifier
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def examples(num, seed):

@@ -14,13 +14,7 @@ from test_train_selection import _ucr, val_records
 from metadist.train import load_checkpoint, train
 from metadist.train.checkpoint import selected_checkpoint
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

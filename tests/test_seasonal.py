@@ -19,12 +19,7 @@ INDICES = {
 }
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def seasonal_model(lookback, horizon, features=1, zero_head=True, **options):

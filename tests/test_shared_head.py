@@ -14,12 +14,7 @@ from metadist.models import build_model
 NUM_WAYS = 4
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def episodes(num_tasks=3, num_shots=2, num_query=3, seed=0, dtype=torch.float32):

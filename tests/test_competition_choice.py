@@ -30,10 +30,10 @@ from metadist.commands.competition.spec import CompetitionSpec
 from metadist.eval.fallback_combination import (
     WEIGHTS,
     fit_shrinkage,
-    point_terms,
     pooled_score,
     shrunk,
 )
+from metadist.eval.metrics import point_terms
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -134,7 +134,10 @@ def _train_records(run_dir: Path) -> list[dict]:
 
 
 @pytest.mark.timeout(400)
-@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs Linux /proc")
+@pytest.mark.skipif(
+    not Path("/proc/self/environ").exists(),
+    reason="finds the rank to kill in /proc/<pid>/environ (Linux only)",
+)
 def test_resume_after_a_rank_is_killed_equals_the_uninterrupted_run_bitwise(tmp_path, store):
     straight_dir, killed_dir = tmp_path / "straight", tmp_path / "killed"
     code, err = _run(_command(store, straight_dir))

@@ -231,7 +231,10 @@ def _worker_pid(agent_pid: int, rank: int) -> int | None:
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs Linux /proc")
+@pytest.mark.skipif(
+    not Path("/proc/self/environ").exists(),
+    reason="finds the rank to kill in /proc/<pid>/environ (Linux only)",
+)
 def test_rank_killed_under_torchrun_restarts_and_finishes_like_an_uninterrupted_run(
     tmp_path, two_rank_results
 ):

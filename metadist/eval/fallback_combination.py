@@ -20,35 +20,7 @@ from metadist.eval import metrics
 # the weights of the model tried, from the fallback alone (0) to the model alone (1)
 WEIGHTS = tuple(round(0.1 * k, 1) for k in range(11))
 # the metrics a weight can be chosen by
-SCORED = ("smape", "mape", "mase", "mae", "mse")
-
-
-def point_terms(
-    metric: str, truth: np.ndarray, forecast: np.ndarray, scale: np.ndarray | None = None
-) -> np.ndarray:
-    """`[P]` the terms of `metric` at each point (`truth`, `forecast`, `scale`: `[P]`;
-    `scale` is MASE's, per point: its task's).
-
-    Raises:
-        ValueError: a metric not in `SCORED`, or MASE without `scale`.
-    """
-    if metric not in SCORED:
-        raise ValueError(f"metric must be one of {', '.join(SCORED)}, got {metric!r}")
-    truth, forecast = np.asarray(truth, np.float64), np.asarray(forecast, np.float64)
-    if metric == "smape":
-        return metrics.smape_terms(truth, forecast)
-    if metric == "mape":
-        return metrics.ape_terms(truth, forecast)
-    if metric == "mse":
-        return metrics.squared_errors(truth, forecast)
-    absolute = metrics.absolute_errors(truth, forecast)
-    if metric == "mae":
-        return absolute
-    if scale is None:
-        raise ValueError("MASE needs each point's scale")
-    scale = np.asarray(scale, np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(scale > 0, absolute / scale, np.nan)
+SCORED = metrics.POINT_METRICS
 
 
 def pooled_score(terms: np.ndarray, tasks: np.ndarray) -> float:
@@ -92,13 +64,15 @@ def fit_shrinkage(
         where no score is finite.
 
     Raises:
-        ValueError: arrays of different lengths, or `point_terms`'s.
+        ValueError: arrays of different lengths, or `metrics.point_terms`'s.
     """
     lengths = {len(np.asarray(a)) for a in (truth, model, fallback, tasks)}
     if len(lengths) != 1:
         raise ValueError("fit_shrinkage: truth, model, fallback and tasks differ in length")
     scores = {
-        w: pooled_score(point_terms(metric, truth, shrunk(model, fallback, w), scale), tasks)
+        w: pooled_score(
+            metrics.point_terms(metric, truth, shrunk(model, fallback, w), scale), tasks
+        )
         for w in WEIGHTS
     }
     finite = {w: s for w, s in scores.items() if np.isfinite(s)}

@@ -298,14 +298,8 @@ def _metric_sums(
 
     for method in methods:
         forecast = forecasts[method]
-        abs_err = metrics.absolute_errors(truth, forecast)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            scaled = np.where(scale[:, None] > 0, abs_err / scale[:, None], np.nan)
         sums[method] = {
-            "smape": per_task(metrics.smape_terms(truth, forecast)),
-            "mape": per_task(metrics.ape_terms(truth, forecast)),
-            "mase": per_task(scaled),
-            "mae": per_task(abs_err),
-            "mse": per_task(metrics.squared_errors(truth, forecast)),
+            metric: per_task(metrics.point_terms(metric, truth, forecast, scale[:, None]))
+            for metric in metrics.POINT_METRICS
         }
     return sums

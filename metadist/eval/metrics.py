@@ -31,6 +31,8 @@ from collections.abc import Sequence
 import numpy as np
 
 Z_95 = 1.959963984540054  # two-sided 95% quantile of the standard normal
+# the point-wise forecast metrics (`point_terms`), in the order the tables give them
+POINT_METRICS = ("smape", "mape", "mase", "mae", "mse")
 
 
 def _pair(y_true, y_pred) -> tuple[np.ndarray, np.ndarray]:
@@ -192,6 +194,32 @@ def accuracy_ci(predicted, target) -> tuple[float, float]:
         )
     per_task = (predicted == target).mean(axis=1)
     return mean_ci(per_task)
+
+
+def point_terms(metric: str, y_true, y_pred, scale=None) -> np.ndarray:
+    """The terms of the point-wise `metric` (one of `POINT_METRICS`) at each point of
+    `y_true`/`y_pred` (any shape); `scale` (broadcastable to them) is MASE's in-sample
+    scale, its terms NaN where the scale is not positive.
+
+    Raises:
+        ValueError: a metric not in `POINT_METRICS`, or MASE without `scale`.
+    """
+    if metric not in POINT_METRICS:
+        raise ValueError(f"metric must be one of {', '.join(POINT_METRICS)}, got {metric!r}")
+    if metric == "smape":
+        return smape_terms(y_true, y_pred)
+    if metric == "mape":
+        return ape_terms(y_true, y_pred)
+    if metric == "mse":
+        return squared_errors(y_true, y_pred)
+    absolute = absolute_errors(y_true, y_pred)
+    if metric == "mae":
+        return absolute
+    if scale is None:
+        raise ValueError("MASE needs each point's scale")
+    scale = np.asarray(scale, np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(scale > 0, absolute / scale, np.nan)
 
 
 def pool(point_sums: np.ndarray, point_counts: np.ndarray) -> float:

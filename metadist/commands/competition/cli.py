@@ -12,6 +12,7 @@ from pathlib import Path
 from metadist.commands.competition.pipeline import run_pipeline
 from metadist.commands.competition.spec import ADAPTATION_FILE
 from metadist.launch.children import OwnedChildren, StopRequested
+from metadist.learners.losses import REGRESSION_LOSSES
 
 # --recipe: (the experiment meta-trained, trainings at a time)
 RECIPES = {"default": ("competition", 2), "cpu": ("competition_cpu", 1)}
@@ -99,7 +100,7 @@ def _add_loss_options(parser: argparse.ArgumentParser) -> None:
         "--losses",
         nargs="+",
         default=None,
-        choices=["smape", "mape", "mae", "mse"],
+        choices=REGRESSION_LOSSES,
         help="training losses, one ensemble member each (default: the data set's metric, "
         "competition.yaml's `metric`, where a loss of that name exists, else smape)",
     )
@@ -107,7 +108,7 @@ def _add_loss_options(parser: argparse.ArgumentParser) -> None:
         "--loss-candidates",
         nargs="+",
         default=None,
-        choices=["smape", "mape", "mae", "mse"],
+        choices=REGRESSION_LOSSES,
         help="with --validation: the losses tried per group, one ensemble each; the one "
         "scoring best by the data set's metric is kept (choices.json), and a test run "
         "with --adaptation-from trains it alone (default: the recipe's; cpu: the data "

@@ -18,7 +18,8 @@ import numpy as np
 import pandas as pd
 
 from metadist.durable import atomic_write_text
-from metadist.eval.fallback_combination import point_terms, pooled_score, shrunk
+from metadist.eval.fallback_combination import pooled_score, shrunk
+from metadist.eval.metrics import point_terms
 from metadist.eval.report import EVAL_DIR, FORECASTS_NAME, TASKS_NAME
 
 # the method a model is shrunk towards

@@ -12,20 +12,27 @@ is positive (growth compounds over the seasons ahead) and differences otherwise
 
 `width` is chosen per group (a frequency) on validation forecasts (`fit_width`), from
 `WIDTHS`: `None` (no guard) and widths from 0 (the history's middle half of growth rates)
-to 3 (far outside it); a tie keeps the wider band, `None` above all.
+to 3 (far outside it); a tie keeps the wider band, `None` above all. A run records the
+width chosen for it (`write_guard`, `guard.json`), which its forecasts then apply.
 """
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
+from metadist.durable import atomic_write_text
 from metadist.eval.fallback_combination import pooled_score
 from metadist.eval.metrics import point_terms
 
 # the band widths tried, in interquartile ranges of the history's growth; None: no guard
 WIDTHS: tuple[float | None, ...] = (None, 0.0, 0.5, 1.0, 1.5, 3.0)
+# a run's recorded width (`write_guard`), beside its config
+GUARD_FILE = "guard.json"
 
 
 def growth_rates(history: np.ndarray, period: int) -> tuple[np.ndarray, bool]:
@@ -90,17 +97,19 @@ def guard_points(
     model: np.ndarray,
     tasks: np.ndarray,
     histories: dict[str, np.ndarray],
-    period: int,
+    period: int | np.ndarray,
     width: float | None,
 ) -> np.ndarray:
     """`model [P]` forecast points guarded series by series: the points of task `t`
-    (`tasks [P]`, in step order) clipped to the band of `histories[t]`.
+    (`tasks [P]`, in step order) clipped to the band of `histories[t]`, with the
+    seasonal `period` of all points or of each (`[P]`, one per task).
 
     Raises:
         ValueError: a task without a history, and `guard`'s.
     """
     model = np.asarray(model, np.float64)
     tasks = np.asarray(tasks).astype(str)
+    periods = np.broadcast_to(np.asarray(period), tasks.shape)
     if len(model) != len(tasks):
         raise ValueError("guard_points: model and tasks differ in length")
     out = model.copy()
@@ -110,7 +119,7 @@ def guard_points(
         if task not in histories:
             raise ValueError(f"guard_points: series {task!r} has no history")
         rows = np.flatnonzero(tasks == task)
-        out[rows] = guard(model[rows], histories[task], period, width)
+        out[rows] = guard(model[rows], histories[task], int(periods[rows[0]]), width)
     return out
 
 
@@ -120,7 +129,7 @@ def fit_width(
     model: np.ndarray,
     tasks: np.ndarray,
     histories: dict[str, np.ndarray],
-    period: int,
+    period: int | np.ndarray,
     scale: np.ndarray | None = None,
     widths: Sequence[float | None] = WIDTHS,
 ) -> tuple[float | None, dict[str, float]]:
@@ -132,7 +141,7 @@ def fit_width(
         truth, model: `[P]` the points' values (validation truth) and the model forecast.
         tasks: `[P]` the series of each point, its points in step order.
         histories: each series' history before its points.
-        period: the seasonal period of the group.
+        period: the seasonal period of every point, or of each (`[P]`).
         scale: `[P]` MASE's scale of each point's series (MASE only).
 
     Returns:
@@ -192,3 +201,26 @@ def _period(period: int) -> int:
     if isinstance(period, bool) or int(period) != period or period < 1:
         raise ValueError(f"period must be an integer >= 1, got {period!r}")
     return int(period)
+
+
+def write_guard(run_dir: str | os.PathLike, width: float | None, source: str = "") -> None:
+    """Records in `run_dir` (`guard.json`) the band width its model's forecasts are
+    guarded with (`Run.forecast` applies it); `source`: where it was chosen."""
+    document = {"width": width_label(width), "chosen_on": source}
+    atomic_write_text(Path(run_dir) / GUARD_FILE, json.dumps(document, indent=1) + "\n")
+
+
+def recorded_guard(run_dir: str | os.PathLike) -> float | None:
+    """The width `run_dir` records (`write_guard`); None where it records none.
+
+    Raises:
+        ValueError: a `guard.json` that is not one `write_guard` writes.
+    """
+    path = Path(run_dir) / GUARD_FILE
+    if not path.is_file():
+        return None
+    try:
+        label = json.loads(path.read_text())["width"]
+        return parse_width(label)
+    except (ValueError, KeyError, TypeError):
+        raise ValueError(f"{path} does not hold a guard width as metadist records it") from None

@@ -1,15 +1,19 @@
 """What a validation run chooses per group beyond adaptation: the training loss among
-the candidates, and the weight of the model against seasonal naive (`choices.json`).
+the candidates, the width of the band that keeps the model's forecasts within what each
+series' history makes plausible, and the weight of the model against seasonal naive
+(`choices.json`).
 
 A recipe with candidate losses (`--recipe cpu`: the data set's metric and sMAPE) trains
 one ensemble per candidate under `--validation`, evaluates each, and keeps per group the
 loss whose ensemble (adapted or not, whichever is better) scores best by the data set's
 metric on the validation holdout. On the chosen ensemble's validation forecasts it then
-learns one weight `w` per group (`metadist.eval.fallback_combination`): the forecast
-`w · model + (1 − w) · seasonal naive` scoring best there. Both are written to
-`OUT/choices.json`; a test run given `--adaptation-from VAL_OUT` trains each group's
-chosen loss alone and reports the model shrunk by the validation weight beside the
-model alone (`guard.py`). Nothing is chosen on the competition holdout.
+chooses the band's width per group (`metadist.eval.plausibility`, "none" among them:
+the model unguarded), and on that guarded model one weight `w` per group
+(`metadist.eval.fallback_combination`): the forecast `w · model + (1 − w) · seasonal
+naive` scoring best there. All are written to `OUT/choices.json`; a test run given
+`--adaptation-from VAL_OUT` trains each group's chosen loss alone and reports the model
+within its band (the model as chosen), unguarded and shrunk (`guard.py`). Nothing is
+chosen on the competition holdout.
 """
 
 from __future__ import annotations
@@ -21,9 +25,10 @@ from typing import Any
 
 import numpy as np
 
-from metadist.commands.competition.guard import FALLBACK, read_points
+from metadist.commands.competition.guard import FALLBACK, guard_inputs, read_points
 from metadist.durable import atomic_write_text
 from metadist.eval.fallback_combination import fit_shrinkage
+from metadist.eval.plausibility import fit_width, guard_points, parse_width, width_label
 from metadist.eval.report import EVAL_DIR, JSON_NAME
 
 CHOICES_FILE = "choices.json"
@@ -58,13 +63,22 @@ def best_method(run_dir: Path) -> tuple[str, float, str]:
 
 def choose_group(runs: dict[str, Path]) -> dict[str, Any]:
     """One group's choice from its candidates' evaluated runs `{loss: run_dir}`: the
-    loss (first on a tie), its better method, and the weight of that method against
-    seasonal naive on the same validation forecasts."""
+    loss (first on a tie), its better method, the band width of that method's forecasts
+    (`metadist.eval.plausibility.fit_width`) and the weight of the guarded forecast against seasonal naive, all
+    on the same validation forecasts."""
     scored = {loss: best_method(run) for loss, run in runs.items()}
     finite = [loss for loss in runs if np.isfinite(scored[loss][1])]
     loss = min(finite, key=lambda k: scored[k][1]) if finite else next(iter(runs))
     method, _, metric = scored[loss]
     points = read_points(runs[loss], method)
+    # the band's width first (a tie keeps the wider band, no guard above all), then the
+    # weight of the model within it
+    histories, periods = guard_inputs(points, runs[loss])
+    width, guards = fit_width(
+        metric, points["truth"], points["model"], points["task"], histories, periods,
+        points["scale"],
+    )  # fmt: skip
+    points["model"] = guard_points(points["model"], points["task"], histories, periods, width)
     weight, weights = fit_shrinkage(
         metric,
         points["truth"],
@@ -78,6 +92,8 @@ def choose_group(runs: dict[str, Path]) -> dict[str, Any]:
         "losses": {k: v[1] for k, v in scored.items()},
         "loss": loss,
         "method": method,
+        "guard": width_label(width),
+        "guards": guards,
         "fallback": FALLBACK,
         "weight": weight,
         "weights": {f"{w:.1f}": s for w, s in weights.items()},
@@ -99,9 +115,11 @@ def write_choices(
 def describe(key: str, entry: dict[str, Any]) -> str:
     """One printed line of a group's choice."""
     losses = ", ".join(f"{k} {v:.3f}" for k, v in entry["losses"].items())
+    guards = ", ".join(f"{k} {v:.3f}" for k, v in entry.get("guards", {}).items())
     return (
         f"== H={key}: validation {entry['metric']} by loss: {losses}; chosen {entry['loss']} "
-        f"({entry['method']}); weight of the model against {entry['fallback']}: "
+        f"({entry['method']}); band width {entry.get('guard', 'none')} (validation "
+        f"{entry['metric']}: {guards}); weight of the model against {entry['fallback']}: "
         f"{entry['weight']:.1f}"
     )
 
@@ -125,6 +143,7 @@ def read_choices(
         entries = {str(k): dict(v) for k, v in groups.items()}
         for entry in entries.values():
             str(entry["loss"]), float(entry["weight"]), str(entry["metric"])
+            parse_width(entry.get("guard"))
     except (ValueError, KeyError, TypeError, AttributeError):
         raise ValueError(f"{path} is not a choice written by metadist competition") from None
     if protocol != "validation":

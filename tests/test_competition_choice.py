@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from metadist.api.artifact import write_periods
 from metadist.commands.competition.choice import (
     CHOICES_FILE,
     best_method,
@@ -23,7 +24,12 @@ from metadist.commands.competition.choice import (
     write_choices,
 )
 from metadist.commands.competition.cli import RECIPE_CANDIDATES
-from metadist.commands.competition.guard import guarded_scores, read_points
+from metadist.commands.competition.guard import (
+    guarded_scores,
+    read_histories,
+    read_points,
+    write_guarded,
+)
 from metadist.commands.competition.members import Group
 from metadist.commands.competition.pipeline import _loss_plan
 from metadist.commands.competition.spec import CompetitionSpec
@@ -34,13 +40,30 @@ from metadist.eval.fallback_combination import (
     shrunk,
 )
 from metadist.eval.metrics import point_terms
+from metadist.eval.plausibility import parse_width, recorded_guard
+from metadist.store.ingest import ingest
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _evaluated(run: Path, truth, model, fallback, scores: dict[str, float]) -> Path:
-    """A fake evaluated run: two series of len(truth) / 2 points each."""
+# histories whose growth varies so widely that no band binds a forecast near 10
+WILD = {"a": [1.0, 100.0, 1.0, 100.0, 10.0], "b": [1.0, 100.0, 1.0, 100.0, 10.0]}
+
+
+def _evaluated(run: Path, truth, model, fallback, scores: dict[str, float], histories=None) -> Path:
+    """A fake evaluated run: two series of len(truth) / 2 points each, trained on a
+    store of `histories` (yearly, period 1)."""
     (run / "eval").mkdir(parents=True)
+    rows = [(k, t, v) for k, values in (histories or WILD).items() for t, v in enumerate(values)]
+    frame = pd.DataFrame(rows, columns=["series_id", "t", "value"]).assign(frequency="yearly")
+    frame.to_parquet(run / "history.parquet")
+    ingest(
+        run / "history.parquet", run / "store", entity_col="series_id", time_col="t",
+        features=["value"], targets=["value"], label_col="frequency", scaling="none",
+        progress=False,
+    )  # fmt: skip
+    (run / "config.yaml").write_text(f"data:\n  store: {run / 'store'}\n")
+    write_periods(run, 1)
     half = len(truth) // 2
     entities = ["a"] * half + ["b"] * (len(truth) - half)
     points = pd.DataFrame(
@@ -106,6 +129,7 @@ def test_the_loss_is_chosen_by_the_validation_score_and_recorded(tmp_path):
     assert entry["loss"] == "smape" and entry["method"] == "unadapted"
     assert entry["losses"] == {"mape": 30.0, "smape": 9.0}
     assert entry["weight"] == 0.5  # +10 % and −10 %: the middle is exact
+    assert entry["guard"] == "none"  # no band binds: every width ties, no guard wins
     write_choices(tmp_path, {"4": entry}, validation=True)
     assert read_choices(tmp_path, ["4"], "mape")["4"]["loss"] == "smape"
     with pytest.raises(ValueError, match="chose by mape, this run's primary metric is smape"):
@@ -120,9 +144,45 @@ def test_the_loss_is_chosen_by_the_validation_score_and_recorded(tmp_path):
         read_choices(tmp_path, ["4"], "mape")
     assert read_choices(tmp_path / "m", ["4"], "mape") is None  # none made
     scores = guarded_scores([(better, "unadapted", 0.5)], "mape")
-    assert scores["all"]["guarded"]["mape"] == pytest.approx(0.0)
+    assert scores["all"]["shrunk"]["mape"] == pytest.approx(0.0)
     assert scores["yearly"]["model"]["mape"] == pytest.approx(10.0)
+    assert scores["yearly"]["unguarded"]["mape"] == pytest.approx(10.0)
     assert read_points(better, "adapted")["scale"].tolist() == [2.0] * 4
+
+
+def test_the_band_is_chosen_on_validation_and_the_test_run_applies_it(tmp_path):
+    # growth of 5 % and 15 % a year in turn; the truth grows 10 %, the model doubles it
+    growth = np.cumprod([1.0, *[1.05, 1.15] * 4])
+    histories = {"a": 100.0 * growth, "b": 50.0 * growth}
+    truth = np.concatenate([h[-1] * 1.1 ** np.arange(1, 3) for h in histories.values()])
+    val = _evaluated(
+        tmp_path / "val", truth, truth * 2.0, truth * 0.5, {"unadapted": 100.0}, histories
+    )
+    assert np.allclose(read_histories(val)["b"], histories["b"])
+    entry = choose_group({"smape": val})
+    # the tightest band (the middle half of the history's growth) comes nearest
+    guards = entry["guards"]
+    assert entry["guard"] == "0" and guards["0"] < guards["0.5"] < guards["3"] < guards["none"]
+    # the weight is fitted on the guarded model: near the truth, it keeps most weight
+    # (unguarded, 2 · truth against 0.5 · truth, the best weight would be 1/3)
+    assert entry["weight"] >= 0.8
+    write_choices(tmp_path / "val", {"4": entry}, validation=True)
+    assert read_choices(tmp_path / "val", ["4"], "mape")["4"]["guard"] == "0"
+    test, out = tmp_path / "test", tmp_path / "out"
+    _evaluated(test, truth, truth * 2.0, truth * 0.5, {"unadapted": 100.0}, histories)
+    out.mkdir()
+    write_choices(out, {"4": entry}, validation=False, source=tmp_path / "val")
+    assert recorded_guard(test) is None
+    table = write_guarded(out, [(test, "unadapted", entry["weight"])], "mape", {"4": 1.0})
+    assert recorded_guard(test) == 0.0  # load_run(test).forecast applies it
+    scores = json.loads((out / "guarded.json").read_text())["scores"]["all"]
+    assert scores["model"]["mape"] < 10.0  # clipped at 15 % growth a year
+    assert scores["unguarded"]["mape"] == pytest.approx(100.0, abs=1e-3)
+    assert "model unguarded" in table and "band widths by group (validation): H=4: 0" in table
+    entry["guard"] = "wide"
+    write_choices(tmp_path / "val", {"4": entry}, validation=True)
+    with pytest.raises(ValueError, match="not a choice written by metadist competition"):
+        read_choices(tmp_path / "val", ["4"], "mape")
 
 
 def test_the_cpu_recipe_tries_the_metric_and_smape():
@@ -184,8 +244,9 @@ def test_a_validation_run_chooses_the_loss_and_a_test_run_applies_it(tmp_path):
     assert trained == [f"L8-{entry['loss']}-s1"]  # the chosen loss alone
     applied = json.loads((test / CHOICES_FILE).read_text())
     assert applied["protocol"] == "test" and applied["from"] == str(val)
-    assert "shrunk towards seasonal naive" in printed
+    assert "shrunk towards seasonal naive" in printed and "model unguarded" in printed
     assert (test / "guarded.md").is_file()
+    assert recorded_guard(test / "h4" / f"L8-{entry['loss']}-s1") == parse_width(entry["guard"])
 
 
 def test_losses_beside_a_validation_choice_are_refused(tmp_path, capsys):

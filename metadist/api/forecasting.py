@@ -4,7 +4,10 @@ Each entity, scaled by the store's rule (`metadist.api.history`), becomes the ta
 evaluation would cut from it with `split="end"`: support windows ending where its history
 ends, the query input its last L rows (`metadist.tasks.series_end`). The learner adapts
 on the support windows and forecasts the next steps, which go back to the entity's
-original units; the baselines forecast from the history in original units.
+original units; the baselines forecast from the history in original units. A run that
+records a plausibility band (`guard.json`, chosen on validation by `metadist
+competition`) has its model's forecasts clipped to each entity's band
+(`metadist.eval.plausibility`), as the competition scored it.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from metadist.api.protocols import AdaptingLearner, StoreSchema
 from metadist.api.times import next_times, time_column
 from metadist.batch import MetaBatch, TaskSet
 from metadist.eval import baselines
+from metadist.eval.plausibility import guard
 from metadist.eval.scoring import _forecast
 from metadist.eval.settings import EvalOptions
 from metadist.learners.base import Params
@@ -42,8 +46,11 @@ def forecast(
     methods: Sequence[str],
     period: int | None,
     steps: int | None,
+    guard_width: float | None = None,
 ) -> pa.Table:
-    """`Run.forecast` of a forecasting run's parts (see there for the arguments).
+    """`Run.forecast` of a forecasting run's parts (see there for the arguments);
+    `guard_width`: the run's recorded band width (None: no guard), which clips the
+    model's forecasts (`adapted`, `unadapted` and combinations with them).
 
     Raises:
         ValueError: a sampler without the forecasting protocol
@@ -68,6 +75,10 @@ def forecast(
                     for b, entity in enumerate(entities)
                 ]
             )
+            if guard_width is not None:
+                forecasts[method] = guarded(
+                    options, entities, target_columns, forecasts[method], period, guard_width
+                )
     baseline_methods = [m for m in BASELINE_METHODS if m in wanted]
     if baseline_methods:
         forecasts.update(
@@ -201,6 +212,47 @@ def _predictor(learner: AdaptingLearner, params: Params) -> Callable[[torch.Tens
     return predict
 
 
+def guarded(
+    options: EvalOptions,
+    entities: list[Entity],
+    target_columns: list[int],
+    values: np.ndarray,
+    period: int | None,
+    width: float,
+) -> np.ndarray:
+    """`values [B, horizon, T]` (original units) clipped to each entity's plausibility
+    band of each target at `width`, from its history's finite values and its seasonal
+    period (`period`, else the run's)."""
+    out = values.copy()
+    for b, entity in enumerate(entities):
+        m = period_of(options, entity, period, "the guard")
+        for t, column in enumerate(target_columns):
+            history = entity.values[:, column]
+            out[b, :, t] = guard(values[b, :, t], history[np.isfinite(history)], m, width)
+    return out
+
+
+def period_of(options: EvalOptions, entity: Entity, period: int | None, needs: str) -> int:
+    """The seasonal period of `entity`: `period`, else the run's `eval.seasonal_period`
+    (by the entity's stratum or label where it is a mapping), else 1.
+
+    Raises:
+        ValueError: the run's period is a mapping the entity's stratum or label does not
+            key (`needs` names what asked for it).
+    """
+    if period is not None:
+        return int(period)
+    keyed_by = options.seasonal_period_from
+    known = entity.stratum if keyed_by == "stratum" else entity.label
+    if isinstance(options.seasonal_period, dict) and not known:
+        raise ValueError(
+            f"{needs} needs the seasonal period of entity {entity.key!r}: the run's "
+            f"eval.seasonal_period is a mapping by {keyed_by}, which the history does not "
+            "hold; pass period=M"
+        )
+    return int(options.period_of(entity.stratum, entity.label) or 1)
+
+
 def baseline_forecasts(
     options: EvalOptions,
     entities: list[Entity],
@@ -220,25 +272,13 @@ def baseline_forecasts(
     out: dict[str, list[np.ndarray]] = {m: [] for m in methods}
     for entity in entities:
         history = entity.values[:, target_columns]
-        m = period
-        if m is None and needs_period:
-            keyed_by = options.seasonal_period_from
-            known = entity.stratum if keyed_by == "stratum" else entity.label
-            if isinstance(options.seasonal_period, dict) and not known:
-                raise ValueError(
-                    f"{needs_period[0]} needs the seasonal period of entity "
-                    f"{entity.key!r}: the run's eval.seasonal_period is a mapping by "
-                    f"{keyed_by}, which the history does not hold; pass period=M"
-                )
-            m = options.period_of(entity.stratum, entity.label)
+        m = period_of(options, entity, period, needs_period[0]) if needs_period else 1
         if "naive" in methods:
             out["naive"].append(baselines.naive_forecast(history, horizon))
         if "seasonal_naive" in methods:
-            out["seasonal_naive"].append(
-                baselines.seasonal_naive_forecast(history, horizon, int(m or 1))
-            )
+            out["seasonal_naive"].append(baselines.seasonal_naive_forecast(history, horizon, m))
         if "theta" in methods:
-            out["theta"].append(baselines.theta_forecast(history, horizon, int(m or 1)))
+            out["theta"].append(baselines.theta_forecast(history, horizon, m))
     return {m: np.stack(v).astype(np.float64) for m, v in out.items()}
 
 

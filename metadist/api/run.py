@@ -16,6 +16,7 @@ from metadist.api.artifact import load_parts
 from metadist.api.classification import Examples
 from metadist.api.history import History
 from metadist.api.protocols import AdaptingLearner
+from metadist.eval.plausibility import recorded_guard
 from metadist.eval.settings import EvalOptions
 from metadist.train.build import TaskSource
 from metadist.train.config import TrainConfig
@@ -142,6 +143,7 @@ class Run:
             methods=methods,
             period=period,
             steps=steps,
+            guard_width=recorded_guard(self.run_dir),  # the band validation chose, if any
         )
 
     def classify(

@@ -21,6 +21,7 @@ from metadist.datasets.synthetic import (
     SYNTHETIC_TIME,
     write_synthetic_panel,
 )
+from metadist.eval.plausibility import GUARD_FILE, guard, write_guard
 from metadist.store import SeriesStore
 from metadist.store.ingest import ingest
 from metadist.train.artifact import INFERENCE_FILE
@@ -127,6 +128,33 @@ def test_a_new_entity_gets_forecasts_in_its_own_units(runs):
         scaled = rows[rows[SYNTHETIC_ENTITY] == "brand-new-sensor"][target].to_numpy()
         np.testing.assert_allclose(scaled, 1000.0 * original + 5.0, rtol=1e-4)
     assert not store.entity_ids.tolist().count("brand-new-sensor")
+
+
+def test_a_recorded_guard_clips_the_models_forecasts(runs):
+    """A run recording a plausibility band (`guard.json`, as `metadist competition`
+    writes it where validation chose one) serves its model's forecasts within each
+    entity's band; the baselines stay as they are."""
+    run_dir = runs["global"]
+    store = metadist.load_run(run_dir).source.store
+    key = str(store.entity_ids[2])
+    history = _panel_rows(runs["panel"], key)
+    methods = ["adapted", "unadapted", "naive"]
+    plain = metadist.load_run(run_dir).forecast(history, methods=methods, period=1).to_pandas()
+    try:
+        write_guard(run_dir, 0.0)
+        table = metadist.load_run(run_dir).forecast(history, methods=methods, period=1)
+    finally:
+        (run_dir / GUARD_FILE).unlink()
+    guarded = table.to_pandas()
+    target = store.target_names[0]
+    past = history.column(target).to_numpy()
+    for method in methods:
+        before = plain[plain.method == method][target].to_numpy()
+        after = guarded[guarded.method == method][target].to_numpy()
+        expected = before if method == "naive" else guard(before, past, 1, 0.0)
+        np.testing.assert_allclose(after, expected, rtol=1e-6)
+    before = plain[plain.method == "adapted"][target].to_numpy()
+    assert not np.allclose(guard(before, past, 1, 0.0), before)  # the band binds here
 
 
 def test_methods_and_combinations(runs):

@@ -81,7 +81,9 @@ def table(parts: list[dict[str, np.ndarray]], metric: str) -> dict[str, dict[str
         rows = np.ones(len(joined["truth"]), bool) if label == "all" else joined["label"] == label
         out[label] = {
             name: pooled_score(
-                point_terms(metric, joined["truth"][rows], joined[name][rows], joined["scale"][rows]),
+                point_terms(
+                    metric, joined["truth"][rows], joined[name][rows], joined["scale"][rows]
+                ),
                 joined["task"][rows],
             )
             for name in ("unguarded", "guarded", *BASELINES)

@@ -64,8 +64,8 @@ def best_method(run_dir: Path) -> tuple[str, float, str]:
 def choose_group(runs: dict[str, Path]) -> dict[str, Any]:
     """One group's choice from its candidates' evaluated runs `{loss: run_dir}`: the
     loss (first on a tie), its better method, the band width of that method's forecasts
-    (`metadist.eval.plausibility.fit_width`) and the weight of the guarded forecast against seasonal naive, all
-    on the same validation forecasts."""
+    (`metadist.eval.plausibility.fit_width`) and the weight of the guarded forecast
+    against seasonal naive, all on the same validation forecasts."""
     scored = {loss: best_method(run) for loss, run in runs.items()}
     finite = [loss for loss in runs if np.isfinite(scored[loss][1])]
     loss = min(finite, key=lambda k: scored[k][1]) if finite else next(iter(runs))

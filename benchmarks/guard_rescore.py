@@ -21,10 +21,9 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from metadist.commands.competition.choice import choose_group
-from metadist.commands.competition.guard import guarded_model, read_points
+from metadist.commands.competition.guard import guarded_model, read_forecasts, read_points
 from metadist.eval.fallback_combination import pooled_score
 from metadist.eval.metrics import point_terms
 from metadist.eval.plausibility import parse_width
@@ -60,7 +59,7 @@ def scored_rows(run: Path, entry: dict, metric: str) -> dict[str, np.ndarray]:
     """The points of a run as the choice applies it: truth, unguarded, guarded, the
     baselines, the series and the label."""
     points = read_points(run, entry["method"])
-    frame = pd.read_parquet(run / EVAL_DIR / FORECASTS_NAME)
+    frame = read_forecasts(run)  # the same order as `points`
     rows = {
         "truth": points["truth"],
         "task": points["task"],

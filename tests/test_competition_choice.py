@@ -185,6 +185,16 @@ def test_the_band_is_chosen_on_validation_and_the_test_run_applies_it(tmp_path):
         read_choices(tmp_path / "val", ["4"], "mape")
 
 
+def test_points_are_read_in_step_order_for_the_guard(tmp_path):
+    truth = np.array([10.0, 12.0, 11.0, 13.0])
+    run = _evaluated(tmp_path / "r", truth, truth, truth, {"adapted": 0.0})
+    path = run / "eval" / "forecasts.parquet"
+    pd.read_parquet(path).iloc[::-1].to_parquet(path)  # steps backwards
+    points = read_points(run, "adapted")
+    assert points["task"].tolist() == ["a", "a", "b", "b"]
+    assert points["truth"].tolist() == truth.tolist()
+
+
 def test_the_cpu_recipe_tries_the_metric_and_smape():
     assert RECIPE_CANDIDATES == {"default": (), "cpu": ("smape",)}
     losses = ("mse", "mae", "smape", "mape")

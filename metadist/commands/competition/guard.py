@@ -50,9 +50,7 @@ def read_points(run_dir: Path, method: str) -> dict[str, np.ndarray]:
         ValueError: the run did not score `method` or the fallback.
     """
     path = run_dir / EVAL_DIR / FORECASTS_NAME
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: the evaluation kept no forecast points")
-    points = pd.read_parquet(path)
+    points = read_forecasts(run_dir)
     missing = [m for m in (method, FALLBACK, "truth", "entity") if m not in points.columns]
     if missing:
         raise ValueError(f"{path} has no column {missing[0]!r}")
@@ -69,6 +67,21 @@ def read_points(run_dir: Path, method: str) -> dict[str, np.ndarray]:
         "scale": np.array([by_task.get(t, np.nan) for t in task], np.float64),
         "label": points[label_column(points)].astype(str).to_numpy(),
     }
+
+
+def read_forecasts(run_dir: Path) -> pd.DataFrame:
+    """An evaluated run's forecast points, each series' steps in order (a guard clips
+    a series' points by their step).
+
+    Raises:
+        FileNotFoundError: the run kept no forecast points.
+    """
+    path = run_dir / EVAL_DIR / FORECASTS_NAME
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: the evaluation kept no forecast points")
+    points = pd.read_parquet(path)
+    keys = [k for k in ("entity", "target", "step") if k in points.columns]
+    return points.sort_values(keys, kind="stable").reset_index(drop=True) if keys else points
 
 
 def read_histories(run_dir: Path) -> dict[str, np.ndarray]:

@@ -45,6 +45,23 @@ def resolved_check_every(check_every: int | None, device: torch.device) -> int:
     return 1 if device.type == "cpu" else DEFAULT_GPU_CHECK_EVERY
 
 
+def compile_options(device: torch.device) -> dict[str, Any]:
+    """The keyword arguments of `torch.compile` with which `trainer.compile=true` compiles
+    the meta-step on `device`.
+
+    GPU: `mode="reduce-overhead"` (CUDA graphs). CPU: Inductor's C++ wrapper
+    (`cpp_wrapper`), which calls each compiled graph's kernels from generated C++ instead
+    of a generated Python function: on the sinusoid MAML meta-step (a few hundred small
+    kernels) it took 18 % off the compiled step (BENCHMARKS.md, "Batched learners"), at the
+    price of a longer first compilation.
+    """
+    if device.type == "cuda":
+        return {"mode": "reduce-overhead"}
+    if device.type == "cpu":
+        return {"options": {"cpp_wrapper": True}}
+    return {}
+
+
 @dataclass
 class StepReading:
     """What the host learned at a read.
@@ -76,7 +93,7 @@ class MetaStep:
         env: this rank's place in the run.
         check_every: the loop's read interval (masking is set up when it exceeds 1).
         grad_clip: max global norm of the meta-gradient, or `None`.
-        compile: run forward and backward through `torch.compile`.
+        compile: run forward and backward through `torch.compile` (`compile_options`).
         precision: `fp32` or `bf16` (autocast of the forward).
         stop_requested: whether this rank was asked to stop (read at each sync).
         message: where the one line about a failed compilation goes.
@@ -114,10 +131,10 @@ class MetaStep:
             _state_on_device(optimizer)
         self._run = self._forward_backward
         self.compiled = False
+        self._traced = False
         if compile:
-            mode = "reduce-overhead" if device.type == "cuda" else None
             try:
-                self._run = torch.compile(self._forward_backward, mode=mode)
+                self._run = torch.compile(self._forward_backward, **compile_options(device))
                 self.compiled = True
             except Exception as error:  # noqa: BLE001  (reported, then eager)
                 self._fall_back(error)
@@ -131,19 +148,15 @@ class MetaStep:
             was not applied: the caller must stop); else `None`.
         """
         self.optimizer.zero_grad(set_to_none=True)
-        loss, metrics = self._forward_backward_once(batch)
-        if self._names is None:
-            self._names = sorted(metrics)
-        local = [loss.detach().float()]
-        local += [metrics[n].detach().float().reshape(()) for n in self._names]
-        local.append((~torch.isfinite(local[0])).float())
+        local = self._forward_backward_once(batch)
         if sync:
-            stop = bool(self._stop_requested())
-            local.append(torch.tensor(float(stop), device=self.env.device))
-        totals = all_reduce_sum(torch.stack(local), self.env)
+            stop = torch.tensor([float(bool(self._stop_requested()))], device=self.env.device)
+            local = torch.cat([local, stop])
+        totals = all_reduce_sum(local, self.env)
+        assert self._names is not None  # set by the first forward
         num_values = 1 + len(self._names)
         means = totals[:num_values] / self.env.world_size
-        finite = (totals[num_values] == 0) & _grads_finite(self._params)
+        finite = totals[num_values] == 0
         self.bad_step = torch.where(self.ok & ~finite, step + 1, self.bad_step)
         self.ok = self.ok & finite
         self._last = means
@@ -191,20 +204,42 @@ class MetaStep:
         self._sums, self._count = None, 0
         return reading
 
-    def _forward_backward(self, batch: Any) -> tuple[Tensor, dict[str, Tensor]]:
+    def _forward_backward(self, batch: Any) -> Tensor:
+        """Forward and backward of `batch`; returns this rank's `[loss, *metrics (sorted
+        by name), non-finite flag]` (the flag 1 where the loss or a gradient is NaN/inf):
+        everything the step guard reads, packed inside what `compile` compiles."""
         autocast = (
             torch.autocast(self.env.device.type, dtype=torch.bfloat16)
             if self.precision == "bf16"
             else contextlib.nullcontext()
         )
-        with autocast, _quiet_learner(self.learner, self.masked):
+        with autocast:
             output = self.model(batch)
         output.loss.backward()  # DDP all-reduces (averages) the meta-gradient here
-        return output.loss.detach(), output.metrics
+        if self._names is None:
+            self._names = sorted(output.metrics)
+        loss = output.loss.detach().float()
+        # every rank's gradients are the same average: one rank's verdict is all ranks'
+        finite = torch.isfinite(loss) & _grads_finite(self._params)
+        values = [loss, *(output.metrics[n].detach().float().reshape(()) for n in self._names)]
+        return torch.stack([*values, (~finite).float()])
 
-    def _forward_backward_once(self, batch: Any) -> tuple[Tensor, dict[str, Tensor]]:
+    def _forward_backward_once(self, batch: Any) -> Tensor:
+        # The learner's own finiteness check is a host sync per call, which would also
+        # split a compiled graph in two; the step guard covers it where it reads the
+        # verdict later (masked) or runs compiled.
+        with _quiet_learner(self.learner, self.masked or self.compiled):
+            return self._forward_backward_guarded(batch)
+
+    def _forward_backward_guarded(self, batch: Any) -> Tensor:
         if not self.compiled:
             return self._run(batch)
+        if not self._traced:
+            # The first step runs eagerly: a learner's first call makes its one-time
+            # decisions (the usage check, batched or per task, a logged line), which
+            # Dynamo would trace as graph breaks kept in every later step.
+            self._traced = True
+            return self._forward_backward(batch)
         vmap_failed = getattr(self.learner, "_vmap_failed", None)
         try:
             return self._run(batch)

@@ -132,6 +132,8 @@ class MetaStep:
         self._run = self._forward_backward
         self.compiled = False
         self._traced = False
+        # every step so far read, and finite: a read then needs no device-side record
+        self._clean = True
         if compile:
             try:
                 self._run = torch.compile(self._forward_backward, **compile_options(device))
@@ -153,17 +155,10 @@ class MetaStep:
             stop = torch.tensor([float(bool(self._stop_requested()))], device=self.env.device)
             local = torch.cat([local, stop])
         totals = all_reduce_sum(local, self.env)
-        assert self._names is not None  # set by the first forward
-        num_values = 1 + len(self._names)
-        means = totals[:num_values] / self.env.world_size
-        finite = totals[num_values] == 0
-        self.bad_step = torch.where(self.ok & ~finite, step + 1, self.bad_step)
-        self.ok = self.ok & finite
-        self._last = means
-        means64 = means.double()
-        self._sums = means64 if self._sums is None else self._sums + means64
-        self._count += 1
-        reading = self._read(totals) if sync else None
+        if sync and self._count == 0 and self._clean:
+            reading: StepReading | None = self._read_this_step(totals, step)
+        else:
+            reading = self._accumulate(totals, step, sync)
         if reading is not None and reading.bad_step is not None:
             return reading
         if self.grad_clip is not None:
@@ -177,6 +172,41 @@ class MetaStep:
         return reading
 
     # --------------------------------------------------------------- internals
+    def _accumulate(self, totals: Tensor, step: int, sync: bool) -> StepReading | None:
+        """Adds this step's verdict and values to the device-side record; with `sync`,
+        reads it."""
+        assert self._names is not None  # set by the first forward
+        num_values = 1 + len(self._names)
+        means = totals[:num_values] / self.env.world_size
+        finite = totals[num_values] == 0
+        self.bad_step = torch.where(self.ok & ~finite, step + 1, self.bad_step)
+        self.ok = self.ok & finite
+        self._last = means
+        means64 = means.double()
+        self._sums = means64 if self._sums is None else self._sums + means64
+        self._count += 1
+        return self._read(totals) if sync else None
+
+    def _read_this_step(self, totals: Tensor, step: int) -> StepReading:
+        """The read of a step with no unread step before it (the CPU default reads every
+        step): this step's values and verdict in one transfer, with none of the device-side
+        record's bookkeeping (the same numbers: float32 means, as doubles)."""
+        assert self._names is not None  # set by the first forward
+        num_values = 1 + len(self._names)
+        values = (totals / self.env.world_size).tolist()
+        finite = values[num_values] == 0
+        if not finite:
+            self._clean = False
+            self.ok = torch.zeros_like(self.ok)
+            self.bad_step = torch.full_like(self.bad_step, step + 1)
+        return StepReading(
+            loss=values[0],
+            sums=dict(zip(["loss", *self._names], values[:num_values], strict=True)),
+            num_steps=1,
+            bad_step=None if finite else step + 1,
+            stop=values[-1] > 0,
+        )
+
     def _read(self, totals: Tensor) -> StepReading:
         """One transfer: loss, sums, verdict and stop flags."""
         # set by the step that calls this (a record of every metric name, the sums)
@@ -202,6 +232,7 @@ class MetaStep:
             stop=stop > 0,
         )
         self._sums, self._count = None, 0
+        self._clean = self._clean and reading.bad_step is None
         return reading
 
     def _forward_backward(self, batch: Any) -> Tensor:
@@ -218,11 +249,12 @@ class MetaStep:
         output.loss.backward()  # DDP all-reduces (averages) the meta-gradient here
         if self._names is None:
             self._names = sorted(output.metrics)
-        loss = output.loss.detach().float()
+        loss = output.loss.detach()
         # every rank's gradients are the same average: one rank's verdict is all ranks'
         finite = torch.isfinite(loss) & _grads_finite(self._params)
-        values = [loss, *(output.metrics[n].detach().float().reshape(()) for n in self._names)]
-        return torch.stack([*values, (~finite).float()])
+        values = [loss, *(output.metrics[n].reshape(()) for n in self._names), ~finite]
+        # one op for all (stack promotes the dtypes: bool, bf16, float32 → float32)
+        return torch.stack(values).detach().float()
 
     def _forward_backward_once(self, batch: Any) -> Tensor:
         # The learner's own finiteness check is a host sync per call, which would also

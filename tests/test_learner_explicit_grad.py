@@ -228,3 +228,28 @@ def test_trainer_compile_keeps_second_order_maml_compiled():
     torch.testing.assert_close(losses[1], losses[0], rtol=0, atol=1e-10)
     for name, value in params[0].items():
         torch.testing.assert_close(params[1][name], value, rtol=0, atol=1e-10, msg=name)
+
+
+def test_a_compiled_learner_runs_as_one_graph_after_its_first_call():
+    """The one-time usage check of the first call (a graph break) is not kept in later
+    calls: Dynamo traces the learner again once it is done. (A backend that counts the
+    graphs run; without the finiteness check's host sync nothing else splits the step.)"""
+    torch._dynamo.reset()
+    graphs_run = [0]
+
+    def counting_backend(graph, example_inputs):
+        def run(*args):
+            graphs_run[0] += 1
+            return graph.forward(*args)
+
+        return run
+
+    batch = make_batch(num_tasks=3, x_shape=(2,), y_shape=(2,))
+    model = build_model("mlp", (2,), (2,), hidden_sizes=(4,))
+    learner = build_learner("maml", model, check_finite=False)
+    compiled = torch.compile(learner, backend=counting_backend)
+    for _ in range(3):
+        compiled(batch).loss.backward()
+    graphs_run[0] = 0
+    compiled(batch).loss.backward()
+    assert graphs_run[0] == 1

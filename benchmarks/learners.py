@@ -16,10 +16,14 @@ every query set too: one more forward per task than the loop does) and with
 `unadapted_metrics=False` (exactly the loop's work), both batched and with
 `vectorize=False` (its own per-task loop, the fallback for models that cannot run
 batched); a bare `vmap` of `torch.func.grad` with no learner around it is shown for
-reference. `torch.compile(learner)` compiles the batched learner with Inductor (it can since
-the MLP writes out its inner gradient, `MLP.batched_vjp`: no double backward; earlier code
-fails at its first step, which the table then leaves out with the error printed); its first
-step, the compilation, is timed apart and not in the rates.
+reference. `torch.compile(learner)` compiles the batched learner with Inductor as
+`trainer.compile=true` does on the CPU (`metadist.train.step.compile_options`: the C++
+wrapper; it can compile since the MLP writes out its inner gradient, `MLP.batched_vjp`: no
+double backward; earlier code fails at its first step, which the table then leaves out
+with the error printed). The `MetaStep` rows are the trainer's own meta-step
+(`metadist.train.step.MetaStep`: the step guard, reading its verdict every step as on the
+CPU by default), eager and with `trainer.compile=true`. The first two steps, where the
+compilation happens, are timed apart and not in the rates.
 
 Workloads (Finn et al. sinusoid: meta-batch 25, K=10 support, 10 query, inner lr 0.01,
 second order, MLP 1-40-40-1 ReLU, Adam 1e-3):
@@ -61,6 +65,8 @@ import metadist
 from metadist.learners import build_learner
 from metadist.models import build_model
 from metadist.tasks import build_task_sampler, derive_task_seeds
+from metadist.train.distributed import DistEnv
+from metadist.train.step import MetaStep
 
 META_BATCH = 25
 INNER_LR = 0.01
@@ -71,6 +77,8 @@ IMPLEMENTATIONS = (
     "metadist batched",
     "metadist batched, unadapted_metrics=False",
     "metadist batched, torch.compile(learner)",
+    "metadist MetaStep, trainer.compile=false",
+    "metadist MetaStep, trainer.compile=true",
     "bare torch.func vmap",
 )
 
@@ -157,40 +165,86 @@ def make_optimizer(kind: str, parameters):
     return torch.optim.Adam(parameters, lr=1e-3, fused=kind == "adam-fused")
 
 
+def cpu_compile(module):
+    """`torch.compile` as `trainer.compile=true` calls it on the CPU (`compile_options`:
+    Inductor's C++ wrapper); plain `torch.compile` in a tree from before it existed."""
+    try:
+        from metadist.train.step import compile_options
+    except ImportError:  # an earlier tree (--baseline)
+        return torch.compile(module)
+    return torch.compile(module, **compile_options(torch.device("cpu")))
+
+
+def trainer_step(learner, optimizer, compile: bool):
+    """A step of the trainer's own `MetaStep` (`trainer.compile`, the step guard with its
+    CPU default of reading the verdict every step), as `metadist train` runs it."""
+    meta_step = MetaStep(
+        learner, learner, optimizer, DistEnv(), compile=compile,
+        message=lambda line: print(line, file=sys.stderr),  # stdout is the worker's pipe
+    )  # fmt: skip
+    count = [0]
+
+    def step(batch):
+        reading = meta_step(batch, count[0], 1e-3, sync=True)
+        count[0] += 1
+        return torch.tensor(reading.loss)
+
+    return step
+
+
+def plain_step(loss_fn, optimizer):
+    """zero_grad, the meta-loss, its backward, the update; returns the meta-loss."""
+
+    def step(batch):
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss_fn(batch)
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+
+    return step
+
+
 def build_runners(workload: str, batches, inner_steps: int, optimizer: str, implementations):
-    """Implementation name → (meta-loss function of a batch, optimizer), same weights."""
+    """Implementation name → a meta-step function of a batch (forward, backward and
+    update; returns the meta-loss before the update), all from the same weights."""
     runners = {}
     for impl in implementations:
         model = make_model(workload, batches[0])
         if impl in ("per-task loop", "bare torch.func vmap"):
-            module = model
             plain = per_task_loop_loss if impl == "per-task loop" else bare_vmap_loss
 
             def loss_fn(batch, model=model, plain=plain):
                 return plain(model, batch, inner_steps)
-        else:
-            module = build_learner(
-                "maml",
-                model,
-                inner_steps=inner_steps,
-                inner_lr=INNER_LR,
-                vectorize="vectorize=False" not in impl,
-                unadapted_metrics="unadapted_metrics=False" not in impl,
-            )
-            call = torch.compile(module) if "torch.compile" in impl else module
 
-            def loss_fn(batch, call=call):
-                return call(batch).loss
+            runners[impl] = plain_step(loss_fn, make_optimizer(optimizer, model.parameters()))
+            continue
+        module = build_learner(
+            "maml",
+            model,
+            inner_steps=inner_steps,
+            inner_lr=INNER_LR,
+            vectorize="vectorize=False" not in impl,
+            unadapted_metrics="unadapted_metrics=False" not in impl,
+        )
+        opt = make_optimizer(optimizer, module.parameters())
+        if "MetaStep" in impl:
+            runners[impl] = trainer_step(module, opt, compile="compile=true" in impl)
+            continue
+        call = cpu_compile(module) if "torch.compile" in impl else module
 
-        runners[impl] = (loss_fn, make_optimizer(optimizer, module.parameters()))
+        def loss_fn(batch, call=call):
+            return call(batch).loss
+
+        runners[impl] = plain_step(loss_fn, opt)
     return runners
 
 
 class Rounds:
     """Runs rounds of meta-steps of every implementation (one after the other) on the
-    batches in turn, after 3 warm-up steps each (`torch.compile` compiles in the first);
-    `first` holds the first meta-losses, `failed` the implementations whose first step
-    raised (one line each; they are left out)."""
+    batches in turn, after 3 warm-up steps each (`torch.compile` compiles in the first
+    or, in `MetaStep`, the second); `first` holds the first meta-losses, `failed` the
+    implementations whose first steps raised (one line each; they are left out)."""
 
     def __init__(
         self, workload: str, batches, inner_steps: int, optimizer: str, implementations
@@ -198,29 +252,26 @@ class Rounds:
         self.batches = batches
         self.runners = build_runners(workload, batches, inner_steps, optimizer, implementations)
         self.first, self.failed, self.compile_s = {}, {}, {}
-        for impl, (fn, _) in list(self.runners.items()):
+        for impl, step in list(self.runners.items()):
             start = time.perf_counter()
             try:
-                loss = fn(batches[0])
-                loss.backward()
+                self.first[impl] = step(batches[0]).item()
+                step(batches[1])  # where the trainer's MetaStep compiles
             except Exception as error:  # noqa: BLE001 - reported, e.g. no double backward
                 self.failed[impl] = f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
+                self.first.pop(impl, None)
                 del self.runners[impl]
                 continue
-            self.first[impl] = loss.item()
             self.compile_s[impl] = time.perf_counter() - start
-        self.cursor = {impl: 0 for impl in self.runners}
+        self.cursor = {impl: 2 for impl in self.runners}
         for impl in self.runners:
             self.run(impl, 3)
 
     def run(self, impl: str, num_steps: int) -> None:
-        fn, optimizer = self.runners[impl]
+        step = self.runners[impl]
         for _ in range(num_steps):
-            batch = self.batches[self.cursor[impl] % len(self.batches)]
+            step(self.batches[self.cursor[impl] % len(self.batches)])
             self.cursor[impl] += 1
-            optimizer.zero_grad(set_to_none=True)
-            fn(batch).backward()
-            optimizer.step()
 
     def round(self, steps_per_round: int) -> dict[str, dict[str, float]]:
         """Tasks per wall-second and per CPU-second of each implementation, one round."""
@@ -297,8 +348,8 @@ def report_first_steps(label: str, failed: dict[str, str], first_step_s: dict[st
     for impl, error in failed.items():
         print(f"{label}: {impl} FAILED at its first step, left out: {error}", flush=True)
     for impl, seconds in first_step_s.items():
-        if "torch.compile" in impl:
-            print(f"{label}: {impl}: first step (compiling) {seconds:.0f} s", flush=True)
+        if "compile" in impl and "compile=false" not in impl:
+            print(f"{label}: {impl}: first two steps (compiling) {seconds:.0f} s", flush=True)
 
 
 def measure(workload: str, batches, inner_steps: int, args):

@@ -210,16 +210,46 @@ def test_torch_compile_of_a_second_order_learner_matches_eager():
 @pytest.mark.slow
 def test_trainer_compile_keeps_second_order_maml_compiled():
     """`trainer.compile=true` used to fall back to eager for second-order MAML (no double
-    backward in compiled graphs); on the written-out path it stays compiled."""
-    batch = make_batch(num_tasks=3, x_shape=(2,), y_shape=(2,))
-    losses, messages = [], []
+    backward in compiled graphs); on the written-out path it stays compiled (the C++
+    wrapper on the CPU, `compile_options`), and in float64 its steps equal eager ones."""
+    batch = make_batch(num_tasks=3, x_shape=(2,), y_shape=(2,), dtype=torch.float64)
+    losses, params, messages = [], [], []
     for compile in (False, True):
         torch.manual_seed(0)
-        learner = build_learner("maml", build_model("mlp", (2,), (2,), hidden_sizes=(8,)))
+        model = build_model("mlp", (2,), (2,), hidden_sizes=(8,)).double()
+        learner = build_learner("maml", model, inner_steps=2, inner_lr=0.1)
         optimizer = torch.optim.Adam(learner.parameters(), lr=1e-2)
         step = MetaStep(learner, learner, optimizer, DistEnv(), compile=compile,
                         message=messages.append)  # fmt: skip
-        losses.append([step(batch, i, 1e-2, sync=True).loss for i in range(3)])
+        losses.append([step(batch, i, 1e-2, sync=True).loss for i in range(4)])
         assert step.compiled == compile
+        params.append({n: p.detach().clone() for n, p in learner.named_parameters()})
     assert messages == []
-    torch.testing.assert_close(losses[1], losses[0], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(losses[1], losses[0], rtol=0, atol=1e-10)
+    for name, value in params[0].items():
+        torch.testing.assert_close(params[1][name], value, rtol=0, atol=1e-10, msg=name)
+
+
+def test_a_compiled_learner_runs_as_one_graph_after_its_first_call():
+    """The one-time usage check of the first call (a graph break) is not kept in later
+    calls: Dynamo traces the learner again once it is done. (A backend that counts the
+    graphs run; without the finiteness check's host sync nothing else splits the step.)"""
+    torch._dynamo.reset()
+    graphs_run = [0]
+
+    def counting_backend(graph, example_inputs):
+        def run(*args):
+            graphs_run[0] += 1
+            return graph.forward(*args)
+
+        return run
+
+    batch = make_batch(num_tasks=3, x_shape=(2,), y_shape=(2,))
+    model = build_model("mlp", (2,), (2,), hidden_sizes=(4,))
+    learner = build_learner("maml", model, check_finite=False)
+    compiled = torch.compile(learner, backend=counting_backend)
+    for _ in range(3):
+        compiled(batch).loss.backward()
+    graphs_run[0] = 0
+    compiled(batch).loss.backward()
+    assert graphs_run[0] == 1

@@ -12,7 +12,7 @@ from metadist.models import build_model
 from metadist.tasks import build_task_sampler, derive_task_seeds
 from metadist.train import NonFiniteLossError, latest_checkpoint_state, load_config, train
 from metadist.train.distributed import DistEnv
-from metadist.train.step import MetaStep, resolved_check_every
+from metadist.train.step import MetaStep, compile_options, resolved_check_every
 
 TINY = [
     "experiment=sinusoid_maml",
@@ -261,3 +261,38 @@ def test_a_run_is_evaluated_on_the_cpu_where_no_gpu_is_visible():
     assert evaluation_device("auto") == evaluation_device("cuda") == torch.device("cpu")
     with pytest.raises(ValueError, match="trainer.device=cuda:0 but no GPU is visible"):
         read_env("cuda:0")
+
+
+def test_compile_options_per_device():
+    assert compile_options(torch.device("cpu")) == {"options": {"cpp_wrapper": True}}
+    assert compile_options(torch.device("cuda")) == {"mode": "reduce-overhead"}
+    assert compile_options(torch.device("meta")) == {}
+
+
+def test_a_compiled_step_runs_its_first_step_eagerly_and_keeps_the_guard(monkeypatch):
+    """`torch.compile` stubbed (it records its arguments; the "compiled" function runs as
+    is): the first step runs eagerly, later ones through the compiled function with the
+    learner's own host-sync check off, and a non-finite step is still refused."""
+    compiled_with, compiled_calls = [], []
+
+    def recording_compile(fn, **kwargs):
+        compiled_with.append(kwargs)
+
+        def run(batch):
+            compiled_calls.append(learner.check_finite)
+            return fn(batch)
+
+        return run
+
+    monkeypatch.setattr(torch, "compile", recording_compile)
+    learner, opt, meta_step = parts(1, compile=True)
+    assert meta_step.compiled and compiled_with == [compile_options(torch.device("cpu"))]
+    data = batches(3)
+    meta_step(data[0], 0, 1e-2, sync=True)
+    assert compiled_calls == []
+    assert meta_step(data[1], 1, 1e-2, sync=True).bad_step is None
+    assert compiled_calls == [False] and learner.check_finite
+    before = snapshot(learner, opt)
+    reading = meta_step(poisoned(data[2]), 2, 1e-2, sync=True)
+    assert reading.bad_step == 3 and compiled_calls == [False, False]
+    assert_same(snapshot(learner, opt), before)

@@ -249,7 +249,11 @@ class InnerLoopLearner(FunctionalInnerLoop, TaskDispatch, Learner):
             RuntimeError: a parameter gets no gradient, or a loss is NaN/inf.
         """
         params, buffers = self._state()
-        self._check_usage(params, buffers, batch.support)
+        # Read here, not only inside `_check_usage`: under `torch.compile` the flag then
+        # guards this frame, which is traced again once the one-time check (a graph break)
+        # is done, into a graph without it.
+        if not self._usage_checked:
+            self._check_usage(params, buffers, batch.support)
         names = self.adapted_names(params)
         steps = self.inner_steps
         out = self._dispatch(

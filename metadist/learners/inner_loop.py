@@ -146,8 +146,11 @@ class FunctionalInnerLoop:
                     self.model, self.loss, {**fixed, **fast}, names, x, y, create_graph
                 )
                 explicit = found is not None
-            if shared:  # the update, and the autograd path, take [B, ...] tensors
-                fast, shared = {n: p.expand(*shape, *p.shape) for n, p in fast.items()}, False
+            if shared and found is None:  # the autograd path takes [B, ...] tensors
+                fast = {n: p.expand(*shape, *p.shape) for n, p in fast.items()}
+            # A shared parameter minus its per-task gradients broadcasts to [B, ...]: no
+            # expansion (nor its backward node) on the written-out path.
+            shared = False
             if found is None:
                 loss, grads = self._autograd_step(
                     fast, fixed, buffers, step, batched, build_graph, create_graph, x, y

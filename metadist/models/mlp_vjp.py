@@ -143,8 +143,9 @@ def _layer_wanted(name: str, wanted: set[str]) -> bool:
 def _linear(weight: Tensor, bias: Tensor, x: Tensor) -> Tensor:
     """`x [B, M, D_in]` through a weight and bias, each shared or per task."""
     per_task_bias = bias.unsqueeze(1) if bias.dim() == 2 else bias
-    if is_thin(x, weight.transpose(-1, -2)):
-        return thin_matmul(x, weight.transpose(-1, -2)) + per_task_bias
+    weight_t = weight.transpose(-1, -2)
+    if is_thin(x, weight_t):
+        return thin_matmul(x, weight_t) + per_task_bias
     if weight.dim() == 2:  # shared: one matmul over every task's examples
         return F.linear(x, weight, bias) if bias.dim() == 1 else F.linear(x, weight) + per_task_bias
-    return torch.baddbmm(per_task_bias, x, weight.transpose(1, 2))
+    return torch.baddbmm(per_task_bias, x, weight_t)

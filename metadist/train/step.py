@@ -45,6 +45,23 @@ def resolved_check_every(check_every: int | None, device: torch.device) -> int:
     return 1 if device.type == "cpu" else DEFAULT_GPU_CHECK_EVERY
 
 
+def compile_options(device: torch.device) -> dict[str, Any]:
+    """The keyword arguments of `torch.compile` with which `trainer.compile=true` compiles
+    the meta-step on `device`.
+
+    GPU: `mode="reduce-overhead"` (CUDA graphs). CPU: Inductor's C++ wrapper
+    (`cpp_wrapper`), which calls each compiled graph's kernels from generated C++ instead
+    of a generated Python function: on the sinusoid MAML meta-step (a few hundred small
+    kernels) it took 18 % off the compiled step (BENCHMARKS.md, "Batched learners"), at the
+    price of a longer first compilation.
+    """
+    if device.type == "cuda":
+        return {"mode": "reduce-overhead"}
+    if device.type == "cpu":
+        return {"options": {"cpp_wrapper": True}}
+    return {}
+
+
 @dataclass
 class StepReading:
     """What the host learned at a read.
@@ -76,7 +93,7 @@ class MetaStep:
         env: this rank's place in the run.
         check_every: the loop's read interval (masking is set up when it exceeds 1).
         grad_clip: max global norm of the meta-gradient, or `None`.
-        compile: run forward and backward through `torch.compile`.
+        compile: run forward and backward through `torch.compile` (`compile_options`).
         precision: `fp32` or `bf16` (autocast of the forward).
         stop_requested: whether this rank was asked to stop (read at each sync).
         message: where the one line about a failed compilation goes.
@@ -114,10 +131,12 @@ class MetaStep:
             _state_on_device(optimizer)
         self._run = self._forward_backward
         self.compiled = False
+        self._traced = False
+        # every step so far read, and finite: a read then needs no device-side record
+        self._clean = True
         if compile:
-            mode = "reduce-overhead" if device.type == "cuda" else None
             try:
-                self._run = torch.compile(self._forward_backward, mode=mode)
+                self._run = torch.compile(self._forward_backward, **compile_options(device))
                 self.compiled = True
             except Exception as error:  # noqa: BLE001  (reported, then eager)
                 self._fall_back(error)
@@ -131,26 +150,15 @@ class MetaStep:
             was not applied: the caller must stop); else `None`.
         """
         self.optimizer.zero_grad(set_to_none=True)
-        loss, metrics = self._forward_backward_once(batch)
-        if self._names is None:
-            self._names = sorted(metrics)
-        local = [loss.detach().float()]
-        local += [metrics[n].detach().float().reshape(()) for n in self._names]
-        local.append((~torch.isfinite(local[0])).float())
+        local = self._forward_backward_once(batch)
         if sync:
-            stop = bool(self._stop_requested())
-            local.append(torch.tensor(float(stop), device=self.env.device))
-        totals = all_reduce_sum(torch.stack(local), self.env)
-        num_values = 1 + len(self._names)
-        means = totals[:num_values] / self.env.world_size
-        finite = (totals[num_values] == 0) & _grads_finite(self._params)
-        self.bad_step = torch.where(self.ok & ~finite, step + 1, self.bad_step)
-        self.ok = self.ok & finite
-        self._last = means
-        means64 = means.double()
-        self._sums = means64 if self._sums is None else self._sums + means64
-        self._count += 1
-        reading = self._read(totals) if sync else None
+            stop = torch.tensor([float(bool(self._stop_requested()))], device=self.env.device)
+            local = torch.cat([local, stop])
+        totals = all_reduce_sum(local, self.env)
+        if sync and self._count == 0 and self._clean:
+            reading: StepReading | None = self._read_this_step(totals, step)
+        else:
+            reading = self._accumulate(totals, step, sync)
         if reading is not None and reading.bad_step is not None:
             return reading
         if self.grad_clip is not None:
@@ -164,6 +172,41 @@ class MetaStep:
         return reading
 
     # --------------------------------------------------------------- internals
+    def _accumulate(self, totals: Tensor, step: int, sync: bool) -> StepReading | None:
+        """Adds this step's verdict and values to the device-side record; with `sync`,
+        reads it."""
+        assert self._names is not None  # set by the first forward
+        num_values = 1 + len(self._names)
+        means = totals[:num_values] / self.env.world_size
+        finite = totals[num_values] == 0
+        self.bad_step = torch.where(self.ok & ~finite, step + 1, self.bad_step)
+        self.ok = self.ok & finite
+        self._last = means
+        means64 = means.double()
+        self._sums = means64 if self._sums is None else self._sums + means64
+        self._count += 1
+        return self._read(totals) if sync else None
+
+    def _read_this_step(self, totals: Tensor, step: int) -> StepReading:
+        """The read of a step with no unread step before it (the CPU default reads every
+        step): this step's values and verdict in one transfer, with none of the device-side
+        record's bookkeeping (the same numbers: float32 means, as doubles)."""
+        assert self._names is not None  # set by the first forward
+        num_values = 1 + len(self._names)
+        values = (totals / self.env.world_size).tolist()
+        finite = values[num_values] == 0
+        if not finite:
+            self._clean = False
+            self.ok = torch.zeros_like(self.ok)
+            self.bad_step = torch.full_like(self.bad_step, step + 1)
+        return StepReading(
+            loss=values[0],
+            sums=dict(zip(["loss", *self._names], values[:num_values], strict=True)),
+            num_steps=1,
+            bad_step=None if finite else step + 1,
+            stop=values[-1] > 0,
+        )
+
     def _read(self, totals: Tensor) -> StepReading:
         """One transfer: loss, sums, verdict and stop flags."""
         # set by the step that calls this (a record of every metric name, the sums)
@@ -189,22 +232,46 @@ class MetaStep:
             stop=stop > 0,
         )
         self._sums, self._count = None, 0
+        self._clean = self._clean and reading.bad_step is None
         return reading
 
-    def _forward_backward(self, batch: Any) -> tuple[Tensor, dict[str, Tensor]]:
+    def _forward_backward(self, batch: Any) -> Tensor:
+        """Forward and backward of `batch`; returns this rank's `[loss, *metrics (sorted
+        by name), non-finite flag]` (the flag 1 where the loss or a gradient is NaN/inf):
+        everything the step guard reads, packed inside what `compile` compiles."""
         autocast = (
             torch.autocast(self.env.device.type, dtype=torch.bfloat16)
             if self.precision == "bf16"
             else contextlib.nullcontext()
         )
-        with autocast, _quiet_learner(self.learner, self.masked):
+        with autocast:
             output = self.model(batch)
         output.loss.backward()  # DDP all-reduces (averages) the meta-gradient here
-        return output.loss.detach(), output.metrics
+        if self._names is None:
+            self._names = sorted(output.metrics)
+        loss = output.loss.detach()
+        # every rank's gradients are the same average: one rank's verdict is all ranks'
+        finite = torch.isfinite(loss) & _grads_finite(self._params)
+        values = [loss, *(output.metrics[n].reshape(()) for n in self._names), ~finite]
+        # one op for all (stack promotes the dtypes: bool, bf16, float32 → float32)
+        return torch.stack(values).detach().float()
 
-    def _forward_backward_once(self, batch: Any) -> tuple[Tensor, dict[str, Tensor]]:
+    def _forward_backward_once(self, batch: Any) -> Tensor:
+        # The learner's own finiteness check is a host sync per call, which would also
+        # split a compiled graph in two; the step guard covers it where it reads the
+        # verdict later (masked) or runs compiled.
+        with _quiet_learner(self.learner, self.masked or self.compiled):
+            return self._forward_backward_guarded(batch)
+
+    def _forward_backward_guarded(self, batch: Any) -> Tensor:
         if not self.compiled:
             return self._run(batch)
+        if not self._traced:
+            # The first step runs eagerly: a learner's first call makes its one-time
+            # decisions (the usage check, batched or per task, a logged line), which
+            # Dynamo would trace as graph breaks kept in every later step.
+            self._traced = True
+            return self._forward_backward(batch)
         vmap_failed = getattr(self.learner, "_vmap_failed", None)
         try:
             return self._run(batch)

@@ -244,9 +244,10 @@ class TrainerConfig:
             (where reading costs nothing), 16 on GPU (a read is a host sync). Metrics
             records, evaluation and checkpoints always read first.
         compile: run the meta-step's forward and backward through `torch.compile`
-            (`mode="reduce-overhead"` on GPU); where it cannot compile (e.g. second-order
-            MAML: no double backward through compiled graphs), one line says so and the
-            run continues eagerly.
+            (`mode="reduce-overhead"` on GPU, Inductor's C++ wrapper on CPU; the first
+            step eager); where it cannot compile (a double backward through a model
+            without a written-out backward, e.g. second-order MAML of the forecaster),
+            one line says so and the run continues eagerly.
         precision: `fp32`, or `bf16` to run the meta-step's forward under bfloat16
             autocast (parameters and optimizer state stay fp32).
     """

@@ -124,7 +124,9 @@ def evaluate_run(
 
     Returns:
         The result dict, with `paths` (the files written) and `timings` (seconds by
-        phase; `settings.seconds` is their total) added; `{}` on a shard's other ranks.
+        phase: setup, the pretrained embedding, scoring, the report written; `total`,
+        which `settings.seconds` repeats, from the call to the report's last table)
+        added; `{}` on a shard's other ranks.
 
     Raises:
         FileNotFoundError: no run directory or no checkpoint in it, or a missing store.
@@ -149,16 +151,24 @@ def evaluate_run(
     result, examples = _score(learner, config, options, parts, progress, kept, timings, shard)
     if not _gather_kept(shard, kept):
         return {}  # rank 0 scores and writes this rank's share
-    timings["total"] = time.perf_counter() - started
     _describe(result, config, state, checkpoint_path, pointer, parts.description)
     result["settings"].update(parts.tasks.settings)  # e.g. the split protocol and classes
     if options.ensemble:
         members.insert(0, f"{run_dir} ({checkpoint_path.name})")
         result["settings"]["ensemble"] = f"{options.ensemble_reduce} of " + ", ".join(members)
+    scored = time.perf_counter()
+    timings["total"] = scored - started
     _add_timings(result, timings, kept, shard)
     if write:
         archived = keep_previous_evaluation(run_dir, result, options, checkpoint_path.name)
-        result["paths"] = {k: str(v) for k, v in write_report(result, run_dir, examples).items()}
+
+        def finish(result: dict[str, Any]) -> None:  # the report's time, in the report
+            timings["report"] = time.perf_counter() - scored
+            timings["total"] = timings.pop("total") + timings["report"]
+            _add_timings(result, timings, kept, shard)
+
+        paths = write_report(result, run_dir, examples, finish=finish)
+        result["paths"] = {k: str(v) for k, v in paths.items()}
         result["paths"].update(archived)
     kept.save()  # after the report: a cache that cannot be written costs only time
     return result

@@ -201,6 +201,7 @@ def test_a_second_evaluation_reuses_the_pretrained_embedding_and_baselines(class
         second = evaluate_run(class_run, overrides=CLASS_EVAL, write=False, progress=False)
     assert "pretrained embedding" in second["settings"]["reused"]
     assert "from-scratch predictions" in second["settings"]["reused"]
+    assert "Baseline++" in second["settings"]["reused"]
     assert _scores(second) == _scores(first)  # the very numbers, not approximately
     assert second["per_task"] == first["per_task"]
 
@@ -210,6 +211,7 @@ def test_a_second_evaluation_reuses_the_pretrained_embedding_and_baselines(class
     retrained = evaluate_run(class_run, overrides=other, write=False, progress=False)
     assert "pretrained embedding" not in retrained["settings"]["reused"]
     assert "from-scratch predictions" in retrained["settings"]["reused"]
+    assert "Baseline++" not in retrained["settings"]["reused"]  # another backbone
     assert _scores(retrained)["pretrained"] != _scores(first)["pretrained"]
     with monkeypatch.context() as patched:
         patched.setattr(baselines, "pretrain_embedding", no_training)

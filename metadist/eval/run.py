@@ -124,9 +124,7 @@ def evaluate_run(
 
     Returns:
         The result dict, with `paths` (the files written) and `timings` (seconds by
-        phase: setup, the pretrained embedding, scoring, the report written; `total`,
-        which `settings.seconds` repeats, from the call to the report's last table)
-        added; `{}` on a shard's other ranks.
+        phase, the report's too; `settings.seconds`: total) added; `{}` on other ranks.
 
     Raises:
         FileNotFoundError: no run directory or no checkpoint in it, or a missing store.
@@ -156,22 +154,35 @@ def evaluate_run(
     if options.ensemble:
         members.insert(0, f"{run_dir} ({checkpoint_path.name})")
         result["settings"]["ensemble"] = f"{options.ensemble_reduce} of " + ", ".join(members)
-    scored = time.perf_counter()
-    timings["total"] = scored - started
+    timings["total"] = time.perf_counter() - started
     _add_timings(result, timings, kept, shard)
     if write:
         archived = keep_previous_evaluation(run_dir, result, options, checkpoint_path.name)
-
-        def finish(result: dict[str, Any]) -> None:  # the report's time, in the report
-            timings["report"] = time.perf_counter() - scored
-            timings["total"] = timings.pop("total") + timings["report"]
-            _add_timings(result, timings, kept, shard)
-
-        paths = write_report(result, run_dir, examples, finish=finish)
-        result["paths"] = {k: str(v) for k, v in paths.items()}
+        result["paths"] = _write(result, run_dir, examples, timings, kept, shard)
         result["paths"].update(archived)
     kept.save()  # after the report: a cache that cannot be written costs only time
     return result
+
+
+def _write(
+    result: dict[str, Any],
+    run_dir: Path,
+    examples: list[dict[str, Any]],
+    timings: dict[str, float],
+    kept: EvalCache,
+    shard: EvalShard,
+) -> dict[str, str]:
+    """Writes the report, its own time (`timings["report"]`, in `total`) included in
+    the JSON and markdown; the paths written."""
+    started = time.perf_counter()
+
+    def finish(result: dict[str, Any]) -> None:
+        timings["report"] = time.perf_counter() - started
+        timings["total"] = timings.pop("total") + timings["report"]
+        _add_timings(result, timings, kept, shard)
+
+    paths = write_report(result, run_dir, examples, finish=finish)
+    return {k: str(v) for k, v in paths.items()}
 
 
 def _learner(

@@ -142,9 +142,9 @@ def test_sharded_few_shot_evaluation_equals_one_process(store, tmp_path, monkeyp
     metrics = json.loads((two / "metrics.json").read_text())
     assert metrics["num_tasks"] == 11
     assert {"scratch", "pretrained", "one_nn"} <= set(metrics["methods"])
-    # rank 0 kept both ranks' from-scratch predictions (one entry a batch), as one
-    # process does, and the pretrained embedding
-    assert _kept_entries(two) == _kept_entries(one) and len(_kept_entries(one)) == 3
+    # rank 0 kept both ranks' from-scratch predictions and its Baseline++ scores (one
+    # entry each a batch: 3 batches), as one process does, and the pretrained embedding
+    assert _kept_entries(two) == _kept_entries(one) and len(_kept_entries(one)) == 6
     assert (two / PRETRAINED_FILE).is_file()
 
 

@@ -6,6 +6,7 @@ changed settings recompute them), and every phase shows its progress."""
 from __future__ import annotations
 
 import copy
+import json
 
 import numpy as np
 import pytest
@@ -14,7 +15,7 @@ import torch.nn.functional as F
 
 from metadist import progress
 from metadist.datasets.synthetic import SYNTHETIC_INGEST_ARGS, write_synthetic_panel
-from metadist.eval import baselines, evaluate_run
+from metadist.eval import baselines, evaluate_run, scratch
 from metadist.eval.cache import PREDICTIONS_FILE, PRETRAINED_FILE
 from metadist.eval.scratch import fit_from_scratch, predict_stacked
 from metadist.eval.statistical import StatisticalForecasts, forecast_jobs
@@ -26,14 +27,22 @@ STEPS = 12
 
 
 @pytest.mark.parametrize(
-    ("name", "options", "loss"),
+    ("name", "options", "loss", "path"),
     [
-        ("mlp", {"hidden_sizes": [16]}, "cross_entropy"),  # its own batched_forward
-        ("tcn", {"channels": 4, "num_levels": 2, "pool": "mean"}, "cross_entropy"),  # vmap
-        ("forecaster", {"hidden_sizes": [16]}, "mse"),
+        # its own batched_forward and written-out backward (batched_vjp)
+        ("mlp", {"hidden_sizes": [16]}, "cross_entropy", "explicit"),
+        ("mlp", {"hidden_sizes": [16, 8]}, "mse", "explicit"),
+        # the same through autograd, its weights kept in their gradients' layout
+        ("mlp", {"hidden_sizes": [16]}, "cross_entropy", "autograd"),
+        ("tcn", {"channels": 4, "num_levels": 2, "pool": "mean"}, "cross_entropy", "vmap"),
+        ("forecaster", {"hidden_sizes": [16]}, "mse", "autograd"),
     ],
 )
-def test_from_scratch_batched_equals_each_episode_trained_alone(name, options, loss):
+def test_from_scratch_batched_equals_each_episode_trained_alone(
+    name, options, loss, path, monkeypatch
+):
+    if path == "autograd" and name == "mlp":
+        monkeypatch.setattr(scratch, "_explicit_gradients", lambda *args: None)
     torch.manual_seed(0)
     output_shape = (3,) if loss == "cross_entropy" else (2, 1)
     model = build_model(name, (8, 2), output_shape, **options)
@@ -65,6 +74,14 @@ def test_from_scratch_batched_equals_each_episode_trained_alone(name, options, l
             torch.testing.assert_close(batched[b], alone(query[b]), rtol=1e-4, atol=1e-5)
     # the template itself is not trained
     assert all(torch.equal(v, initial[k]) for k, v in model.state_dict().items())
+
+
+def test_a_transposed_gradient_is_adopted_in_its_dense_layout():
+    dense = torch.randn(3, 5, 4)
+    order = scratch._dense_order(dense.transpose(1, 2))  # a [3, 4, 5] view of [3, 5, 4]
+    assert order == [0, 2, 1] and dense.transpose(1, 2).permute(order).is_contiguous()
+    assert scratch._dense_order(dense) is None  # dense already
+    assert scratch._dense_order(dense[:, ::2]) is None  # strided: no permutation is dense
 
 
 @pytest.mark.parametrize(
@@ -184,6 +201,7 @@ def test_a_second_evaluation_reuses_the_pretrained_embedding_and_baselines(class
         second = evaluate_run(class_run, overrides=CLASS_EVAL, write=False, progress=False)
     assert "pretrained embedding" in second["settings"]["reused"]
     assert "from-scratch predictions" in second["settings"]["reused"]
+    assert "Baseline++" in second["settings"]["reused"]
     assert _scores(second) == _scores(first)  # the very numbers, not approximately
     assert second["per_task"] == first["per_task"]
 
@@ -193,6 +211,7 @@ def test_a_second_evaluation_reuses_the_pretrained_embedding_and_baselines(class
     retrained = evaluate_run(class_run, overrides=other, write=False, progress=False)
     assert "pretrained embedding" not in retrained["settings"]["reused"]
     assert "from-scratch predictions" in retrained["settings"]["reused"]
+    assert "Baseline++" not in retrained["settings"]["reused"]  # another backbone
     assert _scores(retrained)["pretrained"] != _scores(first)["pretrained"]
     with monkeypatch.context() as patched:
         patched.setattr(baselines, "pretrain_embedding", no_training)
@@ -254,3 +273,17 @@ def test_a_second_forecast_evaluation_reuses_the_statistical_forecasts(forecast_
     # computed again, without the cache: the same numbers
     again = evaluate_run(forecast_run, overrides=overrides, write=False, cache=False)
     assert "reused" not in again["settings"] and _scores(again) == _scores(first)
+
+
+@pytest.mark.integration
+def test_the_written_report_time_covers_the_report_too(forecast_run):
+    """`settings.seconds` (what `metadist eval` prints) and `metrics.json`'s count the
+    report's own writing (the figure, the per-task rows) as a phase."""
+    result = evaluate_run(forecast_run, overrides=["eval.scratch_steps=3"], progress=False)
+    timings = result["timings"]
+    assert timings["report"] > 0 and result["settings"]["seconds"] == timings["total"]
+    phases = sum(v for k, v in timings.items() if k != "total")
+    assert timings["total"] >= phases - 0.03  # rounded to 0.01 each
+    written = json.loads((forecast_run / "eval" / "metrics.json").read_text())
+    assert written["timings"] == timings and written["settings"]["seconds"] == timings["total"]
+    assert (forecast_run / "eval" / "forecasts.png").is_file()

@@ -24,6 +24,8 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional
 
+from metadist.train.adam import Adam
+
 __all__ = ["cosine_classifier_scores"]
 
 # The fine-tuning schedule of Chen et al. (100 steps at 0.01) and their scale's order of
@@ -71,7 +73,7 @@ def cosine_classifier_scores(
     log_scale = torch.full(
         (support.shape[0],), math.log(initial_scale), dtype=support.dtype, requires_grad=True
     )
-    optimizer = torch.optim.Adam([weights, log_scale], lr=lr)
+    optimizer = Adam([weights, log_scale], lr=lr)  # torch.optim.Adam's update
     target = support_y.long().reshape(-1)
     with torch.enable_grad():
         for _ in range(int(steps)):

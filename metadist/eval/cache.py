@@ -8,8 +8,8 @@ checkpoint) computes only the meta-trained model's predictions:
 
 - `pretrained_embedding.pt`: the pretrained backbone's weights, with the key of what it
   was trained from (`load_pretrained` / `save_pretrained`);
-- `baselines.npz`: from-scratch predictions per batch and statistical forecasts per series
-  (`get` / `put`), written by `save` after the report, holding the entries the latest
+- `baselines.npz`: from-scratch predictions and Baseline++ scores per batch, statistical
+  forecasts per series (`get` / `put`), written by `save` after the report, holding the entries the latest
   evaluation used (so it does not grow with every setting tried).
 
 Every entry is keyed by a SHA-256 `digest` of everything that determines it: the inputs'

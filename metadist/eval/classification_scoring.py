@@ -1,8 +1,9 @@
 """Scoring N-way classification episodes: accuracy, next to the non-meta-learned classifiers.
 
 `classification_baselines` gives the nearest-centroid and 1-NN scores on the raw examples
-(and, when there is a pretrained embedding, its nearest-centroid and Baseline++ scores);
-`score_classification` counts each method's correct query predictions per episode.
+(and, when there is a pretrained embedding, its nearest-centroid and Baseline++ scores;
+Baseline++, which fine-tunes a classifier per episode, is kept in the run's `EvalCache`
+for the next evaluation, as the from-scratch network is); `score_classification` counts each method's correct query predictions per episode.
 """
 
 from __future__ import annotations
@@ -12,17 +13,22 @@ import torch
 from torch import nn
 
 from metadist.batch import MetaBatch
-from metadist.eval import baselines
+from metadist.eval import baseline_pp, baselines
+from metadist.eval.cache import CACHE_VERSION, EvalCache, digest, model_digest
 from metadist.eval.task_scores import TaskScores
 
 
 def classification_baselines(
-    batch: MetaBatch, pretrained: nn.Module | None, examples_normalised: bool = False
+    batch: MetaBatch,
+    pretrained: nn.Module | None,
+    examples_normalised: bool = False,
+    cache: EvalCache | None = None,
 ) -> dict[str, torch.Tensor]:
     """Scores `[B, Q, N]` of the non-meta-learned classifiers on the batch's episodes.
 
     `examples_normalised`: the sampler z-normalised each whole case already (before
     resampling it), so the raw-example classifiers do not normalise the examples again.
+    `cache`: where Baseline++'s scores of the batch are taken from and kept.
     """
     support_x, support_y, query_x = batch.support.x, batch.support.y, batch.query.x
     num_ways = int(support_y.max()) + 1
@@ -37,10 +43,30 @@ def classification_baselines(
         out["pretrained"] = baselines.embedding_centroid_scores(
             pretrained, support_x, support_y, query_x, num_ways
         )
-        out["baseline_pp"] = baselines.cosine_classifier_scores(
-            pretrained, support_x, support_y, query_x, num_ways
-        )
+        out["baseline_pp"] = _baseline_pp(pretrained, batch, num_ways, cache)
     return out
+
+
+def _baseline_pp(
+    backbone: nn.Module, batch: MetaBatch, num_ways: int, cache: EvalCache | None
+) -> torch.Tensor:
+    """Baseline++'s scores `[B, Q, N]` of the batch, from `cache` where it holds them
+    (keyed by the backbone, the schedule and the episodes' tensors)."""
+    support_x, support_y, query_x = batch.support.x, batch.support.y, batch.query.x
+    key = None
+    if cache is not None:
+        schedule = (baseline_pp.STEPS, baseline_pp.LR, baseline_pp.INITIAL_SCALE)
+        key = digest(
+            "baseline_pp", CACHE_VERSION, model_digest(backbone), schedule, num_ways,
+            support_x, support_y, query_x,
+        )  # fmt: skip
+        found = cache.get("Baseline++", key)
+        if found is not None:
+            return torch.from_numpy(found)
+    scores = baselines.cosine_classifier_scores(backbone, support_x, support_y, query_x, num_ways)
+    if cache is not None and key is not None:
+        cache.put("Baseline++", key, scores)
+    return scores
 
 
 def score_classification(

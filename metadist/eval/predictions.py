@@ -24,7 +24,7 @@ class Predictor:
     """`batch -> {method: predictions}` of the meta-trained model (adapted, and unadapted
     when scored) and, for tasks of `kind` classification, of the non-meta-learned
     classifiers (`pretrained`: the pretrained-embedding baseline's backbone, or `None`;
-    `examples_normalised`: see `classification_baselines`)."""
+    `examples_normalised`, `cache`: see `classification_baselines`)."""
 
     def __init__(
         self,
@@ -34,6 +34,7 @@ class Predictor:
         kind: str,
         pretrained: nn.Module | None,
         examples_normalised: bool = False,
+        cache: EvalCache | None = None,
     ) -> None:
         self.learner = learner
         self.options = options
@@ -41,11 +42,16 @@ class Predictor:
         self.classification = kind == "classification"
         self.pretrained = pretrained
         self.examples_normalised = examples_normalised
+        self.cache = cache
 
     def __call__(self, batch: MetaBatch) -> dict[str, torch.Tensor]:
         out = model_predictions(self.learner, batch, self.options, self.unadapted)
         if self.classification:
-            out.update(classification_baselines(batch, self.pretrained, self.examples_normalised))
+            out.update(
+                classification_baselines(
+                    batch, self.pretrained, self.examples_normalised, self.cache
+                )
+            )
         return out
 
 

@@ -13,6 +13,7 @@ import json
 import math
 import os
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,7 @@ def write_report(
     examples: list[dict] | None = None,
     *,
     directory: str | os.PathLike | None = None,
+    finish: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Path]:
     """Writes the JSON, the markdown tables, the per-task rows and (given examples) the figure.
 
@@ -62,6 +64,9 @@ def write_report(
         directory: write the files here instead (a combined evaluation).
         examples: forecasts to draw, each a dict with `title`, `history` `[n]`, `truth`
             `[H]` and one `[H]` array per drawn method (`unadapted`, `adapted`).
+        finish: called with `result` after the per-task rows and the figure are written
+            and before the JSON and markdown (which it may still change: the report's
+            own time, `evaluate_run`).
 
     Returns:
         {"json": path, "markdown": path, "tasks": path (with `result["per_task"]`),
@@ -78,12 +83,14 @@ def write_report(
         if result.get("forecasts"):
             paths["forecasts"] = out_dir / FORECASTS_NAME
             _atomic_write_table(paths["forecasts"], result["forecasts"])
-        summary = {k: v for k, v in result.items() if k not in ("per_task", "paths", "forecasts")}
-        _atomic_write_text(paths["json"], json.dumps(_jsonable(summary), indent=2) + "\n")
-        _atomic_write_text(paths["markdown"], markdown_report(result))
         if examples:
             paths["figure"] = out_dir / FIGURE_NAME
             plot_forecasts(examples, paths["figure"], title=result.get("title"))
+        if finish is not None:
+            finish(result)
+        summary = {k: v for k, v in result.items() if k not in ("per_task", "paths", "forecasts")}
+        _atomic_write_text(paths["json"], json.dumps(_jsonable(summary), indent=2) + "\n")
+        _atomic_write_text(paths["markdown"], markdown_report(result))
     return paths
 
 

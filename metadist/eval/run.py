@@ -124,7 +124,7 @@ def evaluate_run(
 
     Returns:
         The result dict, with `paths` (the files written) and `timings` (seconds by
-        phase; `settings.seconds` is their total) added; `{}` on a shard's other ranks.
+        phase, the report's too; `settings.seconds`: total) added; `{}` on other ranks.
 
     Raises:
         FileNotFoundError: no run directory or no checkpoint in it, or a missing store.
@@ -149,19 +149,40 @@ def evaluate_run(
     result, examples = _score(learner, config, options, parts, progress, kept, timings, shard)
     if not _gather_kept(shard, kept):
         return {}  # rank 0 scores and writes this rank's share
-    timings["total"] = time.perf_counter() - started
     _describe(result, config, state, checkpoint_path, pointer, parts.description)
     result["settings"].update(parts.tasks.settings)  # e.g. the split protocol and classes
     if options.ensemble:
         members.insert(0, f"{run_dir} ({checkpoint_path.name})")
         result["settings"]["ensemble"] = f"{options.ensemble_reduce} of " + ", ".join(members)
+    timings["total"] = time.perf_counter() - started
     _add_timings(result, timings, kept, shard)
     if write:
         archived = keep_previous_evaluation(run_dir, result, options, checkpoint_path.name)
-        result["paths"] = {k: str(v) for k, v in write_report(result, run_dir, examples).items()}
+        result["paths"] = _write(result, run_dir, examples, timings, kept, shard)
         result["paths"].update(archived)
     kept.save()  # after the report: a cache that cannot be written costs only time
     return result
+
+
+def _write(
+    result: dict[str, Any],
+    run_dir: Path,
+    examples: list[dict[str, Any]],
+    timings: dict[str, float],
+    kept: EvalCache,
+    shard: EvalShard,
+) -> dict[str, str]:
+    """Writes the report, its own time (`timings["report"]`, in `total`) included in
+    the JSON and markdown; the paths written."""
+    started = time.perf_counter()
+
+    def finish(result: dict[str, Any]) -> None:
+        timings["report"] = time.perf_counter() - started
+        timings["total"] = timings.pop("total") + timings["report"]
+        _add_timings(result, timings, kept, shard)
+
+    paths = write_report(result, run_dir, examples, finish=finish)
+    return {k: str(v) for k, v in paths.items()}
 
 
 def _learner(

@@ -148,7 +148,7 @@ def evaluate_tasks(
     scores = TaskScores(methods, _METRICS[kind])
     score, forecasts = _scorer(kind, methods, store, target_columns, options, cache, learner, windows)  # fmt: skip
     scratch = _scratch(learner, fresh_model, options, cache)
-    predict, local = _predictors(learner, options, methods, kind, pretrained, shard, examples_normalised)  # fmt: skip
+    predict, local = _predictors(learner, options, methods, kind, pretrained, shard, examples_normalised, cache)  # fmt: skip
     started = time.perf_counter()
     try:
         _score_batches(
@@ -199,21 +199,24 @@ def _predictors(
     pretrained: nn.Module | None,
     shard: EvalShard | None,
     examples_normalised: bool,
+    cache: EvalCache | None,
 ) -> tuple[Predictor, Callable[[MetaBatch], dict[str, Any]] | None]:
     """`(predict, local)`: what every rank predicts of its batches and what rank 0 adds
     (sharded, the ranks make the model's predictions, rank 0 the non-meta-learned
-    classifiers'; `examples_normalised`: see `classification_baselines`)."""
+    classifiers'; `examples_normalised`, `cache`: see `classification_baselines`)."""
     sharded = shard is not None and shard.is_sharded
     unadapted = "unadapted" in methods
     predict = Predictor(
-        learner, options, unadapted, "" if sharded else kind, pretrained, examples_normalised
-    )
+        learner, options, unadapted, "" if sharded else kind, pretrained, examples_normalised,
+        cache,
+    )  # fmt: skip
     local = None
     if sharded and kind == "classification":
         local = functools.partial(
             classification_baselines,
             pretrained=pretrained,
             examples_normalised=examples_normalised,
+            cache=cache,
         )
     return predict, local
 

@@ -9,14 +9,21 @@ the learners' inner loops do (`metadist.learners.inner_loop`): through the model
 summed, so each task's parameters get exactly its own gradient, and Adam's update is
 elementwise: every task is trained as it would be alone, to floating-point rounding.
 
-Adam is torch's functional `adam` (fused where the device has a fused kernel, else
-`foreach`) on the stacked tensors: the same update as `torch.optim.Adam`, without an
-optimizer object per batch (whose first construction imports `torch._dynamo`, seconds).
+The gradients: a model that writes out its own backward (`batched_vjp`, the MLP) and a
+loss with a closed-form gradient give them without autograd
+(`metadist.learners.explicit_grad`: same mathematics, no graph, and each weight's
+gradient comes out in the weight's own layout); any other model through
+`torch.autograd.grad`. There a gradient often comes out transposed (a batched linear
+layer multiplies by `W^T`, so autograd's gradient of `W` is the transpose of a dense
+`[B, D_in, D_out]`), and the fused Adam kernel needs dense operands: rather than copy it
+every step, each such parameter is kept, from the first step on, in the layout its
+gradient has (a permuted copy, the model reading its permuted-back view): the same
+values and updates, no copy. Adam is `metadist.train.adam.Adam` (torch's fused kernel
+where the device has one, else `foreach`), without a `torch.optim` object per batch.
 """
 
 from __future__ import annotations
 
-import functools
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -24,15 +31,15 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 from torch.func import functional_call, vmap
-from torch.optim.adam import adam
 
 from metadist.learners import LOSSES, task_losses
-from metadist.learners.batching import has_batched_forward
+from metadist.learners.batching import has_batched_forward, has_batched_vjp
+from metadist.learners.explicit_grad import PREDICTION_GRADS, explicit_inner_grads
+from metadist.train.adam import Adam, has_fused_adam
 
 Params = dict[str, Tensor]
-# Adam's constants, as `torch.optim.Adam`'s defaults.
-_BETAS = (0.9, 0.999)
-_EPS = 1e-8
+# (the trained tensors and their views) -> the gradients of the leaves, in order
+Gradients = Callable[["_Layout"], tuple[Tensor, ...]]
 
 
 def fit_from_scratch(
@@ -77,21 +84,105 @@ def fit_from_scratch(
             f"{support_x.shape[0]} vs {support_y.shape[0]}"
         )
     num_tasks = support_x.shape[0]
-    params = {
-        name: p.detach().unsqueeze(0).repeat(num_tasks, *([1] * p.dim())).requires_grad_(True)
+    model.eval()
+    explicit = _explicit_gradients(model, loss, support_x, support_y)
+    leaves = {
+        name: p.detach().unsqueeze(0).repeat(num_tasks, *([1] * p.dim()))
         for name, p in model.named_parameters()
     }
-    model.eval()
-    forward = batched_forward(model)
-    optimizer = _Adam(list(params.values()), lr)
+    layout = _Layout(leaves, trainable=explicit is None)
+    gradients = explicit or _autograd_gradients(batched_forward(model), loss, support_x, support_y)
+    optimizer = None
     for step in range(int(steps)):
-        outputs = forward(params, support_x)
-        targets = support_y if loss == "cross_entropy" else support_y.reshape(outputs.shape)
-        total = task_losses(loss, outputs, targets).sum()
-        optimizer.step(torch.autograd.grad(total, list(params.values())))
+        grads = list(gradients(layout))
+        if optimizer is None:  # the first step: the layout the gradients come in
+            grads = layout.adopt(grads)
+            fused = all(has_fused_adam(p.device, p.dtype) for p in layout.leaves.values())
+            optimizer = Adam(layout.leaves.values(), lr, fused=fused, foreach=not fused)
+        # contiguous: a no-op for a gradient in its parameter's layout; the fused CPU
+        # kernel reads any operand as if it were dense
+        optimizer.step([g.contiguous() for g in grads])
         if on_step is not None:
             on_step(step + 1)
-    return {name: p.detach() for name, p in params.items()}
+    return {name: p.detach().contiguous() for name, p in layout.views().items()}
+
+
+def _explicit_gradients(
+    model: nn.Module, loss: str, support_x: Tensor, support_y: Tensor
+) -> Gradients | None:
+    """The gradients of the summed task losses from the model's written-out backward
+    (`learners.explicit_grad`), or None where the model or the loss has none."""
+    output_shape = getattr(model, "output_shape", None)
+    if loss not in PREDICTION_GRADS or output_shape is None or not has_batched_vjp(model):
+        return None
+    targets = support_y
+    if loss != "cross_entropy":
+        targets = support_y.reshape(*support_x.shape[:2], *output_shape)
+
+    def gradients(layout: _Layout) -> tuple[Tensor, ...]:
+        params = layout.views()
+        result = explicit_inner_grads(model, loss, params, list(params), support_x, targets, False)
+        assert result is not None  # checked below: the model and the loss have one
+        return result[1]
+
+    vjp: Any = model.batched_vjp  # checked: has_batched_vjp
+    with torch.no_grad():  # a model whose batched_vjp declines (active dropout): autograd
+        probe = vjp(dict(model.named_parameters()), support_x[:1])
+    return gradients if probe is not None else None
+
+
+def _autograd_gradients(
+    forward: Callable[[Params, Tensor], Tensor], loss: str, support_x: Tensor, support_y: Tensor
+) -> Gradients:
+    """The gradients of the summed task losses by `torch.autograd.grad`."""
+
+    def gradients(layout: _Layout) -> tuple[Tensor, ...]:
+        outputs = forward(layout.views(), support_x)
+        targets = support_y if loss == "cross_entropy" else support_y.reshape(outputs.shape)
+        total = task_losses(loss, outputs, targets).sum()
+        return torch.autograd.grad(total, list(layout.leaves.values()))
+
+    return gradients
+
+
+class _Layout:
+    """The trained tensors (`leaves`) and the views the model reads (`views()`, each a
+    leaf permuted back to the parameter's shape): `adopt` moves a parameter whose first
+    gradient is a permutation of a dense tensor into that permuted layout."""
+
+    def __init__(self, leaves: Params, trainable: bool) -> None:
+        self.trainable = trainable
+        self.leaves = {k: v.requires_grad_(trainable) for k, v in leaves.items()}
+        self.orders: dict[str, list[int]] = {}  # name -> the leaf's dims in view order
+
+    def views(self) -> Params:
+        return {
+            name: leaf.permute(self.orders[name]) if name in self.orders else leaf
+            for name, leaf in self.leaves.items()
+        }
+
+    def adopt(self, grads: list[Tensor]) -> list[Tensor]:
+        """The first step's gradients, in the layout of the leaves from now on."""
+        adopted = []
+        for (name, leaf), grad in zip(list(self.leaves.items()), grads, strict=True):
+            order = _dense_order(grad)
+            if order is None or not self.trainable:
+                adopted.append(grad)
+                continue
+            self.leaves[name] = leaf.detach().permute(order).contiguous().requires_grad_(True)
+            self.orders[name] = sorted(range(len(order)), key=order.__getitem__)
+            adopted.append(grad.permute(order))
+        return adopted
+
+
+def _dense_order(grad: Tensor) -> list[int] | None:
+    """The dims of `grad` from outermost to innermost in memory, where `grad` is a
+    permutation of a dense tensor other than itself (else None)."""
+    if grad.is_contiguous() or grad.dim() < 2:
+        return None
+    order = sorted(range(grad.dim()), key=lambda d: (-int(grad.stride()[d]), d))
+    permuted = grad.permute(order)
+    return order if permuted.is_contiguous() else None
 
 
 def predict_stacked(model: nn.Module, params: Params, x: Tensor) -> Tensor:
@@ -130,78 +221,3 @@ def batched_forward(model: nn.Module) -> Callable[[Params, Tensor], Tensor]:
         return torch.stack(outputs)
 
     return forward
-
-
-class _Adam:
-    """Adam's state for a list of tensors and its update (`torch.optim.adam.adam`): fused
-    where the device has the kernel (torch >= 2.4 on CPU), else `foreach`."""
-
-    def __init__(self, params: list[Tensor], lr: float) -> None:
-        self.params = params
-        self.lr = float(lr)
-        self.exp_avgs = [torch.zeros_like(p) for p in params]
-        self.exp_avg_sqs = [torch.zeros_like(p) for p in params]
-        self.fused = bool(params) and all(_has_fused_adam(p.device, p.dtype) for p in params)
-        # as torch.optim.Adam keeps them: on the parameter's device when fused
-        self.steps = [
-            torch.zeros((), dtype=torch.float32, device=p.device if self.fused else "cpu")
-            for p in params
-        ]
-
-    def step(self, grads: tuple[Tensor, ...]) -> None:
-        # contiguous: the fused CPU kernel reads a strided gradient as if it were dense
-        with torch.no_grad():
-            _adam_update(
-                self.params,
-                [g.contiguous() for g in grads],
-                self.exp_avgs,
-                self.exp_avg_sqs,
-                self.steps,
-                self.lr,
-                self.fused,
-            )
-
-
-def _adam_update(
-    params: list[Tensor],
-    grads: list[Tensor],
-    exp_avgs: list[Tensor],
-    exp_avg_sqs: list[Tensor],
-    steps: list[Tensor],
-    lr: float,
-    fused: bool,
-) -> None:
-    adam(
-        params,
-        grads,
-        exp_avgs,
-        exp_avg_sqs,
-        [],
-        steps,
-        foreach=not fused,
-        fused=fused,
-        amsgrad=False,
-        beta1=_BETAS[0],
-        beta2=_BETAS[1],
-        lr=lr,
-        weight_decay=0.0,
-        eps=_EPS,
-        maximize=False,
-    )
-
-
-@functools.cache
-def _has_fused_adam(device: torch.device, dtype: torch.dtype) -> bool:
-    """Whether torch has a fused Adam kernel for tensors of `device` and `dtype` (tried
-    once on a one-element tensor)."""
-    if not dtype.is_floating_point:
-        return False
-    probe = [torch.zeros(1, device=device, dtype=dtype)]
-    state = [torch.zeros(1, device=device, dtype=dtype) for _ in range(3)]
-    try:
-        with torch.no_grad():
-            step = [torch.zeros((), device=device)]
-            _adam_update(probe, state[:1], state[1:2], state[2:], step, 1e-3, True)
-    except (RuntimeError, NotImplementedError):
-        return False
-    return True

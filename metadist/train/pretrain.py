@@ -28,6 +28,7 @@ from torch import Tensor, nn
 
 from metadist.durable import atomic_file
 from metadist.options import check_min, check_range
+from metadist.train.adam import Adam
 
 _FORMAT = "metadist.pretrain/1"
 # What the saved state must agree on with a call resuming it (the model itself is checked
@@ -138,7 +139,9 @@ def pretrain_classifier(
         # Drawn on the CPU from the seed alone, whatever the model's device.
         head = nn.Linear(embedding_size, num_classes, dtype=reference.dtype)
     head = head.to(reference.device)
-    optimizer = torch.optim.Adam([*model.parameters(), *head.parameters()], lr=lr)
+    # torch.optim.Adam's update without its object (whose first construction imports
+    # torch._dynamo: seconds); its state_dict is torch.optim.Adam's
+    optimizer = Adam([*model.parameters(), *head.parameters()], lr=lr)
     start = 0
     if state_path is not None and Path(state_path).exists():
         start = _load(Path(state_path), model, head, optimizer, settings, steps, name)
@@ -172,7 +175,7 @@ def _check_counts(name: str, steps: int, num_classes: int, save_every: int) -> N
 def _train_step(
     model: nn.Module,
     head: nn.Linear,
-    optimizer: torch.optim.Optimizer,
+    optimizer: Adam,
     batch: tuple[Tensor, Tensor],
     embedding_size: int,
     name: str,
@@ -204,7 +207,7 @@ def _save(
     path: Path,
     model: nn.Module,
     head: nn.Linear,
-    optimizer: torch.optim.Optimizer,
+    optimizer: Adam,
     settings: dict[str, Any],
     step: int,
 ) -> None:
@@ -226,7 +229,7 @@ def _load(
     path: Path,
     model: nn.Module,
     head: nn.Linear,
-    optimizer: torch.optim.Optimizer,
+    optimizer: Adam,
     settings: dict[str, Any],
     steps: int,
     name: str,

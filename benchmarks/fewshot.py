@@ -15,13 +15,17 @@ extra; nothing is downloaded), every shot count and every learner:
 3. `metadist train experiment=ucr_<learner> ...` (training, then evaluation on the
    meta-test classes with the nearest-centroid, 1-NN, from-scratch, pretrained-embedding
    and Baseline++ baselines on the same episodes; the pretrained embedding gets the
-   meta-learner's budget: trainer.meta_steps steps of meta_batch_size × N × (K + Q)
-   labelled examples);
+   meta-learner's budget: eval.pretrain_steps steps of meta_batch_size × N × (K + Q)
+   labelled examples, and where the learner pre-trained with those settings
+   (`metabaseline`, `metabaseline_ft`) it is that pre-training continued, so the two share
+   their first pretrain.steps steps);
 4. one table of accuracies ± 95% intervals (over episodes) in OUT/fewshot.md, with the
    meta-learned accuracy minus the pretrained embedding's paired over the same episodes.
 
 `--learners` names the recipes `ucr_<learner>`: `protonet`, `maml`, `maml_plus` (MAML with
-the shared head and the MAML++ options), `metabaseline` (pre-training, then meta-training).
+the shared head and the MAML++ options), `metabaseline` (pre-training, then meta-training),
+`metabaseline_ft` (the same, its cosine head fine-tuned on each support set with
+meta-learned step sizes).
 
 Nothing here is specific to a set: any installed classification set with at least four
 classes works. Settings are the shipped experiment files'; none was tuned on a test split.

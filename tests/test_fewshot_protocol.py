@@ -394,7 +394,7 @@ def test_pretraining_learns_the_meta_train_classes():
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("learner", ["protonet", "maml", "metabaseline"])
+@pytest.mark.parametrize("learner", ["protonet", "maml", "metabaseline", "metabaseline_ft"])
 def test_class_disjoint_run_is_scored_next_to_the_baselines(scaled_class_store, tmp_path, learner):
     from metadist.eval import evaluate_run
     from metadist.train.__main__ import main
@@ -424,6 +424,13 @@ def test_class_disjoint_run_is_scored_next_to_the_baselines(scaled_class_store, 
     if learner == "maml":
         expected.add("unadapted")
     assert set(result["overall"]) == expected
+    # Meta-Baseline's pre-training (2 steps, the baseline's lr and batch size) is continued
+    # to the baseline's 5; ucr_protonet pre-trains with other settings and MAML its head's
+    # input features, so their baseline is a fresh network
+    kept = torch.load(run_dir / "eval" / "pretrained_embedding.pt", weights_only=True)
+    forked = learner.startswith("metabaseline")
+    assert kept["settings"].get("forked_at") == (2 if forked else None)
+    assert kept["settings"]["steps"] == 5
     assert result["num_tasks"] == 2 * 20  # 5 test classes of 4 entities, 2 episodes each
     assert "20 test units, 2 tasks each" in result["settings"]["tasks"]
     assert "(5 label classes)" in result["settings"]["tasks"]

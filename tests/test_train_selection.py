@@ -345,7 +345,13 @@ def _ucr(experiment, store, run_dir, *overrides):
     )
 
 
-UCR_EXPERIMENTS = ["ucr_maml", "ucr_maml_plus", "ucr_protonet", "ucr_metabaseline"]
+UCR_EXPERIMENTS = [
+    "ucr_maml",
+    "ucr_maml_plus",
+    "ucr_protonet",
+    "ucr_metabaseline",
+    "ucr_metabaseline_ft",
+]
 
 
 @pytest.mark.parametrize("experiment", UCR_EXPERIMENTS)

@@ -3,13 +3,27 @@
 `pretrained_backbone` trains a fresh network of the run's architecture as an ordinary
 classifier of its meta-train classes (`baselines.pretrain_embedding`), or takes it from
 the run's `EvalCache` when it was trained from the same settings, store, split and
-initial weights. In a sharded evaluation rank 0 trains (or loads) it, while the other
+initial weights.
+
+Where the run itself began with classifier pre-training (`pretrain.steps`, its state in
+`run_dir/pretrain.pt`) of the baseline's learning rate and batch size, its model an
+embedding network of the baseline's size, and no more steps than the baseline's, the
+baseline is that pre-training continued to `eval.pretrain_steps` (`fork_run_pretraining`):
+the meta-learner and the baseline then share their first `pretrain.steps` steps exactly
+(the same initial weights, batches and classes), and differ only in how the rest of the
+budget is spent: meta-training for the one, more classifier steps for the other. A run
+whose pre-training does not fit (other settings, an inner-loop learner's head-input
+features, a moved run directory) gets the fresh network as before. In a sharded evaluation rank 0 trains (or loads) it, while the other
 ranks start predicting, and scores it (`metadist.eval.shard`).
 """
 
 from __future__ import annotations
 
+import hashlib
+import shutil
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,6 +36,7 @@ from metadist.eval.settings import EvalOptions
 from metadist.eval.shard import EvalShard
 from metadist.progress import Progress
 from metadist.train.config import TrainConfig
+from metadist.train.pretrain import PRETRAIN_STATE, pretrain_classifier
 
 
 def pretrained_backbone(
@@ -69,6 +84,10 @@ def _trained_backbone(
         "embedding_size": embedding_size,
         "num_classes": tasks.num_classes,
     }
+    state_path = _run_directory(config, cache) / PRETRAIN_STATE
+    fork = fork_settings(state_path, backbone, settings, config.pretrain.steps)
+    if fork is not None:
+        settings.update(fork)
     key = digest(
         "pretrained",
         CACHE_VERSION,
@@ -86,16 +105,111 @@ def _trained_backbone(
         return backbone.eval()
     with Progress(progress, transient=True) as display:
         shown = display.counter("pretrained embedding", options.pretrain_steps, "steps")
-        baselines.pretrain_embedding(
-            backbone,
-            tasks.labelled_examples,
-            num_classes=tasks.num_classes,
-            embedding_size=embedding_size,
-            steps=options.pretrain_steps,
-            lr=options.pretrain_lr,
-            batch_size=options.pretrain_batch_size,
-            seed=options.seed,
-            on_step=lambda step, loss: shown.update(step, f"loss {loss:.3f}"),
-        )
+
+        def report(step: int, loss: float) -> None:
+            shown.update(step, f"loss {loss:.3f}")
+
+        if fork is not None:
+            fork_run_pretraining(
+                state_path,
+                backbone,
+                tasks.labelled_examples,
+                settings,
+                on_step=report,
+            )
+        else:
+            baselines.pretrain_embedding(
+                backbone,
+                tasks.labelled_examples,
+                num_classes=tasks.num_classes,
+                embedding_size=embedding_size,
+                steps=options.pretrain_steps,
+                lr=options.pretrain_lr,
+                batch_size=options.pretrain_batch_size,
+                seed=options.seed,
+                on_step=report,
+            )
     cache.save_pretrained(key, backbone, settings)
     return backbone
+
+
+def _run_directory(config: TrainConfig, cache: EvalCache) -> Path:
+    """The evaluated run's directory: the cache's parent (`evaluate_run` keeps it in
+    `run_dir/eval`), else the config's (a run evaluated without a cache, not moved)."""
+    if cache.directory is not None:
+        return cache.directory.parent
+    return config.resolved_run_dir
+
+
+def fork_settings(
+    state_path: Path, backbone: nn.Module, settings: dict[str, Any], run_steps: int
+) -> dict[str, Any] | None:
+    """What the baseline takes from a run's classifier pre-training state at `state_path`
+    (`{"seed": its seed, "forked_at": its step, "forked_from": its sha256}`), or `None`
+    where it cannot continue it: no such file (or `run_steps` is 0), another format,
+    learning rate, batch size, class count or embedding size than the baseline's
+    `settings`, more steps than the baseline's, or a model `backbone` cannot load (an
+    inner-loop learner pre-trains the features its head receives, not an embedding)."""
+    if run_steps <= 0 or not state_path.is_file():
+        return None
+    data = state_path.read_bytes()
+    try:
+        state = torch.load(state_path, map_location="cpu", weights_only=True)
+    except Exception:  # not a state this code can continue: the fresh baseline
+        return None
+    if not isinstance(state, dict) or not isinstance(state.get("settings"), dict):
+        return None
+    saved = state["settings"]
+    same = ("num_classes", "embedding_size", "lr", "batch_size")
+    if any(saved.get(k) != settings[k] for k in same) or int(state["step"]) > settings["steps"]:
+        return None
+    own = backbone.state_dict()
+    model = state.get("model", {})
+    if set(model) != set(own) or any(model[k].shape != own[k].shape for k in own):
+        return None
+    return {
+        "seed": int(saved["seed"]),
+        "forked_at": int(state["step"]),
+        "forked_from": hashlib.sha256(data).hexdigest(),
+    }
+
+
+def fork_run_pretraining(
+    state_path: Path,
+    backbone: nn.Module,
+    examples: Callable[[int, int], tuple[torch.Tensor, torch.Tensor]],
+    settings: dict[str, Any],
+    on_step: Callable[[int, float], None] | None = None,
+) -> nn.Module:
+    """`backbone` = the run's classifier pre-training (`state_path`) continued to
+    `settings["steps"]` steps, as one uninterrupted phase of that many steps would have
+    trained it (`pretrain_classifier` resuming a copy of the state; the run's own file is
+    not changed, nor this process's RNG); in eval mode.
+
+    Args:
+        state_path: the run's `pretrain.pt`.
+        backbone: a network of the run's architecture (its weights are replaced).
+        examples: the labelled examples of the meta-train classes.
+        settings: the baseline's settings with `fork_settings`' (`steps`, `lr`,
+            `batch_size`, `seed`, `num_classes`, `embedding_size`).
+        on_step: progress, as in `pretrain_embedding`.
+    """
+    with tempfile.TemporaryDirectory(prefix="metadist-fork-") as directory:
+        copy = Path(directory) / PRETRAIN_STATE
+        shutil.copyfile(state_path, copy)
+        with torch.random.fork_rng(devices=[]):
+            pretrain_classifier(
+                backbone,
+                examples,
+                num_classes=settings["num_classes"],
+                embedding_size=settings["embedding_size"],
+                steps=settings["steps"],
+                lr=settings["lr"],
+                batch_size=settings["batch_size"],
+                seed=settings["seed"],
+                state_path=copy,
+                name="pretrained-embedding baseline",
+                save_every=max(1, int(settings["steps"]) // 100),
+                on_save=on_step,
+            )
+    return backbone.eval()

@@ -1,5 +1,5 @@
 """Learners: MAML, first-order MAML, Meta-SGD, ANIL, Reptile, Prototypical Networks,
-Meta-Baseline.
+Meta-Baseline (and with a fine-tuned head).
 
 Importing this package registers the built-in learners.
 
@@ -17,6 +17,7 @@ from metadist.learners import (  # noqa: F401  (registers them)
     anil,
     maml,
     metabaseline,
+    metabaseline_ft,
     metasgd,
     protonet,
     reptile,

@@ -81,7 +81,15 @@ class ProtoNet(Learner):
         Raises:
             ValueError: labels outside `[0, num_ways)` or a class without support examples.
         """
-        labels = support.y
+        return {"prototypes": self.prototypes_of(self._embed(support.x), support.y)}
+
+    def prototypes_of(self, embeddings: Tensor, labels: Tensor) -> Tensor:
+        """Class prototypes `[B, N, D]`: the mean of each class's embeddings
+        (`embeddings [B, S, D]`, `labels [B, S]`).
+
+        Raises:
+            ValueError: as `adapt`.
+        """
         if labels.dtype not in (torch.int64, torch.int32):
             raise ValueError(
                 f"learner {self.name!r}: support.y must hold class indices, got {labels.dtype}"
@@ -92,7 +100,6 @@ class ProtoNet(Learner):
                 f"learner {self.name!r}: support labels must lie in [0, {num_ways}), got "
                 f"[{int(labels.min())}, {int(labels.max())}]"
             )
-        embeddings = self._embed(support.x)  # [B, NK, D]
         one_hot = F.one_hot(labels.long(), num_ways).to(embeddings.dtype)  # [B, NK, N]
         counts = one_hot.sum(1)  # [B, N]
         if bool((counts == 0).any()):
@@ -100,8 +107,7 @@ class ProtoNet(Learner):
             raise ValueError(
                 f"learner {self.name!r}: class {label} has no support example in task {task_index}"
             )
-        prototypes = one_hot.transpose(1, 2) @ embeddings / counts.unsqueeze(-1)
-        return {"prototypes": prototypes}
+        return one_hot.transpose(1, 2) @ embeddings / counts.unsqueeze(-1)
 
     def predict(self, params: Params, x: Tensor) -> Tensor:
         """Logits `[B, Q, N]` (negative squared distances) for `x [B, Q, ...]`."""

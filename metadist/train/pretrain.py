@@ -31,6 +31,9 @@ from metadist.options import check_min, check_range
 from metadist.train.adam import Adam
 
 _FORMAT = "metadist.pretrain/1"
+# The file of a run's pre-training state in its run directory (`train.pretrain_phase`;
+# the evaluation's pretrained-embedding baseline continues it, `eval.pretrained_run`).
+PRETRAIN_STATE = "pretrain.pt"
 # What the saved state must agree on with a call resuming it (the model itself is checked
 # by load_state_dict).
 _SETTINGS = ("num_classes", "embedding_size", "lr", "batch_size", "seed")

@@ -25,9 +25,9 @@ from metadist.learners.heads import resolve_head
 from metadist.train.build import RunParts
 from metadist.train.config import TrainConfig
 from metadist.train.distributed import DistEnv
-from metadist.train.pretrain import pretrain_classifier
+from metadist.train.pretrain import PRETRAIN_STATE, pretrain_classifier
 
-PRETRAIN_STATE = "pretrain.pt"
+__all__ = ["PRETRAIN_STATE", "run_pretraining"]
 
 
 def run_pretraining(

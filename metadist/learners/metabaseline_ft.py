@@ -1,0 +1,116 @@
+"""Meta-Baseline with a cosine head fine-tuned on each support set, the steps meta-learned."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from metadist.batch import TaskSet
+from metadist.learners.base import Params
+from metadist.learners.metabaseline import MetaBaseline
+from metadist.learners.registry import register_learner
+
+
+@register_learner("metabaseline_ft")
+class MetaBaselineFineTune(MetaBaseline):
+    """Meta-Baseline whose class weights are fine-tuned on the support set, as Baseline++
+    fine-tunes its cosine classifier (Chen et al. 2019), but inside meta-training.
+
+    Each episode's weights start at its prototypes (the mean support embedding of each
+    way, "weight imprinting"), then take `inner_steps` gradient steps on the support
+    cross-entropy of the cosine logits `τ · cos(f(x), w_c)`:
+    `W ← W − α_t ∇_W L_support(W)`. The step sizes `α_t` (one per step) are parameters of
+    the learner, meta-learned with the embedding and `τ` through the steps (second order
+    unless `first_order`), so meta-training decides how far fine-tuning moves the
+    weights; with `α_t = 0`, or `steps=0`, this is `metabaseline`. Only the head is
+    adapted: the embedding of the support is computed once.
+
+    Args:
+        model: embedding network with output_shape `(D,)`.
+        inner_steps: fine-tuning steps of the head (≥ 0) when `adapt` is not given any.
+        inner_lr: the initial value of every step size `α_t` (≥ 0).
+        learn_inner_lr: meta-learn the step sizes (False keeps them at `inner_lr`).
+        first_order: do not differentiate through the head's gradient (the outer
+            gradient still flows through the prototypes and the step sizes).
+        **options: `MetaBaseline.Options` (`num_ways`, `loss`, `vectorize`, `init_scale`,
+            `learn_scale`).
+
+    `adapt(support, steps)` with more steps than `inner_steps` repeats the last step size.
+
+    Raises:
+        ValueError: a bad option (e.g. `inner_steps` < 0), or as in `MetaBaseline`.
+    """
+
+    @dataclass(frozen=True)
+    class Options(MetaBaseline.Options):
+        inner_steps: int = 5
+        inner_lr: float = 0.5
+        learn_inner_lr: bool = True
+        first_order: bool = False
+
+    def __init__(self, model: nn.Module, **options: Any) -> None:
+        super().__init__(model, **options)
+        steps, lr = self.options.inner_steps, self.options.inner_lr
+        if not isinstance(steps, int) or steps < 0:
+            raise self._options_error("inner_steps", "must be an int >= 0", steps)
+        if not lr >= 0:
+            raise self._options_error("inner_lr", "must be a number >= 0", lr)
+        self.inner_lrs = nn.Parameter(
+            torch.full(
+                (max(steps, 1),), float(lr), dtype=self.scale.dtype, device=self.scale.device
+            ),
+            requires_grad=self.options.learn_inner_lr,
+        )
+
+    def adapt(self, support: TaskSet, steps: int | None = None) -> Params:
+        """Fine-tuned class weights of each task.
+
+        Args:
+            support: `x [B, N*K, ...]`, `y [B, N*K]` int64 in `[0, N)`.
+            steps: fine-tuning steps (None: `inner_steps`; 0: the prototypes).
+
+        Returns:
+            `{"prototypes": [B, N, D]}`, the weights `predict` compares queries with.
+
+        Raises:
+            ValueError: steps < 0, or as in `ProtoNet.adapt`.
+        """
+        steps = self.options.inner_steps if steps is None else int(steps)
+        if steps < 0:
+            raise ValueError(f"learner {self.name!r}: steps must be >= 0, got {steps}")
+        embeddings = self._embed(support.x)  # [B, S, D]
+        weights = self.prototypes_of(embeddings, support.y)  # [B, N, D]
+        if steps == 0:
+            return {"prototypes": weights}
+        return {"prototypes": self._fine_tune(embeddings, support.y, weights, steps)}
+
+    def _fine_tune(self, embeddings: Tensor, labels: Tensor, weights: Tensor, steps: int) -> Tensor:
+        """`weights [B, N, D]` after `steps` gradient steps on the support cross-entropy."""
+        outer = torch.is_grad_enabled()  # meta-training: the outer gradient flows through
+        second_order = outer and not self.options.first_order
+        features = F.normalize(embeddings, dim=-1)  # [B, S, D]
+        one_hot = F.one_hot(labels.long(), weights.shape[1]).to(features.dtype)  # [B, S, N]
+        if not second_order:  # the head's gradient as a constant of the outer graph
+            features = features.detach()
+        with torch.enable_grad():
+            for step in range(steps):
+                point = weights if second_order else weights.detach().requires_grad_(True)
+                gradient = self._support_gradient(features, one_hot, point, second_order)
+                rate = self.inner_lrs[min(step, self.inner_lrs.shape[0] - 1)]
+                weights = weights - rate * gradient
+        return weights if outer else weights.detach()
+
+    def _support_gradient(
+        self, features: Tensor, one_hot: Tensor, weights: Tensor, create_graph: bool
+    ) -> Tensor:
+        """∇_W of each episode's mean support cross-entropy, summed over episodes (so each
+        episode's gradient is its own): `[B, N, D]`."""
+        scale = self.scale if create_graph else self.scale.detach()
+        logits = scale * (features @ F.normalize(weights, dim=-1).transpose(1, 2))  # [B, S, N]
+        loss = -(one_hot * logits.log_softmax(-1)).sum() / features.shape[1]
+        (gradient,) = torch.autograd.grad(loss, weights, create_graph=create_graph)
+        return gradient

@@ -200,8 +200,8 @@ def write_guarded(
     group's width in its evaluated run (`guard.json`, for `load_run(...).forecast`), and
     returns the table."""
     widths = chosen_widths(out, list(weights))
-    for (run_dir, _, _), width in zip(runs, widths, strict=True):
-        write_guard(run_dir, width, str(out / "choices.json"))
+    for (run_dir, method, _), width in zip(runs, widths, strict=True):
+        write_guard(run_dir, width, str(out / "choices.json"), model=method)
     scores = guarded_scores(runs, metric, widths)
     metrics = list(next(iter(scores["all"].values())))
     bands = ", ".join(f"H={k}: {width_label(w)}" for k, w in zip(weights, widths, strict=True))

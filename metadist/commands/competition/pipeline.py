@@ -410,6 +410,7 @@ def _report(
         args.validation,
         len(ensembles[keys[0]]),
         chosen is not None,
+        tuple(plan.candidates or ()),
     )
     picks = None if chosen is None else [chosen[k] for k in keys]
     table = pooled_table(firsts, plan.out, title, picks)

@@ -30,3 +30,17 @@ def competition_of(run_dir: str | os.PathLike) -> Path | None:
     if not isinstance(document, dict) or document.get("kind") != MARKER_KIND:
         return None
     return out
+
+
+def rescore_hint(out: Path) -> str:
+    """How to re-score the runs of the competition output `out` under its protocol:
+    `metadist competition DATA_DIR --out OUT` (with `--validation` for a validation
+    output; DATA_DIR from the marker, else a placeholder)."""
+    try:
+        document = json.loads((out / OUTPUT_FILE).read_text())
+    except (OSError, ValueError):
+        document = {}
+    data = document.get("data") if isinstance(document, dict) else None
+    data_dir = str(Path(data).parent) if data else "DATA_DIR"
+    validation = " --validation" if document.get("protocol") == "validation" else ""
+    return f"metadist competition {data_dir}{validation} --out {out}"

@@ -98,3 +98,33 @@ def test_the_competitions_steps_say_what_they_evaluate(competition):
         "data: 1 model per horizon, one ensemble per horizon"
         in (competition["out"] / "metrics.md").read_text()
     )
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(300)
+def test_forecast_defaults_to_the_model_validation_chose(competition, tmp_path):
+    """A test run given a validation run's choice records it in its evaluated run, whose
+    forecasts then default to it (and a run without one drops an earlier choice)."""
+    validation = tmp_path / "val"
+    validation.mkdir()
+    (validation / "adaptation.json").write_text(
+        '{"protocol": "validation", "horizons": {"4": {"choice": "unadapted"}}}'
+    )
+    args = ["competition", str(competition["data"]), "--out", str(competition["out"])]
+    args += ["--horizons", "4", "--lookbacks", "2", "--ets", "no", "--jobs", "1"]
+    args += ["trainer.meta_steps=6", "trainer.meta_batch_size=8", "trainer.eval_every=3"]
+    args += ["trainer.checkpoint_every=3", "model.options.hidden_sizes=[8]"]
+    args += ["eval.scratch_steps=2"]
+    done = _cli(*args, "--adaptation-from", str(validation))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    history = pq.read_table(competition["data"] / "train.parquet").to_pandas()
+    history = history[history.series_id == "S002"][["series_id", "t", "value"]]
+    run = metadist.load_run(competition["run"])
+    table = run.forecast(history).to_pandas()
+    assert table.method.unique().tolist() == ["unadapted"]
+    explicit = run.forecast(history, methods=["unadapted"]).to_pandas()
+    np.testing.assert_array_equal(table["value"], explicit["value"])
+    done = _cli(*args)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    again = metadist.load_run(competition["run"]).forecast(history)
+    assert again.column("method").unique().to_pylist() == ["adapted"]

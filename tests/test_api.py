@@ -4,6 +4,7 @@ Real parts: a synthetic panel written as Parquet, ingested into stores, runs tra
 `metadist train`, forecasts compared with what evaluation computes on the same history.
 """
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -130,7 +131,7 @@ def test_a_new_entity_gets_forecasts_in_its_own_units(runs):
     assert not store.entity_ids.tolist().count("brand-new-sensor")
 
 
-def test_a_recorded_guard_clips_the_models_forecasts(runs):
+def test_a_recorded_guard_clips_the_models_forecasts(runs, capsys):
     """A run recording a plausibility band (`guard.json`, as `metadist competition`
     writes it where validation chose one) serves its model's forecasts within each
     entity's band; the baselines stay as they are."""
@@ -141,8 +142,19 @@ def test_a_recorded_guard_clips_the_models_forecasts(runs):
     methods = ["adapted", "unadapted", "naive"]
     plain = metadist.load_run(run_dir).forecast(history, methods=methods, period=1).to_pandas()
     try:
-        write_guard(run_dir, 0.0)
+        write_guard(run_dir, 0.0, model="unadapted")
+        capsys.readouterr()
         table = metadist.load_run(run_dir).forecast(history, methods=methods, period=1)
+        note = capsys.readouterr().err
+        unguarded = (
+            metadist.load_run(run_dir)
+            .forecast(history, methods=methods, period=1, guard=False)
+            .to_pandas()
+        )
+        chosen = metadist.load_run(run_dir).forecast(history, period=1).to_pandas()
+        assert "forecasting with unadapted, the model the competition chose" in (
+            capsys.readouterr().err
+        )
     finally:
         (run_dir / GUARD_FILE).unlink()
     guarded = table.to_pandas()
@@ -155,6 +167,17 @@ def test_a_recorded_guard_clips_the_models_forecasts(runs):
         np.testing.assert_allclose(after, expected, rtol=1e-6)
     before = plain[plain.method == "adapted"][target].to_numpy()
     assert not np.allclose(guard(before, past, 1, 0.0), before)  # the band binds here
+    # the table and a line say which points the guard moved; guard=False turns it off
+    moved = guarded[target].to_numpy() != plain[target].to_numpy()
+    np.testing.assert_array_equal(guarded["clipped"].to_numpy(), moved)
+    assert f"clipped {int(moved.sum())} of {2 * H} model forecast points" in note
+    assert "clipped" not in plain.columns and "clipped" not in unguarded.columns
+    np.testing.assert_array_equal(unguarded[target].to_numpy(), plain[target].to_numpy())
+    # a recorded choice of the model is forecast unless methods says otherwise
+    np.testing.assert_array_equal(chosen.method.unique(), ["unadapted"])
+    np.testing.assert_allclose(
+        chosen[target].to_numpy(), guarded[guarded.method == "unadapted"][target].to_numpy()
+    )
 
 
 def test_methods_and_combinations(runs):
@@ -220,14 +243,22 @@ def test_a_store_that_moved_is_named_with_store(runs, tmp_path):
     assert done.stderr.strip() == f"forecasts of 1 entity written to {out}"
 
 
-def test_bad_history_is_one_clear_error(runs):
+def test_bad_history_is_one_clear_error(runs, capsys):
     run = metadist.load_run(runs["global"])
     key = str(run.source.store.entity_ids[2])
     history = _panel_rows(runs["panel"], key)
     with pytest.raises(ValueError, match="history has no column 'load'"):
         run.forecast(history.drop(["load"]))
-    with pytest.raises(ValueError, match=f"entity '{key}' has 20 rows; .* needs at least 47"):
-        run.forecast(history.slice(0, 20))
+    # too short for the run's windows: front-filled on fewer windows, said in one line
+    # whose arithmetic adds up (L + H + (K-1)*stride - padded)
+    capsys.readouterr()
+    assert run.forecast(history.slice(0, 20)).num_rows == H
+    note = capsys.readouterr().err
+    assert "1 entity has fewer than" in note and f"('{key}', the first with 20)" in note
+    numbers = re.search(r"= (\d+) \+ (\d+) \+ (\d+)\*(\d+) - (\d+) = (\d+) rows", note)
+    assert numbers is not None, note
+    lookback, horizon, k1, stride, pad, needed = map(int, numbers.groups())
+    assert lookback + horizon + k1 * stride - pad == needed > 20
     values = history.column("y").to_numpy().copy()
     values[5] = np.nan
     broken = history.set_column(history.column_names.index("y"), "y", pa.array(values))

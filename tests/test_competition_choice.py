@@ -33,6 +33,7 @@ from metadist.commands.competition.guard import (
 from metadist.commands.competition.members import Group
 from metadist.commands.competition.pipeline import _loss_plan
 from metadist.commands.competition.spec import CompetitionSpec
+from metadist.eval.combine import CHOSEN_LABEL
 from metadist.eval.fallback_combination import (
     WEIGHTS,
     fit_shrinkage,
@@ -40,7 +41,7 @@ from metadist.eval.fallback_combination import (
     shrunk,
 )
 from metadist.eval.metrics import point_terms
-from metadist.eval.plausibility import parse_width, recorded_guard
+from metadist.eval.plausibility import parse_width, recorded_guard, recorded_model
 from metadist.store.ingest import ingest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -172,13 +173,18 @@ def test_the_band_is_chosen_on_validation_and_the_test_run_applies_it(tmp_path):
     _evaluated(test, truth, truth * 2.0, truth * 0.5, {"unadapted": 100.0}, histories)
     out.mkdir()
     write_choices(out, {"4": entry}, validation=False, source=tmp_path / "val")
+    (out / "metrics.md").write_text(f"| {CHOSEN_LABEL} | 1.0 |\n")
     assert recorded_guard(test) is None
     table = write_guarded(out, [(test, "unadapted", entry["weight"])], "mape", {"4": 1.0})
     assert recorded_guard(test) == 0.0  # load_run(test).forecast applies it
     scores = json.loads((out / "guarded.json").read_text())["scores"]["all"]
     assert scores["model"]["mape"] < 10.0  # clipped at 15 % growth a year
     assert scores["unguarded"]["mape"] == pytest.approx(100.0, abs=1e-3)
-    assert "model unguarded" in table and "band widths by group (validation): H=4: 0" in table
+    assert "model, unguarded" in table and "band widths by group (validation): H=4: 0" in table
+    # the guarded row and metrics.md's model row name which is which
+    assert "| model, guarded as chosen on validation |" in table
+    assert recorded_model(test) == "unadapted"  # load_run(test).forecast's default
+    assert "guarded.md scores the model guarded" in (out / "metrics.md").read_text()
     entry["guard"] = "wide"
     write_choices(tmp_path / "val", {"4": entry}, validation=True)
     with pytest.raises(ValueError, match="not a choice written by metadist competition"):
@@ -254,7 +260,7 @@ def test_a_validation_run_chooses_the_loss_and_a_test_run_applies_it(tmp_path):
     assert trained == [f"L8-{entry['loss']}-s1"]  # the chosen loss alone
     applied = json.loads((test / CHOICES_FILE).read_text())
     assert applied["protocol"] == "test" and applied["from"] == str(val)
-    assert "shrunk towards seasonal naive" in printed and "model unguarded" in printed
+    assert "shrunk towards seasonal naive" in printed and "model, unguarded" in printed
     assert (test / "guarded.md").is_file()
     assert recorded_guard(test / "h4" / f"L8-{entry['loss']}-s1") == parse_width(entry["guard"])
 

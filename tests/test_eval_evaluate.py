@@ -262,7 +262,7 @@ def test_progress_lines_off_a_terminal(panel_and_store, monkeypatch, capsys):
     assert evaluating[-1].startswith(f"evaluating: {total}/{total} tasks (100%)"), lines
     assert evaluating[0].startswith(f"evaluating: 9/{total} tasks"), lines
     statistical = [line for line in lines if line.startswith("statistical forecasts: ")]
-    assert statistical[-1].startswith(f"statistical forecasts: {total}/{total} series"), lines
+    assert statistical[-1].startswith(f"statistical forecasts: {total}/{total} forecasts"), lines
     assert "about" in statistical[0] and len(evaluating) + len(statistical) == len(lines)
     assert shown["overall"] == quiet["overall"]
 

@@ -2,16 +2,20 @@
 
 Each entity, scaled by the store's rule (`metadist.api.history`), becomes the task
 evaluation would cut from it with `split="end"`: support windows ending where its history
-ends, the query input its last L rows (`metadist.tasks.series_end`). The learner adapts
-on the support windows and forecasts the next steps, which go back to the entity's
-original units; the baselines forecast from the history in original units. A run that
-records a plausibility band (`guard.json`, chosen on validation by `metadist
-competition`) has its model's forecasts clipped to each entity's band
-(`metadist.eval.plausibility`), as the competition scored it.
+ends, the query input its last L rows (`metadist.tasks.series_end`). An entity too short
+for those windows, and every entity of a competition's member run, is cut as the
+competition's holdout evaluation cuts it: front-filled with its first row, on fewer
+support windows (`metadist.tasks.holdout`). The learner adapts on the support windows and
+forecasts the next steps, which go back to the entity's original units; the baselines
+forecast from the history in original units. A run that records a plausibility band
+(`guard.json`, chosen on validation by `metadist competition`) has its model's forecasts
+clipped to each entity's band (`metadist.eval.plausibility`), as the competition scored
+it, unless the caller turns the guard off; the table then says which points were clipped.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -24,11 +28,12 @@ from metadist.api.protocols import AdaptingLearner, StoreSchema
 from metadist.api.times import next_times, time_column
 from metadist.batch import MetaBatch, TaskSet
 from metadist.eval import baselines
-from metadist.eval.plausibility import guard
+from metadist.eval.plausibility import guard, width_label
 from metadist.eval.scoring import _forecast
 from metadist.eval.settings import EvalOptions
 from metadist.learners.base import Params
 from metadist.tasks.inference import ForecastWindows, forecast_windows
+from metadist.tasks.series_end import SeriesEndWindows
 
 MODEL_METHODS = ("adapted", "unadapted")
 BASELINE_METHODS = ("naive", "seasonal_naive", "theta")
@@ -47,10 +52,14 @@ def forecast(
     period: int | None,
     steps: int | None,
     guard_width: float | None = None,
+    holdout_padding: bool = False,
 ) -> pa.Table:
     """`Run.forecast` of a forecasting run's parts (see there for the arguments);
-    `guard_width`: the run's recorded band width (None: no guard), which clips the
-    model's forecasts (`adapted`, `unadapted` and combinations with them).
+    `guard_width`: the band width that clips the model's forecasts (`adapted`,
+    `unadapted` and combinations with them; None: no guard), the table then has a
+    boolean column `clipped` (a target's model forecast moved into its band) and one
+    line on stderr counts them; `holdout_padding`: cut every entity as a competition's
+    holdout evaluation does (`forecast_batches`).
 
     Raises:
         ValueError: a sampler without the forecasting protocol
@@ -60,14 +69,15 @@ def forecast(
     wanted = check_methods(methods)
     horizon = check_horizon(windows, horizon, bool(wanted & set(MODEL_METHODS)))
     entities = [scale_entity(store, entity) for entity in read_history(history, store)]
-    batch = forecast_batch(windows, entities, horizon)
     target_columns = list(windows.target_columns)
     forecasts: dict[str, np.ndarray] = {}
+    clipped: dict[str, np.ndarray] = {}
     model_methods = [m for m in MODEL_METHODS if m in wanted]
     if model_methods:
+        batches = forecast_batches(windows, entities, horizon, holdout_padding)
         if steps is None:
             steps = options.inner_steps
-        scaled = model_forecasts(learner, batch, model_methods, steps)
+        scaled = model_forecasts(learner, batches, model_methods, steps)
         for method, values in scaled.items():
             forecasts[method] = np.stack(
                 [
@@ -76,9 +86,11 @@ def forecast(
                 ]
             )
             if guard_width is not None:
+                unguarded = forecasts[method]
                 forecasts[method] = guarded(
-                    options, entities, target_columns, forecasts[method], period, guard_width
+                    options, entities, target_columns, unguarded, period, guard_width
                 )
+                clipped[method] = forecasts[method] != unguarded  # NaN stays: not clipped
     baseline_methods = [m for m in BASELINE_METHODS if m in wanted]
     if baseline_methods:
         forecasts.update(
@@ -87,7 +99,40 @@ def forecast(
     for method in methods:
         if "+" in method:
             forecasts[method] = np.mean([forecasts[m] for m in method.split("+")], axis=0)
-    return forecast_table(store, entities, target_columns, horizon, methods, forecasts)
+    table = forecast_table(store, entities, target_columns, horizon, methods, forecasts)
+    if guard_width is None:
+        return table
+    return with_clipped(table, entities, horizon, methods, clipped, guard_width)
+
+
+def with_clipped(
+    table: pa.Table,
+    entities: list[Entity],
+    horizon: int,
+    methods: Sequence[str],
+    clipped: dict[str, np.ndarray],
+    width: float,
+) -> pa.Table:
+    """`table` with the boolean column `clipped`: whether the guard moved a forecast
+    point of a model method (or of a model method in a combination) into its band; one
+    line on stderr counts them."""
+    none = np.zeros((len(entities), horizon), bool)
+    flags = [
+        np.any(
+            [clipped[m].any(axis=2) for m in method.split("+") if m in clipped] or [none], axis=0
+        )
+        for method in methods
+    ]
+    flag = np.stack(flags, axis=2)  # [B, horizon, M], the table's row order
+    points = sum(int(clipped[m].sum()) for m in clipped)
+    total = sum(clipped[m].size for m in clipped)
+    print(
+        f"note: the run's plausibility guard (band width {width_label(width)}, chosen on "
+        f"validation) clipped {points} of {total} model forecast points (column clipped); "
+        "guard=False (--no-guard) forecasts unguarded",
+        file=sys.stderr,
+    )
+    return table.append_column("clipped", pa.array(flag.reshape(-1), pa.bool_()))
 
 
 def check_horizon(windows: ForecastWindows, horizon: int | None, model: bool) -> int:
@@ -144,35 +189,72 @@ def check_methods(methods: Sequence[str]) -> set[str]:
     return wanted
 
 
-def forecast_batch(spec: ForecastWindows, entities: list[Entity], horizon: int) -> MetaBatch:
+def forecast_batches(
+    spec: ForecastWindows, entities: list[Entity], horizon: int, holdout_padding: bool = False
+) -> list[tuple[np.ndarray, MetaBatch]]:
     """The evaluation's task for each entity, with its query window past the history's
     end: support windows ending at the history's end, query input its last L rows.
 
-    Returns:
-        `MetaBatch` with `support.x [B, K, L, F]`, `support.y [B, K, H, T]`,
-        `query.x [B, 1, L, F]` and zeros for `query.y [B, 1, horizon, T]`.
+    An entity shorter than the run's windows allow (`rows_needed` of its padded inputs),
+    and every entity with `holdout_padding`, is cut as a competition's holdout evaluation
+    cuts it (`metadist.tasks.holdout`): front-filled with its first row to one window,
+    with as many support windows as fit (at least one).
 
-    Raises:
-        ValueError: an entity too short for the run's windows.
+    Returns:
+        `[(indices [B'], batch)]`, one batch per number of support windows K': the
+        positions in `entities` of its tasks, and a `MetaBatch` with `support.x
+        [B', K', L, F]`, `support.y [B', K', H, T]`, `query.x [B', 1, L, F]` and zeros for
+        `query.y [B', 1, horizon, T]`.
     """
-    windows = spec.end_windows
-    support_x, support_y, query_x = [], [], []
-    for entity in entities:
+    padded = spec.end_windows
+    front_filled = SeriesEndWindows(
+        spec.lookback, spec.horizon, spec.num_support, spec.stride, padding="series"
+    )
+    short = []
+    cuts: dict[int, list[tuple[int, tuple[np.ndarray, np.ndarray, np.ndarray]]]] = {}
+    for index, entity in enumerate(entities):
         assert entity.scaled is not None
         num_rows = len(entity.scaled)
-        if num_rows < windows.rows_needed:
-            raise ValueError(
-                f"history: entity {entity.key!r} has {num_rows} rows; the run adapts on "
-                f"{windows.num_support} windows of {windows.lookback} + {windows.horizon} rows "
-                f"(stride {windows.stride}, up to {windows.pad_inputs} padded), so it needs at "
-                f"least {windows.rows_needed}"
-            )
-        x, y, query = windows.cut(entity.scaled, spec.input_columns, spec.target_columns)
-        support_x.append(x)
-        support_y.append(y)
-        query_x.append(query)
-    num = len(entities)
-    num_targets = len(spec.target_columns)
+        windows = padded
+        if holdout_padding or num_rows < padded.rows_needed:
+            windows = front_filled
+            if num_rows < padded.rows_needed:
+                short.append(entity)
+        cut = windows.cut(entity.scaled, spec.input_columns, spec.target_columns)
+        cuts.setdefault(len(cut[0]), []).append((index, cut))
+    if short and not holdout_padding:
+        note_short(padded, short)
+    return [
+        (np.asarray([i for i, _ in group], np.int64), task_batch([c for _, c in group], horizon))
+        for _, group in sorted(cuts.items())
+    ]
+
+
+def note_short(windows: SeriesEndWindows, short: list[Entity]) -> None:
+    """One line on stderr naming the entities shorter than `windows` need, and how they
+    are forecast instead."""
+    lookback, horizon, k, stride, pad = (
+        windows.lookback,
+        windows.horizon,
+        windows.num_support,
+        windows.stride,
+        windows.pad_inputs,
+    )
+    names = ", ".join(repr(e.key) for e in short[:3]) + (" ..." if len(short) > 3 else "")
+    print(
+        f"note: history: {len(short)} {'entity has' if len(short) == 1 else 'entities have'} "
+        f"fewer than L + H + (K-1)*stride - padded = {lookback} + {horizon} + {k - 1}*{stride} "
+        f"- {pad} = {windows.rows_needed} rows ({names}, the first with "
+        f"{len(short[0].scaled) if short[0].scaled is not None else 0}): adapted on fewer "
+        "windows, front-filled with its first row, as a competition's holdout evaluation does",
+        file=sys.stderr,
+    )
+
+
+def task_batch(cuts: list[tuple[np.ndarray, np.ndarray, np.ndarray]], horizon: int) -> MetaBatch:
+    """One `MetaBatch` of tasks cut alike (`SeriesEndWindows.cut`'s triples, one K')."""
+    support_x, support_y, query_x = zip(*cuts, strict=True)
+    num, num_targets = len(cuts), support_y[0].shape[-1]
     return MetaBatch(
         support=TaskSet(
             torch.from_numpy(np.stack(support_x)), torch.from_numpy(np.stack(support_y))
@@ -188,20 +270,28 @@ def forecast_batch(spec: ForecastWindows, entities: list[Entity], horizon: int) 
 
 
 def model_forecasts(
-    learner: AdaptingLearner, batch: MetaBatch, methods: list[str], steps: int | None
+    learner: AdaptingLearner,
+    batches: list[tuple[np.ndarray, MetaBatch]],
+    methods: list[str],
+    steps: int | None,
 ) -> dict[str, np.ndarray]:
     """`{method: [B, horizon, T] float64}` scaled forecasts of the learner, adapted on the
-    support windows (`adapted`) or not (`unadapted`)."""
+    support windows (`adapted`) or not (`unadapted`), for `forecast_batches`' batches."""
     learner.eval()
     parameter = next(learner.parameters(), None)
-    if parameter is not None:
-        batch = batch.to(parameter.device)
-    out = {}
+    num = sum(len(indices) for indices, _ in batches)
+    out: dict[str, np.ndarray] = {}
     with torch.no_grad():
-        for method in methods:
-            params = learner.adapt(batch.support, steps=steps if method == "adapted" else 0)
-            prediction = _forecast(_predictor(learner, params), batch)
-            out[method] = prediction[:, 0].double().cpu().numpy()  # [B, horizon, T]
+        for indices, batch in batches:
+            if parameter is not None:
+                batch = batch.to(parameter.device)
+            for method in methods:
+                params = learner.adapt(batch.support, steps=steps if method == "adapted" else 0)
+                prediction = _forecast(_predictor(learner, params), batch)
+                values = prediction[:, 0].double().cpu().numpy()  # [B', horizon, T]
+                if method not in out:
+                    out[method] = np.empty((num, *values.shape[1:]), np.float64)
+                out[method][indices] = values
     return out
 
 

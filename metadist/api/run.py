@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Collection, Hashable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +17,8 @@ from metadist.api.artifact import load_parts
 from metadist.api.classification import Examples
 from metadist.api.history import History
 from metadist.api.protocols import AdaptingLearner
-from metadist.eval.plausibility import recorded_guard
+from metadist.eval.competition_member import competition_of
+from metadist.eval.plausibility import GUARD_FILE, recorded_guard, recorded_model
 from metadist.eval.settings import EvalOptions
 from metadist.train.build import TaskSource
 from metadist.train.config import TrainConfig
@@ -91,9 +93,10 @@ class Run:
         history: History,
         *,
         horizon: int | None = None,
-        methods: Sequence[str] = ("adapted",),
+        methods: Sequence[str] | None = None,
         period: int | None = None,
         steps: int | None = None,
+        guard: bool = True,
     ) -> pa.Table:
         """Forecasts of the next `horizon` steps of every entity in `history`.
 
@@ -108,23 +111,36 @@ class Run:
             methods: what to forecast with: `adapted` (adapted on the entity's own
                 windows), `unadapted`, `naive`, `seasonal_naive`, `theta`, or a
                 combination such as `adapted+theta` (the mean of those forecasts, as
-                `eval.combinations` scores it).
+                `eval.combinations` scores it). Default: `adapted`, or, for a
+                competition's run whose validation chose for its horizon (`guard.json`'s
+                `model`), the one chosen (`adapted` or `unadapted`), said on stderr.
             period: the seasonal period m of `seasonal_naive` and `theta` (default: the
                 run's `eval.seasonal_period`; a mapping by stratum or label is looked up
                 with the entity's stratum or label column, where the history has it).
             steps: adaptation steps (default: the run's evaluation setting, else the
                 learner's `eval_inner_steps`).
+            guard: apply the plausibility guard the run records (`guard.json`, written
+                by `metadist competition` where validation chose a band width): the
+                model's forecasts (`adapted`, `unadapted` and combinations with them)
+                are clipped to each entity's band from its own history
+                (`metadist.eval.plausibility`), as the competition scored them; a line
+                on stderr counts the clipped points. False: the model unguarded.
+
+        An entity shorter than the run's support windows need (L + H + (K-1)·stride -
+        pad_inputs rows) is front-filled with its first row and adapted on fewer
+        windows, with one line on stderr naming it; a competition's member run cuts
+        every entity so, as the competition's holdout evaluation did.
 
         Returns:
             A pyarrow Table in long format, one row per entity, step and method: the
-            entity column, `step` (1..horizon), the time column (the last time plus `step` times the history's regular spacing,
-            where it is regular), `method`, and one column per forecast target in the
-            entity's original units.
+            entity column, `step` (1..horizon), the time column (the last time plus
+            `step` times the history's regular spacing, where it is regular), `method`,
+            and one column per forecast target in the entity's original units; with a
+            guard applied, also `clipped` (bool: the guard moved that model forecast).
 
         Raises:
             ValueError: a missing column, a duplicated time, a non-finite value the store's
-                NaN rule does not allow, a history too short for the run's windows, an
-                unknown method, or a run that does not forecast (a classifier, a run
+                NaN rule does not allow, an unknown method, or a run that does not forecast (a classifier, a run
                 without a store, or a sampler without the forecasting protocol of
                 `metadist.tasks.inference`); the message names it.
         """
@@ -133,6 +149,8 @@ class Run:
                 f"run {self.run_dir} is a {self.kind} run; forecast() needs a forecasting "
                 "run (a sampler of forecast windows on a series store)"
             )
+        if methods is None:
+            methods = (self.chosen_model() or "adapted",)
         return forecasting.forecast(
             self.learner,
             self.source.sampler,
@@ -143,8 +161,24 @@ class Run:
             methods=methods,
             period=period,
             steps=steps,
-            guard_width=recorded_guard(self.run_dir),  # the band validation chose, if any
+            # the band validation chose, if any
+            guard_width=recorded_guard(self.run_dir) if guard else None,
+            holdout_padding=competition_of(self.run_dir) is not None,
         )
+
+    def chosen_model(self) -> str | None:
+        """`adapted` or `unadapted`: the forecast a competition's validation chose as the
+        model of this run's horizon (recorded in `guard.json`), said on stderr; None
+        where the run records no choice."""
+        model = recorded_model(self.run_dir)
+        if model is not None:
+            print(
+                f"note: forecasting with {model}, the model the competition chose on "
+                f"validation for this horizon ({self.run_dir / GUARD_FILE}); methods= "
+                "(--methods) overrides it",
+                file=sys.stderr,
+            )
+        return model
 
     def classify(
         self,

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from metadist.diskspace import OutOfSpaceError
 from metadist.eval import evaluate_run
+from metadist.eval.competition_member import competition_of, rescore_hint
 from metadist.eval.report import markdown_report
 from metadist.eval.shard import EvalShard
 from metadist.launch.local_ranks import run_local_ranks
@@ -55,6 +56,13 @@ def build_parser(prog: str = "metadist eval") -> argparse.ArgumentParser:
         "unless allowed, so a received run runs no code of its own",
     )
     parser.add_argument(
+        "--plain",
+        action="store_true",
+        help="evaluate a run of a `metadist competition` output as a plain run (its "
+        "store's split and the run's own settings, not the competition's protocol); "
+        "its competition evaluation is moved aside",
+    )
+    parser.add_argument(
         "--nproc-per-node",
         type=int,
         default=None,
@@ -77,6 +85,17 @@ def main(argv: list[str] | None = None, prog: str = "metadist eval") -> int:
             overrides.append(item)
     if not run_dir:
         print(f"{prog}: error: give the run as run_dir=PATH", file=sys.stderr)
+        return 2
+    out = competition_of(run_dir)
+    if out is not None and not args.plain:
+        print(
+            f"{prog}: error: run_dir {run_dir} belongs to the competition output {out}, "
+            "which scored it under its protocol (each horizon's series on the holdout, "
+            "their seasonal periods and metric); re-score it with "
+            f"`{rescore_hint(out)}` with the options it was run with (finished runs are confirmed, not retrained), or pass --plain to "
+            "evaluate it as a plain run on its store's split",
+            file=sys.stderr,
+        )
         return 2
     nproc = args.nproc_per_node
     if nproc is not None and nproc < 1:

@@ -29,9 +29,16 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--horizon", type=int, default=None, help="steps (default: the run's)")
     parser.add_argument(
         "--methods",
-        default="adapted",
+        default=None,
         help="comma-separated: adapted, unadapted, naive, seasonal_naive, theta, or "
-        "combinations such as adapted+theta (default: adapted)",
+        "combinations such as adapted+theta (default: adapted, or the model a "
+        "competition's validation chose for the run's horizon)",
+    )
+    parser.add_argument(
+        "--no-guard",
+        action="store_true",
+        help="leave the model's forecasts unguarded where the run records a plausibility "
+        "guard (guard.json, chosen on validation by metadist competition)",
     )
     parser.add_argument("--period", type=int, default=None, help="seasonal period m")
     parser.add_argument(
@@ -61,8 +68,11 @@ def run_cli(args: argparse.Namespace) -> int:
     table = run.forecast(
         args.history,
         horizon=args.horizon,
-        methods=[m.strip() for m in args.methods.split(",") if m.strip()],
+        methods=None
+        if args.methods is None
+        else [m.strip() for m in args.methods.split(",") if m.strip()],
         period=args.period,
+        guard=not args.no_guard,
     )
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

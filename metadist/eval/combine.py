@@ -31,7 +31,9 @@ from metadist.eval.scoring import TaskScores, group_summaries, overall_summary
 # The method a combine adds when each run names one of its own methods (`chosen`): the
 # meta-trained model's forecast, adapted or not as a validation run decided per run.
 CHOSEN = "chosen"
-CHOSEN_LABEL = "meta-trained model (adaptation as chosen on validation)"
+# unguarded: a competition's test run reports the model within its plausibility band, as
+# validation chose it, apart (`OUT/guarded.md`)
+CHOSEN_LABEL = "meta-trained model, unguarded (adaptation as chosen on validation)"
 # Settings of each run shown in the combined table's settings line.
 _RUN_SETTINGS = ("experiment", "checkpoint", "learner", "model", "inner_steps", "tasks")
 

@@ -203,10 +203,16 @@ def _period(period: int) -> int:
     return int(period)
 
 
-def write_guard(run_dir: str | os.PathLike, width: float | None, source: str = "") -> None:
+def write_guard(
+    run_dir: str | os.PathLike, width: float | None, source: str = "", model: str | None = None
+) -> None:
     """Records in `run_dir` (`guard.json`) the band width its model's forecasts are
-    guarded with (`Run.forecast` applies it); `source`: where it was chosen."""
-    document = {"width": width_label(width), "chosen_on": source}
+    guarded with (`Run.forecast` applies it); `source`: where it was chosen; `model`:
+    the forecast reported as the model (`adapted` or `unadapted`, chosen on validation;
+    `Run.forecast`'s default), where one was chosen."""
+    document: dict[str, str | None] = {"width": width_label(width), "chosen_on": source}
+    if model is not None:
+        document["model"] = model
     atomic_write_text(Path(run_dir) / GUARD_FILE, json.dumps(document, indent=1) + "\n")
 
 
@@ -224,3 +230,22 @@ def recorded_guard(run_dir: str | os.PathLike) -> float | None:
         return parse_width(label)
     except (ValueError, KeyError, TypeError):
         raise ValueError(f"{path} does not hold a guard width as metadist records it") from None
+
+
+def recorded_model(run_dir: str | os.PathLike) -> str | None:
+    """The forecast `run_dir` records as its model (`write_guard`'s `model`: `adapted`
+    or `unadapted`); None where it records none.
+
+    Raises:
+        ValueError: a `guard.json` whose model is neither.
+    """
+    path = Path(run_dir) / GUARD_FILE
+    if not path.is_file():
+        return None
+    try:
+        model = json.loads(path.read_text()).get("model")
+    except (ValueError, AttributeError):
+        raise ValueError(f"{path} does not hold a guard as metadist records it") from None
+    if model not in (None, "adapted", "unadapted"):
+        raise ValueError(f"{path}: model {model!r} is neither adapted nor unadapted")
+    return model

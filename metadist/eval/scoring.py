@@ -321,8 +321,12 @@ def _score_batches(
         scratch.counter = display.counter(label, total, "task-steps")
     if isinstance(score, ForecastScorer):
         # with a learned combination, each series' validation window is forecast too
-        jobs = None if num_tasks is None else num_tasks * (1 if score.learned is None else 2)
-        score.statistical.counter = display.counter("statistical forecasts", jobs, "series")
+        per_series = 1 if score.learned is None else 2
+        jobs = None if num_tasks is None else num_tasks * per_series
+        label = "statistical forecasts" + (
+            "" if per_series == 1 else " (holdout and validation window of each series)"
+        )
+        score.statistical.counter = display.counter(label, jobs, "forecasts")
 
     def arrays(batch: MetaBatch) -> dict[str, np.ndarray]:
         predictions = predict(batch)

@@ -141,7 +141,9 @@ class SeriesEndWindows:
             raise ValueError(
                 f"a series of {num_rows} rows is too short for {self.num_support} windows of "
                 f"{self.lookback} + {self.horizon} rows (stride {self.stride}, up to "
-                f"{self.pad_inputs} padded): it needs at least {self.rows_needed}"
+                f"{self.pad_inputs} input rows padded): it needs at least L + H + (K-1)*stride "
+                f"- padded = {self.lookback} + {self.horizon} + {self.num_support - 1}*"
+                f"{self.stride} - {self.pad_inputs} = {self.rows_needed}"
             )
         inputs = WindowGatherer(series, input_columns, self.lookback)
         targets = WindowGatherer(series, target_columns, self.horizon)

@@ -29,9 +29,11 @@ def evaluate_horizons(
     test_path: Path,
     ets: bool,
     extra: Sequence[str],
+    loss: str = "",
 ) -> list[Path]:
     """Evaluates each horizon's ensemble (the eval overrides `extra` last); returns the
-    evaluated run of each horizon, in the order of `ensembles`."""
+    evaluated run of each horizon, in the order of `ensembles`. `loss`: the candidate
+    loss the ensembles were trained with, named in the step's title."""
     firsts = []
     for horizon, members in ensembles.items():
         labels = info.labels_of(horizon)
@@ -39,7 +41,9 @@ def evaluate_horizons(
         ordered = sorted(members, key=lambda m: -m.lookback)
         run_dirs = [m.run_dir(out) for m in ordered]
         overrides = evaluation_overrides(spec, info, labels, test_path, run_dirs[1:], ets, extra)
-        title = f"evaluate H={horizon} ({len(run_dirs)} model(s)) on {', '.join(labels)}"
+        models = f"{len(run_dirs)} {'model' if len(run_dirs) == 1 else 'models'}"
+        trained = f", trained on {loss}" if loss else ""
+        title = f"evaluate H={horizon} ({models}{trained}) on {', '.join(labels)}"
         step(title, functools.partial(_evaluate, run_dirs[0], overrides))
         firsts.append(run_dirs[0])
     return firsts
@@ -64,7 +68,9 @@ def evaluate_candidates(
         target = sorted(members, key=lambda m: -m.lookback)[0].run_dir(out)
         if evaluated:
             _share_cache(next(iter(evaluated.values())), target)
-        first = evaluate_horizons({horizon: members}, out, spec, info, test_path, ets, extra)
+        first = evaluate_horizons(
+            {horizon: members}, out, spec, info, test_path, ets, extra, loss=loss
+        )
         evaluated[loss] = first[0]
     return evaluated
 
@@ -132,7 +138,12 @@ def want_ets(choice: str) -> bool:
 
 
 def _evaluate(run_dir: Path, overrides: list[str]) -> None:
-    evaluate_run(run_dir, overrides=overrides, progress=None)  # time left, every 15 s
+    """Evaluates `run_dir`; says what it reused of an earlier evaluation's cache (the
+    statistical forecasts, the from-scratch predictions), as `metadist eval` reports it."""
+    result = evaluate_run(run_dir, overrides=overrides, progress=None)  # time left, every 15 s
+    reused = result.get("settings", {}).get("reused")
+    if reused:
+        print(f"   reused: {reused}", flush=True)
 
 
 def _holdout(path: Path, spec: CompetitionSpec) -> dict[str, Any]:

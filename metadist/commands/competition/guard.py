@@ -200,8 +200,8 @@ def write_guarded(
     group's width in its evaluated run (`guard.json`, for `load_run(...).forecast`), and
     returns the table."""
     widths = chosen_widths(out, list(weights))
-    for (run_dir, _, _), width in zip(runs, widths, strict=True):
-        write_guard(run_dir, width, str(out / "choices.json"))
+    for (run_dir, method, _), width in zip(runs, widths, strict=True):
+        write_guard(run_dir, width, str(out / "choices.json"), model=method)
     scores = guarded_scores(runs, metric, widths)
     metrics = list(next(iter(scores["all"].values())))
     bands = ", ".join(f"H={k}: {width_label(w)}" for k, w in zip(weights, widths, strict=True))
@@ -215,7 +215,11 @@ def write_guarded(
         "| label | forecast | " + " | ".join(metrics) + " |",
         "| --- | --- |" + " ---: |" * len(metrics),
     ]
-    names = {"unguarded": "model unguarded", "model": "model (as chosen)", "shrunk": "shrunk"}
+    names = {
+        "unguarded": "model, unguarded (adaptation as chosen on validation)",
+        "model": "model, guarded as chosen on validation",
+        "shrunk": "model, guarded and shrunk by the weight chosen on validation",
+    }
     for label, rows in scores.items():
         for row, values in rows.items():
             cells = " | ".join(f"{values[m]:.3f}" for m in metrics)
@@ -229,4 +233,20 @@ def write_guarded(
         "scores": scores,
     }
     atomic_write_text(out / "guarded.json", json.dumps(document, indent=1) + "\n")
+    _point_to_guarded(out)
     return table
+
+
+def _point_to_guarded(out: Path) -> None:
+    """Adds to `OUT/metrics.md` (where it is) one line saying that its model row is
+    unguarded and where the model as validation chose it, guarded, is scored."""
+    metrics = out / "metrics.md"
+    if not metrics.is_file():
+        return
+    text = metrics.read_text()
+    line = (
+        f"The model rows above are unguarded; {GUARDED_FILE} scores the model guarded "
+        "(and shrunk) as chosen on validation, which `load_run(...).forecast` serves."
+    )
+    if line not in text:
+        atomic_write_text(metrics, text.rstrip("\n") + "\n\n" + line + "\n")

@@ -12,10 +12,10 @@ from pathlib import Path
 from metadist.commands.competition.sources import file_fingerprint, recorded_fingerprint
 from metadist.commands.competition.spec import SOURCE_FILE, VALIDATION_DIR
 from metadist.durable import atomic_write_json
+from metadist.eval.competition_member import MARKER_KIND as _KIND
+from metadist.eval.competition_member import OUTPUT_FILE
 
-# the marker of a competition output: which training file, which protocol
-OUTPUT_FILE = "competition-output.json"
-_KIND = "metadist competition output"
+__all__ = ["OUTPUT_FILE", "check_output", "claim_output"]
 
 
 def check_output(out: Path, train: Path, validation: bool) -> None:

@@ -40,6 +40,7 @@ from metadist.commands.competition.output import check_output, claim_output
 from metadist.commands.competition.series import SeriesInfo, scan_series
 from metadist.commands.competition.sources import check_same_source, recorded_fingerprint
 from metadist.commands.competition.spec import (
+    ADAPTATION_FILE,
     SOURCE_FILE,
     TEST_FILE,
     TRAIN_FILE,
@@ -51,6 +52,7 @@ from metadist.commands.competition.spec import (
 )
 from metadist.commands.competition.steps import METADIST, run_command, step
 from metadist.commands.competition.table import pooled_table, table_title
+from metadist.eval.plausibility import GUARD_FILE, write_guard
 from metadist.eval.settings import load_eval_options, split_eval_overrides
 from metadist.learners import REGRESSION_LOSSES
 from metadist.train.compose import compose_dict
@@ -399,8 +401,16 @@ def _ingest(plan: Plan, store: Path, env: dict[str, str]) -> int:
 def _report(
     plan: Plan, args: argparse.Namespace, ensembles: dict[str, list[Member]], firsts: list[Path]
 ) -> None:
-    """Writes each group's adaptation choice and the pooled table, and prints both."""
+    """Writes each group's adaptation choice and the pooled table, and prints both; each
+    group's evaluated run records the model the table reports (`guard.json`, which
+    `write_guarded` completes with the band where validation chose one), else none."""
     keys, chosen = [g.key for g in plan.groups], plan.chosen
+    for key, first in zip(keys, firsts, strict=True):
+        if chosen is None:
+            (first / GUARD_FILE).unlink(missing_ok=True)  # an earlier run's choice
+        else:
+            source = str(args.adaptation_from / ADAPTATION_FILE)
+            write_guard(first, None, source, model=chosen[key])
     decisions = write_adaptation_choice(
         plan.out, dict(zip(keys, firsts, strict=True)), args.validation
     )
@@ -410,6 +420,7 @@ def _report(
         args.validation,
         len(ensembles[keys[0]]),
         chosen is not None,
+        tuple(plan.candidates or ()),
     )
     picks = None if chosen is None else [chosen[k] for k in keys]
     table = pooled_table(firsts, plan.out, title, picks)

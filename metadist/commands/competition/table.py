@@ -10,10 +10,28 @@ from metadist.eval.combine import combine_runs
 from metadist.eval.report import write_report
 
 
-def table_title(experiment: str, name: str, validation: bool, num_models: int, chosen: bool) -> str:
-    """The pooled table's title: what was trained on which data set, and how."""
+def table_title(
+    experiment: str,
+    name: str,
+    validation: bool,
+    num_models: int,
+    chosen: bool,
+    candidates: tuple[str, ...] = (),
+) -> str:
+    """The pooled table's title: what was trained on which data set, and how
+    (`num_models` per horizon; `candidates`: the losses whose ensembles a validation
+    run chose among, per horizon)."""
     title = f"{experiment} on {name}" + (" (validation protocol)" if validation else "")
-    title += f": {num_models} model(s) per horizon, one ensemble per horizon"
+    if len(candidates) > 1:
+        per_loss = num_models // len(candidates)
+        title += (
+            f": one ensemble per candidate loss ({', '.join(candidates)}) of {per_loss} "
+            f"{'model' if per_loss == 1 else 'models'} per horizon; the table shows each "
+            "horizon's chosen loss"
+        )
+    else:
+        models = "model" if num_models == 1 else "models"
+        title += f": {num_models} {models} per horizon, one ensemble per horizon"
     if chosen:
         title += "; adaptation per horizon as chosen on validation"
     return title

@@ -25,7 +25,9 @@ def _result(primary: str) -> dict:
 def test_primary_metric_is_the_first_column_with_its_per_series_mean_beside_it():
     header, _, row, reference = metric_table(_result("mape")).splitlines()
     assert header == "| method | MAPE | MAPE, mean per series | sMAPE | MASE |"
-    assert row == "| meta-trained + adapted | 30.00 ± 0.500 | 31.00 | 20.00 ± 0.500 | 1.500 ± 0.500 |"
+    assert (
+        row == "| meta-trained + adapted | 30.00 ± 0.500 | 31.00 | 20.00 ± 0.500 | 1.500 ± 0.500 |"
+    )
     # the published figure sits under the primary metric, nothing under the others
     assert reference == "| Theta (published) | 31.00 |  |  |  |"
 

@@ -3,9 +3,11 @@ settings that apply)."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from torch import nn
 
-from metadist.eval.cost import QUICK_TASKS, cost_line
+from metadist.eval.cost import QUICK_TASKS, adaptation_steps, cost_line
 from metadist.eval.scoring import _settings
 from metadist.eval.settings import EvalOptions
 
@@ -42,3 +44,13 @@ def test_settings_leave_out_what_does_not_apply():
     forecast = _settings("forecast", EvalOptions(scratch_steps=50), maml_like)
     assert forecast["inner_steps"] == 5 and forecast["seasonal_period"] == 1
     assert forecast["scratch_lr"] == EvalOptions().scratch_lr
+
+
+def test_adaptation_steps_of_each_kind_of_learner():
+    options = EvalOptions()
+    assert adaptation_steps(nn.Linear(1, 1), options) is None  # protonet, metabaseline
+    ft_like = SimpleNamespace(options=SimpleNamespace(inner_steps=5))
+    assert adaptation_steps(ft_like, options) == 5  # metabaseline_ft: its head's steps
+    maml_like = SimpleNamespace(eval_inner_steps=3, options=SimpleNamespace(inner_steps=1))
+    assert adaptation_steps(maml_like, options) == 3
+    assert adaptation_steps(maml_like, EvalOptions(inner_steps=7)) == 7

@@ -3,8 +3,22 @@ steps of each method that trains per episode, and the steps trained once."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from metadist.eval import baseline_pp
 from metadist.eval.settings import EvalOptions
+
+
+def adaptation_steps(learner: Any, options: EvalOptions) -> int | None:
+    """The steps the meta-learner adapts each task with: `eval.inner_steps`, else the
+    learner's `eval_inner_steps` (the MAML family), else its options' `inner_steps`
+    (`metabaseline_ft`); `None` for a learner without an inner loop (protonet)."""
+    if options.inner_steps is not None:
+        return options.inner_steps
+    steps = getattr(learner, "eval_inner_steps", None)
+    if steps is None:
+        steps = getattr(getattr(learner, "options", None), "inner_steps", None)
+    return steps
 
 
 def cost_line(

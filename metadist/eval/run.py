@@ -23,7 +23,7 @@ from metadist.batch import MetaBatch
 from metadist.data.splits import describe_split
 from metadist.eval.archive import keep_previous_evaluation
 from metadist.eval.cache import EvalCache
-from metadist.eval.cost import cost_line
+from metadist.eval.cost import adaptation_steps, cost_line
 from metadist.eval.holdout import HoldoutReader
 from metadist.eval.pretrained_run import pretrained_backbone
 from metadist.eval.report import write_report
@@ -245,11 +245,10 @@ def _score(
     fresh_model = build_fresh if classification or config.model.output_shape is None else None
     if progress is not False:  # the cost up front: what the evaluation will train
         pretrains = options.pretrain_steps > 0 and parts.tasks.labelled_examples is not None
-        inner = options.inner_steps
         cost = cost_line(
             options,
             parts.num_tasks,
-            inner_steps=getattr(learner, "eval_inner_steps", None) if inner is None else inner,
+            inner_steps=adaptation_steps(learner, options),
             scratch=fresh_model is not None and options.scratch_steps > 0,
             pretrained=classification and pretrains,
         )

@@ -27,6 +27,7 @@ from torch import nn
 from metadist.batch import MetaBatch
 from metadist.eval.cache import EvalCache
 from metadist.eval.classification_scoring import classification_baselines, score_classification
+from metadist.eval.cost import adaptation_steps
 from metadist.eval.forecast_scoring import ForecastScorer
 from metadist.eval.learned_scoring import learned_methods
 from metadist.eval.predictions import Predictor, ScratchBaseline
@@ -461,12 +462,9 @@ def _settings(kind: str, options: EvalOptions, learner: nn.Module) -> dict[str, 
     """The evaluation's settings, as the report's settings line shows them: only those
     that apply (no `inner_steps` for a learner without an inner loop, no seasonal period
     outside forecasting, no from-scratch learning rate without its steps)."""
-    inner_steps = options.inner_steps
-    if inner_steps is None:
-        inner_steps = getattr(learner, "eval_inner_steps", None)
     settings = {
         "split": options.split,
-        "inner_steps": inner_steps,
+        "inner_steps": adaptation_steps(learner, options),
         "scratch_steps": options.scratch_steps,
         "scratch_lr": options.scratch_lr if options.scratch_steps > 0 else None,
         "seasonal_period": options.seasonal_period if kind == "forecast" else None,

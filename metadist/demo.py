@@ -268,10 +268,10 @@ def _section(title: str) -> None:
     print(f"\n== {title}", flush=True)
 
 
-if __name__ == "__main__":
-    sys.exit(main(prog="python -m metadist.demo"))
-
-
 def cpu_processes(count: int) -> str:
     """`1 CPU process`, `2 CPU processes`."""
     return f"{count} CPU process" + ("" if count == 1 else "es")
+
+
+if __name__ == "__main__":
+    sys.exit(main(prog="python -m metadist.demo"))

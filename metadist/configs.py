@@ -66,8 +66,9 @@ def list_experiments(experiments_dir: Path) -> list[Experiment]:
     return found
 
 
-def _summary(path: Path, width: int = 72) -> str:
-    """The first sentence of the file's leading comment (after `# @package`), cut to `width`."""
+def _summary(path: Path, width: int | None = None) -> str:
+    """The first sentence of the file's leading comment (after `# @package`), whole or
+    cut to `width`."""
     lines = []
     for line in path.read_text().splitlines():
         if not line.startswith("#"):
@@ -78,7 +79,9 @@ def _summary(path: Path, width: int = 72) -> str:
     sentence = re.split(r"(?<=[a-z0-9)]{3}[.?!])\s+(?=[A-Z])", " ".join(lines), maxsplit=1)[
         0
     ].rstrip(".")
-    return sentence if len(sentence) <= width else sentence[: width - 1].rstrip() + "…"
+    if width is None or len(sentence) <= width:
+        return sentence
+    return sentence[: width - 1].rstrip() + "…"
 
 
 def copy_experiments(source: Path, destination: Path, name: str | None = None) -> Path:

@@ -193,7 +193,7 @@ def meta_train(store: Path, run_dir: Path, args: argparse.Namespace, overrides: 
         "--no-eval",  # step 4 evaluates, with the demo's evaluation overrides
         *train_overrides,
     ]
-    _section(f"3. meta-training {EXPERIMENT} on {args.nproc} CPU processes (torchrun)")
+    _section(f"3. meta-training {EXPERIMENT} on {cpu_processes(args.nproc)} (torchrun)")
     print("$ " + shlex.join(["python", *command[1:]]))
     if finished_before(train_overrides, run_dir):
         print(
@@ -266,6 +266,11 @@ def _shown(path: Path) -> Path:
 
 def _section(title: str) -> None:
     print(f"\n== {title}", flush=True)
+
+
+def cpu_processes(count: int) -> str:
+    """`1 CPU process`, `2 CPU processes`."""
+    return f"{count} CPU process" + ("" if count == 1 else "es")
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from typing import Any, TextIO
 
 # Seconds between two progress lines when the stream is not a terminal.
@@ -29,6 +30,8 @@ class Progress:
         lines: print periodic lines when the stream is not a terminal; without them,
             `enabled=True` draws the bars there too.
         transient: remove the bars when the display closes (lines already printed stay).
+        clock: seconds since an arbitrary origin (default `time.perf_counter`; tests pass
+            a fake one).
     """
 
     def __init__(
@@ -38,7 +41,9 @@ class Progress:
         stream: TextIO | None = None,
         lines: bool = True,
         transient: bool = False,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
+        self.clock = clock
         self.stream = stream if stream is not None else sys.stderr
         terminal = isatty(self.stream)
         # off a terminal: lines where the work has them, else a bar only when asked for
@@ -56,7 +61,6 @@ class Progress:
                 MofNCompleteColumn,
                 TextColumn,
                 TimeElapsedColumn,
-                TimeRemainingColumn,
             )
             from rich.progress import (
                 Progress as RichProgress,
@@ -70,7 +74,7 @@ class Progress:
                 TextColumn("{task.fields[rate]}", justify="right"),
                 TextColumn("{task.fields[note]}"),
                 TimeElapsedColumn(),
-                TimeRemainingColumn(),
+                TextColumn("{task.fields[left]}"),
                 console=Console(file=self.stream),
                 transient=self.transient,
             )
@@ -102,7 +106,14 @@ class Progress:
 
 
 class Counter:
-    """One counter of a `Progress` display (`advance(n)` or `update(done)`)."""
+    """One counter of a `Progress` display (`advance(n)` or `update(done)`).
+
+    Its time-left estimate is measured from the first progress on, not from the start:
+    the first unit (or chunk) of most work is a warm-up (a compile, the first batch's
+    allocations, a phase before the counted one) many times slower than the rest, and a
+    rate that includes it overstates what is left many times over. Until a unit after the
+    first has finished there is no estimate (`estimating time left`).
+    """
 
     def __init__(
         self,
@@ -117,11 +128,13 @@ class Counter:
         self.rate = rate
         self.done = self.start = start
         self.note = ""
-        self.started = self._last_line = time.perf_counter()
+        self.started = self._last_line = display.clock()
+        # (time, done) when the first progress was recorded: the rate's origin
+        self._first: tuple[float, int] | None = None
         self._task = None
         if display._rich is not None:
             self._task = display._rich.add_task(
-                label, total=total, completed=start, unit=unit, rate="", note=""
+                label, total=total, completed=start, unit=unit, rate="", note="", left=""
             )
 
     def advance(self, amount: int) -> None:
@@ -134,12 +147,16 @@ class Counter:
         self.done = done
         if note is not None:
             self.note = note
-        now = time.perf_counter()
+        now = self.display.clock()
+        if self._first is None and done > self.start:
+            self._first = (now, done)
         rich = self.display._rich
         if rich is not None and self._task is not None:
             speed = (done - self.start) / max(now - self.started, 1e-9)
             shown = f"{speed:,.0f} {self.unit}/s" if self.rate else ""
-            rich.update(self._task, completed=done, rate=shown, note=self.note)
+            left = self.seconds_left(now)
+            estimate = "" if left is None else f"~{left:.0f} s left"
+            rich.update(self._task, completed=done, rate=shown, note=self.note, left=estimate)
             return
         if self.display.lines and now - self._last_line >= self.display.every:
             self._last_line = now
@@ -152,12 +169,24 @@ class Counter:
         note = f", {self.note}" if self.note else ""
         if not self.total:
             return f"{self.label}: {self.done} {self.unit}, {elapsed:.0f} s{speed}{note}"
-        left = elapsed * (self.total - self.done) / max(progressed, 1)
+        left = self.seconds_left(self.started + elapsed)
+        estimate = "estimating time left" if left is None else f"about {left:.0f} s left"
         return (
             f"{self.label}: {self.done}/{self.total} {self.unit} "
-            f"({100 * self.done / self.total:.0f}%), {elapsed:.0f} s, about {left:.0f} s "
-            f"left{speed}{note}"
+            f"({100 * self.done / self.total:.0f}%), {elapsed:.0f} s, {estimate}{speed}{note}"
         )
+
+    def seconds_left(self, now: float) -> float | None:
+        """Seconds left at clock time `now` at the rate since the first progress, or
+        `None` while no unit after the first recorded progress has finished (or the total
+        is unknown)."""
+        if not self.total or self._first is None:
+            return None
+        first_at, first_done = self._first
+        if self.done <= first_done or now <= first_at:
+            return None
+        rate = (self.done - first_done) / (now - first_at)
+        return max(self.total - self.done, 0) / rate
 
 
 def isatty(stream: TextIO) -> bool:

@@ -82,6 +82,10 @@ def test_a_real_set_becomes_a_store_of_whole_series_episodes(tmp_path, installed
         f"wrote {tmp_path / 'out' / 'panel.parquet'}" in printed
         and "next: metadist ingest" in printed
     )
+    # the recipes' default store is not where the ingest line puts it: the train line says so
+    store = tmp_path / "out" / "store"
+    assert f"next: metadist ingest {tmp_path / 'out' / 'panel.parquet'} {store} " in printed
+    assert f"then: metadist train experiment=ucr_protonet data.store={store}" in printed
     table = pq.read_table(tmp_path / "out" / "panel.parquet")
     dims = [c for c in table.column_names if c.startswith("dim_")]
     from metadist.store import SeriesStore, ingest

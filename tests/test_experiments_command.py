@@ -65,3 +65,16 @@ def test_list_reads_the_directory_it_is_given(tmp_path):
     (tmp_path / "c" / "experiment" / "mine.yaml").write_text("# My own run. More.\n")
     names = {e.name: e.summary for e in list_experiments(tmp_path / "c")}
     assert names["mine"] == "My own run"
+
+
+def test_list_shows_whole_summaries_and_every_learner(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "120")
+    assert main(["experiments", "list"]) == 0
+    out = capsys.readouterr().out
+    assert "…" not in out
+    # the end of ucr_maml_plus's long first sentence, once cut
+    assert "first order for the first 300 (cheaper, and steadier early)" in " ".join(out.split())
+    learners = next(line for line in out.splitlines() if line.startswith("learner=NAME: "))
+    shipped = sorted(p.stem for p in (SHIPPED / "learner").glob("*.yaml"))
+    assert "metabaseline_ft" in shipped
+    assert learners == "learner=NAME: " + ", ".join(shipped)

@@ -9,6 +9,8 @@ Example:
 from __future__ import annotations
 
 import argparse
+import shutil
+import textwrap
 from pathlib import Path
 
 from metadist.configs import copy_experiments, find_experiments_dir, list_experiments
@@ -41,13 +43,43 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
 def _run(args: argparse.Namespace) -> int:
     source = find_experiments_dir(args.config_dir)
     if args.action == "list":
-        experiments = list_experiments(source)
-        width = max((len(e.name) for e in experiments), default=0)
-        print(f"experiments in {source}:")
-        for experiment in experiments:
-            print(f"  {experiment.name:<{width}}  {experiment.summary}")
+        _print_list(source)
         return 0
     path = copy_experiments(source, args.destination, args.name)
     print(f"copied {source} to {args.destination}; edit {path} and run:")
     print(f"  metadist train --config-dir {args.destination} experiment={args.name}")
     return 0
+
+
+def _print_list(source: Path) -> None:
+    """Each experiment with its whole summary, wrapped to the terminal under its name,
+    then the choices of the groups an override picks (`learner=NAME`, `model=NAME`)."""
+    experiments = list_experiments(source)
+    width = max((len(e.name) for e in experiments), default=0)
+    columns = max(shutil.get_terminal_size((100, 24)).columns, 60)
+    indent = " " * (width + 4)
+    print(f"experiments in {source}:")
+    for experiment in experiments:
+        print(
+            textwrap.fill(
+                experiment.summary,
+                width=columns - 1,
+                initial_indent=f"  {experiment.name:<{width}}  ",
+                subsequent_indent=indent,
+            )
+        )
+    for group in _GROUPS:
+        names = sorted(p.stem for p in (source / group).glob("*.yaml"))
+        if names:
+            print(
+                textwrap.fill(
+                    ", ".join(names),
+                    width=columns - 1,
+                    initial_indent=f"{group}=NAME: ",
+                    subsequent_indent="  ",
+                )
+            )
+
+
+# the groups whose choices the list shows (a training override picks one: learner=protonet)
+_GROUPS = ("learner", "model", "sampler", "optimizer")

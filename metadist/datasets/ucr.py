@@ -248,5 +248,7 @@ def write_ucr(name: str, out_dir: str | os.PathLike, *, overwrite: bool = False)
         f"wrote {out_dir / UCR_FILE}: {name}, {len(cases)} cases ({len(parts['train'].cases)} "
         f"train + {len(parts['test'].cases)} test), {len(classes)} classes, {num_dims} "
         f"dimension(s), {length_text} (from {train_path.parent})\n"
-        f"next: {ingest_command(out_dir, str(out_dir / 'store'), num_dims)}"
+        f"next: {ingest_command(out_dir, str(out_dir / 'store'), num_dims)}\n"
+        f"then: metadist train experiment=ucr_protonet data.store={out_dir / 'store'}"
+        " (the ucr_* recipes read data/ucr/store unless data.store says otherwise)"
     )

@@ -116,16 +116,16 @@ def markdown_report(result: dict[str, Any]) -> str:
 
 
 def metric_table(result: dict[str, Any]) -> str:
-    """Rows: methods; columns: metrics, each `value ± 95% CI half-width over tasks`, and
-    for forecasts the primary metric's mean of per-series errors (next to its pooled mean
-    over all points)."""
-    metrics = result["metrics"]
+    """Rows: methods; columns: metrics, the primary metric (the data set's own) first, each
+    `value ± 95% CI half-width over tasks`, and for forecasts the primary metric's mean of
+    per-series errors next to its pooled mean over all points."""
+    metrics = primary_first(result)
     methods = result["methods"]
     primary = str(result.get("primary_metric"))
     per_series = result.get("kind") in ("forecast", "regression") and primary in metrics
     labels = [METRIC_LABELS.get(m, m) for m in metrics]
     if per_series:
-        labels.append(f"{METRIC_LABELS.get(primary, primary)}, mean per series")
+        labels.insert(1, f"{METRIC_LABELS.get(primary, primary)}, mean per series")
     header = "| method | " + " | ".join(labels) + " |"
     rule = "| --- | " + " | ".join("---:" for _ in labels) + " |"
     rows = [header, rule]
@@ -134,15 +134,24 @@ def metric_table(result: dict[str, Any]) -> str:
         cells = [_format_score(scores[m]) for m in metrics]
         if per_series:
             score = scores[primary]
-            cells.append(_group_cell({**score, "value": score.get("task_mean")}))
+            cells.insert(1, _group_cell({**score, "value": score.get("task_mean")}))
         rows.append(f"| {label} | " + " | ".join(cells) + " |")
     # published figures of the data set (of the primary metric), where they give one
     for name, reference in result.get("references", {}).items():
         if isinstance(reference, dict) and reference.get("all") is not None:
             cells = [_number(reference["all"]) if m == primary else "" for m in metrics]
-            cells += [""] if per_series else []
+            if per_series:
+                cells.insert(1, "")
             rows.append(f"| {name} (published) | " + " | ".join(cells) + " |")
     return "\n".join(rows)
+
+
+def primary_first(result: dict[str, Any]) -> list[str]:
+    """The result's metrics in table order: the primary metric first, then the rest as
+    recorded."""
+    metrics = [str(m) for m in result["metrics"]]
+    primary = result.get("primary_metric")
+    return [primary, *(m for m in metrics if m != primary)] if primary in metrics else metrics
 
 
 def group_table(

@@ -23,6 +23,7 @@ from metadist.batch import MetaBatch
 from metadist.data.splits import describe_split
 from metadist.eval.archive import keep_previous_evaluation
 from metadist.eval.cache import EvalCache
+from metadist.eval.cost import adaptation_steps, cost_line
 from metadist.eval.holdout import HoldoutReader
 from metadist.eval.pretrained_run import pretrained_backbone
 from metadist.eval.report import write_report
@@ -242,6 +243,16 @@ def _score(
     # protonet, gets that head in place of its embedding); a forecasting embedding network
     # has no output to train on its own, so the baseline does not apply.
     fresh_model = build_fresh if classification or config.model.output_shape is None else None
+    if progress is not False:  # the cost up front: what the evaluation will train
+        pretrains = options.pretrain_steps > 0 and parts.tasks.labelled_examples is not None
+        cost = cost_line(
+            options,
+            parts.num_tasks,
+            inner_steps=adaptation_steps(learner, options),
+            scratch=fresh_model is not None and options.scratch_steps > 0,
+            pretrained=classification and pretrains,
+        )
+        print(cost, file=sys.stderr, flush=True)
     with eval_threads():  # the pretraining too: small models run faster on one thread
         started = time.perf_counter()
         pretrained = None

@@ -27,6 +27,7 @@ from torch import nn
 from metadist.batch import MetaBatch
 from metadist.eval.cache import EvalCache
 from metadist.eval.classification_scoring import classification_baselines, score_classification
+from metadist.eval.cost import adaptation_steps
 from metadist.eval.forecast_scoring import ForecastScorer
 from metadist.eval.learned_scoring import learned_methods
 from metadist.eval.predictions import Predictor, ScratchBaseline
@@ -462,17 +463,18 @@ def _primary_metric(kind: str, options: EvalOptions) -> str:
 
 
 def _settings(kind: str, options: EvalOptions, learner: nn.Module) -> dict[str, Any]:
-    """The evaluation's settings, as the report's settings line shows them."""
-    return {
+    """The evaluation's settings, as the report's settings line shows them: only those
+    that apply (no `inner_steps` for a learner without an inner loop, no seasonal period
+    outside forecasting, no from-scratch learning rate without its steps)."""
+    settings = {
         "split": options.split,
-        "inner_steps": options.inner_steps
-        if options.inner_steps is not None
-        else getattr(learner, "eval_inner_steps", None),
+        "inner_steps": adaptation_steps(learner, options),
         "scratch_steps": options.scratch_steps,
-        "scratch_lr": options.scratch_lr,
-        "seasonal_period": options.seasonal_period,
+        "scratch_lr": options.scratch_lr if options.scratch_steps > 0 else None,
+        "seasonal_period": options.seasonal_period if kind == "forecast" else None,
         "units": "original (store scaling inverted)" if kind == "forecast" else "as sampled",
         "aggregation": "mean over all forecast points; ± 95% CI of the per-task mean"
         if kind != "classification"
         else "mean over tasks ± 95% CI",
     }
+    return {key: value for key, value in settings.items() if value is not None}

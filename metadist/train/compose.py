@@ -117,6 +117,10 @@ def _compose(directory: Path, overrides: list[str]) -> tuple[dict[str, Any], dic
     from omegaconf import OmegaConf, open_dict
     from omegaconf.errors import OmegaConfBaseException
 
+    if not OmegaConf.has_resolver("add"):
+        # `${add:${pretrain.steps},${trainer.meta_steps}}`: a budget derived from others
+        # (the UCR recipes' eval.pretrain_steps), so an override of either keeps it matched
+        OmegaConf.register_new_resolver("add", lambda *terms: sum(terms))
     try:
         with initialize_config_dir(str(directory), version_base=None, job_name="metadist"):
             cfg = compose("config", overrides=overrides, return_hydra_config=True)

@@ -26,6 +26,7 @@ verdict is read before the update, exactly as a plain loop would.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +34,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from metadist.train.compile_check import cannot_compile_reason
 from metadist.train.distributed import DistEnv, all_reduce_sum
 
 DEFAULT_GPU_CHECK_EVERY = 16
@@ -96,7 +98,8 @@ class MetaStep:
         compile: run forward and backward through `torch.compile` (`compile_options`).
         precision: `fp32` or `bf16` (autocast of the forward).
         stop_requested: whether this rank was asked to stop (read at each sync).
-        message: where the one line about a failed compilation goes.
+        message: where the lines about compiling go (that it compiles, how long it took,
+            or why it runs eagerly).
     """
 
     def __init__(
@@ -132,12 +135,17 @@ class MetaStep:
         self._run = self._forward_backward
         self.compiled = False
         self._traced = False
+        self._compile_timed = False  # the first compiled call (which compiles) was timed
         # every step so far read, and finite: a read then needs no device-side record
         self._clean = True
-        if compile:
+        reason = cannot_compile_reason(learner) if compile else None
+        if reason is not None:
+            message(f"trainer.compile: not compiling the meta-step ({reason}); running eagerly")
+        elif compile:
             try:
                 self._run = torch.compile(self._forward_backward, **compile_options(device))
                 self.compiled = True
+                message("trainer.compile: compiling the meta-step; the first steps take longer")
             except Exception as error:  # noqa: BLE001  (reported, then eager)
                 self._fall_back(error)
 
@@ -274,6 +282,15 @@ class MetaStep:
             return self._forward_backward(batch)
         vmap_failed = getattr(self.learner, "_vmap_failed", None)
         try:
+            if not self._compile_timed:  # the first compiled call compiles: say how long
+                started = time.perf_counter()
+                out = self._run(batch)
+                self._compile_timed = True
+                self._message(
+                    f"trainer.compile: compiled the meta-step in "
+                    f"{time.perf_counter() - started:.1f} s"
+                )
+                return out
             return self._run(batch)
         except Exception as error:  # noqa: BLE001  (reported, then the same step eagerly)
             if vmap_failed is not None:

@@ -263,7 +263,10 @@ def test_progress_lines_off_a_terminal(panel_and_store, monkeypatch, capsys):
     assert evaluating[0].startswith(f"evaluating: 9/{total} tasks"), lines
     statistical = [line for line in lines if line.startswith("statistical forecasts: ")]
     assert statistical[-1].startswith(f"statistical forecasts: {total}/{total} forecasts"), lines
-    assert "about" in statistical[0] and len(evaluating) + len(statistical) == len(lines)
+    # the time left: "estimating" until a forecast after the first is done, then measured
+    assert statistical[0].endswith("estimating time left"), lines
+    assert any(line.endswith(" s left") for line in statistical[1:]), lines
+    assert len(evaluating) + len(statistical) == len(lines)
     assert shown["overall"] == quiet["overall"]
 
 

@@ -86,7 +86,22 @@ def _one_line(capsys) -> str:
     return lines[0]
 
 
-@pytest.mark.parametrize("name", ["..", "../escape", "ABSOLUTE", "a/b", "a\\\\b", ".", "-x"])
+# two names in `make test`, the rest under `make test-slow` (each is two CLI processes)
+_SLOW = pytest.mark.slow
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "..",
+        pytest.param("../escape", marks=_SLOW),
+        "ABSOLUTE",
+        pytest.param("a/b", marks=_SLOW),
+        pytest.param("a\\\\b", marks=_SLOW),
+        pytest.param(".", marks=_SLOW),
+        pytest.param("-x", marks=_SLOW),
+    ],
+)
 def test_a_competition_name_that_is_not_a_plain_word_is_refused(
     competition_dir, tmp_path, capsys, name
 ):

@@ -54,6 +54,7 @@ def _running(pid: int) -> bool:
 
 @pytest.mark.integration
 @pytest.mark.timeout(400)
+@pytest.mark.slow  # two sweep drivers and a kill: ~35 s; under `make test-slow`
 def test_a_killed_driver_takes_its_trial_along_and_the_restart_resumes_it(tmp_path):
     sweep_dir = tmp_path / "sweep"
     (tmp_path / "space.yaml").write_text(SPACE)

@@ -3,14 +3,13 @@ why it runs eagerly where a double backward through autograd's backward is neede
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
+from sinusoid_batches import sinusoid_batches
 from torch import nn
 
 from metadist.learners import build_learner
 from metadist.models import build_model
-from metadist.tasks import build_task_sampler, derive_task_seeds
 from metadist.train.compile_check import cannot_compile_reason
 from metadist.train.distributed import DistEnv
 from metadist.train.step import MetaStep
@@ -19,12 +18,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _batches(num, num_tasks=4):
-    sampler = build_task_sampler("sinusoid", num_support=5, num_query=5)
-    out = []
-    for i in range(num):
-        positions = np.arange(i * num_tasks, (i + 1) * num_tasks)
-        out.append(sampler.sample(positions, derive_task_seeds(0, 0, positions)))
-    return out
+    return sinusoid_batches(num, num_tasks)
 
 
 def _learner(model_name, learner_name="maml", **options):

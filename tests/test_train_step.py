@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from sinusoid_batches import sinusoid_batches
 
 from metadist.batch import MetaBatch, TaskSet
 from metadist.learners import build_learner
 from metadist.models import build_model
-from metadist.tasks import build_task_sampler, derive_task_seeds
 from metadist.train import NonFiniteLossError, latest_checkpoint_state, load_config, train
 from metadist.train.distributed import DistEnv
 from metadist.train.step import MetaStep, compile_options, resolved_check_every
@@ -28,12 +28,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def batches(num, num_tasks=5):
-    sampler = build_task_sampler("sinusoid", num_support=5, num_query=5)
-    out = []
-    for i in range(num):
-        positions = np.arange(i * num_tasks, (i + 1) * num_tasks)
-        out.append(sampler.sample(positions, derive_task_seeds(0, 0, positions)))
-    return out
+    return sinusoid_batches(num, num_tasks)
 
 
 def poisoned(batch: MetaBatch) -> MetaBatch:

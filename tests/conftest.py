@@ -23,3 +23,23 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(previous)
+
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_shared_cache(tmp_path_factory):
+    """The cache shared between runs' evaluations (`metadist.eval.shared_cache`) of a
+    test session (fixtures that evaluate included): never ~/.cache."""
+    previous = os.environ.get("METADIST_CACHE")
+    os.environ["METADIST_CACHE"] = str(tmp_path_factory.mktemp("metadist-cache"))
+    yield
+    if previous is None:
+        os.environ.pop("METADIST_CACHE", None)
+    else:
+        os.environ["METADIST_CACHE"] = previous
+
+
+@pytest.fixture(autouse=True)
+def _own_shared_cache(tmp_path_factory, monkeypatch):
+    """Each test evaluates with a shared cache of its own: nothing another test left."""
+    monkeypatch.setenv("METADIST_CACHE", str(tmp_path_factory.mktemp("metadist-cache")))

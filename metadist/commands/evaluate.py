@@ -9,6 +9,9 @@ next to the baselines, prints the table and writes `metrics.json`, `metrics.md`,
 `--nproc-per-node=N` shares the evaluation among N local processes (torchrun, started
 for you): each predicts a share of the tasks, rank 0 scores them all and writes the same
 report as one process (`metadist.eval.shard`).
+
+Baselines are reused from the run's `eval/` directory and from the cache shared between
+runs (`metadist.eval.shared_cache`; `--no-shared-cache` leaves the latter alone).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ examples:
   metadist eval run_dir=runs/demo/run      # the run of `make run`
   metadist eval run_dir=runs/demo/run eval.inner_steps=10 eval.scratch_steps=200
   metadist eval run_dir=runs/demo/run --nproc-per-node 2   # two processes share it
+  metadist eval run_dir=runs/demo/run2 --no-shared-cache   # no other run's baselines
   metadist eval run_dir=runs/m3/h8/seed1 'eval.labels=[quarterly,other]' \
       'eval.ensemble=[runs/m3/h8/seed2,runs/m3/h8/seed3]'
   python -m metadist.eval.combine runs/m3 runs/m3/h6/seed1 runs/m3/h8/seed1 runs/m3/h18/seed1
@@ -69,6 +73,13 @@ def build_parser(prog: str = "metadist eval") -> argparse.ArgumentParser:
         metavar="N",
         help="share the evaluation among N processes of this machine (torchrun, started "
         "for you; each rank on its own GPU where there are GPUs); the report is the same",
+    )
+    parser.add_argument(
+        "--no-shared-cache",
+        action="store_true",
+        help="neither reuse the baselines other runs' evaluations computed on the same "
+        "store and episodes nor keep this one's for them ($METADIST_CACHE, default "
+        "~/.cache/metadist; the run's own eval/ directory is still used)",
     )
     return parser
 
@@ -121,6 +132,7 @@ def _evaluate(run_dir: str, overrides: list[str], args: argparse.Namespace, prog
             config_dir=args.config_dir,
             allow_imports=args.allow_import,
             shard=shard,
+            shared_cache=not args.no_shared_cache,
         )
     except (ValueError, FileNotFoundError, OutOfSpaceError) as error:
         if shard is None or shard.is_main:

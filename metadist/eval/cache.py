@@ -16,8 +16,13 @@ Every entry is keyed by a SHA-256 `digest` of everything that determines it: the
 bytes (support and query tensors, a series' history), the settings, the code's version
 (`CACHE_VERSION`, metadist's, torch's and numpy's) and, for networks, the initial weights
 and the device. A changed input or setting gives another key, so a stale entry is never
-used. The report says what was reused (`summary`). A cache that cannot be written costs the
-next evaluation time, nothing else: a warning, and the evaluation goes on.
+used. The report says what was reused and from where (`summary`). A cache that cannot be
+written costs the next evaluation time, nothing else: a warning, and the evaluation goes on.
+
+The same keys serve every run: `metadist.eval.shared_cache.SharedCache` keeps what an
+evaluation computed where another run's first evaluation on the same store and episodes
+finds it; `EvalCache(run_dir / "eval", shared)` looks there where the run's own
+directory misses.
 """
 
 from __future__ import annotations
@@ -35,12 +40,14 @@ from torch import nn
 
 from metadist import __version__
 from metadist.durable import atomic_file
+from metadist.eval.packing import FORMAT as _FORMAT
+from metadist.eval.packing import pack, unpack
+from metadist.eval.shared_cache import SharedCache
 
 # Bumped whenever a cached baseline would be computed differently.
 CACHE_VERSION = 1
 PREDICTIONS_FILE = "baselines.npz"
 PRETRAINED_FILE = "pretrained_embedding.pt"
-_FORMAT = "metadist.eval-cache/1"
 _VERSIONS = (__version__, torch.__version__, np.__version__)
 
 
@@ -77,23 +84,34 @@ class EvalCache:
     """The baselines of a run's evaluations (see the module docstring).
 
     Args:
-        directory: the run's `eval/` directory; `None` keeps nothing (every `get` misses).
+        directory: the run's `eval/` directory; `None` keeps nothing there.
+        shared: the cache shared between runs (`SharedCache`), looked up where the run's
+            own misses and given what this evaluation computed; `None`: not used.
     """
 
-    def __init__(self, directory: str | Path | None) -> None:
+    def __init__(self, directory: str | Path | None, shared: SharedCache | None = None) -> None:
         self.directory = None if directory is None else Path(directory)
+        self.shared = shared
         self._stored: dict[str, Any] | None = None
         self._used: dict[str, Any] = {}
-        self.reused: Counter[str] = Counter()
+        self._from_shared: set[str] = set()  # keys the shared cache gave
+        self.reused: Counter[str] = Counter()  # from the run's own directory
+        self.reused_shared: Counter[str] = Counter()  # from the shared cache
         self.computed: Counter[str] = Counter()
 
     def get(self, kind: str, key: str) -> Any:
-        """The entry of `key` (an array, or a dict of arrays), or `None`; counted as reused
-        under `kind`."""
+        """The entry of `key` (an array, or a dict of arrays) from the run's directory,
+        else the shared cache, or `None`; counted as reused under `kind`."""
         found = self._entries().get(key)
         if found is not None:
-            self._used[key] = found
             self.reused[kind] += 1
+        elif self.shared is not None:
+            found = self.shared.get(key)
+            if found is not None:
+                self.reused_shared[kind] += 1
+                self._from_shared.add(key)
+        if found is not None:
+            self._used[key] = found
         return found
 
     def put(self, kind: str, key: str, value: Any) -> None:
@@ -102,61 +120,96 @@ class EvalCache:
         self._used[key] = _as_arrays(value)
         self.computed[kind] += 1
 
-    def load_pretrained(self, key: str, backbone: nn.Module) -> bool:
-        """Loads the pretrained weights of `key` into `backbone`; False when none are kept
-        (or they were trained from something else)."""
-        path = self._path(PRETRAINED_FILE)
-        if path is None or not path.is_file():
-            return False
-        try:
-            saved = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as error:  # a damaged file is recomputed, never trusted
-            _warn(f"ignoring {path} ({type(error).__name__}: {error})")
-            return False
-        if not isinstance(saved, dict) or saved.get("format") != _FORMAT:
-            return False
-        if saved.get("key") != key:
+    def load_pretrained(self, key: str, backbone: nn.Module, shared: bool = True) -> bool:
+        """Loads the pretrained weights of `key` into `backbone` (from the run's directory,
+        else, with `shared`, the shared cache: then kept in the run's too); False when
+        none are kept (or they were trained from something else)."""
+        saved = self._load(self._path(PRETRAINED_FILE), key)
+        if saved is not None:
+            self.reused["pretrained embedding"] += 1
+            if shared and self.shared is not None and not self.shared.has_pretrained(key):
+                self.shared.save_pretrained(key, saved)  # kept before the shared cache was
+        elif shared and self.shared is not None:
+            saved = self.shared.load_pretrained(key)
+            if saved is not None:
+                self.reused_shared["pretrained embedding"] += 1
+                self._write(PRETRAINED_FILE, saved)
+        if saved is None:
             return False
         backbone.load_state_dict(saved["state_dict"])
-        self.reused["pretrained embedding"] += 1
         return True
 
-    def save_pretrained(self, key: str, backbone: nn.Module, settings: dict[str, Any]) -> None:
+    def save_pretrained(
+        self, key: str, backbone: nn.Module, settings: dict[str, Any], shared: bool = True
+    ) -> None:
         """Keeps `backbone`'s weights under `key` (`settings`: what they were trained with,
-        for whoever opens the file)."""
+        for whoever opens the file), in the shared cache too with `shared`."""
         self.computed["pretrained embedding"] += 1
         state = {k: v.detach().cpu() for k, v in backbone.state_dict().items()}
         payload = {"format": _FORMAT, "key": key, "settings": settings, "state_dict": state}
         self._write(PRETRAINED_FILE, payload)
+        if shared and self.shared is not None:
+            self.shared.save_pretrained(key, payload)
 
     def save(self) -> None:
-        """Writes the entries this evaluation used or computed (and no others)."""
+        """Writes the entries this evaluation used or computed (and no others) to the
+        run's directory, and those the shared cache lacks to it."""
         if self._used:
             self._write(PREDICTIONS_FILE, self._used)
+        if self.shared is not None:
+            shared = self.shared
+            lacking = [k for k in self._used if k not in self._from_shared and not shared.has(k)]
+            shared.put_all({k: self._used[k] for k in lacking})
 
-    def share(self) -> tuple[dict[str, Any], Counter[str], Counter[str]]:
-        """What this evaluation used and computed (entries, reused and computed counts),
-        for `absorb` by another process's cache (a sharded evaluation's rank 0)."""
-        return dict(self._used), Counter(self.reused), Counter(self.computed)
+    def share(self) -> dict[str, Any]:
+        """What this evaluation used and computed (entries, keys computed, counts), for
+        `absorb` by another process's cache (a sharded evaluation's rank 0)."""
+        return {
+            "used": dict(self._used),
+            "from_shared": set(self._from_shared),
+            "counts": (Counter(self.reused), Counter(self.reused_shared), Counter(self.computed)),
+        }
 
-    def absorb(self, share: tuple[dict[str, Any], Counter[str], Counter[str]]) -> None:
+    def absorb(self, share: dict[str, Any]) -> None:
         """Adds another process's `share` to this cache's (kept by `save`, counted by
         `summary`)."""
-        used, reused, computed = share
-        self._used.update(used)
+        self._used.update(share["used"])
+        self._from_shared.update(share["from_shared"])
+        reused, reused_shared, computed = share["counts"]
         self.reused.update(reused)
+        self.reused_shared.update(reused_shared)
         self.computed.update(computed)
 
     def summary(self) -> str | None:
-        """What was reused, e.g. "pretrained embedding; from-scratch predictions 8/8" (None:
-        nothing)."""
-        if not self.reused:
-            return None
+        """What was reused and from where, e.g. "pretrained embedding; from-scratch
+        predictions 8/8 (from ~/.cache/metadist/eval/...)" (None: nothing)."""
         parts = []
-        for kind, count in self.reused.items():
-            total = count + self.computed[kind]
-            parts.append(kind if total == 1 else f"{kind} {count}/{total}")
-        return f"{'; '.join(parts)} (from {self.directory})"
+        for counts, where in ((self.reused, self.directory), (self.reused_shared, self._shared)):
+            if counts:
+                kinds = [self._count(kind, count) for kind, count in counts.items()]
+                parts.append(f"{'; '.join(kinds)} (from {where})")
+        return "; ".join(parts) or None
+
+    @property
+    def _shared(self) -> Path | None:
+        return None if self.shared is None else self.shared.directory
+
+    def _count(self, kind: str, count: int) -> str:
+        total = self.reused[kind] + self.reused_shared[kind] + self.computed[kind]
+        return kind if total == 1 else f"{kind} {count}/{total}"
+
+    def _load(self, path: Path | None, key: str) -> dict[str, Any] | None:
+        """The pretrained payload of `key` at `path`, or None."""
+        if path is None or not path.is_file():
+            return None
+        try:
+            saved = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as error:  # a damaged file is recomputed, never trusted
+            _warn(f"ignoring {path} ({type(error).__name__}: {error})")
+            return None
+        if not isinstance(saved, dict) or saved.get("format") != _FORMAT:
+            return None
+        return saved if saved.get("key") == key else None
 
     def _entries(self) -> dict[str, Any]:
         if self._stored is None:
@@ -164,7 +217,7 @@ class EvalCache:
             path = self._path(PREDICTIONS_FILE)
             if path is not None and path.is_file():
                 try:
-                    self._stored = _unpack(path)
+                    self._stored = unpack(path)
                 except Exception as error:  # a damaged file is recomputed, never trusted
                     _warn(f"ignoring {path} ({type(error).__name__}: {error})")
         return self._stored
@@ -174,7 +227,7 @@ class EvalCache:
 
     def _write(self, name: str, payload: dict[str, Any]) -> None:
         """`payload` to `name`: the pretrained weights with `torch.save`, the entries
-        packed into an `.npz` (`_pack`: thousands of small arrays load at once)."""
+        packed into an `.npz` (`packing.pack`: thousands of small arrays load at once)."""
         path = self._path(name)
         if path is None:
             return
@@ -183,7 +236,7 @@ class EvalCache:
             with atomic_file(path, durable=False) as temporary:
                 if name == PREDICTIONS_FILE:
                     with open(temporary, "wb") as out:
-                        np.savez(out, **_pack(payload))
+                        np.savez(out, **pack(payload))
                 else:
                     torch.save(payload, temporary)
         except OSError as error:
@@ -196,47 +249,6 @@ def _as_arrays(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
         return value.detach().cpu().numpy()
     return np.asarray(value)
-
-
-def _pack(entries: dict[str, Any]) -> dict[str, Any]:
-    """`{key: array or {name: array}}` as one flat array per dtype and a JSON index of
-    where each array lies in it (`_unpack` reads it back)."""
-    flat: dict[str, list[np.ndarray]] = {}
-    sizes: dict[str, int] = {}
-
-    def place(array: np.ndarray) -> list[Any]:
-        dtype = array.dtype.str
-        offset = sizes.get(dtype, 0)
-        flat.setdefault(dtype, []).append(np.ascontiguousarray(array).reshape(-1))
-        sizes[dtype] = offset + array.size
-        return [dtype, offset, list(array.shape)]
-
-    index = {
-        key: {k: place(v) for k, v in value.items()} if isinstance(value, dict) else place(value)
-        for key, value in entries.items()
-    }
-    packed = {f"data{i}": np.concatenate(parts) for i, parts in enumerate(flat.values())}
-    dtypes = {dtype: f"data{i}" for i, dtype in enumerate(flat)}
-    meta = {"format": _FORMAT, "dtypes": dtypes, "entries": index}
-    return {**packed, "index": np.array(json.dumps(meta))}
-
-
-def _unpack(path: Path) -> dict[str, Any]:
-    """The entries `_pack` wrote to `path` (`{}` for a file of another format)."""
-    with np.load(path, allow_pickle=False) as saved:
-        meta = json.loads(str(saved["index"]))
-        if meta.get("format") != _FORMAT:
-            return {}
-        data = {dtype: saved[name] for dtype, name in meta["dtypes"].items()}
-
-    def take(where: list[Any]) -> np.ndarray:
-        dtype, offset, shape = where
-        return data[dtype][offset : offset + int(np.prod(shape))].reshape(shape)
-
-    return {
-        key: {k: take(v) for k, v in where.items()} if isinstance(where, dict) else take(where)
-        for key, where in meta["entries"].items()
-    }
 
 
 def _warn(message: str) -> None:

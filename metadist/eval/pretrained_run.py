@@ -3,7 +3,8 @@
 `pretrained_backbone` trains a fresh network of the run's architecture as an ordinary
 classifier of its meta-train classes (`baselines.pretrain_embedding`), or takes it from
 the run's `EvalCache` when it was trained from the same settings, store, split and
-initial weights.
+initial weights: by this run's earlier evaluation, or by any other run's on the same store
+and split (the shared cache, `metadist.eval.shared_cache`).
 
 Where the run itself began with classifier pre-training (`pretrain.steps`, its state in
 `run_dir/pretrain.pt`) of the baseline's learning rate and batch size, its model an
@@ -11,7 +12,8 @@ embedding network of the baseline's size, and no more steps than the baseline's,
 baseline is that pre-training continued to `eval.pretrain_steps` (`fork_run_pretraining`):
 the meta-learner and the baseline then share their first `pretrain.steps` steps exactly
 (the same initial weights, batches and classes), and differ only in how the rest of the
-budget is spent: meta-training for the one, more classifier steps for the other. A run
+budget is spent: meta-training for the one, more classifier steps for the other (such a
+fork is the run's own: it is kept in the run's directory, not shared with other runs). A run
 whose pre-training does not fit (other settings, an inner-loop learner's head-input
 features, a moved run directory) gets the fresh network as before. In a sharded evaluation rank 0 trains (or loads) it, while the other
 ranks start predicting, and scores it (`metadist.eval.shard`).
@@ -101,7 +103,9 @@ def _trained_backbone(
         # the first batch it trains on: what the examples are, whatever produced them
         *tasks.labelled_examples(options.pretrain_batch_size, options.seed * 1_000_003),
     )
-    if cache.load_pretrained(key, backbone):
+    # a fork continues this run's own pre-training: no other run shares it
+    shared = fork is None
+    if cache.load_pretrained(key, backbone, shared=shared):
         return backbone.eval()
     with Progress(progress, transient=True) as display:
         shown = display.counter("pretrained embedding", options.pretrain_steps, "steps")
@@ -129,7 +133,7 @@ def _trained_backbone(
                 seed=options.seed,
                 on_step=report,
             )
-    cache.save_pretrained(key, backbone, settings)
+    cache.save_pretrained(key, backbone, settings, shared=shared)
     return backbone
 
 

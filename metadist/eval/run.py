@@ -30,6 +30,7 @@ from metadist.eval.report import write_report
 from metadist.eval.scoring import evaluate_tasks
 from metadist.eval.settings import EvalOptions, eval_settings_file, load_eval_options
 from metadist.eval.shard import EvalShard, Reiterable
+from metadist.eval.shared_cache import SharedCache
 from metadist.eval.threads import eval_threads
 from metadist.eval.trained import load_run, trained_learner, with_ensemble
 from metadist.models import build_model
@@ -94,6 +95,7 @@ def evaluate_run(
     allow_imports: Collection[str] = (),
     cache: bool = True,
     shard: EvalShard | None = None,
+    shared_cache: bool = True,
 ) -> dict[str, Any]:
     """Evaluates a training run's best checkpoint on meta-val (where it kept one), else
     its latest (`eval.checkpoint=latest`: the latest), on its held-out tasks.
@@ -120,6 +122,10 @@ def evaluate_run(
             code unless allowed; modules already imported need no allowing).
         cache: reuse the baselines an earlier evaluation kept and keep this one's (also
             with `write=False`); `False` neither reuses nor keeps any.
+        shared_cache: with `cache`, also reuse what other runs' evaluations computed on
+            the same store and episodes, and keep this one's for them
+            (`metadist.eval.shared_cache`: `$METADIST_CACHE`, default
+            `~/.cache/metadist`); `False`: the run's own directory only.
         shard: this process's share of an evaluation sharded over torchrun ranks
             (`EvalShard.from_env()`): rank 0 writes the report one process would.
 
@@ -144,7 +150,8 @@ def evaluate_run(
         )
     parts = _eval_parts(config, options, state.get("store_identity"), run_dir)
     learner, members = _learner(config, state, parts, options)
-    kept = EvalCache(run_dir / "eval" if cache else None)
+    shared = SharedCache() if cache and shared_cache else None
+    kept = EvalCache(run_dir / "eval" if cache else None, shared)
     timings = {"setup": time.perf_counter() - started}
     shard = shard or EvalShard()
     result, examples = _score(learner, config, options, parts, progress, kept, timings, shard)

@@ -22,10 +22,14 @@ checkout), rounds interleaved so that load from other work hits both sides alike
 - `forecast_ets` (`--ets-tasks N`, default 50; 0 leaves it out): N of those entities
   with AutoETS too (`eval.extra_baselines=[ets]`, the `ets` extra).
 
-Every evaluation of this checkout runs twice in a row: "cold" (the run's `eval/`
-directory removed first: what the first evaluation of a run costs) and "warm" (again, as
-`metadist eval` after training's own evaluation would: whatever the first left in the run
-directory is reused). With `--nproc N` (N > 1) this checkout also runs a cold evaluation
+Every evaluation of this checkout runs three times in a row: "cold" (the run's `eval/`
+directory removed first and an empty cache shared between runs, `$METADIST_CACHE`: what
+the first evaluation of a run on a store costs), "warm" (again, as `metadist eval` after
+training's own evaluation would: whatever the first left in the run directory is reused)
+and "a second run's first" (a second run of the same recipe on the same store, trained
+with another meta learning rate, evaluated for the first time: what the cold evaluation
+left in the shared cache is reused). The baseline checkout's evaluations of the first
+run stand for its second run's too (it shares nothing between runs: the same work). With `--nproc N` (N > 1) this checkout also runs a cold evaluation
 sharded over N processes (`metadist eval ... --nproc-per-node N`, which writes the report;
 its time is rank 0's `evaluate_run` as the report gives it, its CPU that of every
 process). The baseline checkout is timed once per round, cold (its `eval/` removed first,
@@ -87,6 +91,7 @@ print(json.dumps({
     "num_tasks": result["num_tasks"], "primary_metric": primary,
     "scores": {m: s[primary]["value"] for m, s in result["overall"].items()},
     "timings": result.get("timings"), "profile": text,
+    "reused": result["settings"].get("reused"),
 }))
 """
 
@@ -137,13 +142,22 @@ def prepare(work: Path) -> dict[str, Path]:
             "per-entity", "--nan", "ffill", "--no-progress",
         )  # fmt: skip
     runs = {"fewshot": work / "runs" / "protonet", "forecast": work / "runs" / "maml"}
-    _train(runs["fewshot"], store, "experiment=synthetic_protonet", "sampler.options.num_shots=5")
-    _train(runs["forecast"], store, "experiment=synthetic_maml", "data.fractions=[0.5,0,0.5]")
+    fewshot = ("experiment=synthetic_protonet", "sampler.options.num_shots=5")
+    forecast = ("experiment=synthetic_maml", "data.fractions=[0.5,0,0.5]")
+    _train(runs["fewshot"], store, *fewshot)
+    _train(runs["forecast"], store, *forecast)
+    # the second run of each: the same recipe with another meta learning rate, as a
+    # researcher comparing settings on one store trains it
+    for case, recipe in (("fewshot", fewshot), ("forecast", forecast)):
+        second = work / "runs" / f"{runs[case].name}-lr3e-3"
+        _train(second, store, *recipe, "optimizer.lr=0.003")
+        runs[f"{case}_second"] = second
     return runs
 
 
 def cases(runs: dict[str, Path], ets_tasks: int) -> dict[str, tuple[Path, list[str]]]:
-    """`{case: (run_dir, eval overrides)}`."""
+    """`{case: (run_dir, eval overrides)}` (each run's second run: `runs[f"{case}_second"]`,
+    the forecasting one for `forecast_ets`)."""
     # every meta-test entity anchors enough episodes that a random 1,000 can be drawn
     per_unit = math.ceil(NUM_EPISODES / (0.2 * NUM_ENTITIES * 0.5))
     out = {
@@ -161,10 +175,13 @@ def cases(runs: dict[str, Path], ets_tasks: int) -> dict[str, tuple[Path, list[s
     return out
 
 
-def evaluate(checkout: Path, run_dir: Path, overrides: list[str], profile: bool = False):
-    """One evaluation in a fresh process of `checkout`: the child's JSON, with the
-    process's wall time added."""
-    env = {**os.environ, "PYTHONPATH": str(checkout)}
+def evaluate(
+    checkout: Path, run_dir: Path, overrides: list[str], cache: Path, profile: bool = False
+):
+    """One evaluation in a fresh process of `checkout`, with `cache` as the cache shared
+    between runs (`$METADIST_CACHE`): the child's JSON, with the process's wall time
+    added."""
+    env = {**os.environ, "PYTHONPATH": str(checkout), "METADIST_CACHE": str(cache)}
     started = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-c", CHILD, str(run_dir), json.dumps(overrides), "1" if profile else "0"],
@@ -180,11 +197,15 @@ def evaluate(checkout: Path, run_dir: Path, overrides: list[str], profile: bool 
     return out
 
 
-def evaluate_sharded(run_dir: Path, overrides: list[str], nproc: int) -> dict[str, Any]:
+def evaluate_sharded(
+    run_dir: Path, overrides: list[str], nproc: int, cache: Path
+) -> dict[str, Any]:
     """A cold evaluation of this checkout sharded over `nproc` processes (the command line,
-    which writes the report): its figures as `evaluate` gives them."""
+    which writes the report; `cache` as `evaluate`'s, empty): its figures as `evaluate`
+    gives them."""
     shutil.rmtree(run_dir / "eval", ignore_errors=True)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    shutil.rmtree(cache, ignore_errors=True)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "METADIST_CACHE": str(cache)}
     command = [sys.executable, "-m", "metadist.cli", "eval", f"run_dir={run_dir}"]
     command += [f"--nproc-per-node={nproc}", *overrides]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -220,37 +241,54 @@ def measure(args, runs: dict[str, Path]) -> dict[str, Any]:
     records: dict[str, Any] = {}
     for case, (run_dir, overrides) in cases(runs, args.ets_tasks).items():
         dirs = {side: _side_dir(run_dir, side) for side in sides}
+        dirs["second"] = _side_dir(runs[f"{case.split('_')[0]}_second"], "current")
         timed: dict[str, list[dict[str, Any]]] = {"baseline": [], "cold": [], "warm": []}
+        timed["second"] = []
         if args.nproc > 1:
             timed["sharded"] = []
             dirs["sharded"] = _side_dir(run_dir, "sharded")
         for round_index in range(args.rounds):
+            # the cache shared between runs: empty for a cold evaluation (the store's first)
+            cache = args.work.resolve() / "shared-cache" / f"{case}-{round_index}"
+            shutil.rmtree(cache, ignore_errors=True)
             order = ["baseline", "current"] if round_index % 2 == 0 else ["current", "baseline"]
             for side in order:
                 # cold: a baseline that keeps its baselines too (eval/cache.py) keeps nothing
                 shutil.rmtree(dirs[side] / "eval", ignore_errors=True)
                 if side == "baseline":
-                    timed["baseline"].append(evaluate(sides[side], dirs[side], overrides))
+                    unused = cache.with_name(f"{cache.name}-baseline")
+                    timed["baseline"].append(evaluate(sides[side], dirs[side], overrides, unused))
                     continue
-                timed["cold"].append(evaluate(sides[side], dirs[side], overrides))
-                timed["warm"].append(evaluate(sides[side], dirs[side], overrides))
+                timed["cold"].append(evaluate(sides[side], dirs[side], overrides, cache))
+                timed["warm"].append(evaluate(sides[side], dirs[side], overrides, cache))
+                # another run's first evaluation on the same store: the shared cache
+                shutil.rmtree(dirs["second"] / "eval", ignore_errors=True)
+                timed["second"].append(evaluate(sides[side], dirs["second"], overrides, cache))
                 if args.nproc > 1:
-                    sharded = evaluate_sharded(dirs["sharded"], overrides, args.nproc)
+                    sharded_cache = cache.with_name(f"{cache.name}-sharded")
+                    sharded = evaluate_sharded(
+                        dirs["sharded"], overrides, args.nproc, sharded_cache
+                    )
                     timed["sharded"].append(sharded)
             line = ", ".join(f"{k} {v[-1]['seconds']:.1f} s" for k, v in timed.items())
             print(f"{case} round {round_index + 1}: {line}", flush=True)
         profiles = {}
         if args.profile:
             for side, checkout in sides.items():
+                cache = args.work.resolve() / "shared-cache" / f"{case}-profile-{side}"
+                shutil.rmtree(cache, ignore_errors=True)
                 if side == "current":
                     shutil.rmtree(dirs[side] / "eval", ignore_errors=True)
-                profiles[side] = evaluate(checkout, dirs[side], overrides, profile=True)["profile"]
+                profiles[side] = evaluate(checkout, dirs[side], overrides, cache, profile=True)[
+                    "profile"
+                ]
                 print(f"--- {case}, {side}: cProfile (cumulative)\n{profiles[side]}")
         records[case] = {
             "overrides": overrides,
             "runs": timed,
             "profiles": profiles,
             "nproc": args.nproc,
+            "second_run": str(dirs["second"]),
         }
     return records
 
@@ -271,6 +309,7 @@ def table(records: dict[str, Any]) -> str:
         base_cpu = _median(runs["baseline"], "cpu_seconds")
         base_scores = runs["baseline"][0]["scores"]
         labels = [("baseline", "baseline"), ("cold", "this, cold"), ("warm", "this, warm")]
+        labels.append(("second", "this, a second run's first"))
         if "sharded" in runs:
             labels.append(("sharded", f"this, cold, {record['nproc']} processes"))
         for side, label in labels:

@@ -40,7 +40,6 @@ from typing import Any
 import numpy as np
 import torch
 
-import metadist
 from metadist.durable import atomic_file
 from metadist.eval.packing import pack, read_index, unpack
 
@@ -66,7 +65,7 @@ def shared_cache_root() -> Path:
 def code_fingerprint() -> str:
     """SHA-256 (hex, 16 digits) of the source of every module of the metadist package
     this process imports (their paths and bytes, in order)."""
-    package = Path(metadist.__file__).resolve().parent
+    package = Path(__file__).resolve().parent.parent  # metadist/
     h = hashlib.sha256()
     for path in sorted(package.rglob("*.py")):
         h.update(str(path.relative_to(package)).encode())

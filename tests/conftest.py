@@ -25,7 +25,6 @@ def one_thread():
     torch.set_num_threads(previous)
 
 
-
 @pytest.fixture(scope="session", autouse=True)
 def _session_shared_cache(tmp_path_factory):
     """The cache shared between runs' evaluations (`metadist.eval.shared_cache`) of a

@@ -120,12 +120,8 @@ def evaluate_run(
             intra-op thread unless `OMP_NUM_THREADS` is set (`progress.eval_threads`).
         allow_imports: modules the run's `imports` may import (a loaded run runs no
             code unless allowed; modules already imported need no allowing).
-        cache: reuse the baselines an earlier evaluation kept and keep this one's (also
-            with `write=False`); `False` neither reuses nor keeps any.
-        shared_cache: with `cache`, also reuse what other runs' evaluations computed on
-            the same store and episodes, and keep this one's for them
-            (`metadist.eval.shared_cache`: `$METADIST_CACHE`, default
-            `~/.cache/metadist`); `False`: the run's own directory only.
+        cache: reuse and keep the baselines (also with `write=False`) in the run's `eval/`,
+            and with `shared_cache` in the cache shared between runs (`eval.shared_cache`).
         shard: this process's share of an evaluation sharded over torchrun ranks
             (`EvalShard.from_env()`): rank 0 writes the report one process would.
 
@@ -150,10 +146,8 @@ def evaluate_run(
         )
     parts = _eval_parts(config, options, state.get("store_identity"), run_dir)
     learner, members = _learner(config, state, parts, options)
-    shared = SharedCache() if cache and shared_cache else None
-    kept = EvalCache(run_dir / "eval" if cache else None, shared)
-    timings = {"setup": time.perf_counter() - started}
-    shard = shard or EvalShard()
+    kept = EvalCache(run_dir / "eval" if cache else None, _shared(cache and shared_cache))
+    timings, shard = {"setup": time.perf_counter() - started}, shard or EvalShard()
     result, examples = _score(learner, config, options, parts, progress, kept, timings, shard)
     if not _gather_kept(shard, kept):
         return {}  # rank 0 scores and writes this rank's share
@@ -170,6 +164,11 @@ def evaluate_run(
         result["paths"].update(archived)
     kept.save()  # after the report: a cache that cannot be written costs only time
     return result
+
+
+def _shared(use: bool) -> SharedCache | None:
+    """The cache shared between runs' evaluations (`$METADIST_CACHE`), where `use`d."""
+    return SharedCache() if use else None
 
 
 def _write(

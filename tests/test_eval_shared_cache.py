@@ -16,6 +16,7 @@ import pytest
 
 from metadist.datasets.synthetic import SYNTHETIC_INGEST_ARGS, write_synthetic_panel
 from metadist.eval import baselines, evaluate_run
+from metadist.eval import run as eval_run
 from metadist.eval import shared_cache as shared_module
 from metadist.eval.cache import PRETRAINED_FILE, EvalCache
 from metadist.eval.shared_cache import SharedCache, shared_cache_root
@@ -253,3 +254,15 @@ def test_metadist_eval_reuses_another_runs_pretrained_embedding_unless_told_not_
         assert done.returncode == 0, done.stderr
         reused = [line for line in done.stdout.splitlines() if "reused: " in line]
         assert bool(reused and "pretrained embedding" in reused[0]) is shared, done.stdout
+
+
+def test_without_a_home_directory_the_evaluation_goes_on_without_sharing(monkeypatch, capsys):
+    monkeypatch.delenv("METADIST_CACHE")
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+
+    def no_home():
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.setattr(Path, "home", staticmethod(no_home))
+    assert eval_run._shared(True) is None and "METADIST_CACHE" in capsys.readouterr().err
+    assert eval_run._shared(False) is None

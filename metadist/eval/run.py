@@ -167,8 +167,13 @@ def evaluate_run(
 
 
 def _shared(use: bool) -> SharedCache | None:
-    """The cache shared between runs' evaluations (`$METADIST_CACHE`), where `use`d."""
-    return SharedCache() if use else None
+    """The cache shared between runs' evaluations (`$METADIST_CACHE`), where `use`d (and
+    there is a place for it: no `$METADIST_CACHE` and no home directory leave it out)."""
+    try:
+        return SharedCache() if use else None
+    except RuntimeError as error:  # Path.home(): no home directory
+        print(f"note: no cache shared between runs ({error}); set METADIST_CACHE", file=sys.stderr)
+        return None
 
 
 def _write(

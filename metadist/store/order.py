@@ -208,6 +208,7 @@ class EarlyFinisher:
         self._thread: threading.Thread | None = None
         self._files: tuple[RawFile, RawFile, MappedFile] | None = None
         self._mapped: tuple[MappedFile, ...] = ()
+        self._mapped_lock = threading.Lock()
 
     def start(self, mapped: tuple[MappedFile, ...] = ()) -> None:
         """Starts the thread; pass 2 has created the store files.
@@ -217,7 +218,8 @@ class EarlyFinisher:
                 dropped from them before its writeback starts (see
                 `MappedFile.release_rows`).
         """
-        self._mapped = mapped
+        with self._mapped_lock:
+            self._mapped = mapped
         row_bytes = len(self.settings.value_names) * VALUES_DTYPE.itemsize
         with contextlib.ExitStack() as opened:  # all three, or none left open
             values_file = opened.enter_context(RawFile(self.temp / VALUES_FILE, row_bytes))
@@ -231,6 +233,12 @@ class EarlyFinisher:
             target=self._run, name="metadist-ingest-finisher", daemon=True
         )
         self._thread.start()
+
+    def forget_mappings(self) -> None:
+        """Stops releasing pages from pass 2's mappings (called before it closes them;
+        waits for a release under way)."""
+        with self._mapped_lock:
+            self._mapped = ()
 
     def written(self, entities: np.ndarray, counts: np.ndarray) -> None:
         """Notes that pass 2 wrote `counts[i]` rows of store entity `entities[i]` (in
@@ -260,8 +268,9 @@ class EarlyFinisher:
                 first, last = self.chunks[self.done]
                 row_a = int(self.plan.starts[first])
                 row_b = int(self.plan.starts[last - 1] + self.plan.lengths[last - 1])
-                for mapping in self._mapped:  # pass 2 is done with these rows
-                    mapping.release_rows(row_a, row_b)
+                with self._mapped_lock:  # pass 2 is done with these rows
+                    for mapping in self._mapped:
+                        mapping.release_rows(row_a, row_b)
                 values, times = _order_chunk(self.settings, self.plan, filled, vf, tf, first, last)
                 self.values_sum.update(values)
                 self.times_sum.update(times)

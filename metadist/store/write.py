@@ -130,6 +130,9 @@ def _write_all(
             if early is not None:
                 early.stop()  # its work is dropped with the files
             raise
+        finally:
+            if early is not None:  # it goes on after the mappings are closed
+                early.forget_mappings()
 
 
 class _Writer:

@@ -23,9 +23,9 @@ _MAX_INTERLEAVED_FILES = 256
 _READ_BUFFER_BYTES = 1 << 20  # per column being decoded, per worker
 # A row group whose column chunks hold at most this many bytes (compressed) is read
 # whole instead: one read per column chunk rather than a copy through the buffer (about
-# a tenth of the decoding's CPU time on row groups of 32k rows), in about as much memory
-# as the buffers of ten columns.
-_WHOLE_READ_BYTES = 8 << 20
+# a tenth of the decoding's CPU time on row groups of 32k rows), in less memory than
+# the buffers of ten columns.
+_WHOLE_READ_BYTES = 4 << 20
 
 
 @dataclass(frozen=True)

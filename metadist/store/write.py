@@ -111,7 +111,7 @@ def _write_all(
         shared = _Shared(values, times, filled, np.zeros(len(plan.order), np.int64))
         writer = _Writer(settings, scan, plan, shared)
         if early is not None:
-            early.start(mapped=(values, times))
+            early.start(mapped=(values, times, filled))
         try:
             for _, (num_rows, entities, counts) in ordered_streams(  # small results
                 settings.units, writer.unit_batches, settings.workers, 1, lambda found: 0

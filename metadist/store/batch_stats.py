@@ -160,24 +160,28 @@ def moments(
     num_columns = len(values)
     count = np.empty((num_local, num_columns))
     total = np.empty((num_local, num_columns))
+    # rows holding NaN/inf per column: few, so they are set aside by position rather
+    # than masked in full-length passes (the sums are the same, bit for bit: each entity's
+    # values are still added in row order, with 0.0 in place of a non-finite one)
+    bad = {j: np.flatnonzero(~finite) for j, finite in masks.items()}
     for j, column in enumerate(values):
-        finite = masks.get(j)
-        if finite is None:
+        if j not in bad:
             count[:, j] = rows
             total[:, j] = np.bincount(local, weights=column, minlength=num_local)
         else:
-            count[:, j] = np.bincount(local, weights=finite, minlength=num_local)
-            total[:, j] = np.bincount(
-                local, weights=np.where(finite, column, 0.0), minlength=num_local
-            )
+            count[:, j] = rows - np.bincount(local[bad[j]], minlength=num_local)
+            kept = np.array(column, dtype=np.float64)
+            kept[bad[j]] = 0.0
+            total[:, j] = np.bincount(local, weights=kept, minlength=num_local)
     mean = np.divide(total, count, out=np.zeros_like(total), where=count > 0)
     by_column = np.ascontiguousarray(mean.T)  # [C, U]: contiguous gathers per column
     m2 = total  # reused: the totals are no longer needed
+    deviation = np.empty(local.size)
     for j, column in enumerate(values):
-        deviation = column - by_column[j][local]
-        finite = masks.get(j)
-        if finite is not None:
-            deviation = np.where(finite, deviation, 0.0)
+        np.take(by_column[j], local, out=deviation)
+        np.subtract(column, deviation, out=deviation)
+        if j in bad:
+            deviation[bad[j]] = 0.0
         np.multiply(deviation, deviation, out=deviation)
         m2[:, j] = np.bincount(local, weights=deviation, minlength=num_local)
     return rows, first, last, count, mean, m2

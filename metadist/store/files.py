@@ -170,6 +170,17 @@ class MappedFile:
         with self._lock:
             self._release()
 
+    def release_rows(self, first_row: int, end_row: int) -> None:
+        """Drops the pages lying wholly within rows `[first_row, end_row)` from this
+        process's page tables, for a caller that will not touch those rows through this
+        mapping again (pages shared with the rows around stay mapped). Starting
+        writeback of mapped dirty pages makes the kernel write-protect each one in turn,
+        with a TLB shootdown per page; pages not mapped cost none."""
+        low = -(-first_row * self.row_bytes // PAGE_BYTES) * PAGE_BYTES
+        high = end_row * self.row_bytes // PAGE_BYTES * PAGE_BYTES
+        if high > low and hasattr(self.mm, "madvise"):
+            self.mm.madvise(mmap.MADV_DONTNEED, low, high - low)
+
     def _release(self) -> None:
         if self._high > self._low and hasattr(self.mm, "madvise"):
             start = self._low - self._low % PAGE_BYTES

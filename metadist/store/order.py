@@ -207,9 +207,19 @@ class EarlyFinisher:
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._files: tuple[RawFile, RawFile, MappedFile] | None = None
+        self._mapped: tuple[MappedFile, ...] = ()
+        self._mapped_lock = threading.Lock()
 
-    def start(self) -> None:
-        """Starts the thread; pass 2 has created the store files."""
+    def start(self, mapped: tuple[MappedFile, ...] = ()) -> None:
+        """Starts the thread; pass 2 has created the store files.
+
+        Args:
+            mapped: pass 2's mappings of the store files: the pages of a chunk are
+                dropped from them before its writeback starts (see
+                `MappedFile.release_rows`).
+        """
+        with self._mapped_lock:
+            self._mapped = mapped
         row_bytes = len(self.settings.value_names) * VALUES_DTYPE.itemsize
         with contextlib.ExitStack() as opened:  # all three, or none left open
             values_file = opened.enter_context(RawFile(self.temp / VALUES_FILE, row_bytes))
@@ -223,6 +233,12 @@ class EarlyFinisher:
             target=self._run, name="metadist-ingest-finisher", daemon=True
         )
         self._thread.start()
+
+    def forget_mappings(self) -> None:
+        """Stops releasing pages from pass 2's mappings (called before it closes them;
+        waits for a release under way)."""
+        with self._mapped_lock:
+            self._mapped = ()
 
     def written(self, entities: np.ndarray, counts: np.ndarray) -> None:
         """Notes that pass 2 wrote `counts[i]` rows of store entity `entities[i]` (in
@@ -249,9 +265,13 @@ class EarlyFinisher:
                 if self._stopping:
                     return
             try:
-                values, times = _order_chunk(
-                    self.settings, self.plan, filled, vf, tf, *self.chunks[self.done]
-                )
+                first, last = self.chunks[self.done]
+                row_a = int(self.plan.starts[first])
+                row_b = int(self.plan.starts[last - 1] + self.plan.lengths[last - 1])
+                with self._mapped_lock:  # pass 2 is done with these rows
+                    for mapping in self._mapped:
+                        mapping.release_rows(row_a, row_b)
+                values, times = _order_chunk(self.settings, self.plan, filled, vf, tf, first, last)
                 self.values_sum.update(values)
                 self.times_sum.update(times)
             except BaseException as error:  # raised by `order_rows`, in store order

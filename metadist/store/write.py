@@ -111,7 +111,7 @@ def _write_all(
         shared = _Shared(values, times, filled, np.zeros(len(plan.order), np.int64))
         writer = _Writer(settings, scan, plan, shared)
         if early is not None:
-            early.start()
+            early.start(mapped=(values, times, filled))
         try:
             for _, (num_rows, entities, counts) in ordered_streams(  # small results
                 settings.units, writer.unit_batches, settings.workers, 1, lambda found: 0
@@ -130,6 +130,9 @@ def _write_all(
             if early is not None:
                 early.stop()  # its work is dropped with the files
             raise
+        finally:
+            if early is not None:  # it goes on after the mappings are closed
+                early.forget_mappings()
 
 
 class _Writer:
@@ -215,12 +218,14 @@ class _Writer:
         # in slices, so that the resident pages are checked every few MB of pages per
         # worker (rows a page apart each make a page resident)
         step = self.slice_rows
+        # (`np.put`: a plain loop over the indices, two to three times faster than an
+        # indexed assignment of the same rows)
         for a in range(0, destination.size, step):
-            target[destination[a : a + step]] = rows[a : a + step]
+            np.put(target, destination[a : a + step], rows[a : a + step])
             shared.values.wrote(destination[a : a + step])
         filled = destination if placed is None else destination[placed]
         for a in range(0, filled.size, step):
-            shared.filled.array[filled[a : a + step]] = True
+            np.put(shared.filled.array, filled[a : a + step], True)
             shared.filled.wrote(filled[a : a + step])
         if placed is not None:
             sorted_later = destination[~placed]

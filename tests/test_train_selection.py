@@ -351,6 +351,7 @@ UCR_EXPERIMENTS = [
     "ucr_protonet",
     "ucr_metabaseline",
     "ucr_metabaseline_ft",
+    "ucr_metabaseline_adam",
 ]
 
 

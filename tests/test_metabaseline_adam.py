@@ -29,13 +29,13 @@ def set_sizes(learner, sizes):
 
 
 def adam_by_hand(model, scale, sizes, support_x, support_y, num_ways):
-    """One task's weights `[N, D]`: prototypes, then `torch.optim.Adam` on them alone, its
+    """One task's weights `[N, D]`: unit-length prototypes, then `torch.optim.Adam` on them, its
     lr set to each step's size, on the mean support cross-entropy of
     `scale · cos(f(x), w_c)` (torch's own cosine similarity)."""
     with torch.no_grad():
         features = model(support_x)
     weights = torch.stack([features[support_y == c].mean(0) for c in range(num_ways)])
-    weights = weights.clone().requires_grad_(True)
+    weights = (weights / weights.norm(dim=-1, keepdim=True)).requires_grad_(True)
     optimizer = torch.optim.Adam([weights], lr=sizes[0], foreach=False)
     for size in sizes:
         optimizer.param_groups[0]["lr"] = size
@@ -62,22 +62,28 @@ def test_the_weights_are_the_prototypes_after_torch_adam_on_each_support_set():
         torch.testing.assert_close(logits[b], by_hand, rtol=1e-9, atol=1e-9)
     # Adam's first step moves every element by about its size: not a trivial pass
     prototypes = learner.adapt(batch.support, steps=0)["prototypes"]
-    assert (weights - prototypes).abs().max() > 0.05
+    assert (weights - F.normalize(prototypes, dim=-1)).abs().max() > 0.05
 
 
 def test_adam_moves_the_head_where_the_support_gradient_is_tiny():
-    """At one shot the imprinted head already fits the support: SGD (`metabaseline_ft`)
-    barely moves it, Adam's normalised step moves each element by about its size."""
+    """At one shot the imprinted head already fits the support: an SGD step
+    (`metabaseline_ft`) barely turns it, Adam's normalised step moves each element of the
+    unit-length weights by about its size."""
     batch = episodes(num_shots=1)
     adam, model = learner_and_model(inner_steps=1, inner_lr=0.01)
     sgd = build_learner("metabaseline_ft", model, inner_steps=1, inner_lr=0.01)
     with torch.no_grad():
         start = adam.adapt(batch.support, steps=0)["prototypes"]
-        by_adam = (adam.adapt(batch.support)["prototypes"] - start).abs()
-        by_sgd = (sgd.adapt(batch.support)["prototypes"] - start).abs()
-    moved = by_adam[by_adam > 0]
+        by_adam = adam.adapt(batch.support)["prototypes"]
+        by_sgd = sgd.adapt(batch.support)["prototypes"]
+    moved = (by_adam - F.normalize(start, dim=-1)).abs()
+    moved = moved[moved > 0]
     torch.testing.assert_close(moved, torch.full_like(moved, 0.01), rtol=1e-2, atol=0)
-    assert by_sgd.max() < 0.1 * by_adam.max()
+
+    def turn(weights):  # 1 - cos(start, weights), the largest over ways and tasks
+        return (1 - F.cosine_similarity(start, weights, dim=-1)).max()
+
+    assert turn(by_sgd) < 0.1 * turn(by_adam)
 
 
 def test_relabelling_the_ways_permutes_the_logits():

@@ -352,6 +352,7 @@ UCR_EXPERIMENTS = [
     "ucr_metabaseline",
     "ucr_metabaseline_ft",
     "ucr_metabaseline_adam",
+    "ucr_metabaseline_tune",
 ]
 
 

@@ -19,6 +19,7 @@ from metadist.learners import (  # noqa: F401  (registers them)
     metabaseline,
     metabaseline_adam,
     metabaseline_ft,
+    metabaseline_tune,
     metasgd,
     protonet,
     reptile,

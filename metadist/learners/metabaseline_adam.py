@@ -129,21 +129,29 @@ class MetaBaselineAdam(MetaBaseline):
         if not second_order:  # the directions as constants of the outer graph
             features = features.detach()
         weights = F.normalize(weights, dim=-1)  # unit length, as Baseline++ imprints
-        beta1, beta2 = (float(b) for b in self.options.betas)
         sizes = self.step_sizes(steps)
-        first = second = torch.zeros_like(weights)
+        moments = (torch.zeros_like(weights), torch.zeros_like(weights))
         with torch.enable_grad():
             for step in range(steps):
                 point = weights if second_order else weights.detach().requires_grad_(True)
                 gradient = self._support_gradient(features, one_hot, point, second_order)
-                first = beta1 * first + (1 - beta1) * gradient
-                second = beta2 * second + (1 - beta2) * gradient * gradient
-                correction1 = 1 - beta1 ** (step + 1)
-                correction2 = 1 - beta2 ** (step + 1)
-                # torch.optim.Adam's arithmetic: m / (sqrt(v) / sqrt(c2) + eps) / c1
-                denominator = second.sqrt() / math.sqrt(correction2) + self.options.eps
-                weights = weights - sizes[step] * (first / correction1 / denominator)
+                direction, moments = self.adam_direction(gradient, moments, step)
+                weights = weights - sizes[step] * direction
         return weights if outer else weights.detach()
+
+    def adam_direction(
+        self, gradient: Tensor, moments: tuple[Tensor, Tensor], step: int
+    ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+        """Adam's step direction (to be scaled by the step size) at `step` (from 0) and
+        the updated `(first, second)` moments, with `torch.optim.Adam`'s arithmetic:
+        `m̂ / (√v / √c2 + ε)`, `m̂ = m / c1`."""
+        beta1, beta2 = (float(b) for b in self.options.betas)
+        first = beta1 * moments[0] + (1 - beta1) * gradient
+        second = beta2 * moments[1] + (1 - beta2) * gradient * gradient
+        correction1 = 1 - beta1 ** (step + 1)
+        correction2 = 1 - beta2 ** (step + 1)
+        denominator = second.sqrt() / math.sqrt(correction2) + self.options.eps
+        return first / correction1 / denominator, (first, second)
 
     def _support_gradient(
         self, features: Tensor, one_hot: Tensor, weights: Tensor, create_graph: bool

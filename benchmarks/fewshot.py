@@ -17,15 +17,17 @@ extra; nothing is downloaded), every shot count and every learner:
    and Baseline++ baselines on the same episodes; the pretrained embedding gets the
    meta-learner's budget: eval.pretrain_steps steps of meta_batch_size × N × (K + Q)
    labelled examples, and where the learner pre-trained with those settings
-   (`metabaseline`, `metabaseline_ft`) it is that pre-training continued, so the two share
-   their first pretrain.steps steps);
+   (`metabaseline` and its `_ft`, `_adam`, `_tune` variants) it is that pre-training
+   continued, so the two share their first pretrain.steps steps);
 4. one table of accuracies ± 95% intervals (over episodes) in OUT/fewshot.md, with the
    meta-learned accuracy minus the pretrained embedding's paired over the same episodes.
 
 `--learners` names the recipes `ucr_<learner>`: `protonet`, `maml`, `maml_plus` (MAML with
 the shared head and the MAML++ options), `metabaseline` (pre-training, then meta-training),
-`metabaseline_ft` (the same, its cosine head fine-tuned on each support set with
-meta-learned step sizes).
+`metabaseline_ft` (the same, its cosine head fine-tuned on each support set by SGD steps of
+meta-learned sizes), `metabaseline_adam` (the same with Adam's update, 100 steps),
+`metabaseline_tune` (`metabaseline_adam`, its evaluation tuning the whole embedding network
+with the head).
 
 Nothing here is specific to a set: any installed classification set with at least four
 classes works. Settings are the shipped experiment files'; none was tuned on a test split.

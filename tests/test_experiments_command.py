@@ -74,7 +74,14 @@ def test_list_shows_whole_summaries_and_every_learner(capsys, monkeypatch):
     assert "…" not in out
     # the end of ucr_maml_plus's long first sentence, once cut
     assert "first order for the first 300 (cheaper, and steadier early)" in " ".join(out.split())
-    learners = next(line for line in out.splitlines() if line.startswith("learner=NAME: "))
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("learner=NAME: "))
+    wrapped = [lines[start]]  # the list wraps at the terminal's width: indented lines go on
+    for line in lines[start + 1 :]:
+        if not line.startswith("  "):
+            break
+        wrapped.append(line.strip())
+    learners = " ".join(wrapped)
     shipped = sorted(p.stem for p in (SHIPPED / "learner").glob("*.yaml"))
     assert "metabaseline_ft" in shipped
     assert learners == "learner=NAME: " + ", ".join(shipped)

@@ -394,7 +394,17 @@ def test_pretraining_learns_the_meta_train_classes():
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("learner", ["protonet", "maml", "metabaseline", "metabaseline_ft"])
+@pytest.mark.parametrize(
+    "learner",
+    [
+        "protonet",
+        "maml",
+        "metabaseline",
+        "metabaseline_ft",
+        "metabaseline_adam",
+        "metabaseline_tune",
+    ],
+)
 def test_class_disjoint_run_is_scored_next_to_the_baselines(scaled_class_store, tmp_path, learner):
     from metadist.eval import evaluate_run
     from metadist.train.__main__ import main

@@ -351,6 +351,8 @@ UCR_EXPERIMENTS = [
     "ucr_protonet",
     "ucr_metabaseline",
     "ucr_metabaseline_ft",
+    "ucr_metabaseline_adam",
+    "ucr_metabaseline_tune",
 ]
 
 

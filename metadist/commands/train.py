@@ -43,10 +43,10 @@ eval.KEY=VALUE overrides go to the evaluation that ends the run (see metadist ev
 
 learner=NAME, model=NAME, sampler=NAME pick a component (`metadist experiments list`
 names every choice: learners maml, fomaml, metasgd, anil, reptile, protonet, metabaseline,
-metabaseline_ft). imports=[module] imports a module of your own (from the working directory or
-PYTHONPATH) that registers a sampler, learner or model. The global meta-batch must be a
-multiple of the number of ranks. Ctrl-C writes a checkpoint and exits; the same command
-resumes.
+metabaseline_ft, metabaseline_adam, metabaseline_tune). imports=[module] imports a module of
+your own (from the working directory or PYTHONPATH) that registers a sampler, learner or
+model. The global meta-batch must be a multiple of the number of ranks. Ctrl-C writes a
+checkpoint and exits; the same command resumes.
 
 The configs are looked up in --config-dir, else $METADIST_EXPERIMENTS_DIR, else
 ./experiments, else the experiments/ directory of the metadist source checkout.

@@ -1,5 +1,5 @@
 """Learners: MAML, first-order MAML, Meta-SGD, ANIL, Reptile, Prototypical Networks,
-Meta-Baseline (and with a fine-tuned head).
+Meta-Baseline (and with a fine-tuned head: SGD or Adam steps).
 
 Importing this package registers the built-in learners.
 
@@ -17,7 +17,9 @@ from metadist.learners import (  # noqa: F401  (registers them)
     anil,
     maml,
     metabaseline,
+    metabaseline_adam,
     metabaseline_ft,
+    metabaseline_tune,
     metasgd,
     protonet,
     reptile,

@@ -89,7 +89,13 @@ def prepare(name: str, out: Path) -> Path:
     if (store / "metadata.json").is_file():
         return store
     summary = _metadist("datasets", "ucr", name, str(directory), "--overwrite")
-    command = summary.strip().splitlines()[-1].removeprefix("next: metadist ").split()
+    # the ingest command the summary prints on its `next:` line (a `then:` hint follows it)
+    lines = [line for line in summary.splitlines() if line.startswith("next: metadist ")]
+    if not lines:
+        raise SystemExit(
+            f"metadist datasets ucr {name}: no 'next: metadist ingest' line in\n{summary}"
+        )
+    command = lines[0].removeprefix("next: metadist ").split()
     command[2] = str(store)
     _metadist(*command, "--no-progress")
     return store

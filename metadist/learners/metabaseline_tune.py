@@ -3,6 +3,7 @@ support set too, as P>M>F fine-tunes its meta-trained backbone at test time."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,8 +14,11 @@ from torch.func import functional_call, vmap
 
 from metadist.batch import TaskSet
 from metadist.learners.base import Params
+from metadist.learners.batching import is_vmap_limitation
 from metadist.learners.metabaseline_adam import MetaBaselineAdam
 from metadist.learners.registry import register_learner
+
+logger = logging.getLogger("metadist.learners")
 
 # The key prefix of the embedding's per-task parameters in what `adapt` returns.
 PREFIX = "embedding."
@@ -53,6 +57,7 @@ class MetaBaselineTune(MetaBaselineAdam):
 
     def __init__(self, model: nn.Module, **options: Any) -> None:
         super().__init__(model, **options)
+        self._tune_loops = False  # set once vmap has refused the model (`_embed_with`)
         lr = self.options.embedding_lr
         if not (isinstance(lr, (int, float)) and lr > 0):
             raise self._options_error("embedding_lr", "must be a number > 0", lr)
@@ -87,13 +92,41 @@ class MetaBaselineTune(MetaBaselineAdam):
         return self.scale * (queries @ weights.transpose(1, 2))
 
     def _embed_with(self, embedding: Params, x: Tensor) -> Tensor:
-        """`[B, M, D]`: each task's `x [B, M, ...]` through its own parameters `[B, ...]`."""
+        """`[B, M, D]`: each task's `x [B, M, ...]` through its own parameters `[B, ...]`.
+
+        The tasks run together under `vmap` (`vectorize`, the default); a model `vmap`
+        cannot batch (a GRU) runs them one at a time from then on, said once in the log.
+        """
         buffers = dict(self.model.named_buffers())
 
         def one_task(task_params: Params, task_x: Tensor) -> Tensor:
             return functional_call(self.model, (task_params, buffers), (task_x,))
 
-        return vmap(one_task, randomness="different")(embedding, x)
+        def loop() -> Tensor:
+            tasks = range(x.shape[0])
+            return torch.stack(
+                [one_task({k: v[i] for k, v in embedding.items()}, x[i]) for i in tasks]
+            )
+
+        if not self.vectorize or self._tune_loops:
+            return loop()
+        try:
+            return vmap(one_task, randomness="different")(embedding, x)
+        except Exception as error:
+            if not is_vmap_limitation(error):
+                raise
+            result = loop()  # only a loop that succeeds makes it the model's vmap support
+            self._tune_loops = True
+            logger.warning(
+                "learner %r: vmap cannot batch model %s at test-time tuning (%s); tuning "
+                "tasks one at a time",
+                self.name,
+                type(self.model).__name__,
+                str(error).strip().splitlines()[0][:200]
+                if str(error).strip()
+                else type(error).__name__,
+            )
+            return result
 
     def _tune_all(self, support: TaskSet, steps: int) -> Params:
         """The embedding and the head of each task after `steps` Adam steps together."""

@@ -458,6 +458,7 @@ def test_metadist_train_then_eval_on_the_recorded_settings(tmp_path):
 
 
 @pytest.mark.integration
+@pytest.mark.slow  # 12-21 s: `make test` stays under 10 minutes (`make test-slow` runs it)
 def test_nproc_per_node_checks_the_config_once_then_runs_torchrun(tmp_path):
     bad = _run(
         "train",

@@ -43,6 +43,7 @@ def _cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.integration
+@pytest.mark.slow  # 12-21 s: `make test` stays under 10 minutes (`make test-slow` runs it)
 def test_an_out_resolving_to_a_foreign_directory_is_refused_by_the_cli(data_dir, tmp_path):
     home = tmp_path / "home"
     (home / "x").mkdir(parents=True)

@@ -11,14 +11,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from metadist.batch import TaskSet
-from metadist.learners.base import Params
-from metadist.learners.metabaseline import MetaBaseline
+from metadist.learners.head_fine_tuning import HeadFineTuning
 from metadist.learners.registry import register_learner
 
 
 @register_learner("metabaseline_adam")
-class MetaBaselineAdam(MetaBaseline):
+class MetaBaselineAdam(HeadFineTuning):
     """Meta-Baseline whose class weights are fine-tuned on the support set with Adam's
     update, as Baseline++ fine-tunes its cosine classifier (Chen et al. 2019), inside
     meta-training and with the step sizes meta-learned.
@@ -63,7 +61,7 @@ class MetaBaselineAdam(MetaBaseline):
     """
 
     @dataclass(frozen=True)
-    class Options(MetaBaseline.Options):
+    class Options(HeadFineTuning.Options):
         inner_steps: int = 100
         inner_lr: float = 0.01
         learn_inner_lr: bool = True
@@ -93,28 +91,6 @@ class MetaBaselineAdam(MetaBaseline):
             requires_grad=opts.learn_inner_lr,
         )
 
-    def adapt(self, support: TaskSet, steps: int | None = None) -> Params:
-        """Fine-tuned class weights of each task.
-
-        Args:
-            support: `x [B, N*K, ...]`, `y [B, N*K]` int64 in `[0, N)`.
-            steps: fine-tuning steps (None: `inner_steps`; 0: the prototypes).
-
-        Returns:
-            `{"prototypes": [B, N, D]}`, the weights `predict` compares queries with.
-
-        Raises:
-            ValueError: steps < 0, or as in `ProtoNet.adapt`.
-        """
-        steps = self.options.inner_steps if steps is None else int(steps)
-        if steps < 0:
-            raise ValueError(f"learner {self.name!r}: steps must be >= 0, got {steps}")
-        embeddings = self._embed(support.x)  # [B, S, D]
-        weights = self.prototypes_of(embeddings, support.y)  # [B, N, D]
-        if steps == 0:
-            return {"prototypes": weights}
-        return {"prototypes": self._fine_tune(embeddings, support.y, weights, steps)}
-
     def step_sizes(self, steps: int) -> Tensor:
         """`α_t` of the first `steps` steps `[steps]` (the last size repeated past the end)."""
         index = torch.arange(steps, device=self.log_inner_lrs.device)
@@ -123,11 +99,7 @@ class MetaBaselineAdam(MetaBaseline):
     def _fine_tune(self, embeddings: Tensor, labels: Tensor, weights: Tensor, steps: int) -> Tensor:
         """`weights [B, N, D]` after `steps` Adam steps on each task's support loss."""
         outer = torch.is_grad_enabled()  # meta-training: the outer gradient flows through
-        second_order = outer and not self.options.first_order
-        features = F.normalize(embeddings, dim=-1)  # [B, S, D]
-        one_hot = F.one_hot(labels.long(), weights.shape[1]).to(features.dtype)  # [B, S, N]
-        if not second_order:  # the directions as constants of the outer graph
-            features = features.detach()
+        features, one_hot, second_order = self._support_inputs(embeddings, labels, weights.shape[1])
         weights = F.normalize(weights, dim=-1)  # unit length, as Baseline++ imprints
         sizes = self.step_sizes(steps)
         moments = (torch.zeros_like(weights), torch.zeros_like(weights))
@@ -152,14 +124,3 @@ class MetaBaselineAdam(MetaBaseline):
         correction2 = 1 - beta2 ** (step + 1)
         denominator = second.sqrt() / math.sqrt(correction2) + self.options.eps
         return first / correction1 / denominator, (first, second)
-
-    def _support_gradient(
-        self, features: Tensor, one_hot: Tensor, weights: Tensor, create_graph: bool
-    ) -> Tensor:
-        """∇_W of each episode's mean support cross-entropy, summed over episodes (so each
-        episode's gradient is its own): `[B, N, D]`."""
-        scale = self.scale if create_graph else self.scale.detach()
-        logits = scale * (features @ F.normalize(weights, dim=-1).transpose(1, 2))  # [B, S, N]
-        loss = -(one_hot * logits.log_softmax(-1)).sum() / features.shape[1]
-        (gradient,) = torch.autograd.grad(loss, weights, create_graph=create_graph)
-        return gradient

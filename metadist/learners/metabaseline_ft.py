@@ -6,17 +6,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-from metadist.batch import TaskSet
-from metadist.learners.base import Params
-from metadist.learners.metabaseline import MetaBaseline
+from metadist.learners.head_fine_tuning import HeadFineTuning
 from metadist.learners.registry import register_learner
 
 
 @register_learner("metabaseline_ft")
-class MetaBaselineFineTune(MetaBaseline):
+class MetaBaselineFineTune(HeadFineTuning):
     """Meta-Baseline whose class weights are fine-tuned on the support set, as Baseline++
     fine-tunes its cosine classifier (Chen et al. 2019), but inside meta-training.
 
@@ -46,7 +43,7 @@ class MetaBaselineFineTune(MetaBaseline):
     """
 
     @dataclass(frozen=True)
-    class Options(MetaBaseline.Options):
+    class Options(HeadFineTuning.Options):
         inner_steps: int = 5
         inner_lr: float = 0.5
         learn_inner_lr: bool = True
@@ -66,36 +63,10 @@ class MetaBaselineFineTune(MetaBaseline):
             requires_grad=self.options.learn_inner_lr,
         )
 
-    def adapt(self, support: TaskSet, steps: int | None = None) -> Params:
-        """Fine-tuned class weights of each task.
-
-        Args:
-            support: `x [B, N*K, ...]`, `y [B, N*K]` int64 in `[0, N)`.
-            steps: fine-tuning steps (None: `inner_steps`; 0: the prototypes).
-
-        Returns:
-            `{"prototypes": [B, N, D]}`, the weights `predict` compares queries with.
-
-        Raises:
-            ValueError: steps < 0, or as in `ProtoNet.adapt`.
-        """
-        steps = self.options.inner_steps if steps is None else int(steps)
-        if steps < 0:
-            raise ValueError(f"learner {self.name!r}: steps must be >= 0, got {steps}")
-        embeddings = self._embed(support.x)  # [B, S, D]
-        weights = self.prototypes_of(embeddings, support.y)  # [B, N, D]
-        if steps == 0:
-            return {"prototypes": weights}
-        return {"prototypes": self._fine_tune(embeddings, support.y, weights, steps)}
-
     def _fine_tune(self, embeddings: Tensor, labels: Tensor, weights: Tensor, steps: int) -> Tensor:
         """`weights [B, N, D]` after `steps` gradient steps on the support cross-entropy."""
         outer = torch.is_grad_enabled()  # meta-training: the outer gradient flows through
-        second_order = outer and not self.options.first_order
-        features = F.normalize(embeddings, dim=-1)  # [B, S, D]
-        one_hot = F.one_hot(labels.long(), weights.shape[1]).to(features.dtype)  # [B, S, N]
-        if not second_order:  # the head's gradient as a constant of the outer graph
-            features = features.detach()
+        features, one_hot, second_order = self._support_inputs(embeddings, labels, weights.shape[1])
         with torch.enable_grad():
             for step in range(steps):
                 point = weights if second_order else weights.detach().requires_grad_(True)
@@ -103,14 +74,3 @@ class MetaBaselineFineTune(MetaBaseline):
                 rate = self.inner_lrs[min(step, self.inner_lrs.shape[0] - 1)]
                 weights = weights - rate * gradient
         return weights if outer else weights.detach()
-
-    def _support_gradient(
-        self, features: Tensor, one_hot: Tensor, weights: Tensor, create_graph: bool
-    ) -> Tensor:
-        """∇_W of each episode's mean support cross-entropy, summed over episodes (so each
-        episode's gradient is its own): `[B, N, D]`."""
-        scale = self.scale if create_graph else self.scale.detach()
-        logits = scale * (features @ F.normalize(weights, dim=-1).transpose(1, 2))  # [B, S, N]
-        loss = -(one_hot * logits.log_softmax(-1)).sum() / features.shape[1]
-        (gradient,) = torch.autograd.grad(loss, weights, create_graph=create_graph)
-        return gradient

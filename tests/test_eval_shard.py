@@ -17,14 +17,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from tiny_runs import tiny_store, train_tiny
 
 from metadist.commands.evaluate import main as eval_main
-from metadist.datasets.synthetic import SYNTHETIC_INGEST_ARGS, write_synthetic_panel
 from metadist.eval.cache import PREDICTIONS_FILE, PRETRAINED_FILE
 from metadist.eval.shard import EvalShard, Reiterable, predict_share
 from metadist.launch.children import descendants
-from metadist.store.ingest import ingest
-from metadist.train.__main__ import main as train_main
 
 ROOT = Path(__file__).resolve().parents[1]
 # what differs between two evaluations of the same tasks: times, paths, cache notes
@@ -34,26 +32,7 @@ _VOLATILE = {"seconds", "timings", "paths", "reused", "processes"}
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     root = tmp_path_factory.mktemp("shard")
-    write_synthetic_panel(
-        root / "panel", num_entities=40, length_range=(60, 80), seed=3, num_profiles=2,
-        nan_fraction=0.0, progress=False,
-    )  # fmt: skip
-    return ingest(root / "panel", root / "store", progress=False, **SYNTHETIC_INGEST_ARGS)
-
-
-def _train(store, run_dir: Path, *overrides: str) -> Path:
-    common = [
-        f"data.store={store.path}",
-        f"run_dir={run_dir}",
-        "trainer.meta_steps=2",
-        "trainer.meta_batch_size=2",
-        "trainer.eval_every=0",
-        "logging.progress=false",
-        "logging.wandb.mode=disabled",
-        "--no-eval",
-    ]
-    assert train_main([*common, *overrides]) == 0
-    return run_dir
+    return tiny_store(root, num_entities=40, seed=3)
 
 
 def _eval(run_dir: Path, *args: str) -> subprocess.CompletedProcess:
@@ -119,7 +98,7 @@ def _assert_same_report(one: Path, two: Path, batch_size: int) -> None:
 @pytest.mark.integration
 @pytest.mark.timeout(400)
 def test_sharded_few_shot_evaluation_equals_one_process(store, tmp_path, monkeypatch):
-    run_dir = _train(
+    run_dir = train_tiny(
         store,
         tmp_path / "protonet",
         "experiment=synthetic_protonet",
@@ -156,7 +135,7 @@ def _kept_entries(eval_dir: Path) -> set[str]:
 @pytest.mark.integration
 @pytest.mark.timeout(400)
 def test_sharded_forecast_evaluation_equals_one_process(store, tmp_path, monkeypatch):
-    run_dir = _train(
+    run_dir = train_tiny(
         store, tmp_path / "maml", "experiment=synthetic_maml", "data.fractions=[0.5,0,0.5]"
     )
     overrides = ["eval.scratch_steps=3", "eval.batch_size=3", "eval.num_examples=4"]

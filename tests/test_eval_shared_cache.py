@@ -13,15 +13,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tiny_runs import tiny_store, train_tiny
 
-from metadist.datasets.synthetic import SYNTHETIC_INGEST_ARGS, write_synthetic_panel
 from metadist.eval import baselines, evaluate_run
 from metadist.eval import run as eval_run
 from metadist.eval import shared_cache as shared_module
 from metadist.eval.cache import PRETRAINED_FILE, EvalCache
 from metadist.eval.shared_cache import SharedCache, shared_cache_root
-from metadist.store.ingest import ingest
-from metadist.train.__main__ import main as train_main
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -152,32 +150,21 @@ def test_an_eval_cache_takes_what_its_run_lacks_from_the_shared_cache(tmp_path):
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     root = tmp_path_factory.mktemp("shared")
-    write_synthetic_panel(
-        root / "panel", num_entities=64, length_range=(60, 80), seed=1, num_profiles=2,
-        nan_fraction=0.0, progress=False,
-    )  # fmt: skip
-    return ingest(root / "panel", root / "store", progress=False, **SYNTHETIC_INGEST_ARGS)
+    return tiny_store(root, num_entities=64, seed=1)
 
 
 def _train(store, run_dir, *overrides):
-    common = [
-        f"data.store={store.path}",
-        f"run_dir={run_dir}",
-        "trainer.meta_steps=2",
-        "trainer.meta_batch_size=2",
-        "trainer.eval_every=0",
-        "logging.progress=false",
-        "logging.wandb.mode=disabled",
-        "--no-eval",
+    return train_tiny(
+        store,
+        run_dir,
         "experiment=synthetic_protonet",
         "data.fractions=[0.5,0,0.5]",
         "sampler.options.num_ways=2",
         "sampler.options.num_shots=1",
         "sampler.options.num_query=2",
         "sampler.options.lookback=16",
-    ]
-    assert train_main([*common, *overrides]) == 0
-    return run_dir
+        *overrides,
+    )
 
 
 @pytest.fixture(scope="module")

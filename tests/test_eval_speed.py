@@ -12,16 +12,14 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from tiny_runs import tiny_store, train_tiny
 
 from metadist import progress
-from metadist.datasets.synthetic import SYNTHETIC_INGEST_ARGS, write_synthetic_panel
 from metadist.eval import baselines, evaluate_run, scratch
 from metadist.eval.cache import PREDICTIONS_FILE, PRETRAINED_FILE
 from metadist.eval.scratch import fit_from_scratch, predict_stacked
 from metadist.eval.statistical import StatisticalForecasts, forecast_jobs
 from metadist.models import build_model
-from metadist.store.ingest import ingest
-from metadist.train.__main__ import main as train_main
 
 STEPS = 12
 
@@ -143,31 +141,12 @@ def test_statistical_forecasts_are_identical_on_any_number_of_workers():
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     root = tmp_path_factory.mktemp("speed")
-    write_synthetic_panel(
-        root / "panel", num_entities=64, length_range=(60, 80), seed=1, num_profiles=2,
-        nan_fraction=0.0, progress=False,
-    )  # fmt: skip
-    return ingest(root / "panel", root / "store", progress=False, **SYNTHETIC_INGEST_ARGS)
-
-
-def _train(store, run_dir, *overrides):
-    common = [
-        f"data.store={store.path}",
-        f"run_dir={run_dir}",
-        "trainer.meta_steps=2",
-        "trainer.meta_batch_size=2",
-        "trainer.eval_every=0",
-        "logging.progress=false",
-        "logging.wandb.mode=disabled",
-        "--no-eval",
-    ]
-    assert train_main([*common, *overrides]) == 0
-    return run_dir
+    return tiny_store(root, num_entities=64, seed=1)
 
 
 @pytest.fixture(scope="module")
 def class_run(store, tmp_path_factory):
-    return _train(
+    return train_tiny(
         store,
         tmp_path_factory.mktemp("class_run") / "run",
         "experiment=synthetic_protonet",
@@ -249,7 +228,7 @@ def test_every_phase_shows_progress_and_the_total_time_covers_them(class_run, mo
 
 @pytest.fixture(scope="module")
 def forecast_run(store, tmp_path_factory):
-    return _train(
+    return train_tiny(
         store,
         tmp_path_factory.mktemp("forecast_run") / "run",
         "experiment=synthetic_maml",

@@ -12,6 +12,7 @@ rank 0 writes to the run directory.
 from __future__ import annotations
 
 import contextlib
+import gc
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -137,6 +138,11 @@ def _train_parts(
         return result
     finally:
         if formed:
+            # The DDP wrapper of `_run` lives on in reference cycles, holding the process
+            # group: collected at interpreter exit instead, gloo's threads can touch Python
+            # objects while it shuts down and abort the rank ("terminate called without an
+            # active exception"). Collect it while the interpreter is whole.
+            gc.collect()
             destroy_distributed()
 
 

@@ -74,21 +74,6 @@ def test_from_scratch_batched_equals_each_episode_trained_alone(
     assert all(torch.equal(v, initial[k]) for k, v in model.state_dict().items())
 
 
-@pytest.mark.parametrize("name", ["mlp", "forecaster"])  # written-out backward, autograd
-def test_tasks_trained_in_groups_equal_one_batch_and_progress_counts_each(name, monkeypatch):
-    torch.manual_seed(0)
-    model = build_model(name, (8, 2), (2, 1), hidden_sizes=[16])
-    x, y = torch.randn(5, 6, 8, 2), torch.randn(5, 6, 2, 1)
-    together = fit_from_scratch(model, x, y, steps=STEPS, lr=0.01)
-    monkeypatch.setattr(scratch, "_CPU_GROUP_SIZE", 2)  # groups of 2, 2 and 1 tasks
-    counted: list[int] = []
-    grouped = fit_from_scratch(model, x, y, steps=STEPS, lr=0.01, on_step=counted.append)
-    assert together.keys() == grouped.keys()
-    for key, value in together.items():
-        torch.testing.assert_close(grouped[key], value, rtol=1e-6, atol=1e-7)
-    assert counted == [2] * STEPS + [2] * STEPS + [1] * STEPS
-
-
 def test_a_transposed_gradient_is_adopted_in_its_dense_layout():
     dense = torch.randn(3, 5, 4)
     order = scratch._dense_order(dense.transpose(1, 2))  # a [3, 4, 5] view of [3, 5, 4]

@@ -113,6 +113,7 @@ class ScratchBaseline:
 
     def _fit_and_predict(self, batch: MetaBatch) -> torch.Tensor:
         assert self.template is not None  # built by __call__
+        num_tasks = batch.num_tasks
         params = baselines.fit_from_scratch(
             self.template,
             batch.support.x,
@@ -120,7 +121,7 @@ class ScratchBaseline:
             steps=self.options.scratch_steps,
             lr=self.options.scratch_lr,
             loss=self.loss,
-            on_step=self._advance,
+            on_step=lambda step: self._advance(num_tasks),
         )
         return rolled_forecast(stacked_predictor(self.template, params), batch)
 

@@ -39,7 +39,6 @@ from metadist.learners.explicit_grad import PREDICTION_GRADS
 from metadist.train.adam import Adam, has_fused_adam
 
 Params = dict[str, Tensor]
-_CPU_GROUP_SIZE = 64  # tasks trained at once on the CPU (`_group_size`)
 # (the trained tensors and their views) -> the gradients of the leaves, in order
 Gradients = Callable[["_Layout"], tuple[Tensor, ...]]
 
@@ -66,8 +65,7 @@ def fit_from_scratch(
         lr: Adam learning rate.
         loss: the training loss, one of `metadist.learners.LOSSES` (the evaluated
             learner's own, so the baseline optimises what the meta-trained model did).
-        on_step: called after each step of each group of tasks trained together, with
-            the number of tasks the step trained (progress: `steps` calls per task).
+        on_step: called with the number of steps done after each step (progress).
 
     Returns:
         Parameters stacked over tasks: `{name: [B, *shape]}`; see `predict_stacked`.
@@ -86,59 +84,28 @@ def fit_from_scratch(
             f"support_x and support_y disagree on the number of tasks: "
             f"{support_x.shape[0]} vs {support_y.shape[0]}"
         )
+    num_tasks = support_x.shape[0]
     model.eval()
-    size = _group_size(support_x.device, support_x.shape[0])
-    groups = [
-        _Group(model, loss, lr, support_x[start : start + size], support_y[start : start + size])
-        for start in range(0, max(support_x.shape[0], 1), size)
-    ]
-    for group in groups:  # one after the other: a group's tensors stay in cache
-        for _ in range(int(steps)):
-            group.step()
-            if on_step is not None:
-                on_step(group.num_tasks)
-    params = [group.layout.views() for group in groups]
-    return {name: torch.cat([p[name].detach() for p in params]) for name in params[0]}
-
-
-def _group_size(device: torch.device, num_tasks: int) -> int:
-    """How many tasks one group trains at once (each group all its steps, then the next):
-    on the CPU 64, whose parameters, Adam moments and gradients (13 MB for the few-shot
-    MLP) stay in the cache from one step to the next (128 tasks at once took 12 % more CPU
-    time on the 2-core development machine); elsewhere all of them."""
-    return max(1, min(num_tasks, _CPU_GROUP_SIZE) if device.type == "cpu" else num_tasks)
-
-
-class _Group:
-    """Copies of `model`'s weights trained on a group of tasks' support sets: its
-    gradients (written out, or autograd's) and its Adam."""
-
-    def __init__(
-        self, model: nn.Module, loss: str, lr: float, support_x: Tensor, support_y: Tensor
-    ) -> None:
-        explicit = _explicit_gradients(model, loss, support_x, support_y)
-        leaves = {
-            name: p.detach().unsqueeze(0).repeat(support_x.shape[0], *([1] * p.dim()))
-            for name, p in model.named_parameters()
-        }
-        self.layout = _Layout(leaves, trainable=explicit is None)
-        forward = batched_forward(model)
-        self.gradients = explicit or _autograd_gradients(forward, loss, support_x, support_y)
-        self.lr = lr
-        self.num_tasks = support_x.shape[0]
-        self.optimizer: Adam | None = None
-
-    def step(self) -> None:
-        """One full-batch Adam step of every task of the group."""
-        grads = list(self.gradients(self.layout))
-        if self.optimizer is None:  # the first step: the layout the gradients come in
-            grads = self.layout.adopt(grads)
-            leaves = self.layout.leaves.values()
-            fused = all(has_fused_adam(p.device, p.dtype) for p in leaves)
-            self.optimizer = Adam(leaves, self.lr, fused=fused, foreach=not fused)
+    explicit = _explicit_gradients(model, loss, support_x, support_y)
+    leaves = {
+        name: p.detach().unsqueeze(0).repeat(num_tasks, *([1] * p.dim()))
+        for name, p in model.named_parameters()
+    }
+    layout = _Layout(leaves, trainable=explicit is None)
+    gradients = explicit or _autograd_gradients(batched_forward(model), loss, support_x, support_y)
+    optimizer = None
+    for step in range(int(steps)):
+        grads = list(gradients(layout))
+        if optimizer is None:  # the first step: the layout the gradients come in
+            grads = layout.adopt(grads)
+            fused = all(has_fused_adam(p.device, p.dtype) for p in layout.leaves.values())
+            optimizer = Adam(layout.leaves.values(), lr, fused=fused, foreach=not fused)
         # contiguous: a no-op for a gradient in its parameter's layout; the fused CPU
         # kernel reads any operand as if it were dense
-        self.optimizer.step([g.contiguous() for g in grads])
+        optimizer.step([g.contiguous() for g in grads])
+        if on_step is not None:
+            on_step(step + 1)
+    return {name: p.detach().contiguous() for name, p in layout.views().items()}
 
 
 def _explicit_gradients(

@@ -300,7 +300,10 @@ def measure(args, runs: dict[str, Path]) -> dict[str, Any]:
                 # cold: a baseline that keeps its baselines too (eval/cache.py) keeps nothing
                 shutil.rmtree(dirs[side] / "eval", ignore_errors=True)
                 if side == "baseline":
+                    # emptied too: a baseline with a shared cache (this one's, from an
+                    # earlier benchmark in the same --work) would find it filled
                     unused = cache.with_name(f"{cache.name}-baseline")
+                    shutil.rmtree(unused, ignore_errors=True)
                     timed["baseline"].append(evaluate(sides[side], dirs[side], overrides, unused))
                     continue
                 timed["cold"].append(evaluate(sides[side], dirs[side], overrides, cache))

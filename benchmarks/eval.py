@@ -33,7 +33,10 @@ run stand for its second run's too (it shares nothing between runs: the same wor
 sharded over N processes (`metadist eval ... --nproc-per-node N`, which writes the report;
 its time is rank 0's `evaluate_run` as the report gives it, its CPU that of every
 process). The baseline checkout is timed once per round, cold (its `eval/` removed first,
-should it keep baselines too).
+should it keep baselines too). With `--baseline-trains` (a baseline checkout that cannot
+load this one's checkpoints: an older config format) the baseline checkout trains its own
+two runs with the same recipes, seed and store, and evaluates those; the scores compared
+are then the baselines' only (the meta-trained models are the two checkouts' own).
 Times are the seconds `evaluate_run` took inside the child (wall, and CPU of the child and
 its worker processes) and the child process's whole wall time (imports included); the
 table gives medians over rounds and the ratios of medians. The methods' scores of both checkouts
@@ -63,6 +66,11 @@ NUM_ENTITIES = 1000
 NUM_EPISODES = 1000
 # the meta-trained model's own rows (a second run's differ from the first's)
 MODEL_METHODS = ("adapted", "unadapted")
+# the two runs' recipes (with `_train`'s settings)
+RECIPES = {
+    "fewshot": ("experiment=synthetic_protonet", "sampler.options.num_shots=5"),
+    "forecast": ("experiment=synthetic_maml", "data.fractions=[0.5,0,0.5]"),
+}
 # The evaluation of one case in a child process: prints one JSON line (the last line).
 CHILD = r"""
 import cProfile, io, json, pstats, resource, sys, time
@@ -98,19 +106,19 @@ print(json.dumps({
 """
 
 
-def _metadist(*args: str) -> None:
+def _metadist(*args: str, checkout: Path = ROOT) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "metadist.cli", *args],
         capture_output=True,
         text=True,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        cwd=checkout,
+        env={**os.environ, "PYTHONPATH": str(checkout)},
     )
     if done.returncode:
         raise SystemExit(f"metadist {' '.join(args)} failed:\n{done.stderr[-3000:]}")
 
 
-def _train(run_dir: Path, store: Path, *overrides: str) -> None:
+def _train(run_dir: Path, store: Path, *overrides: str, checkout: Path = ROOT) -> None:
     if (run_dir / "checkpoints").is_dir():
         return
     _metadist(
@@ -125,6 +133,7 @@ def _train(run_dir: Path, store: Path, *overrides: str) -> None:
         "logging.wandb.mode=disabled",
         "--no-eval",
         *overrides,
+        checkout=checkout,
     )
 
 
@@ -144,13 +153,11 @@ def prepare(work: Path) -> dict[str, Path]:
             "per-entity", "--nan", "ffill", "--no-progress",
         )  # fmt: skip
     runs = {"fewshot": work / "runs" / "protonet", "forecast": work / "runs" / "maml"}
-    fewshot = ("experiment=synthetic_protonet", "sampler.options.num_shots=5")
-    forecast = ("experiment=synthetic_maml", "data.fractions=[0.5,0,0.5]")
-    _train(runs["fewshot"], store, *fewshot)
-    _train(runs["forecast"], store, *forecast)
+    for case, recipe in RECIPES.items():
+        _train(runs[case], store, *recipe)
     # the second run of each: the same recipe with another meta learning rate, as a
     # researcher comparing settings on one store trains it
-    for case, recipe in (("fewshot", fewshot), ("forecast", forecast)):
+    for case, recipe in RECIPES.items():
         second = work / "runs" / f"{runs[case].name}-lr3e-3"
         _train(second, store, *recipe, "optimizer.lr=0.003")
         runs[f"{case}_second"] = second
@@ -260,11 +267,24 @@ def _side_dir(run_dir: Path, side: str) -> Path:
     return copy
 
 
+def _baseline_trained(checkout: Path, run_dir: Path, case: str, work: Path) -> Path:
+    """The run of `case` trained by the baseline `checkout` itself (its recipe, seed and
+    settings as `prepare`'s, on the same store), for a checkout that cannot load this
+    one's checkpoints (an older config format)."""
+    own = run_dir.parent / f"{run_dir.name}-baseline-trained"
+    _train(own, work / "store", *RECIPES[case.split("_")[0]], checkout=checkout)
+    return own
+
+
 def measure(args, runs: dict[str, Path]) -> dict[str, Any]:
     sides = {"baseline": args.baseline.resolve(), "current": ROOT}
     records: dict[str, Any] = {}
     for case, (run_dir, overrides) in cases(runs, args.ets_tasks).items():
         dirs = {side: _side_dir(run_dir, side) for side in sides}
+        if args.baseline_trains:
+            dirs["baseline"] = _baseline_trained(
+                sides["baseline"], run_dir, case, args.work.resolve()
+            )
         dirs["second"] = _side_dir(runs[f"{case.split('_')[0]}_second"], "current")
         timed: dict[str, list[dict[str, Any]]] = {"baseline": [], "cold": [], "warm": []}
         timed["second"] = []
@@ -280,7 +300,10 @@ def measure(args, runs: dict[str, Path]) -> dict[str, Any]:
                 # cold: a baseline that keeps its baselines too (eval/cache.py) keeps nothing
                 shutil.rmtree(dirs[side] / "eval", ignore_errors=True)
                 if side == "baseline":
+                    # emptied too: a baseline with a shared cache (this one's, from an
+                    # earlier benchmark in the same --work) would find it filled
                     unused = cache.with_name(f"{cache.name}-baseline")
+                    shutil.rmtree(unused, ignore_errors=True)
                     timed["baseline"].append(evaluate(sides[side], dirs[side], overrides, unused))
                     continue
                 timed["cold"].append(evaluate(sides[side], dirs[side], overrides, cache))
@@ -318,6 +341,8 @@ def measure(args, runs: dict[str, Path]) -> dict[str, Any]:
             "profiles": profiles,
             "nproc": args.nproc,
             "second_run": str(dirs["second"]),
+            "baseline_run": str(dirs["baseline"]),
+            "baseline_trains": args.baseline_trains,
         }
     return records
 
@@ -329,8 +354,8 @@ def _median(runs: list[dict[str, Any]], key: str) -> float:
 def table(records: dict[str, Any]) -> str:
     lines = [
         "| case | tasks | checkout | evaluate_run s (median) | range | CPU s | process s "
-        "| vs baseline (wall) | vs baseline (CPU) | max abs diff of scores (a second run: "
-        "of its baselines) |",
+        "| vs baseline (wall) | vs baseline (CPU) | max abs diff of scores (a second run, "
+        "or a baseline that trained its own runs: of the baselines) |",
         "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for case, record in records.items():
@@ -345,8 +370,10 @@ def table(records: dict[str, Any]) -> str:
         for side, label in labels:
             wall = [r["seconds"] for r in runs[side]]
             scores = runs[side][0]["scores"]
-            # a second run's meta-trained model is another; its baselines are the same
-            own = MODEL_METHODS if side == "second" else ()
+            # a second run's meta-trained model is another; its baselines are the same (so
+            # is the baseline checkout's when it trained its own runs)
+            other = side == "second" or record.get("baseline_trains")
+            own = MODEL_METHODS if other else ()
             diff = max(
                 (
                     abs(scores[m] - base_scores[m])
@@ -382,6 +409,13 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also time the shipped synthetic_protonet recipe's training (5-shot, one "
         "thread, --no-eval) once a round, beside the few-shot evaluations",
+    )
+    parser.add_argument(
+        "--baseline-trains",
+        action="store_true",
+        help="the baseline checkout trains its own runs (the same recipes, seed and store) "
+        "and evaluates those: for a checkout that cannot load this one's checkpoints; the "
+        "scores compared are then the baselines' only",
     )
     parser.add_argument("--json", type=Path, help="write every measurement here")
     args = parser.parse_args(argv)

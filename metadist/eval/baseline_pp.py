@@ -24,7 +24,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional
 
-from metadist.train.adam import Adam
+from metadist.train.adam import Adam, has_fused_adam
 
 __all__ = ["cosine_classifier_scores"]
 
@@ -33,6 +33,7 @@ __all__ = ["cosine_classifier_scores"]
 STEPS = 100
 LR = 0.01
 INITIAL_SCALE = 10.0
+_NORMALIZE_EPS = 1e-12  # torch.nn.functional.normalize's
 
 
 def cosine_classifier_scores(
@@ -69,25 +70,45 @@ def cosine_classifier_scores(
     query = _features(backbone, query_x)
     one_hot = functional.one_hot(support_y.long(), num_ways).to(support.dtype)  # [B, S, N]
     imprinted = one_hot.transpose(1, 2) @ support  # [B, N, D]: sums of the ways' features
-    weights = functional.normalize(imprinted, dim=-1).clone().requires_grad_(True)
-    log_scale = torch.full(
-        (support.shape[0],), math.log(initial_scale), dtype=support.dtype, requires_grad=True
-    )
-    optimizer = Adam([weights, log_scale], lr=lr)  # torch.optim.Adam's update
-    target = support_y.long().reshape(-1)
-    with torch.enable_grad():
-        for _ in range(int(steps)):
-            optimizer.zero_grad()
-            logits = _cosine_logits(support, weights, log_scale)  # [B, S, N]
-            # per-episode mean, summed over episodes: each episode's gradient is its own
-            loss = (
-                functional.cross_entropy(logits.reshape(-1, num_ways), target, reduction="sum")
-                / support.shape[1]
-            )
-            loss.backward()
-            optimizer.step()
+    weights = functional.normalize(imprinted, dim=-1)
+    log_scale = torch.full((support.shape[0],), math.log(initial_scale), dtype=support.dtype)
+    # torch.optim.Adam's update (its fused kernel: one pass over each tensor a step)
+    fused = has_fused_adam(support.device, support.dtype)
+    optimizer = Adam([weights, log_scale], lr=lr, fused=fused, foreach=not fused)
     with torch.no_grad():
+        for _ in range(int(steps)):
+            optimizer.step(_gradients(support, one_hot, weights, log_scale))
         return _cosine_logits(query, weights, log_scale)
+
+
+def _gradients(
+    support: Tensor, one_hot: Tensor, weights: Tensor, log_scale: Tensor
+) -> tuple[Tensor, Tensor]:
+    """The gradients of the episodes' summed mean cross-entropy on their support sets
+    w.r.t. `weights [B, N, D]` and `log_scale [B]`, written out (what autograd gives
+    through `_cosine_logits` and `cross_entropy`, without building a graph).
+
+    With d = w / |w| (`normalize`), c = f·d, s = exp(log_scale), logits z = s·c and
+    g = dL/dz = (softmax(z) − one_hot) / S: dL/dlog_scale = s·Σ g·c, dL/dd = s·gᵀf and
+    dL/dw = (dL/dd − d (d·dL/dd)) / |w|.
+    """
+    norms = weights.norm(dim=-1, keepdim=True)  # [B, N, 1]
+    directions = weights / norms.clamp_min(_NORMALIZE_EPS)
+    cosines = support @ directions.transpose(1, 2)  # [B, S, N]
+    scale = log_scale.exp()[:, None, None]
+    logits = scale * cosines
+    # the softmax written out: `torch.softmax` over a last dim of a few ways is slower
+    exp = logits.sub_(logits.amax(-1, keepdim=True)).exp_()
+    grad_logits = exp.div_(exp.sum(-1, keepdim=True)).sub_(one_hot).div_(support.shape[1])
+    grad_log_scale = (grad_logits * cosines).sum((1, 2)).mul_(scale[:, 0, 0])
+    grad_directions = (grad_logits.transpose(1, 2) @ support).mul_(scale)  # [B, N, D]
+    radial = (directions * grad_directions).sum(-1, keepdim=True)
+    tangent = grad_directions - directions * radial
+    # normalize's own backward where |w| is below its eps (d = w / eps there)
+    grad_weights = torch.where(
+        norms > _NORMALIZE_EPS, tangent / norms, grad_directions / _NORMALIZE_EPS
+    )
+    return grad_weights, grad_log_scale
 
 
 def _features(backbone: nn.Module, x: Tensor) -> Tensor:

@@ -51,9 +51,11 @@ __all__ = [
     "naive2_forecast",
     "naive_forecast",
     "nearest_centroid_scores",
+    "nearest_neighbour_scores",
     "one_nn_scores",
     "predict_stacked",
     "pretrain_embedding",
+    "raw_examples",
     "seasonal_indices",
     "seasonal_naive_forecast",
     "theta_forecast",
@@ -309,8 +311,10 @@ def centroid_scores(
     return -torch.cdist(query_features, centroids).pow(2)
 
 
-def _raw(x: Tensor, normalise: bool) -> Tensor:
-    """`[B, M, D]` raw examples, each z-normalised over its own rows when `normalise`."""
+def raw_examples(x: Tensor, normalise: bool = True) -> Tensor:
+    """`[B, M, D]` float64 raw examples of `x [B, M, ...]`, each z-normalised over its own
+    rows when `normalise`: the features of the raw-example classifiers (computed once a
+    batch for both of them)."""
     return _flat(z_normalise(x) if normalise else x.to(torch.float64))
 
 
@@ -323,7 +327,7 @@ def nearest_centroid_scores(
     (before resampling them: `nway_kshot`'s `z_normalise`) as they are.
     """
     return centroid_scores(
-        _raw(support_x, normalise), support_y, _raw(query_x, normalise), num_ways
+        raw_examples(support_x, normalise), support_y, raw_examples(query_x, normalise), num_ways
     )
 
 
@@ -333,7 +337,22 @@ def one_nn_scores(
     """1-nearest-neighbour (Euclidean distance of the z-normalised raw examples): `[B, Q, N]`
     with 1 for the class of each query's nearest support example and 0 elsewhere (ties go
     to the first support example); `normalise` as for `nearest_centroid_scores`."""
-    distances = torch.cdist(_raw(query_x, normalise), _raw(support_x, normalise))
+    return nearest_neighbour_scores(
+        raw_examples(support_x, normalise), support_y, raw_examples(query_x, normalise), num_ways
+    )
+
+
+def nearest_neighbour_scores(
+    support_features: Tensor, support_y: Tensor, query_features: Tensor, num_ways: int
+) -> Tensor:
+    """1-NN in a feature space: `[B, Q, N]` with 1 for the class of each query's nearest
+    support feature vector (Euclidean; ties to the first) and 0 elsewhere.
+
+    Args:
+        support_features: `[B, S, D]`; support_y: `[B, S]` int64 in `[0, N)`;
+        query_features: `[B, Q, D]`.
+    """
+    distances = torch.cdist(query_features, support_features)
     nearest = distances.argmin(-1)  # [B, Q]
     labels = torch.gather(support_y.long(), 1, nearest)
     return torch.nn.functional.one_hot(labels, num_ways).to(torch.float64)

@@ -33,11 +33,11 @@ def classification_baselines(
     support_x, support_y, query_x = batch.support.x, batch.support.y, batch.query.x
     num_ways = int(support_y.max()) + 1
     normalise = not examples_normalised
+    # `nearest_centroid_scores` and `one_nn_scores`, on raw examples normalised once
+    support, query = (baselines.raw_examples(x, normalise) for x in (support_x, query_x))
     out = {
-        "nearest_centroid": baselines.nearest_centroid_scores(
-            support_x, support_y, query_x, num_ways, normalise
-        ),
-        "one_nn": baselines.one_nn_scores(support_x, support_y, query_x, num_ways, normalise),
+        "nearest_centroid": baselines.centroid_scores(support, support_y, query, num_ways),
+        "one_nn": baselines.nearest_neighbour_scores(support, support_y, query, num_ways),
     }
     if pretrained is not None:
         out["pretrained"] = baselines.embedding_centroid_scores(

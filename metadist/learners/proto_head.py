@@ -66,7 +66,12 @@ class PrototypeHead:
                 meta-parameters (training), else detached.
 
         Returns:
-            `fast` with `weight + 2·s·μ` and `bias - s·|μ|²` for the head.
+            `fast` with `weight + 2·s·μ` and `bias - s·|μ|²` for the head, and fresh
+            views of its other tensors: the rows depend on those through the
+            prototypes, and the inner steps' gradients with respect to the returned
+            tensors must not run back through them (the inner loop adapts the rows as
+            parameters of their own, as Proto-MAML does; `torch.autograd.grad` with
+            respect to a tensor the rows were computed from would add that path).
         """
         weight_name, bias_name = f"{self.head}.weight", f"{self.head}.bias"
         with torch.enable_grad():
@@ -83,7 +88,7 @@ class PrototypeHead:
         means = sums / counts.unsqueeze(-1)  # [..., N, D]
         if not build_graph:
             means = means.detach()
-        out = dict(fast)
+        out = {n: v.view_as(v) for n, v in fast.items()}
         out[weight_name] = fast[weight_name] + 2 * self.scale * means
         out[bias_name] = fast[bias_name] - self.scale * means.square().sum(dim=-1)
         return out

@@ -10,6 +10,7 @@ from torch import Tensor, nn
 
 from metadist.batch import MetaBatch
 from metadist.learners.base import InnerLoopLearner, MetaOutput, Params
+from metadist.learners.heads import SharedRowLinear
 from metadist.learners.maml_plus import MetaStepCounter, step_loss_weights, weighted_step_losses
 from metadist.learners.proto_head import PrototypeHead
 from metadist.learners.registry import register_learner
@@ -118,7 +119,8 @@ class MAML(InnerLoopLearner):
             raise self._options_error("prototype_scale", "must be a number > 0", scale)
         name, num_ways = self.shared_head
         head = self.model.get_submodule(name)
-        if getattr(head, "bias", None) is None:
+        assert isinstance(head, SharedRowLinear)  # share_head_rows installed it
+        if head.bias is None:
             raise self._options_error(
                 "prototype_head", f"needs the model's head {name!r} to have a bias", True
             )

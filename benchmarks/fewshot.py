@@ -23,7 +23,8 @@ extra; nothing is downloaded), every shot count and every learner:
    meta-learned accuracy minus the pretrained embedding's paired over the same episodes.
 
 `--learners` names the recipes `ucr_<learner>`: `protonet`, `maml`, `maml_plus` (MAML with
-the shared head and the MAML++ options), `metabaseline` (pre-training, then meta-training),
+the shared head and the MAML++ options), `maml_pretrained` (MAML from a pretrained
+backbone, Proto-MAML's head, 10 first-order steps at 0.01), `metabaseline` (pre-training, then meta-training),
 `metabaseline_ft` (the same, its cosine head fine-tuned on each support set by SGD steps of
 meta-learned sizes), `metabaseline_adam` (the same with Adam's update, 100 steps),
 `metabaseline_tune` (`metabaseline_adam`, its evaluation tuning the whole embedding network

@@ -192,6 +192,8 @@ def test_learner_subclasses_declare_only_what_they_add():
         "inner_lr_per_layer",
         "multi_step_loss_steps",
         "first_order_steps",
+        "prototype_head",
+        "prototype_scale",
     }
     assert anil - maml == {"head"}
     model = nn.Sequential(nn.Linear(1, 4), nn.Tanh(), nn.Linear(4, 1))

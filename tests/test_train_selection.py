@@ -348,6 +348,7 @@ def _ucr(experiment, store, run_dir, *overrides):
 UCR_EXPERIMENTS = [
     "ucr_maml",
     "ucr_maml_plus",
+    "ucr_maml_pretrained",
     "ucr_protonet",
     "ucr_metabaseline",
     "ucr_metabaseline_ft",

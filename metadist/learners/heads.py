@@ -78,6 +78,10 @@ class SharedRowLinear(nn.Module):
     `torch.func.functional_call` passes once an inner loop has adapted the rows apart),
     it is an ordinary linear layer with them.
 
+    With `normalise_input` (set by Proto-MAML, `learners.proto_head`) the input is
+    L2-normalised first, `y = (x / |x|) @ weight.T + bias`: the logits' scale, and with it
+    the inner loop's step sizes, no longer depend on the features' length.
+
     Args:
         linear: the layer it replaces; the shared row and bias start as the mean of its
             rows and biases (no random draw).
@@ -85,6 +89,7 @@ class SharedRowLinear(nn.Module):
 
     def __init__(self, linear: nn.Linear) -> None:
         super().__init__()
+        self.normalise_input = False
         self.in_features, self.out_features = linear.in_features, linear.out_features
         with torch.no_grad():
             self.weight = nn.Parameter(linear.weight.mean(0).clone())
@@ -99,12 +104,15 @@ class SharedRowLinear(nn.Module):
             weight = weight.expand(self.out_features, -1)
         if bias is not None and bias.dim() == 0:
             bias = bias.expand(self.out_features)
+        if self.normalise_input:
+            x = F.normalize(x, dim=-1)
         return F.linear(x, weight, bias)
 
     def extra_repr(self) -> str:
         return (
             f"in_features={self.in_features}, out_features={self.out_features} "
             f"(one shared row), bias={self.bias is not None}"
+            + (", input L2-normalised" if self.normalise_input else "")
         )
 
 

@@ -25,6 +25,7 @@ from metadist.batch import TaskSet
 from metadist.learners.batching import has_batched_vjp
 from metadist.learners.explicit_grad import explicit_inner_grads
 from metadist.learners.losses import _accuracy, task_loss, task_losses
+from metadist.learners.proto_head import PrototypeHead
 
 Params = dict[str, Tensor]
 
@@ -48,6 +49,8 @@ class FunctionalInnerLoop:
     _native_batching: bool
     _usage_checked: bool
     shared_head: tuple[str, int] | None
+    # Proto-MAML: each task's head rows start at its support prototypes (`proto_head`).
+    prototype_head: PrototypeHead | None = None
     _state: Callable[[], tuple[Params, Params]]
     # Hooks, defined (and documented) by `InnerLoopLearner`.
     adapted_names: Callable[..., list[str]]
@@ -138,6 +141,13 @@ class FunctionalInnerLoop:
         fixed = {n: p for n, p in params.items() if n not in fast}
         build_graph = torch.is_grad_enabled()
         create_graph = build_graph and not self.first_order
+        if self.prototype_head is not None:  # per-task rows: the autograd path, expanded
+            if shared:
+                fast = {n: p.expand(*shape, *p.shape) for n, p in fast.items()}
+            explicit = shared = False
+            fast = self.prototype_head.initial_rows(
+                lambda f: self._run_model(f, fixed, buffers, x, batched), fast, y, build_graph
+            )
         losses = []
         for step in range(steps):
             found = None

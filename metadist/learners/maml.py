@@ -10,7 +10,9 @@ from torch import Tensor, nn
 
 from metadist.batch import MetaBatch
 from metadist.learners.base import InnerLoopLearner, MetaOutput, Params
+from metadist.learners.heads import SharedRowLinear
 from metadist.learners.maml_plus import MetaStepCounter, step_loss_weights, weighted_step_losses
+from metadist.learners.proto_head import PrototypeHead
 from metadist.learners.registry import register_learner
 
 
@@ -36,12 +38,19 @@ class MAML(InnerLoopLearner):
             (`maml_plus.step_loss_weights`); 0 (default) never.
         first_order_steps: first order for the first F meta-steps, then second order
             (MAML++'s derivative-order annealing); 0 (default) never.
-        **options: `InnerLoopLearner.Options`, plus the four above.
+        prototype_head: Proto-MAML (Triantafillou et al. 2020; `learners.proto_head`):
+            with `shared_head`, the head's input is L2-normalised and each task's rows
+            start at its support prototypes (the nearest-centroid classifier) before the
+            inner steps. Default false.
+        prototype_scale: the prototype rows' scale `s` (logits `-s·|f - μ_c|²` + const
+            before the first step); default 10.
+        **options: `InnerLoopLearner.Options`, plus the six above.
 
     Raises:
         ValueError: a bad option, naming it (e.g. `learn_inner_lr` with 0 inner steps,
             `inner_lr_per_layer` without `learn_inner_lr`, a negative
-            `multi_step_loss_steps`, `first_order_steps` with `first_order`).
+            `multi_step_loss_steps`, `first_order_steps` with `first_order`,
+            `prototype_head` without `shared_head` or without a head bias).
     """
 
     @dataclass(frozen=True)
@@ -50,12 +59,15 @@ class MAML(InnerLoopLearner):
         inner_lr_per_layer: bool = False
         multi_step_loss_steps: int = 0
         first_order_steps: int = 0
+        prototype_head: bool = False
+        prototype_scale: float = 10.0
 
     def __init__(self, model: nn.Module, **options: Any) -> None:
         super().__init__(model, **options)
         opts = self.options
         self.learn_inner_lr = opts.learn_inner_lr
         self._check_maml_plus(opts)
+        self.prototype_head = self._prototype_head(opts)
         if self.learn_inner_lr:
             if self.inner_steps == 0:
                 raise self._options_error(
@@ -94,6 +106,26 @@ class MAML(InnerLoopLearner):
             raise self._options_error(
                 "multi_step_loss_steps", "needs inner_steps >= 1", opts.multi_step_loss_steps
             )
+
+    def _prototype_head(self, opts: Any) -> PrototypeHead | None:
+        if not opts.prototype_head:
+            return None
+        if self.shared_head is None:
+            raise self._options_error(
+                "prototype_head", "needs shared_head: true", opts.prototype_head
+            )
+        scale = opts.prototype_scale
+        if isinstance(scale, bool) or not isinstance(scale, int | float) or not scale > 0:
+            raise self._options_error("prototype_scale", "must be a number > 0", scale)
+        name, num_ways = self.shared_head
+        head = self.model.get_submodule(name)
+        assert isinstance(head, SharedRowLinear)  # share_head_rows installed it
+        if head.bias is None:
+            raise self._options_error(
+                "prototype_head", f"needs the model's head {name!r} to have a bias", True
+            )
+        head.normalise_input = True
+        return PrototypeHead(name, num_ways, float(scale))
 
     def step_size(self, step: int, name: str) -> Tensor | float:
         if not self.learn_inner_lr:

@@ -99,6 +99,7 @@ def test_descendants_sees_a_process_tree():
         child.wait()
 
 
+@pytest.mark.slow  # make test under 10 minutes; `make test-slow` runs it
 @pytest.mark.timeout(240)
 def test_sigterm_to_a_multi_process_train_stops_torchrun_and_every_rank(tmp_path):
     command = [

@@ -127,6 +127,7 @@ def test_a_failing_rank_keeps_its_traceback_and_its_lost_peer_is_one_line(tmp_pa
     ), err
 
 
+@pytest.mark.slow  # make test under 10 minutes; `make test-slow` runs it
 @pytest.mark.timeout(180)
 def test_a_restarted_job_shows_the_lost_peer_in_one_line_and_finishes(tmp_path):
     returncode, err = _run_gloo_job(tmp_path, "kill", "--max-restarts=1")

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 from pathlib import Path
 
 import pytest
 import torch
+from gloo_ranks import free_port, set_rank_env
 
 from metadist.batch import MetaBatch, TaskSet, cat_batches
 from metadist.learners import build_learner, get_learner, registered_learners
@@ -232,20 +232,8 @@ def test_compiled_meta_step_equals_eager_on_cuda():
         torch.testing.assert_close(results[1][name], value, rtol=1e-5, atol=1e-6)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _ddp_worker(rank: int, world_size: int, port: int, out_dir: str, device: str) -> None:
-    os.environ.update(
-        RANK=str(rank),
-        LOCAL_RANK=str(rank),
-        WORLD_SIZE=str(world_size),
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(port),
-    )
+    set_rank_env(rank, world_size, port)
     from torch.nn.parallel import DistributedDataParallel
 
     from metadist.train import load_config, train
@@ -281,7 +269,7 @@ def test_two_ranks_on_cuda_match_one_process(tmp_path):
     device = "cuda" if torch.cuda.device_count() >= 2 else "cuda:0"
     torch.multiprocessing.start_processes(
         _ddp_worker,
-        args=(2, _free_port(), str(tmp_path), device),
+        args=(2, free_port(), str(tmp_path), device),
         nprocs=2,
         start_method="spawn",
     )

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import gc
 import json
-import os
-import socket
 from pathlib import Path
 
 import pytest
 import torch
+from gloo_ranks import free_port, set_rank_env
 from torch.nn.parallel import DistributedDataParallel
 
 import metadist.train.loop as train_loop
@@ -36,24 +35,12 @@ TINY_TWO_RANKS = [
 ]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _live_ddp_wrappers() -> int:
     return sum(isinstance(obj, DistributedDataParallel) for obj in gc.get_objects())
 
 
 def _worker(rank: int, world_size: int, port: int, out_dir: str) -> None:
-    os.environ.update(
-        RANK=str(rank),
-        LOCAL_RANK=str(rank),
-        WORLD_SIZE=str(world_size),
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(port),
-    )
+    set_rank_env(rank, world_size, port)
     torch.set_num_threads(1)
     seen: list[int] = []
     destroy = train_loop.destroy_distributed
@@ -70,7 +57,7 @@ def _worker(rank: int, world_size: int, port: int, out_dir: str) -> None:
 @pytest.mark.timeout(180)
 def test_no_ddp_wrapper_is_alive_when_the_process_group_is_destroyed(tmp_path):
     torch.multiprocessing.start_processes(
-        _worker, args=(2, _free_port(), str(tmp_path)), nprocs=2, start_method="spawn"
+        _worker, args=(2, free_port(), str(tmp_path)), nprocs=2, start_method="spawn"
     )
     for rank in range(2):
         # One teardown per rank, with no DDP wrapper left for interpreter exit to free.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
 import time
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import pytest
 from store_panel import make_panel, write_files
 
 from metadist.store import ingest
+from metadist.store import scan as scan_module
 from metadist.store.format import METADATA_FILE, STORE_FILES
 from metadist.store.settings import IngestSettings
 
@@ -312,3 +314,44 @@ def test_a_dictionary_listing_absent_entities_gives_the_plain_store(tmp_path, na
     assert stores[1].num_entities == stores[0].num_entities == 40
     for name in ("values.bin", "times.bin", "index.arrow", "entity_stats.npz"):
         assert (stores[0].path / name).read_bytes() == (stores[1].path / name).read_bytes()
+
+
+def _count_overlaps(monkeypatch) -> dict[str, int]:
+    """Patches pass 1's per-batch work to record how many batches ran at once (each
+    batch sleeps a little, so that unserialised workers would overlap)."""
+    seen = {"now": 0, "most": 0, "batches": 0}
+    lock = threading.Lock()
+    original = scan_module._Scanner.scan_batch
+
+    def scan_batch(self, *args):
+        with lock:
+            seen["now"] += 1
+            seen["most"] = max(seen["most"], seen["now"])
+            seen["batches"] += 1
+        try:
+            time.sleep(0.002)
+            return original(self, *args)
+        finally:
+            with lock:
+                seen["now"] -= 1
+
+    monkeypatch.setattr(scan_module._Scanner, "scan_batch", scan_batch)
+    return seen
+
+
+def test_pass_1_batch_work_runs_one_worker_at_a_time(tmp_path, monkeypatch):
+    panel = make_panel(seed=5, num_entities=50)
+    src = write_files(panel, tmp_path / "src", num_files=4, seed=2)
+    one = _store_bytes(_ingest(src, tmp_path / "w1", 1).path)
+    seen = _count_overlaps(monkeypatch)
+    many = _store_bytes(_ingest(src, tmp_path / "w4", 4).path)
+    assert many == one
+    assert seen["batches"] > 8 and seen["most"] == 1
+
+
+def test_pass_1_batches_that_copy_raw_rows_run_in_parallel(tmp_path, monkeypatch):
+    src = _ordered_panel(tmp_path / "src", num_files=4)
+    seen = _count_overlaps(monkeypatch)
+    store = _ingest(src, tmp_path / "w4", 4)
+    assert set(store.metadata["timings_s"]) == {"scan_s", "finish_s"}  # copied raw
+    assert seen["most"] > 1

@@ -317,25 +317,29 @@ def test_a_dictionary_listing_absent_entities_gives_the_plain_store(tmp_path, na
 
 
 def _count_overlaps(monkeypatch) -> dict[str, int]:
-    """Patches pass 1's per-batch work to record how many batches ran at once (each
-    batch sleeps a little, so that unserialised workers would overlap)."""
-    seen = {"now": 0, "most": 0, "batches": 0}
+    """Patches pass 1's per-batch work and its merges to record how many ran at once
+    (each sleeps a little, so that unserialised threads would overlap)."""
+    seen = {"now": 0, "most": 0, "batches": 0, "merges": 0}
     lock = threading.Lock()
-    original = scan_module._Scanner.scan_batch
 
-    def scan_batch(self, *args):
-        with lock:
-            seen["now"] += 1
-            seen["most"] = max(seen["most"], seen["now"])
-            seen["batches"] += 1
-        try:
-            time.sleep(0.002)
-            return original(self, *args)
-        finally:
+    def counted(original, key):
+        def run(self, *args):
             with lock:
-                seen["now"] -= 1
+                seen["now"] += 1
+                seen["most"] = max(seen["most"], seen["now"])
+                seen[key] += 1
+            try:
+                time.sleep(0.002)
+                return original(self, *args)
+            finally:
+                with lock:
+                    seen["now"] -= 1
 
-    monkeypatch.setattr(scan_module._Scanner, "scan_batch", scan_batch)
+        return run
+
+    scanner = scan_module._Scanner
+    monkeypatch.setattr(scanner, "scan_batch", counted(scanner.scan_batch, "batches"))
+    monkeypatch.setattr(scanner, "merge", counted(scanner.merge, "merges"))
     return seen
 
 
@@ -346,7 +350,7 @@ def test_pass_1_batch_work_runs_one_worker_at_a_time(tmp_path, monkeypatch):
     seen = _count_overlaps(monkeypatch)
     many = _store_bytes(_ingest(src, tmp_path / "w4", 4).path)
     assert many == one
-    assert seen["batches"] > 8 and seen["most"] == 1
+    assert seen["batches"] == seen["merges"] > 8 and seen["most"] == 1
 
 
 def test_pass_1_batches_that_copy_raw_rows_run_in_parallel(tmp_path, monkeypatch):

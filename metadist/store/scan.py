@@ -164,8 +164,9 @@ class _Scanner:
         GIL) runs one worker at a time: in two threads at once each call waits for the
         GIL to come back from the other thread, and on the 2-CPU machine of BENCHMARKS.md
         two threads did that work slower than one. Decoding (long stretches without the
-        GIL) still overlaps it. Batches that copy raw rows are not serialised: their
-        `pwrite` is the larger part of their work and runs in parallel.
+        GIL) still overlaps it; the main thread's merges take the same lock. Batches that
+        copy raw rows are not serialised: their `pwrite` is the larger part of their work
+        and runs in parallel.
         """
         settings = self.settings
         try:
@@ -425,7 +426,8 @@ def scan(settings: IngestSettings, bar: Bar, raw: tuple[RawFile, RawFile] | None
     ):
         number = numbers.get(unit.number, 0)
         numbers[unit.number] = number + 1
-        scanner.merge(unit, number, found)
+        with scanner.batch_work:  # not interleaved with a worker's calls: see unit_batches
+            scanner.merge(unit, number, found)
         bar.advance(task, found.num_rows)
     _check_time_spans(result, settings.columns.time)
     result.seconds = time.perf_counter() - began

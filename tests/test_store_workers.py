@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
 import time
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import pytest
 from store_panel import make_panel, write_files
 
 from metadist.store import ingest
+from metadist.store import scan as scan_module
 from metadist.store.format import METADATA_FILE, STORE_FILES
 from metadist.store.settings import IngestSettings
 
@@ -312,3 +314,48 @@ def test_a_dictionary_listing_absent_entities_gives_the_plain_store(tmp_path, na
     assert stores[1].num_entities == stores[0].num_entities == 40
     for name in ("values.bin", "times.bin", "index.arrow", "entity_stats.npz"):
         assert (stores[0].path / name).read_bytes() == (stores[1].path / name).read_bytes()
+
+
+def _count_overlaps(monkeypatch) -> dict[str, int]:
+    """Patches pass 1's per-batch work and its merges to record how many ran at once
+    (each sleeps a little, so that unserialised threads would overlap)."""
+    seen = {"now": 0, "most": 0, "batches": 0, "merges": 0}
+    lock = threading.Lock()
+
+    def counted(original, key):
+        def run(self, *args):
+            with lock:
+                seen["now"] += 1
+                seen["most"] = max(seen["most"], seen["now"])
+                seen[key] += 1
+            try:
+                time.sleep(0.002)
+                return original(self, *args)
+            finally:
+                with lock:
+                    seen["now"] -= 1
+
+        return run
+
+    scanner = scan_module._Scanner
+    monkeypatch.setattr(scanner, "scan_batch", counted(scanner.scan_batch, "batches"))
+    monkeypatch.setattr(scanner, "merge", counted(scanner.merge, "merges"))
+    return seen
+
+
+def test_pass_1_batch_work_runs_one_worker_at_a_time(tmp_path, monkeypatch):
+    panel = make_panel(seed=5, num_entities=50)
+    src = write_files(panel, tmp_path / "src", num_files=4, seed=2)
+    one = _store_bytes(_ingest(src, tmp_path / "w1", 1).path)
+    seen = _count_overlaps(monkeypatch)
+    many = _store_bytes(_ingest(src, tmp_path / "w4", 4).path)
+    assert many == one
+    assert seen["batches"] == seen["merges"] > 8 and seen["most"] == 1
+
+
+def test_pass_1_batches_that_copy_raw_rows_run_in_parallel(tmp_path, monkeypatch):
+    src = _ordered_panel(tmp_path / "src", num_files=4)
+    seen = _count_overlaps(monkeypatch)
+    store = _ingest(src, tmp_path / "w4", 4)
+    assert set(store.metadata["timings_s"]) == {"scan_s", "finish_s"}  # copied raw
+    assert seen["most"] > 1

@@ -1,4 +1,5 @@
-"""Per-batch work of the ingest scan: entity codes, and per-entity moments of a batch.
+"""Per-batch work of the ingest scan: entity codes, per-entity moments of a batch, and
+the values beyond what a store can hold.
 
 Everything here works on one record batch and is safe in worker threads, except
 `Registry.add`, which only the main thread calls (in input order, so that codes are
@@ -178,7 +179,8 @@ def moments(
     m2 = total  # reused: the totals are no longer needed
     deviation = np.empty(local.size)
     for j, column in enumerate(values):
-        np.take(by_column[j], local, out=deviation)
+        # mode "clip": `local` is in range; the default ("raise") buffers `out` first
+        np.take(by_column[j], local, out=deviation, mode="clip")
         np.subtract(column, deviation, out=deviation)
         if j in bad:
             deviation[bad[j]] = 0.0
@@ -229,3 +231,38 @@ def run_moments(
         mean[entity, j] = run_mean
         m2[entity, j] = np.add.reduceat(deviation, starts)
     return rows, first, last, count, mean, m2
+
+
+# Values a store cannot hold: float32 stops at 3.4e38 (the store holds values unscaled with
+# --scaling none), and the statistics of a scaled store sum squares in float64, which stop
+# at 1.8e308 (values beyond 1e150).
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+_SQUARE_SAFE = 1e150
+
+
+def beyond_store_range(
+    values: list[np.ndarray], scaling: str
+) -> tuple[int, int, float, str] | None:
+    """`(column, row, limit, why)` of the first finite value beyond what the store can
+    hold, or None."""
+    if scaling == "none":
+        limit, why = _FLOAT32_MAX, "the store holds float32 values and this one would be inf"
+    else:
+        limit = _SQUARE_SAFE
+        why = (
+            f"its square overflows the {scaling} scaling statistics (the scaled store would hold "
+            "inf or NaN); rescale the column before ingesting"
+        )
+    first = None
+    for j, column in enumerate(values):
+        if column.dtype.itemsize <= 4:  # float32 input holds nothing beyond either limit
+            continue
+        if column.size == 0 or -limit <= np.fmin.reduce(column) <= np.fmax.reduce(column) <= limit:
+            continue  # the common case, in two reductions (fmin/fmax skip NaN)
+        over = np.abs(column) > limit  # NaN compares False, inf is the NaN policy's
+        over &= np.isfinite(column)
+        if over.any():
+            row = int(np.argmax(over))
+            if first is None or row < first[1]:
+                first = (j, row, limit, why)
+    return first

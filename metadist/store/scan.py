@@ -15,6 +15,7 @@ skips the second Parquet read and the ordering pass (see `finish_in_place`).
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ import pyarrow.compute as pc
 from metadist.store import sources
 from metadist.store.batch_stats import (
     Registry,
+    beyond_store_range,
     dictionary_of,
     first_false,
     keys_of,
@@ -151,15 +153,30 @@ class _Scanner:
         # the last entity dictionary each unit checked for repeated entries (a row
         # group's batches share one)
         self._last_dictionary: dict[sources.Unit, pa.Array] = {}
+        # Held by the worker doing a batch's numpy work (see `unit_batches`).
+        self.batch_work = threading.Lock()
 
     # ---- in a worker ----------------------------------------------------------------------
     def unit_batches(self, unit: sources.Unit):
+        """`BatchScan` of each batch of `unit`, decoded in parallel with the other workers.
+
+        The numpy work on a batch (about 150 short calls, each releasing and retaking the
+        GIL) runs one worker at a time: in two threads at once each call waits for the
+        GIL to come back from the other thread, and on the 2-CPU machine of BENCHMARKS.md
+        two threads did that work slower than one. Decoding (long stretches without the
+        GIL) still overlaps it; the main thread's merges take the same lock. Batches that
+        copy raw rows are not serialised: their `pwrite` is the larger part of their work
+        and runs in parallel.
+        """
         settings = self.settings
         try:
             for offset, batch in sources.iter_unit(
                 unit, settings.scan_columns, settings.batch_size, settings.dictionary_columns
             ):
-                yield self.scan_batch(unit, offset, batch)
+                copying = self.raw_files is not None and not self.abandon.is_set()
+                with contextlib.nullcontext() if copying else self.batch_work:
+                    found = self.scan_batch(unit, offset, batch)
+                yield found
         finally:
             self._last_dictionary.pop(unit, None)
 
@@ -219,7 +236,7 @@ class _Scanner:
         found.finite_any = np.array(
             [j not in masks or bool(masks[j].any()) for j in range(len(values))]
         )
-        too_large = _too_large(values, settings.scaling)
+        too_large = beyond_store_range(values, settings.scaling)
         if too_large is not None:
             col, row, limit, why = too_large
             name = settings.value_names[col]
@@ -409,7 +426,8 @@ def scan(settings: IngestSettings, bar: Bar, raw: tuple[RawFile, RawFile] | None
     ):
         number = numbers.get(unit.number, 0)
         numbers[unit.number] = number + 1
-        scanner.merge(unit, number, found)
+        with scanner.batch_work:  # not interleaved with a worker's calls: see unit_batches
+            scanner.merge(unit, number, found)
         bar.advance(task, found.num_rows)
     _check_time_spans(result, settings.columns.time)
     result.seconds = time.perf_counter() - began
@@ -467,34 +485,5 @@ def _time_range_error(column: pa.Array, file: sources.SourceFile, offset: int, n
     )
 
 
-# Values a store cannot hold: float32 stops at 3.4e38 (the store holds values unscaled with
-# --scaling none), and the statistics of a scaled store sum squares in float64, which stop
-# at 1.8e308 (values beyond 1e150).
-_FLOAT32_MAX = float(np.finfo(np.float32).max)
-_SQUARE_SAFE = 1e150
-
-
-def _too_large(values: list[np.ndarray], scaling: str) -> tuple[int, int, float, str] | None:
-    """`(column, row, limit, why)` of the first finite value beyond what the store can
-    hold, or None."""
-    if scaling == "none":
-        limit, why = _FLOAT32_MAX, "the store holds float32 values and this one would be inf"
-    else:
-        limit = _SQUARE_SAFE
-        why = (
-            f"its square overflows the {scaling} scaling statistics (the scaled store would hold "
-            "inf or NaN); rescale the column before ingesting"
-        )
-    first = None
-    for j, column in enumerate(values):
-        if column.dtype.itemsize <= 4:  # float32 input holds nothing beyond either limit
-            continue
-        if column.size == 0 or -limit <= np.fmin.reduce(column) <= np.fmax.reduce(column) <= limit:
-            continue  # the common case, in two reductions (fmin/fmax skip NaN)
-        over = np.abs(column) > limit  # NaN compares False, inf is the NaN policy's
-        over &= np.isfinite(column)
-        if over.any():
-            row = int(np.argmax(over))
-            if first is None or row < first[1]:
-                first = (j, row, limit, why)
-    return first
+# the name `metadist.api.history` imports (the check itself is in batch_stats)
+_too_large = beyond_store_range

@@ -343,14 +343,21 @@ def _count_overlaps(monkeypatch) -> dict[str, int]:
     return seen
 
 
-def test_pass_1_batch_work_runs_one_worker_at_a_time(tmp_path, monkeypatch):
+@pytest.mark.parametrize("cores_limit, serialised", [(10**6, True), (0, False)])
+def test_pass_1_batch_work_runs_one_worker_at_a_time_on_few_cores(
+    tmp_path, monkeypatch, cores_limit, serialised
+):
+    # The process's cores at most SERIAL_BATCH_WORK_CPUS (forced either way here):
+    # one worker's numpy work at a time; beyond it, side by side. The same store both ways.
     panel = make_panel(seed=5, num_entities=50)
     src = write_files(panel, tmp_path / "src", num_files=4, seed=2)
     one = _store_bytes(_ingest(src, tmp_path / "w1", 1).path)
+    monkeypatch.setattr(scan_module, "SERIAL_BATCH_WORK_CPUS", cores_limit)
     seen = _count_overlaps(monkeypatch)
     many = _store_bytes(_ingest(src, tmp_path / "w4", 4).path)
     assert many == one
-    assert seen["batches"] == seen["merges"] > 8 and seen["most"] == 1
+    assert seen["batches"] == seen["merges"] > 8
+    assert (seen["most"] == 1) == serialised
 
 
 def test_pass_1_batches_that_copy_raw_rows_run_in_parallel(tmp_path, monkeypatch):

@@ -40,7 +40,7 @@ from metadist.store.batch_stats import (
     used_entries,
 )
 from metadist.store.files import RawFile
-from metadist.store.parallel import ordered_streams
+from metadist.store.parallel import default_workers, ordered_streams
 from metadist.store.progress import Bar
 from metadist.store.scaler import merge_moments
 from metadist.store.settings import MAX_TIME, NO_TIME, IngestSettings
@@ -54,6 +54,11 @@ def null_error(file: sources.SourceFile, offset: int, column: pa.Array, name: st
     if position is None:
         return None
     return f"{file.path}: row {offset + position}: column {name!r} is null"
+
+
+# Pass 1's per-batch numpy work runs one worker at a time on a process with at most this
+# many cores (`_Scanner.unit_batches`): measured faster on 2 CPUs (BENCHMARKS.md, Ingest).
+SERIAL_BATCH_WORK_CPUS = 2
 
 
 @dataclass
@@ -153,8 +158,13 @@ class _Scanner:
         # the last entity dictionary each unit checked for repeated entries (a row
         # group's batches share one)
         self._last_dictionary: dict[sources.Unit, pa.Array] = {}
-        # Held by the worker doing a batch's numpy work (see `unit_batches`).
-        self.batch_work = threading.Lock()
+        # Held by the worker doing a batch's numpy work (see `unit_batches`), where the
+        # process has at most SERIAL_BATCH_WORK_CPUS cores; elsewhere nothing is held.
+        self.batch_work: contextlib.AbstractContextManager = (
+            threading.Lock()
+            if default_workers() <= SERIAL_BATCH_WORK_CPUS
+            else contextlib.nullcontext()
+        )
 
     # ---- in a worker ----------------------------------------------------------------------
     def unit_batches(self, unit: sources.Unit):
@@ -166,7 +176,8 @@ class _Scanner:
         two threads did that work slower than one. Decoding (long stretches without the
         GIL) still overlaps it; the main thread's merges take the same lock. Batches that
         copy raw rows are not serialised: their `pwrite` is the larger part of their work
-        and runs in parallel.
+        and runs in parallel. Only where the process has at most `SERIAL_BATCH_WORK_CPUS`
+        cores: on more, where it was not measured, the workers run it side by side.
         """
         settings = self.settings
         try:

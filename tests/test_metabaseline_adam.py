@@ -9,7 +9,6 @@ import torch
 import torch.nn.functional as F
 from test_metabaseline import episodes
 from test_metabaseline_ft import in_float64
-from test_shared_head import relabelled
 
 from metadist.learners import build_learner, get_learner
 from metadist.models import build_model
@@ -84,30 +83,6 @@ def test_adam_moves_the_head_where_the_support_gradient_is_tiny():
         return (1 - F.cosine_similarity(start, weights, dim=-1)).max()
 
     assert turn(by_sgd) < 0.1 * turn(by_adam)
-
-
-def test_relabelling_the_ways_permutes_the_logits():
-    learner, _ = learner_and_model(dtype=torch.float64)
-    batch = in_float64(episodes(num_shots=2, seed=5))
-    with torch.no_grad():
-        logits = learner.predict(learner.adapt(batch.support), batch.query.x)
-        for permutation in (torch.tensor([2, 0, 1]), torch.tensor([1, 0, 2])):
-            moved = relabelled(batch, permutation)
-            # way c of the episode is way permutation[c] of the relabelled one
-            other = learner.predict(learner.adapt(moved.support), moved.query.x)
-            torch.testing.assert_close(other[..., permutation], logits, rtol=1e-9, atol=1e-9)
-
-
-def test_no_steps_is_meta_baseline():
-    learner, model = learner_and_model()
-    plain = build_learner("metabaseline", model)
-    batch = episodes()
-    with torch.no_grad():
-        ours = learner.predict(learner.adapt(batch.support, steps=0), batch.query.x)
-        theirs = plain.predict(plain.adapt(batch.support), batch.query.x)
-        torch.testing.assert_close(ours, theirs)
-        tuned = learner.predict(learner.adapt(batch.support), batch.query.x)
-    assert (tuned - ours).abs().max() > 1e-3
 
 
 def _query_loss(learner, batch, sizes):

@@ -65,19 +65,6 @@ def test_the_weights_are_the_prototypes_after_sgd_on_the_support_loss():
     assert (weights - prototypes).abs().max() > 1e-3
 
 
-def test_no_steps_is_meta_baseline():
-    learner, model = learner_and_model()
-    plain = build_learner("metabaseline", model)
-    batch = episodes()
-    with torch.no_grad():
-        ours = learner.predict(learner.adapt(batch.support, steps=0), batch.query.x)
-        theirs = plain.predict(plain.adapt(batch.support), batch.query.x)
-    torch.testing.assert_close(ours, theirs)
-    with torch.no_grad():  # and five steps at the default rate change the logits
-        tuned = learner.predict(learner.adapt(batch.support), batch.query.x)
-    assert (tuned - ours).abs().max() > 1e-3
-
-
 def _query_loss(learner, batch, rates):
     with torch.no_grad():
         learner.inner_lrs.copy_(rates)

@@ -9,7 +9,6 @@ import torch
 import torch.nn.functional as F
 from test_metabaseline import episodes
 from test_metabaseline_ft import in_float64
-from test_shared_head import relabelled
 
 from metadist.learners import build_learner
 from metadist.models import build_model
@@ -91,17 +90,6 @@ def test_meta_training_is_metabaseline_adams():
         torch.testing.assert_close(
             no_steps, adam.predict(adam.adapt(batch.support, steps=0), batch.query.x)
         )
-
-
-def test_relabelling_the_ways_permutes_the_logits():
-    learner, _ = learner_and_model(dtype=torch.float64, inner_steps=5)
-    batch = in_float64(episodes(num_shots=2, seed=5))
-    with torch.no_grad():
-        logits = learner.predict(learner.adapt(batch.support), batch.query.x)
-        for permutation in (torch.tensor([2, 0, 1]), torch.tensor([1, 0, 2])):
-            moved = relabelled(batch, permutation)
-            other = learner.predict(learner.adapt(moved.support), moved.query.x)
-            torch.testing.assert_close(other[..., permutation], logits, rtol=1e-9, atol=1e-9)
 
 
 def test_bad_embedding_lr_names_the_field():

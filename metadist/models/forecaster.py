@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,8 +17,10 @@ from metadist.models._common import (
     window_shape,
 )
 from metadist.models.mlp import MLP
+from metadist.models.mlp_vjp import VJP
 from metadist.models.registry import register_model
 from metadist.models.seasonal import SEASONALITIES, SeasonalNorm
+from metadist.models.window_vjp import AffineMap, SeasonalMap, WindowMap, window_vjp
 
 FORECASTER_NORMS = (*WINDOW_NORMS, "seasonal")
 
@@ -142,24 +144,23 @@ class WindowForecaster(MLP):
             None if opts.clamp is None else float(opts.clamp),
         )
 
-    def _normalised(self, x: Tensor) -> tuple[Tensor, Callable[[Tensor], Tensor]]:
+    def _normalised(self, x: Tensor) -> tuple[Tensor, WindowMap]:
         """The window the MLP reads, and the map of its output back to the data's units."""
         if self.seasonal_norm is not None:
             split_leading(self.model_name, x, self.input_shape)
-            seasonal = self.seasonal_norm
-            x, state = seasonal.normalise(x)
-            return x, lambda y: seasonal.restore(y, state)
+            x, state = self.seasonal_norm.normalise(x)
+            return x, SeasonalMap(self.seasonal_norm, state)
         assert self.target_channels is not None
         x, level, scale = normalise_window(
             self.model_name, x, self.input_shape, self.window_norm, self.target_channels
         )
-        return x, lambda y: denormalise_forecast(y, level, scale)
+        return x, AffineMap(level, scale)
 
     def forward(self, x: Tensor) -> Tensor:
         if self.target_channels is None:
             return super().forward(x)
-        x, restore = self._normalised(x)
-        return restore(super().forward(x))
+        x, window = self._normalised(x)
+        return window.restore(super().forward(x))
 
     def batched_forward(self, params: dict[str, Tensor], x: Tensor) -> Tensor:
         """`forward` under B parameter sets at once (see `MLP.batched_forward`).
@@ -176,5 +177,32 @@ class WindowForecaster(MLP):
         """
         if self.target_channels is None:
             return super().batched_forward(params, x)
-        x, restore = self._normalised(x)
-        return restore(super().batched_forward(params, x))
+        x, window = self._normalised(x)
+        return window.restore(super().batched_forward(params, x))
+
+    def batched_vjp(self, params: dict[str, Tensor], x: Tensor) -> tuple[Tensor, VJP] | None:
+        """`batched_forward` and its backward written out (`MLP.batched_vjp` through the
+        window's output map, `metadist.models.window_vjp`): what the learners' inner loop
+        and the from-scratch baseline use in place of `torch.autograd.grad`.
+
+        Args:
+            params: every parameter of `named_parameters()`, each `[B, *shape]` (per task)
+                or `[*shape]` (shared by all B tasks).
+            x: `[B, ..., L, F]`.
+
+        Returns:
+            None where the MLP has no written-out backward (active dropout), else the
+            forecast `[B, ..., H, T]` and `vjp(grad_forecast, names)`: the gradients
+            `[B, *shape]` of `(forecast * grad_forecast).sum()` w.r.t. the parameters
+            `names`, differentiable again under grad mode.
+
+        Raises:
+            ValueError: inputs whose trailing dims differ from `input_shape`.
+        """
+        if self.target_channels is None:
+            return super().batched_vjp(params, x)
+        x, window = self._normalised(x)
+        result = super().batched_vjp(params, x)
+        if result is None:
+            return None
+        return window_vjp(*result, window)

@@ -30,10 +30,13 @@ STEPS = 12
         # its own batched_forward and written-out backward (batched_vjp)
         ("mlp", {"hidden_sizes": [16]}, "cross_entropy", "explicit"),
         ("mlp", {"hidden_sizes": [16, 8]}, "mse", "explicit"),
+        # the forecaster's: the MLP's through the window map (models/window_vjp.py)
+        ("forecaster", {"hidden_sizes": [16]}, "mse", "explicit"),
+        ("forecaster", {"hidden_sizes": [16], "window_norm": "seasonal", "seasonal_period": 2,
+                        "target_channels": [1], "clamp": 0.5}, "mse", "explicit"),  # fmt: skip
         # the same through autograd, its weights kept in their gradients' layout
         ("mlp", {"hidden_sizes": [16]}, "cross_entropy", "autograd"),
         ("tcn", {"channels": 4, "num_levels": 2, "pool": "mean"}, "cross_entropy", "vmap"),
-        ("forecaster", {"hidden_sizes": [16]}, "mse", "autograd"),
     ],
 )
 def test_from_scratch_batched_equals_each_episode_trained_alone(
@@ -51,6 +54,8 @@ def test_from_scratch_batched_equals_each_episode_trained_alone(
     else:
         y = torch.randn(num_tasks, num_support, *output_shape)
     query = torch.randn(num_tasks, 4, 8, 2)
+    explicit = scratch._explicit_gradients(model, loss, x, y) is not None
+    assert explicit == (path == "explicit")
     initial = copy.deepcopy(model.state_dict())
     params = fit_from_scratch(model, x, y, steps=STEPS, lr=0.01, loss=loss)
     batched = predict_stacked(model, params, query)

@@ -34,6 +34,25 @@ def _mae_grad(prediction: Tensor, target: Tensor) -> Tensor:
     return torch.sign(prediction - target) * (1.0 / prediction[0].numel())
 
 
+def _smape_grad(prediction: Tensor, target: Tensor) -> Tensor:
+    # d/dp of 2|e| / max(|p| + |y|, 1e-12) where |p| + |y| > 0 (`losses._elementwise_loss`):
+    # 2 (sgn(e) - |e| / d · sgn(p)) / d, the second term only where d is not the floor
+    # (autograd's clamp_min backward); 0 where both are 0
+    error = prediction - target
+    total = prediction.abs() + target.abs()
+    denominator = total.clamp_min(1e-12)
+    relative = torch.where(total >= 1e-12, error.abs() / denominator, 0.0)
+    slope = (torch.sign(error) - relative * torch.sign(prediction)) / denominator
+    return torch.where(total > 0, slope * (2.0 / prediction[0].numel()), 0.0)
+
+
+def _mape_grad(prediction: Tensor, target: Tensor) -> Tensor:
+    # d/dp of |e| / max(|y|, 1e-12) where y != 0: sgn(e) / |y|; 0 where y is 0
+    size = target.abs()
+    slope = torch.sign(prediction - target) / size.clamp_min(1e-12)
+    return torch.where(size > 0, slope * (1.0 / prediction[0].numel()), 0.0)
+
+
 def _cross_entropy_grad(prediction: Tensor, target: Tensor) -> Tensor:
     probabilities = torch.softmax(prediction, dim=-1)
     one_hot = F.one_hot(target, prediction.shape[-1]).to(prediction.dtype)
@@ -44,6 +63,8 @@ def _cross_entropy_grad(prediction: Tensor, target: Tensor) -> Tensor:
 PREDICTION_GRADS: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
     "mse": _mse_grad,
     "mae": _mae_grad,
+    "smape": _smape_grad,
+    "mape": _mape_grad,
     "cross_entropy": _cross_entropy_grad,
 }
 

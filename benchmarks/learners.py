@@ -29,7 +29,12 @@ Workloads (Finn et al. sinusoid: meta-batch 25, K=10 support, 10 query, inner lr
 second order, MLP 1-40-40-1 ReLU, Adam 1e-3):
 - `sinusoid-1`: one inner step; `sinusoid-5`: five inner steps;
 - `forecaster-1`: the windowed MLP forecaster on forecast tasks of a synthetic series
-  store (L=32, H=8, K=8 support and 4 query windows, hidden 64-64), one inner step.
+  store (L=32, H=8, K=8 support and 4 query windows, hidden 64-64), one inner step;
+- `competition-1`: the `competition_cpu` recipe's model and learner on forecast tasks of
+  that store: the seasonal forecaster (hidden 256-256-256, m=4, multiplicative, clamp 1,
+  L=16, H=8; `model=seasonal_forecaster`), meta-batch 64, K=4 support and 1 query
+  window, second-order MAML with one learned inner step (inner lr 0.05) on sMAPE (the
+  per-task loop, the reference of the ratios, stays the sinusoid's MSE loop).
 
     python benchmarks/learners.py --threads 1 --rounds 5 --steps-per-round 10
 
@@ -70,6 +75,16 @@ from metadist.train.step import MetaStep
 
 META_BATCH = 25
 INNER_LR = 0.01
+# competition-1 (the competition_cpu recipe): meta-batch, sampler, model, learner
+COMPETITION_BATCH = 64
+COMPETITION_TASKS = {"lookback": 16, "horizon": 8, "num_support": 4, "num_query": 1}
+COMPETITION_MODEL = {"hidden_sizes": (256, 256, 256), "window_norm": "seasonal",
+                     "target_channels": [0], "seasonal_period": 4, "clamp": 1.0}  # fmt: skip
+COMPETITION_LEARNER = {"inner_lr": 0.05, "learn_inner_lr": True, "loss": "smape"}
+
+
+def meta_batch(workload: str) -> int:
+    return COMPETITION_BATCH if workload.startswith("competition") else META_BATCH
 IMPLEMENTATIONS = (
     "per-task loop",
     "metadist vectorize=False",
@@ -128,8 +143,8 @@ def sinusoid_batches(num_batches: int, seed: int):
     return out
 
 
-def forecast_batches(num_batches: int, seed: int, work_dir: Path):
-    from metadist.datasets import SYNTHETIC_INGEST_ARGS, write_synthetic_panel
+def forecast_batches(num_batches: int, seed: int, work_dir: Path, workload: str = "forecaster"):
+    from metadist.datasets import SYNTHETIC_INGEST_ARGS, SYNTHETIC_TARGET, write_synthetic_panel
     from metadist.store import SeriesStore, ingest
 
     panel = write_synthetic_panel(
@@ -137,12 +152,16 @@ def forecast_batches(num_batches: int, seed: int, work_dir: Path):
     )
     ingest(panel.out_dir, work_dir / "store", **SYNTHETIC_INGEST_ARGS, progress=False)
     store = SeriesStore.open(work_dir / "store")
-    sampler = build_task_sampler(
-        "forecast", store, lookback=32, horizon=8, num_support=8, num_query=4
-    )
+    tasks = {"lookback": 32, "horizon": 8, "num_support": 8, "num_query": 4}
+    if workload.startswith("competition"):
+        # the value alone, as the competition stores hold
+        columns = [SYNTHETIC_TARGET]
+        tasks = {**COMPETITION_TASKS, "target_columns": columns, "input_columns": columns}
+    sampler = build_task_sampler("forecast", store, **tasks)
+    size = meta_batch(workload)
     out = []
     for i in range(num_batches):
-        positions = np.arange(i * META_BATCH, (i + 1) * META_BATCH)
+        positions = np.arange(i * size, (i + 1) * size)
         units = positions % sampler.num_units
         out.append(sampler.sample(units, derive_task_seeds(seed, 0, positions)))
     return out
@@ -152,6 +171,9 @@ def make_model(workload: str, batch):
     torch.manual_seed(0)
     if workload.startswith("sinusoid"):
         return build_model("mlp", (1,), (1,), hidden_sizes=(40, 40))
+    if workload.startswith("competition"):
+        shapes = tuple(batch.support.x.shape[2:]), tuple(batch.support.y.shape[2:])
+        return build_model("forecaster", *shapes, **COMPETITION_MODEL)
     return build_model(
         "forecaster",
         tuple(batch.support.x.shape[2:]),
@@ -219,13 +241,16 @@ def build_runners(workload: str, batches, inner_steps: int, optimizer: str, impl
 
             runners[impl] = plain_step(loss_fn, make_optimizer(optimizer, model.parameters()))
             continue
+        options = {"inner_lr": INNER_LR}
+        if workload.startswith("competition"):
+            options = COMPETITION_LEARNER
         module = build_learner(
             "maml",
             model,
             inner_steps=inner_steps,
-            inner_lr=INNER_LR,
             vectorize="vectorize=False" not in impl,
             unadapted_metrics="unadapted_metrics=False" not in impl,
+            **options,
         )
         opt = make_optimizer(optimizer, module.parameters())
         if "MetaStep" in impl:
@@ -250,6 +275,7 @@ class Rounds:
         self, workload: str, batches, inner_steps: int, optimizer: str, implementations
     ) -> None:
         self.batches = batches
+        self.num_tasks = meta_batch(workload)
         self.runners = build_runners(workload, batches, inner_steps, optimizer, implementations)
         self.first, self.failed, self.compile_s = {}, {}, {}
         for impl, step in list(self.runners.items()):
@@ -279,7 +305,7 @@ class Rounds:
         for impl in self.runners:
             wall, cpu = time.perf_counter(), time.process_time()
             self.run(impl, steps_per_round)
-            num_tasks = steps_per_round * META_BATCH
+            num_tasks = steps_per_round * self.num_tasks
             out[impl] = {
                 "wall": num_tasks / (time.perf_counter() - wall),
                 "cpu": num_tasks / (time.process_time() - cpu),
@@ -370,7 +396,7 @@ def workload_steps(workload: str) -> int:
 def load_batches(workload: str, seed: int, work_dir: Path):
     if workload.startswith("sinusoid"):
         return sinusoid_batches(8, seed)
-    return forecast_batches(8, seed, work_dir)
+    return forecast_batches(8, seed, work_dir, workload)
 
 
 def main() -> None:
@@ -433,7 +459,8 @@ def main() -> None:
                   f"load {load[0]:.1f} → {load[1]:.1f}", flush=True)  # fmt: skip
     print(
         f"\ntorch {torch.__version__}, {args.threads} thread(s), {platform.machine()}, "
-        f"{args.rounds} rounds × {args.steps_per_round} meta-steps × {META_BATCH} tasks, "
+        f"{args.rounds} rounds × {args.steps_per_round} meta-steps × {META_BATCH} tasks "
+        f"({COMPETITION_BATCH} for competition-1), "
         f"{args.optimizer}\n"
     )
     print(

@@ -16,6 +16,11 @@ from metadist.models.thin_matmul import is_thin, thin_matmul
         ((4, 7, 3), (3, 1), True),
         ((4, 7, 3), (4, 3, 5), False),
         ((4, 7, 3), (3, 5), False),
+        # a matrix-vector product with a wide matrix: the matmul
+        ((4, 1, 48), (4, 48, 48), False),
+        ((4, 48, 48), (48, 1), False),
+        ((4, 1, 40), (40, 40), True),  # the sinusoid's 40 x 40: still broadcast
+        ((4, 48, 1), (4, 1, 48), True),  # an outer product of any size
     ],
 )
 def test_thin_matmul_equals_matmul_with_its_gradients(a_shape, b_shape, thin):

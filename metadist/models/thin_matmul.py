@@ -7,12 +7,22 @@ thread), and so does its backward (two more such products). When the shared dime
 it is a multiply and a sum. Those are elementwise kernels of the same size, several times
 faster, and so are their backwards. The sinusoid MLP (1-40-40-1) has such a product in
 its first and last layers, in the forward, the inner gradient and the outer backward.
+
+A matrix-vector product (`m` or `n` is 1) as a broadcast product writes and reads a
+temporary of the matrix's size, so it pays only for small matrices: up to
+`MAX_BROADCAST_MATRIX` elements (the sinusoid's 40 x 40). A wider one, e.g. one query
+window through the competition forecaster's 256 x 256 layers, is 2-5x faster as a matmul
+(one thread); an outer product (`k` is 1) is its result either way.
 """
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
+
+# the largest matrix (elements, per batch entry) a matrix-vector product multiplies as a
+# broadcast product
+MAX_BROADCAST_MATRIX = 2048
 
 
 def thin_matmul(a: Tensor, b: Tensor) -> Tensor:
@@ -28,9 +38,14 @@ def thin_matmul(a: Tensor, b: Tensor) -> Tensor:
 
 
 def is_thin(a: Tensor, b: Tensor) -> bool:
-    """Whether `a @ b` should run as `thin_matmul`'s broadcast product: a dimension is 1,
+    """Whether `a @ b` should run as `thin_matmul`'s broadcast product: a dimension is 1
+    (for a matrix-vector product, of a matrix of at most `MAX_BROADCAST_MATRIX` elements),
     and autocast is off (under autocast a matmul runs in the lower precision, as the
     user asked, and a broadcast product would not)."""
     if torch.is_autocast_enabled(a.device.type):
         return False
-    return a.shape[-1] == 1 or b.shape[-1] == 1 or a.shape[-2] == 1
+    if a.shape[-1] == 1:
+        return True
+    if b.shape[-1] == 1:
+        return a.shape[-2] * a.shape[-1] <= MAX_BROADCAST_MATRIX
+    return a.shape[-2] == 1 and b.shape[-2] * b.shape[-1] <= MAX_BROADCAST_MATRIX

@@ -22,6 +22,8 @@ checkout), rounds interleaved so that load from other work hits both sides alike
 - `forecast_ets` (`--ets-tasks N`, default 50; 0 leaves it out): N of those entities
   with AutoETS too (`eval.extra_baselines=[ets]`, the `ets` extra).
 
+`--cases` times only the cases named (and trains only their runs).
+
 Every evaluation of this checkout runs three times in a row: "cold" (the run's `eval/`
 directory removed first and an empty cache shared between runs, `$METADIST_CACHE`: what
 the first evaluation of a run on a store costs), "warm" (again, as `metadist eval` after
@@ -137,8 +139,8 @@ def _train(run_dir: Path, store: Path, *overrides: str, checkout: Path = ROOT) -
     )
 
 
-def prepare(work: Path) -> dict[str, Path]:
-    """The store and the two trained runs (made unless already in `work`)."""
+def prepare(work: Path, kinds: tuple[str, ...] = tuple(RECIPES)) -> dict[str, Path]:
+    """The store and the trained runs of `kinds` (made unless already in `work`)."""
     store = work / "store"
     if not (store / "metadata.json").is_file():
         panel = work / "panel"
@@ -153,11 +155,12 @@ def prepare(work: Path) -> dict[str, Path]:
             "per-entity", "--nan", "ffill", "--no-progress",
         )  # fmt: skip
     runs = {"fewshot": work / "runs" / "protonet", "forecast": work / "runs" / "maml"}
-    for case, recipe in RECIPES.items():
+    recipes = {case: recipe for case, recipe in RECIPES.items() if case in kinds}
+    for case, recipe in recipes.items():
         _train(runs[case], store, *recipe)
     # the second run of each: the same recipe with another meta learning rate, as a
     # researcher comparing settings on one store trains it
-    for case, recipe in RECIPES.items():
+    for case, recipe in recipes.items():
         second = work / "runs" / f"{runs[case].name}-lr3e-3"
         _train(second, store, *recipe, "optimizer.lr=0.003")
         runs[f"{case}_second"] = second
@@ -280,6 +283,8 @@ def measure(args, runs: dict[str, Path]) -> dict[str, Any]:
     sides = {"baseline": args.baseline.resolve(), "current": ROOT}
     records: dict[str, Any] = {}
     for case, (run_dir, overrides) in cases(runs, args.ets_tasks).items():
+        if case not in args.cases:
+            continue
         dirs = {side: _side_dir(run_dir, side) for side in sides}
         if args.baseline_trains:
             dirs["baseline"] = _baseline_trained(
@@ -417,12 +422,19 @@ def main(argv: list[str] | None = None) -> int:
         "and evaluates those: for a checkout that cannot load this one's checkpoints; the "
         "scores compared are then the baselines' only",
     )
+    parser.add_argument(
+        "--cases",
+        nargs="+",
+        choices=("fewshot", "forecast", "forecast_ets"),
+        default=["fewshot", "forecast", "forecast_ets"],
+        help="which cases to time (default all; forecast_ets only with --ets-tasks > 0)",
+    )
     parser.add_argument("--json", type=Path, help="write every measurement here")
     args = parser.parse_args(argv)
     if not (args.baseline / "metadist" / "__init__.py").is_file():
         parser.error(f"--baseline {args.baseline}: not a metadist checkout")
     started = time.perf_counter()
-    runs = prepare(args.work.resolve())
+    runs = prepare(args.work.resolve(), tuple({case.split("_")[0] for case in args.cases}))
     records = measure(args, runs)
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
     print(

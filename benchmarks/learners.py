@@ -85,6 +85,8 @@ COMPETITION_LEARNER = {"inner_lr": 0.05, "learn_inner_lr": True, "loss": "smape"
 
 def meta_batch(workload: str) -> int:
     return COMPETITION_BATCH if workload.startswith("competition") else META_BATCH
+
+
 IMPLEMENTATIONS = (
     "per-task loop",
     "metadist vectorize=False",

@@ -32,8 +32,18 @@ STEPS = 12
         ("mlp", {"hidden_sizes": [16, 8]}, "mse", "explicit"),
         # the forecaster's: the MLP's through the window map (models/window_vjp.py)
         ("forecaster", {"hidden_sizes": [16]}, "mse", "explicit"),
-        ("forecaster", {"hidden_sizes": [16], "window_norm": "seasonal", "seasonal_period": 2,
-                        "target_channels": [1], "clamp": 0.5}, "mse", "explicit"),  # fmt: skip
+        (
+            "forecaster",
+            {
+                "hidden_sizes": [16],
+                "window_norm": "seasonal",
+                "seasonal_period": 2,
+                "target_channels": [1],
+                "clamp": 0.5,
+            },
+            "mse",
+            "explicit",
+        ),
         # the same through autograd, its weights kept in their gradients' layout
         ("mlp", {"hidden_sizes": [16]}, "cross_entropy", "autograd"),
         ("tcn", {"channels": 4, "num_levels": 2, "pool": "mean"}, "cross_entropy", "vmap"),

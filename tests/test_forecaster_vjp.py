@@ -183,8 +183,14 @@ def test_maml_meta_gradient_explicit_equals_autograd(
 ):
     batch = _forecast_batch(num_features)
     results = [
-        _meta_gradient(_forecaster(num_features, options), learner,
-                       {**learner_options, "loss": loss}, explicit, batch, monkeypatch)  # fmt: skip
+        _meta_gradient(
+            _forecaster(num_features, options),
+            learner,
+            {**learner_options, "loss": loss},
+            explicit,
+            batch,
+            monkeypatch,
+        )  # fmt: skip
         for explicit in (True, False)
     ]
     (loss_a, grads_a, fast_a), (loss_b, grads_b, fast_b) = results
@@ -255,3 +261,19 @@ def test_percentage_losses_gradients_equal_autograd(loss):
               for grad in (written, reference)]  # fmt: skip
     torch.testing.assert_close(second[0], second[1], rtol=1e-12, atol=1e-12)
     assert second[0].abs().sum() > 0 or loss == "mape"  # MAPE is linear between its kinks
+
+
+@pytest.mark.slow
+def test_torch_compile_of_second_order_maml_on_the_seasonal_forecaster_matches_eager():
+    """No double backward is left in the meta-step of the forecaster either, so Inductor
+    compiles it (about a minute on a loaded CPU)."""
+    batch = _forecast_batch(1)
+    grads = []
+    for compiled in (False, True):
+        model = _forecaster(1, FORECASTERS[4][2])
+        learner = build_learner("maml", model, inner_steps=2, inner_lr=0.05, loss="smape")
+        call = torch.compile(learner) if compiled else learner
+        call(batch).loss.backward()
+        grads.append({n: p.grad for n, p in learner.named_parameters()})
+    for name, grad in grads[0].items():
+        torch.testing.assert_close(grads[1][name], grad, rtol=0, atol=1e-10, msg=name)

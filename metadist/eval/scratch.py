@@ -9,8 +9,8 @@ the learners' inner loops do (`metadist.learners.inner_loop`): through the model
 summed, so each task's parameters get exactly its own gradient, and Adam's update is
 elementwise: every task is trained as it would be alone, to floating-point rounding.
 
-The gradients: a model that writes out its own backward (`batched_vjp`, the MLP) and a
-loss with a closed-form gradient give them without autograd
+The gradients: a model that writes out its own backward (`batched_vjp`: the MLP, the
+forecaster) and a loss with a closed-form gradient give them without autograd
 (`metadist.learners.explicit_grad`: same mathematics, no graph, and each weight's
 gradient comes out in the weight's own layout); any other model through
 `torch.autograd.grad`. There a gradient often comes out transposed (a batched linear
@@ -112,8 +112,9 @@ def _explicit_gradients(
     model: nn.Module, loss: str, support_x: Tensor, support_y: Tensor
 ) -> Gradients | None:
     """The gradients of the summed task losses from the model's written-out backward
-    (`MLP.batched_vjp`, as `learners.explicit_grad` takes them, without the losses'
-    values, which training does not read), or None where the model or the loss has none."""
+    (`MLP.batched_vjp`, `WindowForecaster.batched_vjp`, as `learners.explicit_grad` takes
+    them, without the losses' values, which training does not read), or None where the
+    model or the loss has none."""
     output_shape = getattr(model, "output_shape", None)
     if loss not in PREDICTION_GRADS or output_shape is None or not has_batched_vjp(model):
         return None

@@ -4,7 +4,8 @@ below: no `torch.autograd.grad` in the inner loop.
 The batched inner loop needs, per step, the gradient of the sum of the B task losses
 w.r.t. every task's adapted parameters, and (for second-order MAML) that gradient must be
 differentiable. A model that can give its backward as plain tensor ops
-(`MLP.batched_vjp`, `metadist.models.mlp_vjp`) and a loss whose gradient w.r.t. the
+(`MLP.batched_vjp`, `metadist.models.mlp_vjp`; the forecaster's through its window map,
+`metadist.models.window_vjp`) and a loss whose gradient w.r.t. the
 prediction is a closed form (`PREDICTION_GRADS`) make that gradient an ordinary function
 of the parameters: the outer backward then runs once through forward ops instead of
 through the double backward of an autograd backward graph. Same mathematics, exact second

@@ -8,8 +8,8 @@ parameter is expanded to `[B, ...]`, the model runs on all tasks at once (`vmap`
 from ordinary autograd through the updates and the expansion: the inner gradients never
 touch `.grad`, so under DDP the only all-reduce is the outer backward. Unbatched, the
 same code runs for one task (`metadist.learners.dispatch` decides which). Models that
-write out their own backward (`batched_vjp`, the MLP) skip `torch.autograd.grad` in the
-batched inner loop (`metadist.learners.explicit_grad`).
+write out their own backward (`batched_vjp`: the MLP, the forecaster) skip
+`torch.autograd.grad` in the batched inner loop (`metadist.learners.explicit_grad`).
 """
 
 from __future__ import annotations

@@ -10,7 +10,6 @@ from torch import Tensor
 
 from metadist.models._common import (
     WINDOW_NORMS,
-    denormalise_forecast,
     normalise_window,
     split_leading,
     window_norm_options,

@@ -246,7 +246,7 @@ class TrainerConfig:
         compile: run the meta-step's forward and backward through `torch.compile`
             (`mode="reduce-overhead"` on GPU, Inductor's C++ wrapper on CPU; the first
             step eager); where it cannot compile (a double backward through a model
-            without a written-out backward, e.g. second-order MAML of the forecaster),
+            without a written-out backward, e.g. second-order MAML of the TCN),
             one line says so and the run continues eagerly.
         precision: `fp32`, or `bf16` to run the meta-step's forward under bfloat16
             autocast (parameters and optimizer state stay fp32).

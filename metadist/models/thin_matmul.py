@@ -11,8 +11,8 @@ its first and last layers, in the forward, the inner gradient and the outer back
 A matrix-vector product (`m` or `n` is 1) as a broadcast product writes and reads a
 temporary of the matrix's size, so it pays only for small matrices: up to
 `MAX_BROADCAST_MATRIX` elements (the sinusoid's 40 x 40). A wider one, e.g. one query
-window through the competition forecaster's 256 x 256 layers, is 2-5x faster as a matmul
-(one thread); an outer product (`k` is 1) is its result either way.
+window through the competition forecaster's 256 x 256 layers, is 1.7-4.7x faster as a
+matmul (one thread); an outer product (`k` is 1) is its result either way.
 """
 
 from __future__ import annotations

@@ -172,6 +172,7 @@ LEARNERS = [
     ("maml", {"first_order": True, "inner_steps": 2}),
     ("maml", {"learn_inner_lr": True}),
     ("metasgd", {"inner_steps": 2}),
+    ("anil", {"inner_steps": 2}),
 ]
 
 
@@ -214,6 +215,15 @@ def test_the_inner_loop_takes_no_autograd_grad_for_the_forecaster(monkeypatch):
     with torch.no_grad():
         learner.adapt(batch.support)
     assert calls == []
+
+
+def test_active_dropout_declines_the_written_out_backward():
+    model = _forecaster(1, FORECASTERS[4][2], dropout=0.5)
+    params = {n: p.expand(2, *p.shape) for n, p in model.named_parameters()}
+    x = _windows(2, 3, 1)
+    assert model.batched_vjp(params, x) is None  # train mode: the caller takes autograd
+    model.eval()
+    assert model.batched_vjp(params, x) is not None
 
 
 @pytest.mark.parametrize("options", [FORECASTERS[1][2], FORECASTERS[4][2]], ids=IDS[1:5:3])

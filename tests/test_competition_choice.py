@@ -249,20 +249,22 @@ def test_a_validation_run_chooses_the_loss_and_a_test_run_applies_it(tmp_path):
     assert set(entry["losses"]) == {"mape", "smape"} and entry["metric"] == "mape"
     assert f"chosen {entry['loss']}" in printed
     # each candidate's score is its own evaluation on the validation split's holdout
+    # the recipe's ensemble: lookbacks 2H and 3H, evaluated through the longest
     for loss, score in entry["losses"].items():
-        result = json.loads((val / "h4" / f"L8-{loss}-s1" / "eval" / "metrics.json").read_text())
+        result = json.loads((val / "h4" / f"L12-{loss}-s1" / "eval" / "metrics.json").read_text())
+        assert "(2 models" in printed
         assert "validation_data" in json.dumps(result["settings"])
         assert score == pytest.approx(min(result["overall"][m]["mape"]["value"]
                                             for m in ("adapted", "unadapted")))  # fmt: skip
     assert entry["loss"] == min(entry["losses"], key=entry["losses"].get)
     printed = run("--out", str(test), "--adaptation-from", str(val))
     trained = sorted(p.name for p in (test / "h4").iterdir() if p.is_dir())
-    assert trained == [f"L8-{entry['loss']}-s1"]  # the chosen loss alone
+    assert trained == [f"L12-{entry['loss']}-s1", f"L8-{entry['loss']}-s1"]  # the chosen loss
     applied = json.loads((test / CHOICES_FILE).read_text())
     assert applied["protocol"] == "test" and applied["from"] == str(val)
     assert "shrunk towards seasonal naive" in printed and "model, unguarded" in printed
     assert (test / "guarded.md").is_file()
-    assert recorded_guard(test / "h4" / f"L8-{entry['loss']}-s1") == parse_width(entry["guard"])
+    assert recorded_guard(test / "h4" / f"L12-{entry['loss']}-s1") == parse_width(entry["guard"])
 
 
 def test_losses_beside_a_validation_choice_are_refused(tmp_path, capsys):

@@ -21,6 +21,7 @@ from metadist.commands.competition.choice import (
     candidate_losses,
     choose_group,
     read_choices,
+    split_key,
     write_choices,
 )
 from metadist.commands.competition.cli import RECIPE_CANDIDATES
@@ -30,8 +31,8 @@ from metadist.commands.competition.guard import (
     read_points,
     write_guarded,
 )
-from metadist.commands.competition.members import Group
-from metadist.commands.competition.pipeline import _loss_plan
+from metadist.commands.competition.members import Group, members_of
+from metadist.commands.competition.pipeline import Plan, _loss_plan, candidate_members
 from metadist.commands.competition.spec import CompetitionSpec
 from metadist.eval.combine import CHOSEN_LABEL
 from metadist.eval.fallback_combination import (
@@ -246,23 +247,28 @@ def test_a_validation_run_chooses_the_loss_and_a_test_run_applies_it(tmp_path):
     document = json.loads((val / CHOICES_FILE).read_text())
     assert document["protocol"] == "validation"
     entry = document["groups"]["4"]
-    assert set(entry["losses"]) == {"mape", "smape"} and entry["metric"] == "mape"
-    assert f"chosen {entry['loss']}" in printed
+    # the recipe's ensemble of lookbacks 2H and 3H per loss, and its 2H member alone
+    assert set(entry["losses"]) == {"mape", "smape", "mape L=2H", "smape L=2H"}
+    assert entry["metric"] == "mape" and f"chosen {entry['loss']}" in printed
     # each candidate's score is its own evaluation on the validation split's holdout
-    for loss, score in entry["losses"].items():
-        result = json.loads((val / "h4" / f"L8-{loss}-s1" / "eval" / "metrics.json").read_text())
+    for key, score in entry["losses"].items():
+        loss, lookbacks = split_key(key, [2.0, 3.0])
+        evaluated = f"L{4 * int(max(lookbacks))}-{loss}-s1"  # the longest lookback's run
+        result = json.loads((val / "h4" / evaluated / "eval" / "metrics.json").read_text())
         assert "validation_data" in json.dumps(result["settings"])
         assert score == pytest.approx(min(result["overall"][m]["mape"]["value"]
                                             for m in ("adapted", "unadapted")))  # fmt: skip
-    assert entry["loss"] == min(entry["losses"], key=entry["losses"].get)
+    best = min(entry["losses"], key=entry["losses"].get)
+    assert split_key(best, [2.0, 3.0]) == (entry["loss"], entry["lookbacks"])
     printed = run("--out", str(test), "--adaptation-from", str(val))
     trained = sorted(p.name for p in (test / "h4").iterdir() if p.is_dir())
-    assert trained == [f"L8-{entry['loss']}-s1"]  # the chosen loss alone
+    chosen = sorted(f"L{4 * int(k)}-{entry['loss']}-s1" for k in entry["lookbacks"])
+    assert trained == chosen  # the chosen loss and lookbacks alone
     applied = json.loads((test / CHOICES_FILE).read_text())
     assert applied["protocol"] == "test" and applied["from"] == str(val)
     assert "shrunk towards seasonal naive" in printed and "model, unguarded" in printed
     assert (test / "guarded.md").is_file()
-    assert recorded_guard(test / "h4" / f"L8-{entry['loss']}-s1") == parse_width(entry["guard"])
+    assert recorded_guard(test / "h4" / chosen[0]) == parse_width(entry["guard"])
 
 
 def test_losses_beside_a_validation_choice_are_refused(tmp_path, capsys):
@@ -283,3 +289,29 @@ def test_losses_beside_a_validation_choice_are_refused(tmp_path, capsys):
     assert "without --adaptation-from VAL_OUT this run trains mape" in capsys.readouterr().out
     args.validation = True
     assert _loss_plan(args, spec, groups, ("mape",), [])[:2] == (("mape", "smape"),) * 2
+
+
+def test_each_loss_has_its_first_lookback_alone_as_a_candidate():
+    members = members_of(Group(4, ("Y",), 1), [2.0, 3.0], ["mape", "smape"], 1)
+    candidates = candidate_members(members, ("mape", "smape"), [2.0, 3.0], 4)
+    assert list(candidates) == ["mape", "mape L=2H", "smape", "smape L=2H"]
+    assert [m.lookback for m in candidates["smape"]] == [8, 12]
+    assert [(m.lookback, m.loss) for m in candidates["smape L=2H"]] == [(8, "smape")]
+    # one lookback: nothing to choose between
+    single = members_of(Group(4, ("Y",), 1), [2.0], ["smape"], 2)
+    assert list(candidate_members(single, ("smape",), [2.0], 4)) == ["smape"]
+    assert split_key("smape L=2H", [2.0, 3.0]) == ("smape", [2.0])
+    assert split_key("smape", [2.0, 3.0]) == ("smape", [2.0, 3.0])
+    assert split_key("mape L=2.5H", [2.5, 3.0]) == ("mape", [2.5])
+
+
+def test_a_test_run_trains_the_lookbacks_validation_chose(tmp_path):
+    entry = {"loss": "smape", "weight": 1.0, "metric": "smape", "losses": {"smape": 1.0}}
+    write_choices(tmp_path, {"4": {**entry, "lookbacks": [2]}, "6": entry}, validation=True)
+    choices = read_choices(tmp_path, ["4", "6"], "smape")
+    assert choices is not None and choices["4"]["lookbacks"] == [2.0]
+    info = None  # not read by lookbacks_of
+    plan = Plan("m", tmp_path, CompetitionSpec(), info, tmp_path, [4, 6], None, [], [],  # type: ignore[arg-type]
+                choices=choices)  # fmt: skip
+    assert plan.lookbacks_of("4", [2.0, 3.0]) == [2.0]
+    assert plan.lookbacks_of("6", [2.0, 3.0]) == [2.0, 3.0]  # chosen before lookbacks were

@@ -17,8 +17,8 @@ import pytest
 
 import metadist
 from metadist.api.artifact import PERIODS_FILE, recorded_periods, write_periods
-from metadist.commands.competition import load_spec, main, read_adaptation_choice, scan_series
-from metadist.commands.competition.cli import RECIPES
+from metadist.commands.competition import cli, load_spec, main, read_adaptation_choice, scan_series
+from metadist.commands.competition.cli import RECIPE_LOOKBACKS, RECIPES
 from metadist.commands.competition.eta import TrainingProgress, last_step
 from metadist.commands.competition.members import (
     Group,
@@ -159,6 +159,20 @@ def test_the_cpu_recipe_names_its_experiment_and_refuses_another(capsys):
     with pytest.raises(SystemExit):
         main(["nowhere", "--recipe", "cpu", "--experiment", "competition"])
     assert "--experiment and --recipe cpu both name the experiment" in capsys.readouterr().err
+
+
+def test_the_cpu_recipe_ensembles_two_lookbacks_unless_told(monkeypatch):
+    seen = []
+    monkeypatch.setattr(cli, "run_pipeline", lambda args, prog: seen.append(args) or 0)
+    assert RECIPE_LOOKBACKS == {"default": (2.0,), "cpu": (2.0, 3.0)}
+    for argv, lookbacks in (
+        (["data", "--recipe", "cpu"], [2.0, 3.0]),
+        (["data"], [2.0]),
+        (["data", "--recipe", "cpu", "--lookbacks", "2"], [2.0]),
+        (["data", "--lookbacks", "2", "4"], [2.0, 4.0]),
+    ):
+        assert main(argv) == 0
+        assert seen[-1].lookbacks == lookbacks, argv
 
 
 def test_training_progress_counts_steps_from_the_runs_records(tmp_path):

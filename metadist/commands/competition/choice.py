@@ -6,7 +6,10 @@ series' history makes plausible, and the weight of the model against seasonal na
 A recipe with candidate losses (`--recipe cpu`: the data set's metric and sMAPE) trains
 one ensemble per candidate under `--validation`, evaluates each, and keeps per group the
 loss whose ensemble (adapted or not, whichever is better) scores best by the data set's
-metric on the validation holdout. On the chosen ensemble's validation forecasts it then
+metric on the validation holdout. Where the ensemble spans several lookbacks
+(`--recipe cpu`: 2H and 3H), the members of the first lookback alone are a candidate of
+their own (`single_key`), so each group keeps the ensemble or that one lookback
+(`lookbacks` in its choice), whichever scored best. On the chosen ensemble's validation forecasts it then
 chooses the band's width per group (`metadist.eval.plausibility`, "none" among them:
 the model unguarded), and on that guarded model one weight `w` per group
 (`metadist.eval.fallback_combination`): the forecast `w · model + (1 − w) · seasonal
@@ -42,6 +45,21 @@ def candidate_losses(
     out = [metric] if metric in available else []
     out += [loss for loss in extra if loss in available]
     return tuple(dict.fromkeys(out))
+
+
+def single_key(loss: str, multiple: float) -> str:
+    """The candidate of `loss`'s members of one lookback `multiple` of H alone."""
+    return f"{loss} L={multiple:g}H"
+
+
+def split_key(key: str, lookbacks: Sequence[float]) -> tuple[str, list[float]]:
+    """`(loss, lookbacks)` of a candidate named `key`: `single_key`'s one lookback, else
+    the loss's ensemble of all `lookbacks`."""
+    for multiple in lookbacks:
+        loss = key.removesuffix(f" L={multiple:g}H")
+        if loss != key:
+            return loss, [float(multiple)]
+    return key, [float(k) for k in lookbacks]
 
 
 def best_method(run_dir: Path) -> tuple[str, float, str]:
@@ -118,10 +136,17 @@ def describe(key: str, entry: dict[str, Any]) -> str:
     guards = ", ".join(f"{k} {v:.3f}" for k, v in entry.get("guards", {}).items())
     return (
         f"== H={key}: validation {entry['metric']} by loss: {losses}; chosen {entry['loss']} "
-        f"({entry['method']}); band width {entry.get('guard', 'none')} (validation "
+        f"{_lookbacks(entry)}({entry['method']}); band width {entry.get('guard', 'none')} (validation "
         f"{entry['metric']}: {guards}); weight of the model against {entry['fallback']}: "
         f"{entry['weight']:.1f}"
     )
+
+
+def _lookbacks(entry: dict[str, Any]) -> str:
+    """`lookbacks 2H, 3H ` of a choice that records them, else nothing."""
+    if not entry.get("lookbacks"):
+        return ""
+    return "lookbacks " + ", ".join(f"{float(k):g}H" for k in entry["lookbacks"]) + " "
 
 
 def read_choices(
@@ -144,6 +169,8 @@ def read_choices(
         for entry in entries.values():
             str(entry["loss"]), float(entry["weight"]), str(entry["metric"])
             parse_width(entry.get("guard"))
+            if entry.get("lookbacks") is not None:
+                entry["lookbacks"] = [float(k) for k in entry["lookbacks"]]
     except (ValueError, KeyError, TypeError, AttributeError):
         raise ValueError(f"{path} is not a choice written by metadist competition") from None
     if protocol != "validation":

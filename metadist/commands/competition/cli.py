@@ -19,6 +19,10 @@ RECIPES = {"default": ("competition", 2), "cpu": ("competition_cpu", 1)}
 # --recipe: the losses tried per group under --validation, besides the data set's metric
 # (chosen there by that metric, `choice.py`); none: no choice, the metric is the loss
 RECIPE_CANDIDATES: dict[str, tuple[str, ...]] = {"default": (), "cpu": ("smape",)}
+# --recipe: the lookback multiples of the horizon, one ensemble member each, where
+# --lookbacks is not given (cpu: N-BEATS-style members over two lookbacks, chosen on the
+# validation protocol of tourism and M1, BENCHMARKS.md "Tourism on a CPU")
+RECIPE_LOOKBACKS: dict[str, tuple[float, ...]] = {"default": (2.0,), "cpu": (2.0, 3.0)}
 
 
 def build_parser(prog: str = "metadist competition") -> argparse.ArgumentParser:
@@ -58,9 +62,9 @@ def build_parser(prog: str = "metadist competition") -> argparse.ArgumentParser:
         "--lookbacks",
         type=_multiple,
         nargs="+",
-        default=[2.0],
-        help="lookback multiples of the horizon, one ensemble member each (default: 2; "
-        "N-BEATS: 2..7)",
+        default=None,
+        help="lookback multiples of the horizon, one ensemble member each (default: the "
+        "recipe's: 2; cpu: 2 3; N-BEATS: 2..7)",
     )
     _add_loss_options(parser)
     parser.add_argument(
@@ -124,6 +128,8 @@ def main(argv: list[str] | None = None, prog: str = "metadist competition") -> i
         parser.error(f"--experiment and --recipe {args.recipe} both name the experiment")
     args.experiment = args.experiment or experiment
     args.jobs = jobs if args.jobs is None else args.jobs
+    if args.lookbacks is None:
+        args.lookbacks = list(RECIPE_LOOKBACKS[args.recipe])
     if args.losses is not None and args.loss_candidates is not None:
         parser.error(
             "--losses (one ensemble of every loss) and --loss-candidates (one loss "

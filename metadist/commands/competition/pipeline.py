@@ -19,6 +19,8 @@ from metadist.commands.competition.choice import (
     choose_group,
     describe,
     read_choices,
+    single_key,
+    split_key,
     write_choices,
 )
 from metadist.commands.competition.evaluation import (
@@ -106,6 +108,12 @@ class Plan:
         """The losses group `key` trains: the one a validation run chose, else `losses`."""
         return (str(self.choices[key]["loss"]),) if self.choices else self.losses
 
+    def lookbacks_of(self, key: str, lookbacks: list[float]) -> list[float]:
+        """The lookback multiples group `key` trains: those a validation run chose (where
+        it recorded them), else `lookbacks` (`--lookbacks`)."""
+        chosen = (self.choices or {}).get(key, {}).get("lookbacks")
+        return list(chosen) if chosen else lookbacks
+
     @property
     def test_path(self) -> Path:
         return self.data_dir / self.spec.test
@@ -127,7 +135,10 @@ def run_pipeline(args: argparse.Namespace, prog: str) -> int:
     if _ingest(plan, store, env) != 0:
         return 1
     ensembles = {
-        g.key: members_of(g, args.lookbacks, plan.losses_of(g.key), args.seeds) for g in plan.groups
+        g.key: members_of(
+            g, plan.lookbacks_of(g.key, args.lookbacks), plan.losses_of(g.key), args.seeds
+        )
+        for g in plan.groups
     }
     trained = train_members(
         ensembles, args.experiment, store, plan.out, plan.train_overrides, env, args.jobs
@@ -143,14 +154,16 @@ def run_pipeline(args: argparse.Namespace, prog: str) -> int:
         members = ensembles[group.key]
         by_loss = {"": members}
         if plan.candidates:
-            by_loss = {c: [m for m in members if m.loss == c] for c in plan.candidates}
+            by_loss = candidate_members(members, plan.candidates, args.lookbacks, group.horizon)
         evaluated = evaluate_candidates(
             group.horizon, by_loss, plan.out, plan.spec, info, plan.test_path, plan.ets,
             plan.eval_overrides,
         )  # fmt: skip
         if plan.candidates:
-            chosen[group.key] = choose_group(evaluated)
-            firsts.append(evaluated[chosen[group.key]["loss"]])
+            entry = choose_group(evaluated)
+            firsts.append(evaluated[entry["loss"]])
+            entry["loss"], entry["lookbacks"] = split_key(entry["loss"], args.lookbacks)
+            chosen[group.key] = entry
         else:
             firsts.append(evaluated[""])
     if chosen:
@@ -166,6 +179,23 @@ def run_pipeline(args: argparse.Namespace, prog: str) -> int:
         print(write_guarded(plan.out, runs, plan.spec.metric, weights), end="")
     print(f"== all steps: {time.perf_counter() - started:.1f} s; table: {plan.out / 'metrics.md'}")
     return 0
+
+
+def candidate_members(
+    members: list[Member], losses: tuple[str, ...], lookbacks: list[float], horizon: int
+) -> dict[str, list[Member]]:
+    """The candidates one group chooses among on validation: each loss's ensemble, and,
+    where it spans several lookbacks, its members of the first lookback alone
+    (`choice.single_key`)."""
+    out = {}
+    for loss in losses:
+        own = [m for m in members if m.loss == loss]
+        out[loss] = own
+        first = members_of(horizon, lookbacks[:1], [loss], 1)[0].lookback
+        single = [m for m in own if m.lookback == first]
+        if len(lookbacks) > 1 and single and len(single) < len(own):
+            out[single_key(loss, lookbacks[0])] = single
+    return out
 
 
 def plan_run(args: argparse.Namespace) -> Plan:

@@ -22,6 +22,7 @@ from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
 from metadist.batch import TaskSet
+from metadist.learners.adam_update import Moments, adam_steps
 from metadist.learners.batching import has_batched_vjp
 from metadist.learners.explicit_grad import explicit_inner_grads
 from metadist.learners.losses import _accuracy, task_loss, task_losses
@@ -55,6 +56,11 @@ class FunctionalInnerLoop:
     # Hooks, defined (and documented) by `InnerLoopLearner`.
     adapted_names: Callable[..., list[str]]
     step_size: Callable[[int, str], Tensor | float]
+
+    def inner_optimizer(self) -> str:
+        """The inner loop's update now: "sgd" (`param − lr · grad`) here; a learner
+        may step by "adam" (`learners.adam_update`, one state per task)."""
+        return "sgd"
 
     def _score(
         self,
@@ -112,6 +118,7 @@ class FunctionalInnerLoop:
     ) -> tuple[Params, Tensor]:
         """`steps` gradient steps on the support set `(x, y)`; `on_step(step, fast)`, if
         given, sees the adapted parameters after each step (MAML++'s multi-step loss).
+        Each step is SGD's or Adam's, as `inner_optimizer()` says.
 
         Batched, each adapted parameter becomes a `[B, ...]` expansion of the shared one
         and the step is one plain `torch.autograd.grad` of the sum of the B task losses:
@@ -148,6 +155,8 @@ class FunctionalInnerLoop:
             fast = self.prototype_head.initial_rows(
                 lambda f: self._run_model(f, fixed, buffers, x, batched), fast, y, build_graph
             )
+        adam = self.inner_optimizer() == "adam"
+        moments: list[Moments] | None = None  # Adam's, per task (their shape is grads')
         losses = []
         for step in range(steps):
             found = None
@@ -169,7 +178,11 @@ class FunctionalInnerLoop:
                 loss, grads = found
             losses.append(loss)
             with torch.set_grad_enabled(build_graph):
-                fast = _sgd_steps(fast, [self.step_size(step, n) for n in names], grads)
+                sizes = [self.step_size(step, n) for n in names]
+                if adam:
+                    fast, moments = adam_steps(fast, sizes, grads, moments, step)
+                else:
+                    fast = _sgd_steps(fast, sizes, grads)
                 if on_step is not None:
                     on_step(step, fast)
         if shared:  # no step taken

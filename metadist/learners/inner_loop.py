@@ -117,8 +117,7 @@ class FunctionalInnerLoop:
         on_step: Callable[[int, Params], None] | None = None,
     ) -> tuple[Params, Tensor]:
         """`steps` gradient steps on the support set `(x, y)`; `on_step(step, fast)`, if
-        given, sees the adapted parameters after each step (MAML++'s multi-step loss).
-        Each step is SGD's or Adam's, as `inner_optimizer()` says.
+        given, sees the adapted parameters after each step (`_update` makes the step).
 
         Batched, each adapted parameter becomes a `[B, ...]` expansion of the shared one
         and the step is one plain `torch.autograd.grad` of the sum of the B task losses:
@@ -155,9 +154,7 @@ class FunctionalInnerLoop:
             fast = self.prototype_head.initial_rows(
                 lambda f: self._run_model(f, fixed, buffers, x, batched), fast, y, build_graph
             )
-        adam = self.inner_optimizer() == "adam"
-        moments: list[Moments] | None = None  # Adam's, per task (their shape is grads')
-        losses = []
+        losses, moments = [], None
         for step in range(steps):
             found = None
             if explicit:
@@ -178,11 +175,7 @@ class FunctionalInnerLoop:
                 loss, grads = found
             losses.append(loss)
             with torch.set_grad_enabled(build_graph):
-                sizes = [self.step_size(step, n) for n in names]
-                if adam:
-                    fast, moments = adam_steps(fast, sizes, grads, moments, step)
-                else:
-                    fast = _sgd_steps(fast, sizes, grads)
+                fast, moments = self._update(fast, names, step, grads, moments)
                 if on_step is not None:
                     on_step(step, fast)
         if shared:  # no step taken
@@ -192,6 +185,21 @@ class FunctionalInnerLoop:
         with torch.no_grad():  # detached, in one op rather than one per step
             support_losses = torch.stack(losses, dim=-1) if losses else x.new_zeros(*shape, 0)
         return fast, support_losses
+
+    def _update(
+        self,
+        fast: Params,
+        names: list[str],
+        step: int,
+        grads: tuple[Tensor, ...],
+        moments: list[Moments] | None,
+    ) -> tuple[Params, list[Moments] | None]:
+        """One inner step's update of `fast`: SGD's, or Adam's from `moments` (one state
+        per task: their shape is the gradients'; None before the first step)."""
+        sizes = [self.step_size(step, n) for n in names]
+        if self.inner_optimizer() == "adam":
+            return adam_steps(fast, sizes, grads, moments, step)
+        return _sgd_steps(fast, sizes, grads), None
 
     def _autograd_step(
         self,

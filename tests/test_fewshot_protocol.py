@@ -400,6 +400,7 @@ def test_pretraining_learns_the_meta_train_classes():
         "protonet",
         "maml",
         "maml_pretrained",
+        "maml_tune",
         "metabaseline",
         "metabaseline_ft",
         "metabaseline_adam",

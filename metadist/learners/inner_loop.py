@@ -22,6 +22,7 @@ from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
 from metadist.batch import TaskSet
+from metadist.learners.adam_update import Moments, adam_steps
 from metadist.learners.batching import has_batched_vjp
 from metadist.learners.explicit_grad import explicit_inner_grads
 from metadist.learners.losses import _accuracy, task_loss, task_losses
@@ -55,6 +56,11 @@ class FunctionalInnerLoop:
     # Hooks, defined (and documented) by `InnerLoopLearner`.
     adapted_names: Callable[..., list[str]]
     step_size: Callable[[int, str], Tensor | float]
+
+    def inner_optimizer(self) -> str:
+        """The inner loop's update now: "sgd" (`param − lr · grad`) here; a learner
+        may step by "adam" (`learners.adam_update`, one state per task)."""
+        return "sgd"
 
     def _score(
         self,
@@ -111,7 +117,7 @@ class FunctionalInnerLoop:
         on_step: Callable[[int, Params], None] | None = None,
     ) -> tuple[Params, Tensor]:
         """`steps` gradient steps on the support set `(x, y)`; `on_step(step, fast)`, if
-        given, sees the adapted parameters after each step (MAML++'s multi-step loss).
+        given, sees the adapted parameters after each step (`_update` makes the step).
 
         Batched, each adapted parameter becomes a `[B, ...]` expansion of the shared one
         and the step is one plain `torch.autograd.grad` of the sum of the B task losses:
@@ -148,7 +154,7 @@ class FunctionalInnerLoop:
             fast = self.prototype_head.initial_rows(
                 lambda f: self._run_model(f, fixed, buffers, x, batched), fast, y, build_graph
             )
-        losses = []
+        losses, moments = [], None
         for step in range(steps):
             found = None
             if explicit:
@@ -169,7 +175,7 @@ class FunctionalInnerLoop:
                 loss, grads = found
             losses.append(loss)
             with torch.set_grad_enabled(build_graph):
-                fast = _sgd_steps(fast, [self.step_size(step, n) for n in names], grads)
+                fast, moments = self._update(fast, names, step, grads, moments)
                 if on_step is not None:
                     on_step(step, fast)
         if shared:  # no step taken
@@ -179,6 +185,21 @@ class FunctionalInnerLoop:
         with torch.no_grad():  # detached, in one op rather than one per step
             support_losses = torch.stack(losses, dim=-1) if losses else x.new_zeros(*shape, 0)
         return fast, support_losses
+
+    def _update(
+        self,
+        fast: Params,
+        names: list[str],
+        step: int,
+        grads: tuple[Tensor, ...],
+        moments: list[Moments] | None,
+    ) -> tuple[Params, list[Moments] | None]:
+        """One inner step's update of `fast`: SGD's, or Adam's from `moments` (one state
+        per task: their shape is the gradients'; None before the first step)."""
+        sizes = [self.step_size(step, n) for n in names]
+        if self.inner_optimizer() == "adam":
+            return adam_steps(fast, sizes, grads, moments, step)
+        return _sgd_steps(fast, sizes, grads), None
 
     def _autograd_step(
         self,

@@ -15,6 +15,8 @@ from metadist.learners.maml_plus import MetaStepCounter, step_loss_weights, weig
 from metadist.learners.proto_head import PrototypeHead
 from metadist.learners.registry import register_learner
 
+INNER_OPTIMIZERS = ("sgd", "adam")
+
 
 @register_learner("maml")
 class MAML(InnerLoopLearner):
@@ -44,13 +46,28 @@ class MAML(InnerLoopLearner):
             inner steps. Default false.
         prototype_scale: the prototype rows' scale `s` (logits `-s·|f - μ_c|²` + const
             before the first step); default 10.
-        **options: `InnerLoopLearner.Options`, plus the six above.
+        inner_optimizer: the inner loop's update, "sgd" (default, `θ − α·g`) or "adam"
+            (Adam's step `θ − α·m̂/(√v̂ + ε)`, `torch.optim.Adam`'s arithmetic with its
+            default betas and eps, its moments kept per task and started at zero for
+            each adaptation; `learners.adam_update`). Adam's directions are constants of
+            the outer graph, so training with it needs `first_order: true`. Adam
+            steps a gradient by its sign whatever its size: with `shared_head` alone
+            (every row equal before the first step) the body's first gradient is 0 in
+            exact arithmetic and its float32 round-off, which depends on the way order,
+            moves the body by up to `α`; with `prototype_head` it is not 0.
+        eval_inner_optimizer: the update in eval mode (evaluation, meta-val); None
+            (default): `inner_optimizer`. Eval mode builds no outer graph, so "adam"
+            needs no `first_order` here.
+        eval_inner_lr: the step size in eval mode (> 0); None (default): `inner_lr`.
+            Not with `learn_inner_lr` (the learned sizes are used in both modes).
+        **options: `InnerLoopLearner.Options`, plus the nine above.
 
     Raises:
         ValueError: a bad option, naming it (e.g. `learn_inner_lr` with 0 inner steps,
             `inner_lr_per_layer` without `learn_inner_lr`, a negative
             `multi_step_loss_steps`, `first_order_steps` with `first_order`,
-            `prototype_head` without `shared_head` or without a head bias).
+            `prototype_head` without `shared_head` or without a head bias, an unknown
+            `inner_optimizer`, "adam" in training without `first_order`).
     """
 
     @dataclass(frozen=True)
@@ -61,12 +78,16 @@ class MAML(InnerLoopLearner):
         first_order_steps: int = 0
         prototype_head: bool = False
         prototype_scale: float = 10.0
+        inner_optimizer: str = "sgd"
+        eval_inner_optimizer: str | None = None
+        eval_inner_lr: float | None = None
 
     def __init__(self, model: nn.Module, **options: Any) -> None:
         super().__init__(model, **options)
         opts = self.options
         self.learn_inner_lr = opts.learn_inner_lr
         self._check_maml_plus(opts)
+        self._check_inner_optimizer(opts)
         self.prototype_head = self._prototype_head(opts)
         if self.learn_inner_lr:
             if self.inner_steps == 0:
@@ -107,6 +128,37 @@ class MAML(InnerLoopLearner):
                 "multi_step_loss_steps", "needs inner_steps >= 1", opts.multi_step_loss_steps
             )
 
+    def _check_inner_optimizer(self, opts: Any) -> None:
+        for field in ("inner_optimizer", "eval_inner_optimizer"):
+            value = getattr(opts, field)
+            if value not in INNER_OPTIMIZERS and not (field.startswith("eval") and value is None):
+                raise self._options_error(field, f"must be one of {INNER_OPTIMIZERS}", value)
+        if opts.inner_optimizer == "adam" and not opts.first_order:
+            raise self._options_error(
+                "inner_optimizer",
+                "'adam' needs first_order: true (its directions are constants of the "
+                "meta-gradient)",
+                opts.inner_optimizer,
+            )
+        rate = opts.eval_inner_lr
+        if rate is None:
+            return
+        if isinstance(rate, bool) or not isinstance(rate, int | float) or not rate > 0:
+            raise self._options_error("eval_inner_lr", "must be a number > 0 or null", rate)
+        if opts.learn_inner_lr:
+            raise self._options_error(
+                "eval_inner_lr", "has no effect with learn_inner_lr: true (set it to null)", rate
+            )
+
+    def inner_optimizer(self) -> str:
+        """`eval_inner_optimizer` in eval mode where it is set, else `inner_optimizer`."""
+        evaluating = self.options.eval_inner_optimizer
+        return (
+            evaluating
+            if evaluating is not None and not self.training
+            else self.options.inner_optimizer
+        )
+
     def _prototype_head(self, opts: Any) -> PrototypeHead | None:
         if not opts.prototype_head:
             return None
@@ -129,7 +181,8 @@ class MAML(InnerLoopLearner):
 
     def step_size(self, step: int, name: str) -> Tensor | float:
         if not self.learn_inner_lr:
-            return self.inner_lr
+            rate = self.options.eval_inner_lr
+            return float(rate) if rate is not None and not self.training else self.inner_lr
         rates = self.inner_lrs[min(step, self.inner_steps - 1)]
         return rates[self._layer_index[name]] if rates.dim() else rates
 

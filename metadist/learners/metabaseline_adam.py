@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from metadist.learners.adam_update import adam_direction
 from metadist.learners.head_fine_tuning import HeadFineTuning
 from metadist.learners.registry import register_learner
 
@@ -115,12 +116,6 @@ class MetaBaselineAdam(HeadFineTuning):
         self, gradient: Tensor, moments: tuple[Tensor, Tensor], step: int
     ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
         """Adam's step direction (to be scaled by the step size) at `step` (from 0) and
-        the updated `(first, second)` moments, with `torch.optim.Adam`'s arithmetic:
-        `m̂ / (√v / √c2 + ε)`, `m̂ = m / c1`."""
-        beta1, beta2 = (float(b) for b in self.options.betas)
-        first = beta1 * moments[0] + (1 - beta1) * gradient
-        second = beta2 * moments[1] + (1 - beta2) * gradient * gradient
-        correction1 = 1 - beta1 ** (step + 1)
-        correction2 = 1 - beta2 ** (step + 1)
-        denominator = second.sqrt() / math.sqrt(correction2) + self.options.eps
-        return first / correction1 / denominator, (first, second)
+        the updated `(first, second)` moments, with `torch.optim.Adam`'s arithmetic
+        (`learners.adam_update.adam_direction`, at this learner's `betas` and `eps`)."""
+        return adam_direction(gradient, moments, step, self.options.betas, self.options.eps)

@@ -194,6 +194,9 @@ def test_learner_subclasses_declare_only_what_they_add():
         "first_order_steps",
         "prototype_head",
         "prototype_scale",
+        "inner_optimizer",
+        "eval_inner_optimizer",
+        "eval_inner_lr",
     }
     assert anil - maml == {"head"}
     model = nn.Sequential(nn.Linear(1, 4), nn.Tanh(), nn.Linear(4, 1))

@@ -132,6 +132,8 @@ def _kept_entries(eval_dir: Path) -> set[str]:
         return set(json.loads(str(saved["index"]))["entries"])
 
 
+# slow (15 s): `make test` keeps the few-shot case above; this one runs in `make test-slow`
+@pytest.mark.slow
 @pytest.mark.integration
 @pytest.mark.timeout(400)
 def test_sharded_forecast_evaluation_equals_one_process(store, tmp_path, monkeypatch):

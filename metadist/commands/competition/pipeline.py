@@ -187,11 +187,10 @@ def candidate_members(
     """The candidates one group chooses among on validation: each loss's ensemble, and,
     where it spans several lookbacks, its members of the first lookback alone
     (`choice.single_key`)."""
+    first = members_of(horizon, lookbacks[:1], losses[:1], 1)[0].lookback if losses else 0
     out = {}
     for loss in losses:
-        own = [m for m in members if m.loss == loss]
-        out[loss] = own
-        first = members_of(horizon, lookbacks[:1], [loss], 1)[0].lookback
+        own = out[loss] = [m for m in members if m.loss == loss]
         single = [m for m in own if m.lookback == first]
         if len(lookbacks) > 1 and single and len(single) < len(own):
             out[single_key(loss, lookbacks[0])] = single

@@ -25,7 +25,8 @@ extra; nothing is downloaded), every shot count and every learner:
 `--learners` names the recipes `ucr_<learner>`: `protonet`, `maml`, `maml_plus` (MAML with
 the shared head and the MAML++ options), `maml_pretrained` (MAML from a pretrained
 backbone, Proto-MAML's head, 10 first-order steps at 0.01), `maml_tune` (the same
-training, its evaluation fitting each support set with Adam's inner steps),
+training, its evaluation fitting each support set with 100 Adam inner steps: at 0.003,
+at 0.01 in 1-shot episodes),
 `metabaseline` (pre-training, then meta-training),
 `metabaseline_ft` (the same, its cosine head fine-tuned on each support set by SGD steps of
 meta-learned sizes), `metabaseline_adam` (the same with Adam's update, 100 steps),

@@ -33,7 +33,8 @@ from metadist.eval.trained import load_run, trained_learner
 def candidate_learner(config, state, parts, optimizer: str, lr: float):
     """The run's learner with its eval-mode inner loop set to `optimizer` at `lr`."""
     options = dict(config.learner.options)
-    options.update(eval_inner_optimizer=optimizer, eval_inner_lr=lr)
+    # the candidate's rate at every shot count (not the recipe's rates by shots)
+    options.update(eval_inner_optimizer=optimizer, eval_inner_lr=lr, eval_inner_lr_by_shots=None)
     config.learner.options = options
     learner = trained_learner(config, state, parts)
     learner.eval()

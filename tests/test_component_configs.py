@@ -197,6 +197,7 @@ def test_learner_subclasses_declare_only_what_they_add():
         "inner_optimizer",
         "eval_inner_optimizer",
         "eval_inner_lr",
+        "eval_inner_lr_by_shots",
     }
     assert anil - maml == {"head"}
     model = nn.Sequential(nn.Linear(1, 4), nn.Tanh(), nn.Linear(4, 1))

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from metadist.batch import MetaBatch
+from metadist.batch import MetaBatch, TaskSet
 from metadist.learners.base import InnerLoopLearner, MetaOutput, Params
 from metadist.learners.heads import SharedRowLinear
 from metadist.learners.maml_plus import MetaStepCounter, step_loss_weights, weighted_step_losses
 from metadist.learners.proto_head import PrototypeHead
 from metadist.learners.registry import register_learner
+from metadist.learners.shots import by_shots, support_shots
 
 INNER_OPTIMIZERS = ("sgd", "adam")
 
@@ -60,14 +63,20 @@ class MAML(InnerLoopLearner):
             needs no `first_order` here.
         eval_inner_lr: the step size in eval mode (> 0); None (default): `inner_lr`.
             Not with `learn_inner_lr` (the learned sizes are used in both modes).
-        **options: `InnerLoopLearner.Options`, plus the nine above.
+        eval_inner_lr_by_shots: classification: `{K: step size}`, the eval-mode step
+            size where the support set gives K examples per class (K read from the
+            support labels: the fewest of any class; `learners.shots`); a K not listed
+            uses `eval_inner_lr`. None (default): none. Not with `learn_inner_lr`;
+            needs `loss: cross_entropy`.
+        **options: `InnerLoopLearner.Options`, plus the ten above.
 
     Raises:
         ValueError: a bad option, naming it (e.g. `learn_inner_lr` with 0 inner steps,
             `inner_lr_per_layer` without `learn_inner_lr`, a negative
             `multi_step_loss_steps`, `first_order_steps` with `first_order`,
             `prototype_head` without `shared_head` or without a head bias, an unknown
-            `inner_optimizer`, "adam" in training without `first_order`).
+            `inner_optimizer`, "adam" in training without `first_order`, a shot count
+            < 1 or a step size <= 0 in `eval_inner_lr_by_shots`).
     """
 
     @dataclass(frozen=True)
@@ -81,6 +90,7 @@ class MAML(InnerLoopLearner):
         inner_optimizer: str = "sgd"
         eval_inner_optimizer: str | None = None
         eval_inner_lr: float | None = None
+        eval_inner_lr_by_shots: dict[int, float] | None = None
 
     def __init__(self, model: nn.Module, **options: Any) -> None:
         super().__init__(model, **options)
@@ -88,6 +98,9 @@ class MAML(InnerLoopLearner):
         self.learn_inner_lr = opts.learn_inner_lr
         self._check_maml_plus(opts)
         self._check_inner_optimizer(opts)
+        self._eval_lr_by_shots = self._check_by_shots(opts)
+        # K of the support set being adapted in eval mode, where a setting depends on it.
+        self._support_shots: int | None = None
         self.prototype_head = self._prototype_head(opts)
         if self.learn_inner_lr:
             if self.inner_steps == 0:
@@ -150,6 +163,41 @@ class MAML(InnerLoopLearner):
                 "eval_inner_lr", "has no effect with learn_inner_lr: true (set it to null)", rate
             )
 
+    def _check_by_shots(self, opts: Any) -> dict[int, float]:
+        field, value = "eval_inner_lr_by_shots", opts.eval_inner_lr_by_shots
+        try:
+            rates = by_shots(value)
+        except ValueError as error:
+            raise self._options_error(field, str(error), value) from None
+        if rates and opts.learn_inner_lr:
+            raise self._options_error(
+                field, "has no effect with learn_inner_lr: true (set it to null)", value
+            )
+        if rates and self.loss != "cross_entropy":
+            raise self._options_error(
+                field, "needs loss: cross_entropy (shots are examples per class)", value
+            )
+        return rates
+
+    @contextmanager
+    def _reading_shots(self, support: TaskSet) -> Iterator[None]:
+        """Within: the support set's K known to `step_size` (eval mode, where
+        `eval_inner_lr_by_shots` is set)."""
+        if not self._eval_lr_by_shots or self.training:
+            yield
+            return
+        self._support_shots = support_shots(support.y)
+        try:
+            yield
+        finally:
+            self._support_shots = None
+
+    def adapt(self, support: TaskSet, steps: int | None = None) -> Params:
+        """`InnerLoopLearner.adapt`, with the step size of the support set's shot count
+        where `eval_inner_lr_by_shots` gives one (eval mode)."""
+        with self._reading_shots(support):
+            return super().adapt(support, steps)
+
     def inner_optimizer(self) -> str:
         """`eval_inner_optimizer` in eval mode where it is set, else `inner_optimizer`."""
         evaluating = self.options.eval_inner_optimizer
@@ -181,8 +229,12 @@ class MAML(InnerLoopLearner):
 
     def step_size(self, step: int, name: str) -> Tensor | float:
         if not self.learn_inner_lr:
-            rate = self.options.eval_inner_lr
-            return float(rate) if rate is not None and not self.training else self.inner_lr
+            if self.training:
+                return self.inner_lr
+            rate = self._eval_lr_by_shots.get(self._support_shots)  # type: ignore[arg-type]
+            if rate is None:
+                rate = self.options.eval_inner_lr
+            return self.inner_lr if rate is None else float(rate)
         rates = self.inner_lrs[min(step, self.inner_steps - 1)]
         return rates[self._layer_index[name]] if rates.dim() else rates
 
@@ -193,7 +245,8 @@ class MAML(InnerLoopLearner):
         if self.meta_steps is not None:
             seen = self.meta_steps.value
             self.first_order = self.options.first_order or seen < self.options.first_order_steps
-        out = super().forward(batch)
+        with self._reading_shots(batch.support):
+            out = super().forward(batch)
         if counting:
             assert self.meta_steps is not None
             self.meta_steps.advance()

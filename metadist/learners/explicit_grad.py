@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from metadist.learners.losses import task_losses
+from metadist.learners.losses import DENOMINATOR_FLOOR, task_losses
 
 Params = dict[str, Tensor]
 
@@ -41,8 +41,8 @@ def _smape_grad(prediction: Tensor, target: Tensor) -> Tensor:
     # (autograd's clamp_min backward); 0 where both are 0
     error = prediction - target
     total = prediction.abs() + target.abs()
-    denominator = total.clamp_min(1e-12)
-    relative = torch.where(total >= 1e-12, error.abs() / denominator, 0.0)
+    denominator = total.clamp_min(DENOMINATOR_FLOOR)
+    relative = torch.where(total >= DENOMINATOR_FLOOR, error.abs() / denominator, 0.0)
     slope = (torch.sign(error) - relative * torch.sign(prediction)) / denominator
     return torch.where(total > 0, slope * (2.0 / prediction[0].numel()), 0.0)
 
@@ -50,7 +50,7 @@ def _smape_grad(prediction: Tensor, target: Tensor) -> Tensor:
 def _mape_grad(prediction: Tensor, target: Tensor) -> Tensor:
     # d/dp of |e| / max(|y|, 1e-12) where y != 0: sgn(e) / |y|; 0 where y is 0
     size = target.abs()
-    slope = torch.sign(prediction - target) / size.clamp_min(1e-12)
+    slope = torch.sign(prediction - target) / size.clamp_min(DENOMINATOR_FLOOR)
     return torch.where(size > 0, slope * (1.0 / prediction[0].numel()), 0.0)
 
 

@@ -14,6 +14,9 @@ LOSSES = ("mse", "mae", "smape", "mape", "cross_entropy")
 # percentage error as a fraction (|y - p| / |y|, 0 where y is 0): scale-free too, and
 # it penalises over-forecasts more than under-forecasts.
 REGRESSION_LOSSES = ("mse", "mae", "smape", "mape")
+# The percentage losses' denominator floor (their written-out gradients, in
+# `learners.explicit_grad`, take the same).
+DENOMINATOR_FLOOR = 1e-12
 
 
 def _elementwise_loss(kind: str, prediction: Tensor, target: Tensor) -> Tensor:
@@ -25,10 +28,10 @@ def _elementwise_loss(kind: str, prediction: Tensor, target: Tensor) -> Tensor:
         return error.abs()
     if kind == "mape":
         size = target.abs()
-        return torch.where(size > 0, error.abs() / size.clamp_min(1e-12), 0.0)
+        return torch.where(size > 0, error.abs() / size.clamp_min(DENOMINATOR_FLOOR), 0.0)
     total = prediction.abs() + target.abs()
     # 0/0 (both zero) scores 0, and the denominator never reaches 0 in the backward pass.
-    return torch.where(total > 0, 2 * error.abs() / total.clamp_min(1e-12), 0.0)
+    return torch.where(total > 0, 2 * error.abs() / total.clamp_min(DENOMINATOR_FLOOR), 0.0)
 
 
 def task_loss(kind: str, prediction: Tensor, target: Tensor) -> Tensor:

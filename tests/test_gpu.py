@@ -39,6 +39,7 @@ SMALL = {
     "tcn": {"channels": 4, "num_levels": 2},
     "transformer": {"d_model": 8, "num_heads": 2, "num_layers": 1, "ff_size": 8},
     "gru": {"hidden_size": 4},
+    "nbeats": {"blocks_per_stack": 2, "width": 8},
 }
 
 
@@ -106,12 +107,18 @@ def test_every_learner_and_model_batched_equals_the_loop_on_cuda(learner_name, m
         results[(place, vectorize)] = _meta_step(learner, batch.to(target))
         model = model.cpu()
     reference = results[("cuda", False)]
+    # The fine-tuning and Adam inner loops (metabaseline_*) amplify rounding: an Adam step
+    # divides by the gradient's own size, so a near-zero gradient's rounding moves a
+    # weight by up to a whole step (tests/test_learners.py allows 10x on the CPU; between
+    # the GPU's and the CPU's products an H200 showed 1.15e-4 on one element of 8).
+    factor = 50.0 if learner_name.startswith("metabaseline_") else 1.0
+    rtol, atol = 1e-4 * factor, 1e-5 * factor
     for key in (("cuda", True), ("cpu", True)):
         loss, grads, prediction = results[key]
-        torch.testing.assert_close(loss, reference[0], rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(loss, reference[0], rtol=rtol, atol=atol)
         for name in grads:
-            torch.testing.assert_close(grads[name], reference[1][name], rtol=1e-4, atol=1e-5)
-        torch.testing.assert_close(prediction, reference[2], rtol=1e-4, atol=1e-5)
+            torch.testing.assert_close(grads[name], reference[1][name], rtol=rtol, atol=atol)
+        torch.testing.assert_close(prediction, reference[2], rtol=rtol, atol=atol)
 
 
 def _config(run_dir, *overrides):
@@ -148,22 +155,39 @@ def test_training_on_cuda_stops_and_resumes_exactly(tmp_path):
 
 
 @pytest.mark.timeout(600)
-def test_a_nan_on_cuda_is_never_applied_and_stops_the_run(tmp_path):
+def test_a_nan_on_cuda_is_never_applied_and_stops_the_run(tmp_path, monkeypatch):
     from metadist.train import NonFiniteLossError, latest_checkpoint_state, train
+    from metadist.train.step import MetaStep
 
+    # One meta-batch (the 8th step's) carries a NaN target: deterministic, unlike a
+    # learning rate large enough to diverge, whose first bad step varies by device.
+    original = MetaStep.__call__
+
+    def poisoning(self, batch, step, lr, *, sync):
+        if step == 7:
+            y = batch.query.y.clone()
+            y[0, 0] = float("nan")
+            batch = MetaBatch(
+                support=batch.support,
+                query=TaskSet(batch.query.x, y),
+                entity_index=batch.entity_index,
+                stratum=batch.stratum,
+                split_time=batch.split_time,
+            )
+        return original(self, batch, step, lr, sync=sync)
+
+    monkeypatch.setattr(MetaStep, "__call__", poisoning)
     config = _config(
         tmp_path / "run",
         "trainer.meta_steps=60",
         "trainer.checkpoint_every=3",
         "logging.log_every=30",
-        "optimizer=sgd",
-        "optimizer.lr=1.0",
-        "optimizer.momentum=0.0",
     )
     assert config.trainer.check_every is None  # the GPU default: a read every 16 steps
-    with pytest.raises(NonFiniteLossError, match=r"not finite at step"):
+    with pytest.raises(NonFiniteLossError, match=r"not finite at step 8\b"):
         train(config)
     state = latest_checkpoint_state(config.resolved_run_dir)
+    assert state["step"] == 6  # the read at step 9's checkpoint found it; nothing saved
     assert all(torch.isfinite(t).all() for t in state["learner"].values())
 
 

@@ -224,3 +224,48 @@ def test_window_norm_batched_forward_normalises_each_task():
 def test_bad_window_norm_options_name_the_field(name, window, horizon, options, match):
     with pytest.raises(ValueError, match=match):
         build_model(name, window, horizon, **options)
+
+
+def test_the_written_out_gru_equals_torchs_with_vmap_and_second_derivatives():
+    from torch.func import functional_call, grad, vmap
+
+    from metadist.models.gru import gru_recurrence
+
+    class WrittenOut(nn.Module):
+        def __init__(self, gru):
+            super().__init__()
+            self.gru = gru
+
+        def forward(self, x):
+            return gru_recurrence(self.gru, x)
+
+    torch.manual_seed(0)
+    gru = nn.GRU(3, 5, num_layers=2, batch_first=True)
+    written = WrittenOut(gru)
+    x = torch.randn(4, 7, 3)
+    params = {k: v.detach() for k, v in gru.named_parameters()}
+
+    def fused(p, xs):
+        return functional_call(gru, p, (xs,))[0]
+
+    def by_hand(p, xs):
+        return functional_call(written, {f"gru.{k}": v for k, v in p.items()}, (xs,))
+
+    torch.testing.assert_close(gru_recurrence(gru, x), gru(x)[0], rtol=1e-5, atol=1e-6)
+    # first and second derivatives (MAML's) equal the fused kernel's
+    for order in (1, 2):
+        results = []
+        for fn in (fused, by_hand):
+            g = grad(lambda p, fn=fn: (fn(p, x) ** 2).mean())
+            if order == 2:
+                g = grad(lambda p, g=g: sum((v**2).sum() for v in g(p).values()))
+            results.append(g(params))
+        for k in params:
+            torch.testing.assert_close(results[1][k], results[0][k], rtol=1e-4, atol=1e-6)
+    # batched over tasks' own weights (a learner's inner loop) equals one task at a time
+    stacked = {k: v + 0.01 * torch.randn(3, *v.shape) for k, v in params.items()}
+    xs = torch.randn(3, 4, 7, 3)
+    batched = vmap(by_hand)(stacked, xs)
+    for i in range(3):
+        single = fused({k: v[i] for k, v in stacked.items()}, xs[i])
+        torch.testing.assert_close(batched[i], single, rtol=1e-5, atol=1e-6)

@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from torch import Tensor, nn
+from torch.nn import functional as F
 
 from metadist.models._common import (
     ConfigurableModel,
@@ -21,8 +23,11 @@ from metadist.models.registry import register_model
 class GRUModel(ConfigurableModel):
     """`nn.GRU` over the window, then a linear head on the last output.
 
-    `torch.func.vmap` has no batching rule for the fused GRU kernel, so learners run this
-    model through their per-task loop (they detect that and say so once).
+    On the CPU, `torch.func.vmap` has no batching rule for the fused GRU kernel, so
+    learners run this model through their per-task loop (they detect that and say so
+    once). On a GPU the recurrence is written out (`gru_recurrence`): cuDNN's fused kernel
+    accepts neither vmap's batched weights nor a second derivative (MAML's), and the
+    written-out steps take both, so learners batch their tasks there.
 
     Args:
         input_shape: `(L, F)`.
@@ -69,5 +74,36 @@ class GRUModel(ConfigurableModel):
 
     def forward(self, x: Tensor) -> Tensor:
         leading = split_leading(self.model_name, x, self.input_shape)
-        outputs, _ = self.body(x.reshape(-1, *self.input_shape))
+        flat = x.reshape(-1, *self.input_shape)
+        if flat.is_cuda:
+            outputs = gru_recurrence(self.body, flat)
+        else:
+            outputs, _ = self.body(flat)
         return self.head(outputs[:, -1]).reshape(*leading, *self.output_shape)
+
+
+def gru_recurrence(gru: nn.GRU, x: Tensor) -> Tensor:
+    """`gru(x)[0]` for a batch-first, unidirectional `nn.GRU` from a zero state, with its
+    equations written out step by step (`torch.nn.GRU`'s, gates in its order r, z, n):
+    every operation has a vmap batching rule and a second derivative.
+
+    Shapes: `x [N, L, F]` → `[N, L, hidden_size]`.
+    """
+    out = x
+    for layer in range(gru.num_layers):
+        w_ih, w_hh = getattr(gru, f"weight_ih_l{layer}"), getattr(gru, f"weight_hh_l{layer}")
+        b_ih = getattr(gru, f"bias_ih_l{layer}") if gru.bias else None
+        b_hh = getattr(gru, f"bias_hh_l{layer}") if gru.bias else None
+        inputs = F.linear(out, w_ih, b_ih)  # every step's input gates in one product
+        h = out.new_zeros(out.shape[0], gru.hidden_size)
+        steps = []
+        for t in range(out.shape[1]):
+            i_r, i_z, i_n = inputs[:, t].chunk(3, dim=-1)
+            h_r, h_z, h_n = F.linear(h, w_hh, b_hh).chunk(3, dim=-1)
+            r = torch.sigmoid(i_r + h_r)
+            z = torch.sigmoid(i_z + h_z)
+            n = torch.tanh(i_n + r * h_n)
+            h = n + z * (h - n)
+            steps.append(h)
+        out = torch.stack(steps, dim=1)
+    return out

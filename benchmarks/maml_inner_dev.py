@@ -35,6 +35,7 @@ def candidate_learner(config, state, parts, optimizer: str, lr: float):
     options = dict(config.learner.options)
     # the candidate's rate at every shot count (not the recipe's rates by shots)
     options.update(eval_inner_optimizer=optimizer, eval_inner_lr=lr, eval_inner_lr_by_shots=None)
+    options.update(eval_inner_steps_by_shots=None)
     config.learner.options = options
     learner = trained_learner(config, state, parts)
     learner.eval()

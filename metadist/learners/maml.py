@@ -68,7 +68,11 @@ class MAML(InnerLoopLearner):
             support labels: the fewest of any class; `learners.shots`); a K not listed
             uses `eval_inner_lr`. None (default): none. Not with `learn_inner_lr`;
             needs `loss: cross_entropy`.
-        **options: `InnerLoopLearner.Options`, plus the ten above.
+        eval_inner_steps_by_shots: classification: `{K: steps}`, the steps `adapt` takes
+            in eval mode where the support set gives K examples per class (as
+            `eval_inner_lr_by_shots`); a K not listed, or `adapt(steps=...)`, as
+            before. None (default): none. Needs `loss: cross_entropy`.
+        **options: `InnerLoopLearner.Options`, plus the eleven above.
 
     Raises:
         ValueError: a bad option, naming it (e.g. `learn_inner_lr` with 0 inner steps,
@@ -76,7 +80,8 @@ class MAML(InnerLoopLearner):
             `multi_step_loss_steps`, `first_order_steps` with `first_order`,
             `prototype_head` without `shared_head` or without a head bias, an unknown
             `inner_optimizer`, "adam" in training without `first_order`, a shot count
-            < 1 or a step size <= 0 in `eval_inner_lr_by_shots`).
+            < 1 or a step size <= 0 in `eval_inner_lr_by_shots`, a step count that is
+            not an int >= 1 in `eval_inner_steps_by_shots`).
     """
 
     @dataclass(frozen=True)
@@ -91,6 +96,7 @@ class MAML(InnerLoopLearner):
         eval_inner_optimizer: str | None = None
         eval_inner_lr: float | None = None
         eval_inner_lr_by_shots: dict[int, float] | None = None
+        eval_inner_steps_by_shots: dict[int, int] | None = None
 
     def __init__(self, model: nn.Module, **options: Any) -> None:
         super().__init__(model, **options)
@@ -99,6 +105,7 @@ class MAML(InnerLoopLearner):
         self._check_maml_plus(opts)
         self._check_inner_optimizer(opts)
         self._eval_lr_by_shots = self._check_by_shots(opts)
+        self._eval_steps_by_shots = self._check_steps_by_shots(opts)
         # K of the support set being adapted in eval mode, where a setting depends on it.
         self._support_shots: int | None = None
         self.prototype_head = self._prototype_head(opts)
@@ -179,6 +186,18 @@ class MAML(InnerLoopLearner):
             )
         return rates
 
+    def _check_steps_by_shots(self, opts: Any) -> dict[int, int]:
+        field, value = "eval_inner_steps_by_shots", opts.eval_inner_steps_by_shots
+        try:
+            counts = by_shots(value, integer=True)
+        except ValueError as error:
+            raise self._options_error(field, str(error), value) from None
+        if counts and self.loss != "cross_entropy":
+            raise self._options_error(
+                field, "needs loss: cross_entropy (shots are examples per class)", value
+            )
+        return {k: int(v) for k, v in counts.items()}
+
     @contextmanager
     def _reading_shots(self, support: TaskSet) -> Iterator[None]:
         """Within: the support set's K known to `step_size` (eval mode, where
@@ -193,8 +212,11 @@ class MAML(InnerLoopLearner):
             self._support_shots = None
 
     def adapt(self, support: TaskSet, steps: int | None = None) -> Params:
-        """`InnerLoopLearner.adapt`, with the step size of the support set's shot count
-        where `eval_inner_lr_by_shots` gives one (eval mode)."""
+        """`InnerLoopLearner.adapt`, with the step size and step count of the support
+        set's shot count where `eval_inner_lr_by_shots` / `eval_inner_steps_by_shots`
+        give them (eval mode, `steps` not given)."""
+        if steps is None and self._eval_steps_by_shots and not self.training:
+            steps = self._eval_steps_by_shots.get(support_shots(support.y))
         with self._reading_shots(support):
             return super().adapt(support, steps)
 

@@ -87,3 +87,17 @@ def test_it_needs_a_classification_loss():
 def test_digit_string_keys_read_as_shot_counts():
     learner = learner_of(classifier("mlp"), eval_inner_steps_by_shots={"1": 25})
     assert learner._eval_steps_by_shots == {1: 25}
+
+
+def test_ucr_maml_adam_carries_its_one_shot_steps_and_rate():
+    """The recipe's learner options (composed with a store in `test_train_selection.py`'s
+    UCR recipe tests) build a learner with 25 steps at 0.003 at 1 shot, 50 at 0.01 else."""
+    recipe = OmegaConf.load(ROOT / "experiments" / "experiment" / "ucr_maml_adam.yaml")
+    options = OmegaConf.to_container(recipe.learner.options)
+    assert options["eval_inner_steps_by_shots"] == {1: 25}
+    assert options["eval_inner_lr_by_shots"] == {1: 0.003}
+    assert options["eval_inner_lr"] == 0.01 and options["eval_inner_steps"] == 50
+    assert options["inner_optimizer"] == "adam" and options["first_order"] is True
+    options.update(shared_head=False, prototype_head=False)  # the test's model has no head
+    learner = build_learner("maml", classifier("mlp"), **options)
+    assert learner._eval_steps_by_shots == {1: 25} and learner.eval_inner_steps == 50

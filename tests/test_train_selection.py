@@ -350,6 +350,7 @@ UCR_EXPERIMENTS = [
     "ucr_maml_plus",
     "ucr_maml_pretrained",
     "ucr_maml_tune",
+    "ucr_maml_adam",
     "ucr_protonet",
     "ucr_metabaseline",
     "ucr_metabaseline_ft",

@@ -86,7 +86,7 @@ def test_it_needs_a_classification_loss():
 
 def test_digit_string_keys_read_as_shot_counts():
     learner = learner_of(classifier("mlp"), eval_inner_steps_by_shots={"1": 25})
-    assert learner._eval_steps_by_shots == {1: 25}
+    assert learner.eval_steps_by_shots == {1: 25}
 
 
 def test_ucr_maml_adam_carries_its_one_shot_steps_and_rate():
@@ -100,4 +100,18 @@ def test_ucr_maml_adam_carries_its_one_shot_steps_and_rate():
     assert options["inner_optimizer"] == "adam" and options["first_order"] is True
     options.update(shared_head=False, prototype_head=False)  # the test's model has no head
     learner = build_learner("maml", classifier("mlp"), **options)
-    assert learner._eval_steps_by_shots == {1: 25} and learner.eval_inner_steps == 50
+    assert learner.eval_steps_by_shots == {1: 25} and learner.eval_inner_steps == 50
+
+
+def test_the_reports_settings_name_the_step_counts_by_shots():
+    from metadist.eval.scoring import _settings
+    from metadist.eval.settings import EvalOptions
+
+    learner = learner_of(classifier("mlp"), eval_inner_steps_by_shots={1: 2})
+    settings = _settings("classification", EvalOptions(), learner)
+    assert settings["inner_steps"] == 4 and settings["inner_steps_by_shots"] == {1: 2}
+    # eval.inner_steps overrides both, and the report says only it
+    settings = _settings("classification", EvalOptions(inner_steps=7), learner)
+    assert settings["inner_steps"] == 7 and "inner_steps_by_shots" not in settings
+    plain = _settings("classification", EvalOptions(), learner_of(classifier("mlp")))
+    assert "inner_steps_by_shots" not in plain

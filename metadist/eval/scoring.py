@@ -27,7 +27,7 @@ from torch import nn
 from metadist.batch import MetaBatch
 from metadist.eval.cache import EvalCache
 from metadist.eval.classification_scoring import classification_baselines, score_classification
-from metadist.eval.cost import adaptation_steps
+from metadist.eval.cost import adaptation_steps, adaptation_steps_by_shots
 from metadist.eval.forecast_scoring import ForecastScorer
 from metadist.eval.learned_scoring import learned_methods
 from metadist.eval.predictions import Predictor, ScratchBaseline
@@ -469,6 +469,7 @@ def _settings(kind: str, options: EvalOptions, learner: nn.Module) -> dict[str, 
     settings = {
         "split": options.split,
         "inner_steps": adaptation_steps(learner, options),
+        "inner_steps_by_shots": adaptation_steps_by_shots(learner, options),
         "scratch_steps": options.scratch_steps,
         "scratch_lr": options.scratch_lr if options.scratch_steps > 0 else None,
         "seasonal_period": options.seasonal_period if kind == "forecast" else None,

@@ -105,7 +105,7 @@ class MAML(InnerLoopLearner):
         self._check_maml_plus(opts)
         self._check_inner_optimizer(opts)
         self._eval_lr_by_shots = self._check_by_shots(opts)
-        self._eval_steps_by_shots = self._check_steps_by_shots(opts)
+        self.eval_steps_by_shots = self._check_steps_by_shots(opts)
         # K of the support set being adapted in eval mode, where a setting depends on it.
         self._support_shots: int | None = None
         self.prototype_head = self._prototype_head(opts)
@@ -215,8 +215,8 @@ class MAML(InnerLoopLearner):
         """`InnerLoopLearner.adapt`, with the step size and step count of the support
         set's shot count where `eval_inner_lr_by_shots` / `eval_inner_steps_by_shots`
         give them (eval mode, `steps` not given)."""
-        if steps is None and self._eval_steps_by_shots and not self.training:
-            steps = self._eval_steps_by_shots.get(support_shots(support.y))
+        if steps is None and self.eval_steps_by_shots and not self.training:
+            steps = self.eval_steps_by_shots.get(support_shots(support.y))
         with self._reading_shots(support):
             return super().adapt(support, steps)
 

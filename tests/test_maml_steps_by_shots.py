@@ -2,13 +2,13 @@
 its labels) picks how many steps `adapt` takes; other shot counts, an explicit `steps`,
 and training keep theirs; bad values are named in one line; `ucr_maml_adam` carries it."""
 
-import copy
 from pathlib import Path
 
 import pytest
 import torch
 from omegaconf import OmegaConf
 from test_maml_inner_adam import torch_adam
+from test_maml_lr_by_shots import learner_of as lr_learner_of
 from test_shared_head import classifier, episodes
 
 from metadist.learners import build_learner
@@ -18,16 +18,13 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 ROOT = Path(__file__).resolve().parent.parent
 
 
+# test_maml_lr_by_shots' learner (Adam at 0.003 in eval mode), trained by one Adam step
+# at 0.003 and evaluated with 4 steps unless the shot count says otherwise
+ADAM_TRAINING = {"inner_steps": 1, "inner_lr": 0.003, "first_order": True, "eval_inner_steps": 4}
+
+
 def learner_of(model, **options):
-    defaults = {
-        "loss": "cross_entropy",
-        "inner_steps": 1,
-        "inner_lr": 0.003,
-        "first_order": True,
-        "inner_optimizer": "adam",
-        "eval_inner_steps": 4,
-    }
-    return build_learner("maml", copy.deepcopy(model), **{**defaults, **options})
+    return lr_learner_of(model, **{"inner_optimizer": "adam", **ADAM_TRAINING, **options})
 
 
 def assert_adapted_by(adapted, model, batch, steps):

@@ -198,6 +198,7 @@ def test_learner_subclasses_declare_only_what_they_add():
         "eval_inner_optimizer",
         "eval_inner_lr",
         "eval_inner_lr_by_shots",
+        "eval_inner_steps_by_shots",
     }
     assert anil - maml == {"head"}
     model = nn.Sequential(nn.Linear(1, 4), nn.Tanh(), nn.Linear(4, 1))

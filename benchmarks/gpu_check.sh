@@ -12,6 +12,11 @@
 #    runs: --baseline-trains), few-shot and forecast, with the shipped few-shot recipe's
 #    training beside them; every run trains and evaluates on the GPU (trainer.device=auto).
 #
+# The checks run with the machine's own python3 (PYTHON overrides it) and the checkout on
+# its path; where that Python lacks the project's dependencies (hydra-core, omegaconf and
+# antlr4-python3-runtime are pure Python), put a copy of them on its path first, e.g. a
+# .pth file in its site-packages naming a folder that holds them.
+#
 # Each step has its own time limit, so one that hangs leaves the others their time; the
 # logs and the benchmark's JSON land in OUT_DIR.
 set -u

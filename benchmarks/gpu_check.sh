@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The checks that need a GPU, in one call on a GPU machine (BENCHMARKS.md, "On a GPU"):
+# The checks that need a GPU, in one call on a GPU machine (BENCHMARKS.md, Evaluation speed, "Issue 35 on a GPU"):
 #
 #   bash benchmarks/gpu_check.sh BASELINE_CHECKOUT OUT_DIR [ROUNDS]
 #

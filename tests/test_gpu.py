@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 from gloo_ranks import free_port, set_rank_env
+from test_train_step import poisoned
 
 from metadist.batch import MetaBatch, TaskSet, cat_batches
 from metadist.learners import build_learner, get_learner, registered_learners
@@ -164,17 +165,7 @@ def test_a_nan_on_cuda_is_never_applied_and_stops_the_run(tmp_path, monkeypatch)
     original = MetaStep.__call__
 
     def poisoning(self, batch, step, lr, *, sync):
-        if step == 7:
-            y = batch.query.y.clone()
-            y[0, 0] = float("nan")
-            batch = MetaBatch(
-                support=batch.support,
-                query=TaskSet(batch.query.x, y),
-                entity_index=batch.entity_index,
-                stratum=batch.stratum,
-                split_time=batch.split_time,
-            )
-        return original(self, batch, step, lr, sync=sync)
+        return original(self, poisoned(batch) if step == 7 else batch, step, lr, sync=sync)
 
     monkeypatch.setattr(MetaStep, "__call__", poisoning)
     config = _config(

@@ -25,9 +25,8 @@ def adaptation_steps_by_shots(learner: Any, options: EvalOptions) -> dict[int, i
     """The learner's eval-mode step counts by shot count (`maml`'s
     `eval_inner_steps_by_shots`), which take the place of `adaptation_steps` in episodes
     of those shot counts; `None` where there are none or `eval.inner_steps` overrides."""
-    if options.inner_steps is not None:
-        return None
-    return dict(getattr(learner, "eval_steps_by_shots", None) or {}) or None
+    by_shots = getattr(learner, "eval_steps_by_shots", None)
+    return dict(by_shots) if by_shots and options.inner_steps is None else None
 
 
 def cost_line(

@@ -105,7 +105,9 @@ class MAML(InnerLoopLearner):
         self._check_maml_plus(opts)
         self._check_inner_optimizer(opts)
         self._eval_lr_by_shots = self._check_by_shots(opts)
-        self.eval_steps_by_shots = self._check_steps_by_shots(opts)
+        self.eval_steps_by_shots: dict[int, int] = self._read_by_shots(
+            "eval_inner_steps_by_shots", opts.eval_inner_steps_by_shots, integer=True
+        )
         # K of the support set being adapted in eval mode, where a setting depends on it.
         self._support_shots: int | None = None
         self.prototype_head = self._prototype_head(opts)
@@ -171,38 +173,34 @@ class MAML(InnerLoopLearner):
             )
 
     def _check_by_shots(self, opts: Any) -> dict[int, float]:
-        field, value = "eval_inner_lr_by_shots", opts.eval_inner_lr_by_shots
-        try:
-            rates = by_shots(value)
-        except ValueError as error:
-            raise self._options_error(field, str(error), value) from None
+        rates = self._read_by_shots("eval_inner_lr_by_shots", opts.eval_inner_lr_by_shots)
         if rates and opts.learn_inner_lr:
             raise self._options_error(
-                field, "has no effect with learn_inner_lr: true (set it to null)", value
-            )
-        if rates and self.loss != "cross_entropy":
-            raise self._options_error(
-                field, "needs loss: cross_entropy (shots are examples per class)", value
+                "eval_inner_lr_by_shots",
+                "has no effect with learn_inner_lr: true (set it to null)",
+                opts.eval_inner_lr_by_shots,
             )
         return rates
 
-    def _check_steps_by_shots(self, opts: Any) -> dict[int, int]:
-        field, value = "eval_inner_steps_by_shots", opts.eval_inner_steps_by_shots
+    def _read_by_shots(self, field: str, value: Any, integer: bool = False) -> dict:
+        """`{K: setting}` of the option `field` (`learners.shots.by_shots`; step counts
+        with `integer`), refused in one line naming it where bad or without a
+        classification loss."""
         try:
-            counts = by_shots(value, integer=True)
+            settings = by_shots(value, integer=integer)
         except ValueError as error:
             raise self._options_error(field, str(error), value) from None
-        if counts and self.loss != "cross_entropy":
+        if settings and self.loss != "cross_entropy":
             raise self._options_error(
                 field, "needs loss: cross_entropy (shots are examples per class)", value
             )
-        return {k: int(v) for k, v in counts.items()}
+        return settings
 
     @contextmanager
     def _reading_shots(self, support: TaskSet) -> Iterator[None]:
-        """Within: the support set's K known to `step_size` (eval mode, where
-        `eval_inner_lr_by_shots` is set)."""
-        if not self._eval_lr_by_shots or self.training:
+        """Within: the support set's K known to `step_size` and `adapt` (eval mode, where
+        `eval_inner_lr_by_shots` or `eval_inner_steps_by_shots` is set), read once."""
+        if not (self._eval_lr_by_shots or self.eval_steps_by_shots) or self.training:
             yield
             return
         self._support_shots = support_shots(support.y)
@@ -215,9 +213,9 @@ class MAML(InnerLoopLearner):
         """`InnerLoopLearner.adapt`, with the step size and step count of the support
         set's shot count where `eval_inner_lr_by_shots` / `eval_inner_steps_by_shots`
         give them (eval mode, `steps` not given)."""
-        if steps is None and self.eval_steps_by_shots and not self.training:
-            steps = self.eval_steps_by_shots.get(support_shots(support.y))
         with self._reading_shots(support):
+            if steps is None and self._support_shots is not None:
+                steps = self.eval_steps_by_shots.get(self._support_shots)
             return super().adapt(support, steps)
 
     def inner_optimizer(self) -> str:

@@ -29,7 +29,7 @@ def support_shots(y: Tensor) -> int:
     return int(counts[counts > 0].min())
 
 
-def by_shots(value: Any, *, integer: bool = False) -> dict[int, float]:
+def by_shots(value: Any, *, integer: bool = False) -> dict[int, Any]:
     """`{K: number}` from an option's value (None: empty); keys may be digit strings
     (a JSON or command-line mapping). With `integer`, every value must be an int (a step
     count) and is returned as one.
@@ -43,7 +43,7 @@ def by_shots(value: Any, *, integer: bool = False) -> dict[int, float]:
         return {}
     if not isinstance(value, Mapping):
         raise ValueError("must be a mapping {shots: value} or null")
-    out: dict[int, float] = {}
+    out: dict[int, Any] = {}
     for key, number in value.items():
         shots = int(key) if isinstance(key, str) and key.isdigit() else key
         if isinstance(shots, bool) or not isinstance(shots, int) or shots < 1:

@@ -127,6 +127,8 @@ class MetaStep:
         self.ok = torch.ones((), dtype=torch.bool, device=device)
         self.bad_step = torch.zeros((), dtype=torch.int64, device=device)
         self._sums: Tensor | None = None
+        self._saved: list[Tensor] | None = None  # the masked update's copies
+        self._saved_layout: list[Any] = []
         self._last: Tensor | None = None
         self._count = 0
         self._names: list[str] | None = None
@@ -310,7 +312,12 @@ class MetaStep:
 
     @torch.no_grad()
     def _masked_update(self) -> None:
-        """`optimizer.step()`, undone wherever `ok` is false (state it creates is zeroed)."""
+        """`optimizer.step()`, undone wherever `ok` is false (state it creates is zeroed).
+
+        The copies live in buffers kept from step to step and are taken by one `foreach`
+        copy; each tensor is put back by one `where` into itself: on a GPU, about 25
+        kernel launches for a model of 6 parameters where a clone, a `where` and a copy
+        of each tensor took 72."""
         before = [p for p in self._params]
         fresh = []
         for p in self._params:
@@ -319,15 +326,25 @@ class MetaStep:
                 before += [v for v in state.values() if isinstance(v, Tensor)]
             else:
                 fresh.append(p)
-        saved = [t.clone() for t in before]
+        saved = self._saved_like(before)
+        torch._foreach_copy_(saved, before)
         self.optimizer.step()
         for tensor, old in zip(before, saved, strict=True):
-            tensor.copy_(torch.where(self.ok, tensor, old))
+            torch.where(self.ok, tensor, old, out=tensor)
         keep = self.ok
         for p in fresh:
             for value in self.optimizer.state.get(p, {}).values():
                 if isinstance(value, Tensor):
                     value.masked_fill_(~keep, 0)
+
+    def _saved_like(self, tensors: list[Tensor]) -> list[Tensor]:
+        """Buffers shaped as `tensors`, made again only when those change (the optimizer
+        state appears at the first step)."""
+        layout = [(t.shape, t.dtype, t.device) for t in tensors]
+        if self._saved is None or self._saved_layout != layout:
+            self._saved = [torch.empty_like(t) for t in tensors]
+            self._saved_layout = layout
+        return self._saved
 
 
 def _grads_finite(params: list[Tensor]) -> Tensor:

@@ -34,6 +34,10 @@ NUM_FEATURES = len(FEATURE_NAMES)
 _CLIP = 10.0
 
 
+# variance of a standardised series' parts below which they are rounding, not signal
+_ROUNDING = 1e-10
+
+
 def series_features(y: np.ndarray, period: int) -> np.ndarray:
     """`[NUM_FEATURES]` features of the series `y [n]` with seasonal period `period`
     (names in `FEATURE_NAMES`), all finite.
@@ -110,9 +114,13 @@ def _decompose(z: np.ndarray, period: int) -> tuple[np.ndarray, np.ndarray, np.n
 
 
 def _strength(remainder: np.ndarray, with_component: np.ndarray) -> float:
-    """max(0, 1 - var(remainder) / var(component + remainder)) (Wang, Smith & Hyndman)."""
+    """max(0, 1 - var(remainder) / var(component + remainder)) (Wang, Smith & Hyndman).
+
+    The series is standardised (variance 1), so a component and remainder whose variance
+    is under 1e-10 are rounding (a straight line's detrended values): no strength, rather
+    than a ratio of two roundings, which changes with the library's summation order."""
     total = float(np.var(with_component))
-    if not total > 0:
+    if not total > _ROUNDING:
         return 0.0
     return max(0.0, 1.0 - float(np.var(remainder)) / total)
 

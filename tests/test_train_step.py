@@ -118,7 +118,6 @@ def test_masked_steps_equal_plain_steps_when_finite():
     assert read_masked.loss == read_plain.loss and read_masked.bad_step is None
 
 
-
 def test_the_masked_update_keeps_its_copies_between_steps():
     """The copies are taken into buffers made once the optimizer's state exists, not
     cloned each step (on a GPU every clone is a launch of its own)."""
@@ -130,6 +129,7 @@ def test_the_masked_update_keeps_its_copies_between_steps():
     meta_step(data[2], 2, 1e-2, sync=False)
     meta_step(poisoned(data[3]), 3, 1e-2, sync=False)
     assert [t.data_ptr() for t in meta_step._saved] == kept
+
 
 def test_the_default_check_interval_follows_the_device():
     assert resolved_check_every(None, torch.device("cpu")) == 1

@@ -127,8 +127,7 @@ class MetaStep:
         self.ok = torch.ones((), dtype=torch.bool, device=device)
         self.bad_step = torch.zeros((), dtype=torch.int64, device=device)
         self._sums: Tensor | None = None
-        self._saved: list[Tensor] | None = None  # the masked update's copies
-        self._saved_layout: list[Any] = []
+        self._saved: list[Tensor] = []  # the masked update's copies
         self._last: Tensor | None = None
         self._count = 0
         self._names: list[str] | None = None
@@ -340,11 +339,13 @@ class MetaStep:
     def _saved_like(self, tensors: list[Tensor]) -> list[Tensor]:
         """Buffers shaped as `tensors`, made again only when those change (the optimizer
         state appears at the first step)."""
-        layout = [(t.shape, t.dtype, t.device) for t in tensors]
-        if self._saved is None or self._saved_layout != layout:
-            self._saved = [torch.empty_like(t) for t in tensors]
-            self._saved_layout = layout
-        return self._saved
+        saved = self._saved
+        if len(saved) != len(tensors) or any(
+            s.shape != t.shape or s.dtype != t.dtype or s.device != t.device
+            for s, t in zip(saved, tensors, strict=True)
+        ):
+            self._saved = saved = [torch.empty_like(t) for t in tensors]
+        return saved
 
 
 def _grads_finite(params: list[Tensor]) -> Tensor:

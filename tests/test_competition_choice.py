@@ -305,6 +305,25 @@ def test_each_loss_has_its_first_lookback_alone_as_a_candidate():
     assert split_key("mape L=2.5H", [2.5, 3.0]) == ("mape", [2.5])
 
 
+def test_wider_ensembles_have_each_run_of_first_lookbacks_as_a_candidate():
+    lookbacks = [2.0, 3.0, 4.0, 5.0]
+    members = members_of(Group(6, ("Y",), 1), lookbacks, ["smape"], 2)
+    candidates = candidate_members(members, ("smape",), lookbacks, 6)
+    assert list(candidates) == ["smape", "smape L=2H", "smape L=2H+3H", "smape L=2H+3H+4H"]
+    assert sorted({m.lookback for m in candidates["smape L=2H+3H"]}) == [12, 18]
+    assert len(candidates["smape L=2H+3H"]) == 4  # both seeds of each lookback
+    for key, chosen in candidates.items():
+        assert split_key(key, lookbacks) == ("smape", lookbacks[: len({m.lookback for m in chosen})])
+    # each candidate is evaluated in its own longest member's run
+    longest = [max(m.lookback for m in chosen) for chosen in candidates.values()]
+    assert len(set(longest)) == len(longest)
+    # lookbacks out of order: the first alone would be evaluated where the whole is
+    unordered = candidate_members(members_of(6, [3.0, 2.0], ["smape"], 1), ("smape",), [3.0, 2.0], 6)
+    assert list(unordered) == ["smape"]
+    # a name that is no run of the lookbacks is a loss's whole ensemble
+    assert split_key("smape L=7H", lookbacks) == ("smape L=7H", lookbacks)
+
+
 def test_a_test_run_trains_the_lookbacks_validation_chose(tmp_path):
     entry = {"loss": "smape", "weight": 1.0, "metric": "smape", "losses": {"smape": 1.0}}
     write_choices(tmp_path, {"4": {**entry, "lookbacks": [2]}, "6": entry}, validation=True)

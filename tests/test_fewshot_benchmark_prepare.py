@@ -33,3 +33,33 @@ def test_prepare_ingests_with_the_next_line_not_the_then_hint(tmp_path):
     store = _benchmark().prepare(name, tmp_path)
     assert store == tmp_path / "data" / name / "store"
     assert SeriesStore.open(store).num_entities > 0
+
+
+def _tasks(run: Path, correct: list[int], pretrained: list[int], points: int = 5) -> Path:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (run / "eval").mkdir(parents=True)
+    columns = {
+        "num_points": [points] * len(correct),
+        "adapted:accuracy": [float(c) for c in correct],
+        "pretrained:accuracy": [float(c) for c in pretrained],
+    }
+    pq.write_table(pa.table(columns), run / "eval" / "tasks.parquet")
+    return run
+
+
+def test_seed_mean_averages_each_episode_over_the_seeds_and_pairs_it(tmp_path):
+    bench = _benchmark()
+    pretrained = [3, 3, 3, 3]
+    runs = [
+        _tasks(tmp_path / "s0", [5, 4, 3, 2], pretrained),
+        _tasks(tmp_path / "s1", [3, 4, 5, 2], pretrained),
+    ]
+    text = bench.seed_mean(runs)
+    # per episode (0.8, 0.8, 0.8, 0.4): mean 0.7; each seed 0.7; minus 0.6 paired: +0.1
+    assert text.startswith("seed mean 0.700 ± 0.") and "(seeds: 0.700, 0.700)" in text
+    assert "− pretrained (paired) +0.100 ± 0." in text
+    _tasks(tmp_path / "other", [1, 2, 3], [1, 1, 1])
+    with pytest.raises(ValueError, match="scored other episodes"):
+        bench.seed_mean([runs[0], tmp_path / "other"])

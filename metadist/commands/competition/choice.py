@@ -7,8 +7,9 @@ A recipe with candidate losses (`--recipe cpu`: the data set's metric and sMAPE)
 one ensemble per candidate under `--validation`, evaluates each, and keeps per group the
 loss whose ensemble (adapted or not, whichever is better) scores best by the data set's
 metric on the validation holdout. Where the ensemble spans several lookbacks
-(`--recipe cpu`: 2H and 3H), the members of the first lookback alone are a candidate of
-their own (`single_key`), so each group keeps the ensemble or that one lookback
+(`--recipe cpu`: 2H and 3H; `--lookbacks 2 3 4 5`: N-BEATS-style wider ones), the members
+of each shorter run of them from the first (2H alone, 2H and 3H, ...) are candidates of
+their own (`prefix_key`), so each group keeps the whole ensemble or the first lookbacks
 (`lookbacks` in its choice), whichever scored best. On the chosen ensemble's validation forecasts it then
 chooses the band's width per group (`metadist.eval.plausibility`, "none" among them:
 the model unguarded), and on that guarded model one weight `w` per group
@@ -47,18 +48,21 @@ def candidate_losses(
     return tuple(dict.fromkeys(out))
 
 
-def single_key(loss: str, multiple: float) -> str:
-    """The candidate of `loss`'s members of one lookback `multiple` of H alone."""
-    return f"{loss} L={multiple:g}H"
+def prefix_key(loss: str, multiples: Sequence[float]) -> str:
+    """The candidate of `loss`'s members of the lookbacks `multiples` of H alone
+    (`smape L=2H`, `smape L=2H+3H`)."""
+    return f"{loss} L=" + "+".join(f"{k:g}H" for k in multiples)
 
 
 def split_key(key: str, lookbacks: Sequence[float]) -> tuple[str, list[float]]:
-    """`(loss, lookbacks)` of a candidate named `key`: `single_key`'s one lookback, else
+    """`(loss, lookbacks)` of a candidate named `key`: `prefix_key`'s lookbacks, else
     the loss's ensemble of all `lookbacks`."""
-    for multiple in lookbacks:
-        loss = key.removesuffix(f" L={multiple:g}H")
-        if loss != key:
-            return loss, [float(multiple)]
+    loss, _, named = key.rpartition(" L=")
+    if loss:
+        by_name = {f"{k:g}H": float(k) for k in lookbacks}
+        parts = named.split("+")
+        if all(part in by_name for part in parts):
+            return loss, [by_name[part] for part in parts]
     return key, [float(k) for k in lookbacks]
 
 

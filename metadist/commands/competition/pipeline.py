@@ -19,7 +19,7 @@ from metadist.commands.competition.choice import (
     choose_group,
     describe,
     read_choices,
-    single_key,
+    prefix_key,
     split_key,
     write_choices,
 )
@@ -185,15 +185,19 @@ def candidate_members(
     members: list[Member], losses: tuple[str, ...], lookbacks: list[float], horizon: int
 ) -> dict[str, list[Member]]:
     """The candidates one group chooses among on validation: each loss's ensemble, and,
-    where it spans several lookbacks, its members of the first lookback alone
-    (`choice.single_key`)."""
-    first = members_of(horizon, lookbacks[:1], losses[:1], 1)[0].lookback if losses else 0
+    where it spans several lookbacks, its members of each shorter run of lookbacks from
+    the first (`choice.prefix_key`: 2H alone, 2H and 3H, ... ; shortest first)."""
     out = {}
     for loss in losses:
         own = out[loss] = [m for m in members if m.loss == loss]
-        single = [m for m in own if m.lookback == first]
-        if len(lookbacks) > 1 and single and len(single) < len(own):
-            out[single_key(loss, lookbacks[0])] = single
+        # a candidate is evaluated in its longest member's run: one candidate per run
+        evaluated = {max(m.lookback for m in own)} if own else set()
+        for count in range(1, len(lookbacks)):
+            lengths = {m.lookback for m in members_of(horizon, lookbacks[:count], [loss], 1)}
+            shorter = [m for m in own if m.lookback in lengths]
+            if shorter and max(m.lookback for m in shorter) not in evaluated:
+                evaluated.add(max(m.lookback for m in shorter))
+                out[prefix_key(loss, lookbacks[:count])] = shorter
     return out
 
 

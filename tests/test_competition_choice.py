@@ -313,12 +313,17 @@ def test_wider_ensembles_have_each_run_of_first_lookbacks_as_a_candidate():
     assert sorted({m.lookback for m in candidates["smape L=2H+3H"]}) == [12, 18]
     assert len(candidates["smape L=2H+3H"]) == 4  # both seeds of each lookback
     for key, chosen in candidates.items():
-        assert split_key(key, lookbacks) == ("smape", lookbacks[: len({m.lookback for m in chosen})])
+        assert split_key(key, lookbacks) == (
+            "smape",
+            lookbacks[: len({m.lookback for m in chosen})],
+        )
     # each candidate is evaluated in its own longest member's run
     longest = [max(m.lookback for m in chosen) for chosen in candidates.values()]
     assert len(set(longest)) == len(longest)
     # lookbacks out of order: the first alone would be evaluated where the whole is
-    unordered = candidate_members(members_of(6, [3.0, 2.0], ["smape"], 1), ("smape",), [3.0, 2.0], 6)
+    unordered = candidate_members(
+        members_of(6, [3.0, 2.0], ["smape"], 1), ("smape",), [3.0, 2.0], 6
+    )
     assert list(unordered) == ["smape"]
     # a name that is no run of the lookbacks is a loss's whole ensemble
     assert split_key("smape L=7H", lookbacks) == ("smape L=7H", lookbacks)

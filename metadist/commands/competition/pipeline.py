@@ -18,8 +18,8 @@ from metadist.commands.competition.choice import (
     candidate_losses,
     choose_group,
     describe,
-    read_choices,
     prefix_key,
+    read_choices,
     split_key,
     write_choices,
 )

@@ -22,11 +22,12 @@ extra; nothing is downloaded), every shot count and every learner:
 4. one table of accuracies ± 95% intervals (over episodes) in OUT/fewshot.md, with the
    meta-learned accuracy minus the pretrained embedding's paired over the same episodes.
 
-`--train-seeds S1 S2 ...` trains each learner once per seed on the same class split and
-meta-test episodes (`--seed` fixes those; the baselines do not depend on the training seed,
-so the shared evaluation cache computes them once): a row per seed (the run directory ends
-`_seedS`), then per learner a line of its seed-mean accuracy, the mean over episodes of the
-seeds' mean, ± 95% interval over episodes, paired against the pretrained embedding.
+`--seeds S1 S2 ...` repeats the benchmark once per seed. The seed (`trainer.seed`) draws
+the class split, the meta-test episodes and the network's initialisation, so each seed is
+its own split of the classes as well as its own training: a row per seed (the run directory
+ends `_seedS`; the learners of one seed share its split and episodes), then per learner a
+line of its accuracy over the seeds and its difference from the pretrained embedding, each
+seed paired with its own (mean ± 95% interval over all the seeds' episodes).
 
 `--learners` names the recipes `ucr_<learner>`: `protonet`, `maml`, `maml_plus` (MAML with
 the shared head and the MAML++ options), `maml_pretrained` (MAML from a pretrained
@@ -192,33 +193,25 @@ def paired_difference(run_dir: Path, other: str = "pretrained") -> str:
 
 
 def seed_mean(run_dirs: list[Path], other: str = "pretrained") -> str:
-    """The seeds' mean meta-learned accuracy over the same episodes (each episode's
-    accuracy averaged over the runs `run_dirs`, then the mean ± 95% interval over
-    episodes), the runs' own accuracies, and the mean minus `other`'s, paired.
-
-    Raises:
-        ValueError: the runs did not score the same episodes.
-    """
-    tables = [pq.read_table(run / "eval" / "tasks.parquet") for run in run_dirs]
-    points = tables[0].column("num_points").to_numpy()
-    for run, table in zip(run_dirs[1:], tables[1:], strict=True):
-        if table.num_rows != len(points) or not np.array_equal(
-            table.column("num_points").to_numpy(), points
-        ):
-            raise ValueError(f"{run} scored other episodes than {run_dirs[0]}")
-    each = np.stack([t.column("adapted:accuracy").to_numpy() / points for t in tables])
-    mean = each.mean(axis=0)
-
-    def interval(values: np.ndarray) -> float:
-        return float(1.96 * values.std(ddof=1) / np.sqrt(len(values)))
-
+    """A learner's runs over several seeds (each its own split and episodes): each run's
+    meta-learned accuracy and their mean, then the difference from `other`'s accuracy,
+    each run paired with its own, as mean ± 95% interval over all the runs' episodes."""
+    accuracies, differences = [], []
+    for run in run_dirs:
+        table = pq.read_table(run / "eval" / "tasks.parquet")
+        points = table.column("num_points").to_numpy()
+        adapted = table.column("adapted:accuracy").to_numpy() / points
+        accuracies.append(adapted.mean())
+        if f"{other}:accuracy" in table.column_names:
+            differences.append(adapted - table.column(f"{other}:accuracy").to_numpy() / points)
     text = (
-        f"seed mean {mean.mean():.3f} ± {interval(mean):.3f} "
-        f"(seeds: {', '.join(f'{v:.3f}' for v in each.mean(axis=1))})"
+        f"mean {np.mean(accuracies):.3f} over {len(run_dirs)} seeds "
+        f"({', '.join(f'{v:.3f}' for v in accuracies)})"
     )
-    if f"{other}:accuracy" in tables[0].column_names:
-        difference = mean - tables[0].column(f"{other}:accuracy").to_numpy() / points
-        text += f"; − {other} (paired) {difference.mean():+.3f} ± {interval(difference):.3f}"
+    if len(differences) == len(run_dirs):
+        pooled = np.concatenate(differences)
+        interval = 1.96 * pooled.std(ddof=1) / np.sqrt(len(pooled))
+        text += f"; − {other}, each seed paired: {pooled.mean():+.3f} ± {interval:.3f}"
     return text
 
 
@@ -235,35 +228,37 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--learners", nargs="+", default=["protonet", "maml"])
     parser.add_argument("--out", type=Path, default=Path("runs/fewshot"))
     parser.add_argument("--jobs", type=int, default=1)
-    parser.add_argument("--seed", type=int, default=0, help="the class split's seed")
     parser.add_argument(
-        "--train-seeds",
+        "--seed", type=int, default=0, help="the class split's, episodes' and training's seed"
+    )
+    parser.add_argument(
+        "--seeds",
         nargs="+",
         type=int,
         default=None,
-        help="training seeds, one run each on the same split and episodes (default: --seed)",
+        help="several seeds, one benchmark each (its own split, episodes and training)",
     )
     parser.add_argument(
         "overrides", nargs="*", help="training overrides, e.g. trainer.meta_steps=300"
     )
     args = parser.parse_args(argv)
     out = args.out.resolve()
-    train_seeds = args.train_seeds if args.train_seeds is not None else [args.seed]
-    if len(set(train_seeds)) != len(train_seeds):
-        parser.error("--train-seeds: each seed once")
+    seeds = args.seeds if args.seeds is not None else [args.seed]
+    if len(set(seeds)) != len(seeds):
+        parser.error("--seeds: each seed once")
     started = time.perf_counter()
     plans = []
     for name in args.sets:
         store = prepare(name, out)
         for shots in args.shots:
-            ways, train_classes, test_classes = num_ways(store, shots, NUM_QUERY, args.seed)
-            if ways < 2:
-                print(f"{name}, {shots}-shot: fewer than 2 usable classes per split; skipped")
-                continue
-            for learner in args.learners:
-                for seed in train_seeds:
+            for seed in seeds:
+                ways, train_classes, test_classes = num_ways(store, shots, NUM_QUERY, seed)
+                if ways < 2:
+                    print(f"{name}, {shots}-shot: fewer than 2 usable classes per split; skipped")
+                    continue
+                for learner in args.learners:
                     run_dir = out / "runs" / f"{name}_{learner}_{ways}way_{shots}shot"
-                    if args.train_seeds is not None:
+                    if args.seeds is not None:
                         run_dir = run_dir.with_name(f"{run_dir.name}_seed{seed}")
                     plans.append(
                         (name, shots, ways, train_classes, test_classes, learner, store, run_dir,
@@ -295,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     for plan, (metrics, seconds) in zip(plans, results, strict=True):
         name, shots, ways, train_classes, test_classes, learner, _, run_dir, seed = plan
-        if args.train_seeds is not None:
+        if args.seeds is not None:
             learner = f"{learner} (seed {seed})"
         cells = []
         for method in METHOD_ORDER:
@@ -306,12 +301,12 @@ def main(argv: list[str] | None = None) -> int:
             + " | ".join(cells)
             + f" | {paired_difference(run_dir)} | {metrics['num_tasks']} | {seconds:.0f} |"
         )
-    if args.train_seeds is not None and len(train_seeds) > 1:
+    if len(seeds) > 1:
         lines.append("")
-        for key in dict.fromkeys(plan[:3] + (plan[5],) for plan in plans):
-            runs = [plan[7] for plan in plans if plan[:3] + (plan[5],) == key]
-            name, shots, ways, learner = key
-            lines.append(f"- {name} {ways}-way {shots}-shot {learner}: {seed_mean(runs)}")
+        for key in dict.fromkeys((plan[0], plan[1], plan[5]) for plan in plans):
+            runs = [plan[7] for plan in plans if (plan[0], plan[1], plan[5]) == key]
+            name, shots, learner = key
+            lines.append(f"- {name} {shots}-shot {learner}: {seed_mean(runs)}")
     table = "\n".join(lines)
     (out / "fewshot.md").write_text(table + "\n")
     print(table)

@@ -49,17 +49,14 @@ def _tasks(run: Path, correct: list[int], pretrained: list[int], points: int = 5
     return run
 
 
-def test_seed_mean_averages_each_episode_over_the_seeds_and_pairs_it(tmp_path):
+def test_seed_mean_pairs_each_seed_with_its_own_baseline(tmp_path):
     bench = _benchmark()
-    pretrained = [3, 3, 3, 3]
     runs = [
-        _tasks(tmp_path / "s0", [5, 4, 3, 2], pretrained),
-        _tasks(tmp_path / "s1", [3, 4, 5, 2], pretrained),
+        _tasks(tmp_path / "s0", [5, 4, 3, 2], [3, 3, 3, 3]),  # 0.7 against 0.6
+        _tasks(tmp_path / "s1", [2, 2, 2], [3, 3, 3]),  # 0.4 against 0.6, other episodes
     ]
     text = bench.seed_mean(runs)
-    # per episode (0.8, 0.8, 0.8, 0.4): mean 0.7; each seed 0.7; minus 0.6 paired: +0.1
-    assert text.startswith("seed mean 0.700 ± 0.") and "(seeds: 0.700, 0.700)" in text
-    assert "− pretrained (paired) +0.100 ± 0." in text
-    _tasks(tmp_path / "other", [1, 2, 3], [1, 1, 1])
-    with pytest.raises(ValueError, match="scored other episodes"):
-        bench.seed_mean([runs[0], tmp_path / "other"])
+    assert text.startswith("mean 0.550 over 2 seeds (0.700, 0.400)")
+    # seven episodes' differences, each against its own seed's pretrained embedding
+    differences = [0.4, 0.2, 0.0, -0.2, -0.2, -0.2, -0.2]
+    assert f"− pretrained, each seed paired: {sum(differences) / 7:+.3f} ± 0." in text

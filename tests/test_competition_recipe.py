@@ -161,12 +161,12 @@ def test_the_cpu_recipe_names_its_experiment_and_refuses_another(capsys):
     assert "--experiment and --recipe cpu both name the experiment" in capsys.readouterr().err
 
 
-def test_the_cpu_recipe_ensembles_two_lookbacks_unless_told(monkeypatch):
+def test_the_cpu_recipe_ensembles_four_lookbacks_unless_told(monkeypatch):
     seen = []
     monkeypatch.setattr(cli, "run_pipeline", lambda args, prog: seen.append(args) or 0)
-    assert RECIPE_LOOKBACKS == {"default": (2.0,), "cpu": (2.0, 3.0)}
+    assert RECIPE_LOOKBACKS == {"default": (2.0,), "cpu": (2.0, 3.0, 4.0, 5.0)}
     for argv, lookbacks in (
-        (["data", "--recipe", "cpu"], [2.0, 3.0]),
+        (["data", "--recipe", "cpu"], [2.0, 3.0, 4.0, 5.0]),
         (["data"], [2.0]),
         (["data", "--recipe", "cpu", "--lookbacks", "2"], [2.0]),
         (["data", "--lookbacks", "2", "4"], [2.0, 4.0]),

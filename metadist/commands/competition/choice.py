@@ -7,7 +7,7 @@ A recipe with candidate losses (`--recipe cpu`: the data set's metric and sMAPE)
 one ensemble per candidate under `--validation`, evaluates each, and keeps per group the
 loss whose ensemble (adapted or not, whichever is better) scores best by the data set's
 metric on the validation holdout. Where the ensemble spans several lookbacks
-(`--recipe cpu`: 2H and 3H; `--lookbacks 2 3 4 5`: N-BEATS-style wider ones), the members
+(`--recipe cpu`: 2H, 3H, 4H and 5H, N-BEATS-style; `--lookbacks` others), the members
 of each shorter run of them from the first (2H alone, 2H and 3H, ...) are candidates of
 their own (`prefix_key`), so each group keeps the whole ensemble or the first lookbacks
 (`lookbacks` in its choice), whichever scored best. On the chosen ensemble's validation forecasts it then

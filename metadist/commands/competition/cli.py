@@ -20,9 +20,11 @@ RECIPES = {"default": ("competition", 2), "cpu": ("competition_cpu", 1)}
 # (chosen there by that metric, `choice.py`); none: no choice, the metric is the loss
 RECIPE_CANDIDATES: dict[str, tuple[str, ...]] = {"default": (), "cpu": ("smape",)}
 # --recipe: the lookback multiples of the horizon, one ensemble member each, where
-# --lookbacks is not given (cpu: N-BEATS-style members over two lookbacks, chosen on the
-# validation protocol of tourism and M1, BENCHMARKS.md "Tourism on a CPU")
-RECIPE_LOOKBACKS: dict[str, tuple[float, ...]] = {"default": (2.0,), "cpu": (2.0, 3.0)}
+# --lookbacks is not given (cpu: N-BEATS-style members over four lookbacks, 2H to 5H, of
+# which each group keeps the first one to four as its validation run chooses; chosen on
+# the validation protocols of M1, tourism and M3, BENCHMARKS.md "Wider ensembles over
+# lookbacks")
+RECIPE_LOOKBACKS: dict[str, tuple[float, ...]] = {"default": (2.0,), "cpu": (2.0, 3.0, 4.0, 5.0)}
 
 
 def build_parser(prog: str = "metadist competition") -> argparse.ArgumentParser:

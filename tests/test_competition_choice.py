@@ -247,19 +247,20 @@ def test_a_validation_run_chooses_the_loss_and_a_test_run_applies_it(tmp_path):
     document = json.loads((val / CHOICES_FILE).read_text())
     assert document["protocol"] == "validation"
     entry = document["groups"]["4"]
-    # the recipe's ensemble of lookbacks 2H and 3H per loss, and its 2H member alone
-    assert set(entry["losses"]) == {"mape", "smape", "mape L=2H", "smape L=2H"}
+    # the recipe's ensemble of lookbacks 2H to 5H per loss, and each shorter run of them
+    runs = ("", " L=2H", " L=2H+3H", " L=2H+3H+4H")
+    assert set(entry["losses"]) == {loss + run for loss in ("mape", "smape") for run in runs}
     assert entry["metric"] == "mape" and f"chosen {entry['loss']}" in printed
     # each candidate's score is its own evaluation on the validation split's holdout
     for key, score in entry["losses"].items():
-        loss, lookbacks = split_key(key, [2.0, 3.0])
+        loss, lookbacks = split_key(key, [2.0, 3.0, 4.0, 5.0])
         evaluated = f"L{4 * int(max(lookbacks))}-{loss}-s1"  # the longest lookback's run
         result = json.loads((val / "h4" / evaluated / "eval" / "metrics.json").read_text())
         assert "validation_data" in json.dumps(result["settings"])
         assert score == pytest.approx(min(result["overall"][m]["mape"]["value"]
                                             for m in ("adapted", "unadapted")))  # fmt: skip
     best = min(entry["losses"], key=entry["losses"].get)
-    assert split_key(best, [2.0, 3.0]) == (entry["loss"], entry["lookbacks"])
+    assert split_key(best, [2.0, 3.0, 4.0, 5.0]) == (entry["loss"], entry["lookbacks"])
     printed = run("--out", str(test), "--adaptation-from", str(val))
     trained = sorted(p.name for p in (test / "h4").iterdir() if p.is_dir())
     chosen = sorted(f"L{4 * int(k)}-{entry['loss']}-s1" for k in entry["lookbacks"])
@@ -268,7 +269,8 @@ def test_a_validation_run_chooses_the_loss_and_a_test_run_applies_it(tmp_path):
     assert applied["protocol"] == "test" and applied["from"] == str(val)
     assert "shrunk towards seasonal naive" in printed and "model, unguarded" in printed
     assert (test / "guarded.md").is_file()
-    assert recorded_guard(test / "h4" / chosen[0]) == parse_width(entry["guard"])
+    evaluated = f"L{4 * int(max(entry['lookbacks']))}-{entry['loss']}-s1"  # the longest lookback's
+    assert recorded_guard(test / "h4" / evaluated) == parse_width(entry["guard"])
 
 
 def test_losses_beside_a_validation_choice_are_refused(tmp_path, capsys):

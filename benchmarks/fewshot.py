@@ -54,6 +54,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -82,6 +83,20 @@ COLUMN_NAMES = {
 }
 NUM_QUERY = 5  # the recipe's sampler.options.num_query
 META_BATCH_SIZE = 8  # the recipes' trainer.meta_batch_size
+
+
+class Plan(NamedTuple):
+    """One training and evaluation of the benchmark."""
+
+    name: str
+    shots: int
+    ways: int
+    train_classes: int
+    test_classes: int
+    learner: str
+    store: Path
+    run_dir: Path
+    seed: int
 
 
 def _metadist(*args: str) -> str:
@@ -178,41 +193,47 @@ def run_one(
 def paired_difference(run_dir: Path, other: str = "pretrained") -> str:
     """The meta-learned accuracy minus `other`'s, paired over the same episodes: mean ±
     95% interval of the per-episode differences (from the evaluation's tasks.parquet)."""
-    path = run_dir / "eval" / "tasks.parquet"
-    if not path.is_file():
+    accuracy = per_episode(run_dir)
+    if "adapted" not in accuracy or other not in accuracy:
         return "—"
-    table = pq.read_table(path)
-    if f"{other}:accuracy" not in table.column_names:
-        return "—"
-    points = table.column("num_points").to_numpy()
-    difference = (
-        table.column("adapted:accuracy").to_numpy() - table.column(f"{other}:accuracy").to_numpy()
-    ) / points
-    interval = 1.96 * difference.std(ddof=1) / np.sqrt(len(difference))
-    return f"{difference.mean():+.3f} ± {interval:.3f}"
+    return _mean_interval(accuracy["adapted"] - accuracy[other])
 
 
 def seed_mean(run_dirs: list[Path], other: str = "pretrained") -> str:
     """A learner's runs over several seeds (each its own split and episodes): each run's
     meta-learned accuracy and their mean, then the difference from `other`'s accuracy,
     each run paired with its own, as mean ± 95% interval over all the runs' episodes."""
-    accuracies, differences = [], []
-    for run in run_dirs:
-        table = pq.read_table(run / "eval" / "tasks.parquet")
-        points = table.column("num_points").to_numpy()
-        adapted = table.column("adapted:accuracy").to_numpy() / points
-        accuracies.append(adapted.mean())
-        if f"{other}:accuracy" in table.column_names:
-            differences.append(adapted - table.column(f"{other}:accuracy").to_numpy() / points)
+    runs = [per_episode(run) for run in run_dirs]
+    accuracies = [run["adapted"].mean() for run in runs]
     text = (
         f"mean {np.mean(accuracies):.3f} over {len(run_dirs)} seeds "
         f"({', '.join(f'{v:.3f}' for v in accuracies)})"
     )
-    if len(differences) == len(run_dirs):
-        pooled = np.concatenate(differences)
-        interval = 1.96 * pooled.std(ddof=1) / np.sqrt(len(pooled))
-        text += f"; − {other}, each seed paired: {pooled.mean():+.3f} ± {interval:.3f}"
+    if all(other in run for run in runs):
+        pooled = np.concatenate([run["adapted"] - run[other] for run in runs])
+        text += f"; − {other}, each seed paired: {_mean_interval(pooled)}"
     return text
+
+
+def per_episode(run_dir: Path) -> dict[str, np.ndarray]:
+    """Each method's accuracy per meta-test episode, from the evaluation's tasks.parquet
+    (empty where the run has none)."""
+    path = run_dir / "eval" / "tasks.parquet"
+    if not path.is_file():
+        return {}
+    table = pq.read_table(path)
+    points = table.column("num_points").to_numpy()
+    return {
+        name.removesuffix(":accuracy"): table.column(name).to_numpy() / points
+        for name in table.column_names
+        if name.endswith(":accuracy")
+    }
+
+
+def _mean_interval(values: np.ndarray) -> str:
+    """`mean ± half-width of the 95 % interval` of `values`."""
+    interval = 1.96 * values.std(ddof=1) / np.sqrt(len(values))
+    return f"{values.mean():+.3f} ± {interval:.3f}"
 
 
 def _meta_batch_size(overrides: list[str]) -> int:
@@ -261,14 +282,15 @@ def main(argv: list[str] | None = None) -> int:
                     if args.seeds is not None:
                         run_dir = run_dir.with_name(f"{run_dir.name}_seed{seed}")
                     plans.append(
-                        (name, shots, ways, train_classes, test_classes, learner, store, run_dir,
-                         seed)
+                        Plan(name, shots, ways, train_classes, test_classes, learner, store,
+                             run_dir, seed)
                     )  # fmt: skip
 
-    def work(plan):
-        name, shots, ways, _, _, learner, store, run_dir, seed = plan
-        extra = [f"trainer.seed={seed}", *args.overrides]
-        return run_one(children, store, learner, shots, ways, run_dir, extra)
+    def work(plan: Plan):
+        extra = [f"trainer.seed={plan.seed}", *args.overrides]
+        return run_one(
+            children, plan.store, plan.learner, plan.shots, plan.ways, plan.run_dir, extra
+        )
 
     pool = ThreadPoolExecutor(max_workers=args.jobs)
     children = OwnedChildren("benchmarks/fewshot.py")
@@ -303,8 +325,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     if len(seeds) > 1:
         lines.append("")
-        for key in dict.fromkeys((plan[0], plan[1], plan[5]) for plan in plans):
-            runs = [plan[7] for plan in plans if (plan[0], plan[1], plan[5]) == key]
+        for key in dict.fromkeys((plan.name, plan.shots, plan.learner) for plan in plans):
+            runs = [p.run_dir for p in plans if (p.name, p.shots, p.learner) == key]
             name, shots, learner = key
             lines.append(f"- {name} {shots}-shot {learner}: {seed_mean(runs)}")
     table = "\n".join(lines)

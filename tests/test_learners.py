@@ -301,6 +301,16 @@ def _run(learner):
     return out, grads, prediction
 
 
+def _gradient_rounding(learner_name: str) -> float:
+    """How many times the plain learners' rounding a learner's gradients carry. The
+    Meta-Baseline learners' logits are a learned scale (about 10) times a cosine, so their
+    gradients carry ten times the rounding (2.4e-6 seen on the TCN's convolutions); an
+    Adam inner step (metabaseline_adam/_tune) divides by the gradient's own size, so a
+    rounding difference in a near-zero gradient moves a weight by up to a whole step
+    (lr 0.01) too."""
+    return 10.0 if learner_name.startswith("metabaseline") else 1.0
+
+
 @pytest.mark.parametrize("model_name", registered_models())
 @pytest.mark.parametrize("learner_name", registered_learners())
 def test_vmap_equals_the_per_task_loop(learner_name, model_name, caplog):
@@ -320,12 +330,7 @@ def test_vmap_equals_the_per_task_loop(learner_name, model_name, caplog):
     torch.testing.assert_close(out_v.loss, out_l.loss, rtol=1e-6, atol=1e-6)
     for key in out_l.metrics:
         torch.testing.assert_close(out_v.metrics[key], out_l.metrics[key], rtol=1e-6, atol=1e-6)
-    # The Meta-Baseline learners' logits are a learned scale (about 10) times a cosine, so
-    # their gradients carry ten times the rounding of the plain learners (2.4e-6 seen on
-    # the TCN's convolutions); an Adam inner step (metabaseline_adam/_tune) divides by the
-    # gradient's own size, so a rounding difference in a near-zero gradient moves a weight
-    # by up to a whole step (lr 0.01) too.
-    factor = 10.0 if learner_name.startswith("metabaseline") else 1.0
+    factor = _gradient_rounding(learner_name)
     for key in grads_l:
         torch.testing.assert_close(
             grads_v[key], grads_l[key], rtol=1e-6 * factor, atol=1e-6 * factor
@@ -609,12 +614,7 @@ def test_window_normalised_models_batch_like_the_loop(learner_name, model_name):
         results["last", False],
     )
     torch.testing.assert_close(out_v.loss, out_l.loss, rtol=1e-6, atol=1e-6)
-    # The Meta-Baseline learners' logits are a learned scale (about 10) times a cosine, so
-    # their gradients carry ten times the rounding of the plain learners (2.4e-6 seen on
-    # the TCN's convolutions); an Adam inner step (metabaseline_adam/_tune) divides by the
-    # gradient's own size, so a rounding difference in a near-zero gradient moves a weight
-    # by up to a whole step (lr 0.01) too.
-    factor = 10.0 if learner_name.startswith("metabaseline") else 1.0
+    factor = _gradient_rounding(learner_name)
     for key in grads_l:
         torch.testing.assert_close(
             grads_v[key], grads_l[key], rtol=1e-6 * factor, atol=1e-6 * factor

@@ -191,12 +191,13 @@ def candidate_members(
     for loss in losses:
         own = out[loss] = [m for m in members if m.loss == loss]
         # a candidate is evaluated in its longest member's run: one candidate per run
-        evaluated = {max(m.lookback for m in own)} if own else set()
+        evaluated = {max((m.lookback for m in own), default=0)}
         for count in range(1, len(lookbacks)):
             lengths = {m.lookback for m in members_of(horizon, lookbacks[:count], [loss], 1)}
             shorter = [m for m in own if m.lookback in lengths]
-            if shorter and max(m.lookback for m in shorter) not in evaluated:
-                evaluated.add(max(m.lookback for m in shorter))
+            longest = max((m.lookback for m in shorter), default=0)
+            if shorter and longest not in evaluated:
+                evaluated.add(longest)
                 out[prefix_key(loss, lookbacks[:count])] = shorter
     return out
 

@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 
 from metadist.api.artifact import write_periods
+from metadist.commands.competition.candidates import candidate_members, split_candidate
 from metadist.commands.competition.choice import (
     CHOICES_FILE,
     best_method,
@@ -32,7 +33,7 @@ from metadist.commands.competition.guard import (
     write_guarded,
 )
 from metadist.commands.competition.members import Group, members_of
-from metadist.commands.competition.pipeline import Plan, _loss_plan, candidate_members
+from metadist.commands.competition.pipeline import Plan, _loss_plan
 from metadist.commands.competition.spec import CompetitionSpec
 from metadist.eval.combine import CHOSEN_LABEL
 from metadist.eval.fallback_combination import (
@@ -243,33 +244,45 @@ def test_a_validation_run_chooses_the_loss_and_a_test_run_applies_it(tmp_path):
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         return done.stdout
 
-    printed = run("--validation", "--out", str(val))
+    # a training of 2 meta-steps beside the experiment's 4 (the recipe's 10 and 50 are
+    # not shorter: left out)
+    printed = run("--validation", "--out", str(val), "--step-candidates", "2")
     document = json.loads((val / CHOICES_FILE).read_text())
     assert document["protocol"] == "validation"
     entry = document["groups"]["4"]
-    # the recipe's ensemble of lookbacks 2H to 5H per loss, and each shorter run of them
+    # the recipe's ensemble of lookbacks 2H to 5H per loss and length, and each shorter
+    # run of them
     runs = ("", " L=2H", " L=2H+3H", " L=2H+3H+4H")
-    assert set(entry["losses"]) == {loss + run for loss in ("mape", "smape") for run in runs}
+    assert set(entry["losses"]) == {
+        loss + steps + run for loss in ("mape", "smape") for steps in ("", " S=2") for run in runs
+    }
     assert entry["metric"] == "mape" and f"chosen {entry['loss']}" in printed
+    suffix = {None: "", 2: "-S2"}
     # each candidate's score is its own evaluation on the validation split's holdout
     for key, score in entry["losses"].items():
-        loss, lookbacks = split_key(key, [2.0, 3.0, 4.0, 5.0])
-        evaluated = f"L{4 * int(max(lookbacks))}-{loss}-s1"  # the longest lookback's run
+        loss, steps, lookbacks = split_candidate(key, [2.0, 3.0, 4.0, 5.0])
+        # the longest lookback's run
+        evaluated = f"L{4 * int(max(lookbacks))}-{loss}-s1{suffix[steps]}"
         result = json.loads((val / "h4" / evaluated / "eval" / "metrics.json").read_text())
         assert "validation_data" in json.dumps(result["settings"])
         assert score == pytest.approx(min(result["overall"][m]["mape"]["value"]
                                             for m in ("adapted", "unadapted")))  # fmt: skip
     best = min(entry["losses"], key=entry["losses"].get)
-    assert split_key(best, [2.0, 3.0, 4.0, 5.0]) == (entry["loss"], entry["lookbacks"])
+    assert split_candidate(best, [2.0, 3.0, 4.0, 5.0]) == (
+        entry["loss"], entry["steps"], entry["lookbacks"]
+    )  # fmt: skip
     printed = run("--out", str(test), "--adaptation-from", str(val))
     trained = sorted(p.name for p in (test / "h4").iterdir() if p.is_dir())
-    chosen = sorted(f"L{4 * int(k)}-{entry['loss']}-s1" for k in entry["lookbacks"])
-    assert trained == chosen  # the chosen loss and lookbacks alone
+    chosen = sorted(
+        f"L{4 * int(k)}-{entry['loss']}-s1{suffix[entry['steps']]}" for k in entry["lookbacks"]
+    )
+    assert trained == chosen  # the chosen loss, length and lookbacks alone
     applied = json.loads((test / CHOICES_FILE).read_text())
     assert applied["protocol"] == "test" and applied["from"] == str(val)
     assert "shrunk towards seasonal naive" in printed and "model, unguarded" in printed
     assert (test / "guarded.md").is_file()
-    evaluated = f"L{4 * int(max(entry['lookbacks']))}-{entry['loss']}-s1"  # the longest lookback's
+    # the longest lookback's
+    evaluated = f"L{4 * int(max(entry['lookbacks']))}-{entry['loss']}-s1{suffix[entry['steps']]}"
     assert recorded_guard(test / "h4" / evaluated) == parse_width(entry["guard"])
 
 

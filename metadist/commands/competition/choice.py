@@ -10,13 +10,15 @@ metric on the validation holdout. Where the ensemble spans several lookbacks
 (`--recipe cpu`: 2H, 3H, 4H and 5H, N-BEATS-style; `--lookbacks` others), the members
 of each shorter run of them from the first (2H alone, 2H and 3H, ...) are candidates of
 their own (`prefix_key`), so each group keeps the whole ensemble or the first lookbacks
-(`lookbacks` in its choice), whichever scored best. On the chosen ensemble's validation forecasts it then
-chooses the band's width per group (`metadist.eval.plausibility`, "none" among them:
-the model unguarded), and on that guarded model one weight `w` per group
-(`metadist.eval.fallback_combination`): the forecast `w · model + (1 − w) · seasonal
-naive` scoring best there. All are written to `OUT/choices.json`; a test run given
-`--adaptation-from VAL_OUT` trains each group's chosen loss alone and reports the model
-within its band (the model as chosen), unguarded and shrunk (`guard.py`). Nothing is
+(`lookbacks` in its choice), whichever scored best; shorter trainings are candidates too
+(`--step-candidates`, `candidates.py`: `steps` in the choice). On the chosen ensemble's
+validation forecasts it then chooses the band's width per group
+(`metadist.eval.plausibility`, "none" among them: the model unguarded), and on that
+guarded model one weight `w` per group (`metadist.eval.fallback_combination`): the
+forecast `w · model + (1 − w) · seasonal naive` scoring best there. All are written to
+`OUT/choices.json`; a test run given `--adaptation-from VAL_OUT` trains each group's
+chosen loss and length alone and reports the model within its band (the model as
+chosen), unguarded and shrunk (`guard.py`). Nothing is
 chosen on the competition holdout.
 """
 
@@ -147,10 +149,28 @@ def describe(key: str, entry: dict[str, Any]) -> str:
 
 
 def _lookbacks(entry: dict[str, Any]) -> str:
-    """`lookbacks 2H, 3H ` of a choice that records them, else nothing."""
-    if not entry.get("lookbacks"):
-        return ""
-    return "lookbacks " + ", ".join(f"{float(k):g}H" for k in entry["lookbacks"]) + " "
+    """`10 meta-steps, lookbacks 2H, 3H ` of a choice that records a shorter training
+    and lookbacks (each where it does), else nothing."""
+    parts = []
+    if entry.get("steps") is not None:
+        parts.append(f"{entry['steps']} meta-steps")
+    if entry.get("lookbacks"):
+        parts.append("lookbacks " + ", ".join(f"{float(k):g}H" for k in entry["lookbacks"]))
+    return ", ".join(parts) + " " if parts else ""
+
+
+def _steps(value: Any) -> int | None:
+    """A choice's training length: None (the experiment's, or a choice written before
+    shorter trainings were candidates), or a positive whole number of meta-steps.
+
+    Raises:
+        ValueError: anything else.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"steps {value!r}")
+    return value
 
 
 def read_choices(
@@ -175,6 +195,7 @@ def read_choices(
             parse_width(entry.get("guard"))
             if entry.get("lookbacks") is not None:
                 entry["lookbacks"] = [float(k) for k in entry["lookbacks"]]
+            entry["steps"] = _steps(entry.get("steps"))
     except (ValueError, KeyError, TypeError, AttributeError):
         raise ValueError(f"{path} is not a choice written by metadist competition") from None
     if protocol != "validation":

@@ -25,6 +25,11 @@ RECIPE_CANDIDATES: dict[str, tuple[str, ...]] = {"default": (), "cpu": ("smape",
 # the validation protocols of M1, tourism and M3, BENCHMARKS.md "Wider ensembles over
 # lookbacks")
 RECIPE_LOOKBACKS: dict[str, tuple[float, ...]] = {"default": (2.0,), "cpu": (2.0, 3.0, 4.0, 5.0)}
+# --recipe: the shorter trainings (meta-steps) tried per group under --validation beside
+# the experiment's, each group keeping the length that scores best there (`candidates.py`;
+# cpu: 10 and 50, chosen on the validation protocols of M1, tourism and M3, BENCHMARKS.md
+# "Training length chosen on validation")
+RECIPE_STEP_CANDIDATES: dict[str, tuple[int, ...]] = {"default": (), "cpu": (10, 50)}
 
 
 def build_parser(prog: str = "metadist competition") -> argparse.ArgumentParser:
@@ -101,7 +106,8 @@ def build_parser(prog: str = "metadist competition") -> argparse.ArgumentParser:
 
 
 def _add_loss_options(parser: argparse.ArgumentParser) -> None:
-    """`--losses` (one ensemble of every loss) and `--loss-candidates` (one chosen)."""
+    """`--losses` (one ensemble of every loss), `--loss-candidates` (one chosen) and
+    `--step-candidates` (shorter trainings, one length chosen)."""
     parser.add_argument(
         "--losses",
         nargs="+",
@@ -119,6 +125,16 @@ def _add_loss_options(parser: argparse.ArgumentParser) -> None:
         "scoring best by the data set's metric is kept (choices.json), and a test run "
         "with --adaptation-from trains it alone (default: the recipe's; cpu: the data "
         "set's metric and smape; default: none, the metric is the loss)",
+    )
+    parser.add_argument(
+        "--step-candidates",
+        type=int,
+        nargs="+",
+        default=None,
+        metavar="STEPS",
+        help="with --validation and candidate losses: shorter trainings tried per group "
+        "beside the experiment's, one ensemble each of STEPS meta-steps; the length scoring "
+        "best is kept like the loss (default: the recipe's; cpu: 10 50; default: none)",
     )
 
 
@@ -140,8 +156,22 @@ def main(argv: list[str] | None = None, prog: str = "metadist competition") -> i
     args.recipe_candidates = args.loss_candidates is None and args.losses is None
     if args.loss_candidates is None and args.losses is None:
         args.loss_candidates = list(RECIPE_CANDIDATES[args.recipe])
+    if args.step_candidates is not None and args.losses is not None:
+        parser.error(
+            "--step-candidates are chosen per group like --loss-candidates; --losses trains "
+            "one ensemble of every loss, with no choice"
+        )
+    if args.step_candidates is None:
+        args.step_candidates = list(RECIPE_STEP_CANDIDATES[args.recipe])
+    elif not args.loss_candidates:
+        parser.error(
+            "--step-candidates are chosen per group beside the loss: give --loss-candidates "
+            "(one loss or more)"
+        )
     if args.seeds < 1 or args.jobs < 1 or any(k <= 0 for k in args.lookbacks):
         parser.error("--seeds and --jobs must be >= 1, --lookbacks > 0")
+    if any(n < 1 for n in args.step_candidates):
+        parser.error("--step-candidates must be >= 1")
     try:
         with OwnedChildren(prog):  # a stop signal reaches every training it started
             return run_pipeline(args, prog)

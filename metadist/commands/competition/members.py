@@ -83,6 +83,8 @@ class Member:
     Attributes:
         period: the model's `seasonal_period` (None: not set).
         labels: the labels it meta-trains on (empty: every series).
+        steps: a shorter training: `trainer.meta_steps` of its own, a candidate a
+            validation run chooses among (`candidates.py`); None: the experiment's.
     """
 
     horizon: int
@@ -91,29 +93,42 @@ class Member:
     seed: int
     period: int | None = None
     labels: tuple[str, ...] = ()
+    steps: int | None = None
 
     def run_dir(self, out: Path) -> Path:
         group = f"h{self.horizon}" + (f"-m{self.period}" if self.labels else "")
-        return out / group / f"L{self.lookback}-{self.loss}-s{self.seed}"
+        steps = f"-S{self.steps}" if self.steps is not None else ""
+        return out / group / f"L{self.lookback}-{self.loss}-s{self.seed}{steps}"
 
     def title(self) -> str:
         period = f" m={self.period}" if self.labels else ""
-        return f"meta-train H={self.horizon}{period} L={self.lookback} {self.loss} seed {self.seed}"
+        steps = f", {self.steps} meta-steps" if self.steps is not None else ""
+        return (
+            f"meta-train H={self.horizon}{period} L={self.lookback} {self.loss} "
+            f"seed {self.seed}{steps}"
+        )
 
 
 def members_of(
-    horizon: int | Group, lookbacks: Sequence[float], losses: Sequence[str], seeds: int
+    horizon: int | Group,
+    lookbacks: Sequence[float],
+    losses: Sequence[str],
+    seeds: int,
+    steps: Sequence[int | None] = (None,),
 ) -> list[Member]:
-    """Every (lookback multiple × loss × seed) of one horizon (or group), lookback =
-    round(k·H) ≥ 2."""
+    """Every (lookback multiple × loss × seed × training length) of one horizon (or
+    group), lookback = round(k·H) ≥ 2; `steps`: the experiment's (None) and shorter ones."""
     group = horizon if isinstance(horizon, Group) else Group(horizon, ())
     labels = group.labels if group.restricted else ()
     out = []
-    for k in lookbacks:
-        lookback = max(2, int(round(float(k) * group.horizon)))
-        for loss in losses:
-            for seed in range(1, seeds + 1):
-                out.append(Member(group.horizon, lookback, loss, seed, group.period, labels))
+    for length in steps:
+        for k in lookbacks:
+            lookback = max(2, int(round(float(k) * group.horizon)))
+            for loss in losses:
+                for seed in range(1, seeds + 1):
+                    out.append(
+                        Member(group.horizon, lookback, loss, seed, group.period, labels, length)
+                    )
     return list(dict.fromkeys(out))
 
 
@@ -122,7 +137,7 @@ def training_overrides(
 ) -> list[str]:
     """The `metadist train` overrides of `member`: `experiment` on `store`, with its
     horizon, lookback, loss, seed, seasonal period and labels, in its run directory under
-    `out`; then `extra`."""
+    `out`; then `extra`, then a shorter training's `trainer.meta_steps`."""
     overrides = [
         f"experiment={experiment}",
         f"data.store={store}",
@@ -138,7 +153,9 @@ def training_overrides(
         overrides.append(f"model.options.seasonal_period={member.period}")
     if member.labels:
         overrides.append(f"sampler.options.labels={json.dumps(list(member.labels))}")
-    return [*overrides, *extra]
+    # a shorter training's length comes last: it is what the member is
+    length = [] if member.steps is None else [f"trainer.meta_steps={member.steps}"]
+    return [*overrides, *extra, *length]
 
 
 def series_periods(periods: dict[str, int], labels: Sequence[str]) -> int | dict[str, int]:

@@ -14,13 +14,12 @@ from metadist.commands.competition.adaptation import (
     read_adaptation_choice,
     write_adaptation_choice,
 )
+from metadist.commands.competition.candidates import candidate_members, split_candidate
 from metadist.commands.competition.choice import (
     candidate_losses,
     choose_group,
     describe,
-    prefix_key,
     read_choices,
-    split_key,
     write_choices,
 )
 from metadist.commands.competition.evaluation import (
@@ -35,6 +34,7 @@ from metadist.commands.competition.members import (
     Member,
     groups_of,
     members_of,
+    meta_steps,
     record_periods,
     train_members,
 )
@@ -82,8 +82,10 @@ class Plan:
             candidates, the candidates).
         candidates: the losses one of which is chosen per group on this validation run
             (one ensemble each; empty: no choice, every loss in one ensemble).
+        step_candidates: the shorter trainings tried beside the experiment's on this
+            validation run (`trainer.meta_steps` each; `candidates.py`).
         choices: per group, what a validation run chose (`choice.py`: the loss trained,
-            the weight against seasonal naive), read with `--adaptation-from`.
+            its length, the weight against seasonal naive), read with `--adaptation-from`.
         source: the data set's training file (under the validation protocol, the file
             the split was cut from), which the output's marker names.
     """
@@ -103,6 +105,7 @@ class Plan:
     candidates: tuple[str, ...] = ()
     choices: dict[str, dict] | None = None
     source: Path = Path()
+    step_candidates: tuple[int, ...] = ()
 
     def losses_of(self, key: str) -> tuple[str, ...]:
         """The losses group `key` trains: the one a validation run chose, else `losses`."""
@@ -113,6 +116,14 @@ class Plan:
         it recorded them), else `lookbacks` (`--lookbacks`)."""
         chosen = (self.choices or {}).get(key, {}).get("lookbacks")
         return list(chosen) if chosen else lookbacks
+
+    def steps_of(self, key: str) -> tuple[int | None, ...]:
+        """The training lengths group `key` trains (None: the experiment's): the one a
+        validation run chose, else the experiment's and, on a validation run with
+        candidates, the shorter `step_candidates`."""
+        if self.choices:
+            return (self.choices[key].get("steps"),)
+        return (None, *self.step_candidates) if self.candidates else (None,)
 
     @property
     def test_path(self) -> Path:
@@ -136,7 +147,11 @@ def run_pipeline(args: argparse.Namespace, prog: str) -> int:
         return 1
     ensembles = {
         g.key: members_of(
-            g, plan.lookbacks_of(g.key, args.lookbacks), plan.losses_of(g.key), args.seeds
+            g,
+            plan.lookbacks_of(g.key, args.lookbacks),
+            plan.losses_of(g.key),
+            args.seeds,
+            plan.steps_of(g.key),
         )
         for g in plan.groups
     }
@@ -154,7 +169,9 @@ def run_pipeline(args: argparse.Namespace, prog: str) -> int:
         members = ensembles[group.key]
         by_loss = {"": members}
         if plan.candidates:
-            by_loss = candidate_members(members, plan.candidates, args.lookbacks, group.horizon)
+            by_loss = candidate_members(
+                members, plan.candidates, args.lookbacks, group.horizon, plan.steps_of(group.key)
+            )
         evaluated = evaluate_candidates(
             group.horizon, by_loss, plan.out, plan.spec, info, plan.test_path, plan.ets,
             plan.eval_overrides,
@@ -162,7 +179,9 @@ def run_pipeline(args: argparse.Namespace, prog: str) -> int:
         if plan.candidates:
             entry = choose_group(evaluated)
             firsts.append(evaluated[entry["loss"]])
-            entry["loss"], entry["lookbacks"] = split_key(entry["loss"], args.lookbacks)
+            entry["loss"], entry["steps"], entry["lookbacks"] = split_candidate(
+                entry["loss"], args.lookbacks
+            )
             chosen[group.key] = entry
         else:
             firsts.append(evaluated[""])
@@ -179,27 +198,6 @@ def run_pipeline(args: argparse.Namespace, prog: str) -> int:
         print(write_guarded(plan.out, runs, plan.spec.metric, weights), end="")
     print(f"== all steps: {time.perf_counter() - started:.1f} s; table: {plan.out / 'metrics.md'}")
     return 0
-
-
-def candidate_members(
-    members: list[Member], losses: tuple[str, ...], lookbacks: list[float], horizon: int
-) -> dict[str, list[Member]]:
-    """The candidates one group chooses among on validation: each loss's ensemble, and,
-    where it spans several lookbacks, its members of each shorter run of lookbacks from
-    the first (`choice.prefix_key`: 2H alone, 2H and 3H, ... ; shortest first)."""
-    out = {}
-    for loss in losses:
-        own = out[loss] = [m for m in members if m.loss == loss]
-        # a candidate is evaluated in its longest member's run: one candidate per run
-        evaluated = {max((m.lookback for m in own), default=0)}
-        for count in range(1, len(lookbacks)):
-            lengths = {m.lookback for m in members_of(horizon, lookbacks[:count], [loss], 1)}
-            shorter = [m for m in own if m.lookback in lengths]
-            longest = max((m.lookback for m in shorter), default=0)
-            if shorter and longest not in evaluated:
-                evaluated.add(longest)
-                out[prefix_key(loss, lookbacks[:count])] = shorter
-    return out
 
 
 def plan_run(args: argparse.Namespace) -> Plan:
@@ -252,6 +250,7 @@ def plan_run(args: argparse.Namespace) -> Plan:
     check_holdout(test_path, spec, info, horizons, bool(holdout.get("partial")))
     losses = tuple(args.losses or [training_loss(spec.metric)])
     losses, candidates, choices = _loss_plan(args, spec, groups, losses, eval_overrides)
+    step_candidates = _step_plan(args, train_overrides) if candidates else ()
     return Plan(
         name,
         data_dir,
@@ -268,6 +267,7 @@ def plan_run(args: argparse.Namespace) -> Plan:
         candidates,
         choices,
         source,
+        step_candidates,
     )
 
 
@@ -303,6 +303,21 @@ def _loss_plan(
                 f"{args.adaptation_from} chose each group's loss on validation; leave out --losses"
             )
     return losses, candidates, choices
+
+
+def _step_plan(args: argparse.Namespace, train_overrides: list[str]) -> tuple[int, ...]:
+    """The shorter trainings tried per group (`--step-candidates`), ascending: those
+    shorter than the experiment's `trainer.meta_steps` (a note names any left out)."""
+    wanted = sorted(set(getattr(args, "step_candidates", None) or ()))
+    full = meta_steps([f"experiment={args.experiment}", *train_overrides])
+    kept = tuple(n for n in wanted if n < full or not full)  # 0: the training will say why
+    if len(kept) < len(wanted):
+        dropped = ", ".join(str(n) for n in wanted if n not in kept)
+        print(
+            f"note: --step-candidates {dropped}: not shorter than the experiment's {full} "
+            "meta-steps, left out"
+        )
+    return kept
 
 
 def _candidates(args: argparse.Namespace, metric: str) -> tuple[str, ...]:

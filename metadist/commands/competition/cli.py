@@ -71,7 +71,7 @@ def build_parser(prog: str = "metadist competition") -> argparse.ArgumentParser:
         nargs="+",
         default=None,
         help="lookback multiples of the horizon, one ensemble member each (default: the "
-        "recipe's: 2; cpu: 2 3; N-BEATS: 2..7)",
+        "recipe's: 2; cpu: 2 3 4 5; N-BEATS: 2..7)",
     )
     _add_loss_options(parser)
     parser.add_argument(

@@ -290,6 +290,7 @@ def test_a_subclass_declares_only_the_options_it_adds():
         "seasonal_period",
         "seasonality",
         "clamp",
+        "head_init",
     }
     assert forecaster.Options().hidden_sizes == (64, 64) != mlp.Options().hidden_sizes
 

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from metadist.models._common import (
@@ -22,6 +23,7 @@ from metadist.models.seasonal import SEASONALITIES, SeasonalNorm
 from metadist.models.window_vjp import AffineMap, SeasonalMap, WindowMap, window_vjp
 
 FORECASTER_NORMS = (*WINDOW_NORMS, "seasonal")
+HEAD_INITS = ("default", "zero")
 
 
 @register_model("forecaster")
@@ -70,6 +72,11 @@ class WindowForecaster(MLP):
             clamp: with window_norm "seasonal", c: forecasts are kept within
                 `[min − c·range, max + c·range]` of the window's target values; None
                 for no clamp.
+            head_init: "default" (PyTorch's initialisation of the output layer) or
+                "zero": the output layer starts at zero, so that with a window_norm
+                the untrained model forecasts the window's level (reseasonalised under
+                "seasonal": seasonal naive's forecast of a seasonal window) and
+                training learns a correction to it.
         """
 
         hidden_sizes: Sequence[int] = (64, 64)
@@ -78,6 +85,7 @@ class WindowForecaster(MLP):
         seasonal_period: int = 1
         seasonality: str = "multiplicative"
         clamp: float | None = None
+        head_init: str = "default"
 
     options: WindowForecaster.Options
     model_name = "forecaster"
@@ -101,6 +109,15 @@ class WindowForecaster(MLP):
             FORECASTER_NORMS,
         )
         self.seasonal_norm = self._seasonal_norm()
+        if self.options.head_init not in HEAD_INITS:
+            raise ValueError(
+                f"model {self.model_name!r}: head_init must be one of {', '.join(HEAD_INITS)}, "
+                f"got {self.options.head_init!r}"
+            )
+        if self.options.head_init == "zero":
+            with torch.no_grad():
+                self.head.weight.zero_()
+                self.head.bias.zero_()
 
     def _seasonal_norm(self) -> SeasonalNorm | None:
         """The seasonal normalisation under window_norm "seasonal"; its options checked.

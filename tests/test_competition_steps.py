@@ -92,8 +92,7 @@ def _plan(**fields) -> Plan:
 
 
 def test_a_group_trains_every_length_on_validation_and_the_chosen_one_after():
-    group = ("4",)
-    assert _plan().steps_of(group[0]) == (None,)
+    assert _plan().steps_of("4") == (None,)
     validation = _plan(candidates=("mape",), step_candidates=(10, 50))
     assert validation.steps_of("4") == (None, 10, 50)
     # candidates without candidate losses: no choice is made, so nothing shorter trains

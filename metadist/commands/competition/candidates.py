@@ -48,6 +48,11 @@ def candidate_members(
     and training length (`variant_key`), and, where it spans several lookbacks, its
     members of each shorter run of lookbacks from the first (`choice.prefix_key`: 2H
     alone, 2H and 3H, ... ; shortest first)."""
+    # the lookbacks (in steps) of each shorter run from the first, the same for every variant
+    runs = [
+        (count, {m.lookback for m in members_of(horizon, lookbacks[:count], losses[:1], 1)})
+        for count in range(1, len(lookbacks))
+    ]
     out = {}
     for length in steps:
         for loss in losses:
@@ -55,8 +60,7 @@ def candidate_members(
             own = out[name] = [m for m in members if m.loss == loss and m.steps == length]
             # a candidate is evaluated in its longest member's run: one candidate per run
             evaluated = {max((m.lookback for m in own), default=0)}
-            for count in range(1, len(lookbacks)):
-                lengths = {m.lookback for m in members_of(horizon, lookbacks[:count], [loss], 1)}
+            for count, lengths in runs:
                 shorter = [m for m in own if m.lookback in lengths]
                 longest = max((m.lookback for m in shorter), default=0)
                 if shorter and longest not in evaluated:

@@ -53,7 +53,7 @@ def test_each_length_and_loss_is_a_candidate_with_its_runs_of_lookbacks():
         "mape S=10", "mape S=10 L=2H", "smape S=10", "smape S=10 L=2H",
     ]  # fmt: skip
     for key, chosen in candidates.items():
-        loss, steps, lookbacks = split_candidate(key, LOOKBACKS)
+        loss, steps, _, lookbacks = split_candidate(key, LOOKBACKS)
         assert {(m.loss, m.steps) for m in chosen} == {(loss, steps)}
         assert sorted(m.lookback for m in chosen) == [int(4 * k) for k in lookbacks]
     # without shorter lengths the candidates are the losses' alone, as before
@@ -63,10 +63,10 @@ def test_each_length_and_loss_is_a_candidate_with_its_runs_of_lookbacks():
 
 def test_candidate_names_read_back():
     assert variant_key("smape", None) == "smape" and variant_key("mape", 50) == "mape S=50"
-    assert split_candidate("smape", LOOKBACKS) == ("smape", None, LOOKBACKS)
-    assert split_candidate("mape S=50", LOOKBACKS) == ("mape", 50, LOOKBACKS)
-    assert split_candidate("mape S=50 L=2H", LOOKBACKS) == ("mape", 50, [2.0])
-    assert split_candidate("smape L=2H+3H", LOOKBACKS) == ("smape", None, LOOKBACKS)
+    assert split_candidate("smape", LOOKBACKS) == ("smape", None, None, LOOKBACKS)
+    assert split_candidate("mape S=50", LOOKBACKS) == ("mape", 50, None, LOOKBACKS)
+    assert split_candidate("mape S=50 L=2H", LOOKBACKS) == ("mape", 50, None, [2.0])
+    assert split_candidate("smape L=2H+3H", LOOKBACKS) == ("smape", None, None, LOOKBACKS)
 
 
 def _entry(**extra) -> dict:
@@ -135,4 +135,4 @@ def test_an_old_choice_without_a_length_trains_the_experiments(tmp_path):
     write_choices(tmp_path, {"4": _entry(lookbacks=[2.0])}, True)
     choices = read_choices(tmp_path, ["4"], "mape")
     members = members_of(Group(4, ("Y",), 1), [2.0], ["smape"], 1, (choices["4"]["steps"],))
-    assert members == [Member(4, 8, "smape", 1, 1, (), None)]
+    assert members == [Member(4, 8, "smape", 1, 1, (), None, None)]

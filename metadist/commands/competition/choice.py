@@ -11,13 +11,14 @@ metric on the validation holdout. Where the ensemble spans several lookbacks
 of each shorter run of them from the first (2H alone, 2H and 3H, ...) are candidates of
 their own (`prefix_key`), so each group keeps the whole ensemble or the first lookbacks
 (`lookbacks` in its choice), whichever scored best; shorter trainings are candidates too
-(`--step-candidates`, `candidates.py`: `steps` in the choice). On the chosen ensemble's
+(`--step-candidates`, `candidates.py`: `steps` in the choice), and so are other starts of
+the output layer (`--head-candidates`: `head`). On the chosen ensemble's
 validation forecasts it then chooses the band's width per group
 (`metadist.eval.plausibility`, "none" among them: the model unguarded), and on that
 guarded model one weight `w` per group (`metadist.eval.fallback_combination`): the
 forecast `w · model + (1 − w) · seasonal naive` scoring best there. All are written to
 `OUT/choices.json`; a test run given `--adaptation-from VAL_OUT` trains each group's
-chosen loss and length alone and reports the model within its band (the model as
+chosen loss, length and head alone and reports the model within its band (the model as
 chosen), unguarded and shrunk (`guard.py`). Nothing is
 chosen on the competition holdout.
 """
@@ -149,11 +150,13 @@ def describe(key: str, entry: dict[str, Any]) -> str:
 
 
 def _lookbacks(entry: dict[str, Any]) -> str:
-    """`10 meta-steps, lookbacks 2H, 3H ` of a choice that records a shorter training
-    and lookbacks (each where it does), else nothing."""
+    """`10 meta-steps, zero head, lookbacks 2H, 3H ` of a choice that records a shorter
+    training, another head and lookbacks (each where it does), else nothing."""
     parts = []
     if entry.get("steps") is not None:
         parts.append(f"{entry['steps']} meta-steps")
+    if entry.get("head") is not None:
+        parts.append(f"{entry['head']} head")
     if entry.get("lookbacks"):
         parts.append("lookbacks " + ", ".join(f"{float(k):g}H" for k in entry["lookbacks"]))
     return ", ".join(parts) + " " if parts else ""
@@ -170,6 +173,20 @@ def _steps(value: Any) -> int | None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"steps {value!r}")
+    return value
+
+
+def _head(value: Any) -> str | None:
+    """A choice's start of the output layer: None (the experiment's, or a choice written
+    before heads were candidates), or a name of one (`model.options.head_init`).
+
+    Raises:
+        ValueError: anything else.
+    """
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.isidentifier():
+        raise ValueError(f"head {value!r}")
     return value
 
 
@@ -196,6 +213,7 @@ def read_choices(
             if entry.get("lookbacks") is not None:
                 entry["lookbacks"] = [float(k) for k in entry["lookbacks"]]
             entry["steps"] = _steps(entry.get("steps"))
+            entry["head"] = _head(entry.get("head"))
     except (ValueError, KeyError, TypeError, AttributeError):
         raise ValueError(f"{path} is not a choice written by metadist competition") from None
     if protocol != "validation":

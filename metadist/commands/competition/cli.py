@@ -13,6 +13,7 @@ from metadist.commands.competition.pipeline import run_pipeline
 from metadist.commands.competition.spec import ADAPTATION_FILE
 from metadist.launch.children import OwnedChildren, StopRequested
 from metadist.learners.losses import REGRESSION_LOSSES
+from metadist.models.forecaster import HEAD_INITS
 
 # --recipe: (the experiment meta-trained, trainings at a time)
 RECIPES = {"default": ("competition", 2), "cpu": ("competition_cpu", 1)}
@@ -30,6 +31,12 @@ RECIPE_LOOKBACKS: dict[str, tuple[float, ...]] = {"default": (2.0,), "cpu": (2.0
 # cpu: 10 and 50, chosen on the validation protocols of M1, tourism and M3, BENCHMARKS.md
 # "Training length chosen on validation")
 RECIPE_STEP_CANDIDATES: dict[str, tuple[int, ...]] = {"default": (), "cpu": (10, 50)}
+# --recipe: the other starts of the output layer (`model.options.head_init`) tried per
+# group under --validation beside the experiment's, each group keeping the one that scores
+# best there (cpu: zero, with which the untrained seasonal forecaster is seasonal naive;
+# better on the validation of some groups, worse on others, BENCHMARKS.md "A head that
+# starts at zero" and "The head chosen per group on validation")
+RECIPE_HEAD_CANDIDATES: dict[str, tuple[str, ...]] = {"default": (), "cpu": ("zero",)}
 
 
 def build_parser(prog: str = "metadist competition") -> argparse.ArgumentParser:
@@ -106,8 +113,9 @@ def build_parser(prog: str = "metadist competition") -> argparse.ArgumentParser:
 
 
 def _add_loss_options(parser: argparse.ArgumentParser) -> None:
-    """`--losses` (one ensemble of every loss), `--loss-candidates` (one chosen) and
-    `--step-candidates` (shorter trainings, one length chosen)."""
+    """`--losses` (one ensemble of every loss), `--loss-candidates` (one chosen),
+    `--step-candidates` (shorter trainings, one length chosen) and `--head-candidates`
+    (other starts of the output layer, one chosen)."""
     parser.add_argument(
         "--losses",
         nargs="+",
@@ -136,6 +144,17 @@ def _add_loss_options(parser: argparse.ArgumentParser) -> None:
         "beside the experiment's, one ensemble each of STEPS meta-steps; the length scoring "
         "best is kept like the loss (default: the recipe's; cpu: 10 50; default: none)",
     )
+    parser.add_argument(
+        "--head-candidates",
+        nargs="+",
+        default=None,
+        choices=HEAD_INITS,
+        metavar="INIT",
+        help="with --validation and candidate losses: other starts of the model's output "
+        f"layer (model.options.head_init: {', '.join(HEAD_INITS)}) tried per group beside "
+        "the experiment's, one ensemble each; the one scoring best is kept like the loss "
+        "(default: the recipe's; cpu: zero; default: none)",
+    )
 
 
 def main(argv: list[str] | None = None, prog: str = "metadist competition") -> int:
@@ -156,18 +175,8 @@ def main(argv: list[str] | None = None, prog: str = "metadist competition") -> i
     args.recipe_candidates = args.loss_candidates is None and args.losses is None
     if args.loss_candidates is None and args.losses is None:
         args.loss_candidates = list(RECIPE_CANDIDATES[args.recipe])
-    if args.step_candidates is not None and args.losses is not None:
-        parser.error(
-            "--step-candidates are chosen per group like --loss-candidates; --losses trains "
-            "one ensemble of every loss, with no choice"
-        )
-    if args.step_candidates is None:
-        args.step_candidates = list(RECIPE_STEP_CANDIDATES[args.recipe])
-    elif not args.loss_candidates:
-        parser.error(
-            "--step-candidates are chosen per group beside the loss: give --loss-candidates "
-            "(one loss or more)"
-        )
+    _beside_the_loss(parser, args, "step_candidates", RECIPE_STEP_CANDIDATES)
+    _beside_the_loss(parser, args, "head_candidates", RECIPE_HEAD_CANDIDATES)
     if args.seeds < 1 or args.jobs < 1 or any(k <= 0 for k in args.lookbacks):
         parser.error("--seeds and --jobs must be >= 1, --lookbacks > 0")
     if any(n < 1 for n in args.step_candidates):
@@ -189,6 +198,27 @@ def main(argv: list[str] | None = None, prog: str = "metadist competition") -> i
             f"{prog}: interrupted (finished steps are kept; run it again to go on)", file=sys.stderr
         )
         return 130
+
+
+def _beside_the_loss(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, name: str, recipes: dict
+) -> None:
+    """`--step-candidates` or `--head-candidates` (`name`), chosen per group beside the
+    loss: refused beside `--losses` or without candidate losses; the recipe's where not
+    given."""
+    option = "--" + name.replace("_", "-")
+    if getattr(args, name) is not None and args.losses is not None:
+        parser.error(
+            f"{option} are chosen per group like --loss-candidates; --losses trains one "
+            "ensemble of every loss, with no choice"
+        )
+    if getattr(args, name) is None:
+        setattr(args, name, list(recipes[args.recipe]))
+    elif not args.loss_candidates:
+        parser.error(
+            f"{option} are chosen per group beside the loss: give --loss-candidates (one "
+            "loss or more)"
+        )
 
 
 def _multiple(text: str) -> float:

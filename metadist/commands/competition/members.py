@@ -12,6 +12,7 @@ so that `load_run(...).forecast` gives Theta and seasonal naive the data's perio
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -85,6 +86,8 @@ class Member:
         labels: the labels it meta-trains on (empty: every series).
         steps: a shorter training: `trainer.meta_steps` of its own, a candidate a
             validation run chooses among (`candidates.py`); None: the experiment's.
+        head: another start of the model's output layer (`model.options.head_init`),
+            a candidate too; None: the experiment's.
     """
 
     horizon: int
@@ -94,18 +97,21 @@ class Member:
     period: int | None = None
     labels: tuple[str, ...] = ()
     steps: int | None = None
+    head: str | None = None
 
     def run_dir(self, out: Path) -> Path:
         group = f"h{self.horizon}" + (f"-m{self.period}" if self.labels else "")
         steps = f"-S{self.steps}" if self.steps is not None else ""
-        return out / group / f"L{self.lookback}-{self.loss}-s{self.seed}{steps}"
+        head = f"-H{self.head}" if self.head is not None else ""
+        return out / group / f"L{self.lookback}-{self.loss}-s{self.seed}{steps}{head}"
 
     def title(self) -> str:
         period = f" m={self.period}" if self.labels else ""
         steps = f", {self.steps} meta-steps" if self.steps is not None else ""
+        head = f", {self.head} head" if self.head is not None else ""
         return (
             f"meta-train H={self.horizon}{period} L={self.lookback} {self.loss} "
-            f"seed {self.seed}{steps}"
+            f"seed {self.seed}{steps}{head}"
         )
 
 
@@ -115,20 +121,21 @@ def members_of(
     losses: Sequence[str],
     seeds: int,
     steps: Sequence[int | None] = (None,),
+    heads: Sequence[str | None] = (None,),
 ) -> list[Member]:
-    """Every (lookback multiple × loss × seed × training length) of one horizon (or
-    group), lookback = round(k·H) ≥ 2; `steps`: the experiment's (None) and shorter ones."""
+    """Every (lookback multiple × loss × seed × training length × head) of one horizon
+    (or group), lookback = round(k·H) ≥ 2; `steps`: the experiment's (None) and shorter
+    ones; `heads`: the experiment's output layer (None) and other starts of it."""
     group = horizon if isinstance(horizon, Group) else Group(horizon, ())
     labels = group.labels if group.restricted else ()
     out = []
-    for length in steps:
-        for k in lookbacks:
-            lookback = max(2, int(round(float(k) * group.horizon)))
-            for loss in losses:
-                for seed in range(1, seeds + 1):
-                    out.append(
-                        Member(group.horizon, lookback, loss, seed, group.period, labels, length)
-                    )
+    for head, length, k in itertools.product(heads, steps, lookbacks):
+        lookback = max(2, int(round(float(k) * group.horizon)))
+        for loss in losses:
+            for seed in range(1, seeds + 1):
+                out.append(
+                    Member(group.horizon, lookback, loss, seed, group.period, labels, length, head)
+                )
     return list(dict.fromkeys(out))
 
 
@@ -137,7 +144,8 @@ def training_overrides(
 ) -> list[str]:
     """The `metadist train` overrides of `member`: `experiment` on `store`, with its
     horizon, lookback, loss, seed, seasonal period and labels, in its run directory under
-    `out`; then `extra`, then a shorter training's `trainer.meta_steps`."""
+    `out`; then `extra`, then a candidate's own head (`model.options.head_init`) and
+    length (`trainer.meta_steps`)."""
     overrides = [
         f"experiment={experiment}",
         f"data.store={store}",
@@ -153,9 +161,10 @@ def training_overrides(
         overrides.append(f"model.options.seasonal_period={member.period}")
     if member.labels:
         overrides.append(f"sampler.options.labels={json.dumps(list(member.labels))}")
-    # a shorter training's length comes last: it is what the member is
-    length = [] if member.steps is None else [f"trainer.meta_steps={member.steps}"]
-    return [*overrides, *extra, *length]
+    # a candidate's own head and length come last: they are what the member is
+    own = [] if member.head is None else [f"model.options.head_init={member.head}"]
+    own += [] if member.steps is None else [f"trainer.meta_steps={member.steps}"]
+    return [*overrides, *extra, *own]
 
 
 def series_periods(periods: dict[str, int], labels: Sequence[str]) -> int | dict[str, int]:

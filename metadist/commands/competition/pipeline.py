@@ -84,6 +84,8 @@ class Plan:
             (one ensemble each; empty: no choice, every loss in one ensemble).
         step_candidates: the shorter trainings tried beside the experiment's on this
             validation run (`trainer.meta_steps` each; `candidates.py`).
+        head_candidates: the other starts of the output layer tried beside the
+            experiment's on this validation run (`model.options.head_init` each).
         choices: per group, what a validation run chose (`choice.py`: the loss trained,
             its length, the weight against seasonal naive), read with `--adaptation-from`.
         source: the data set's training file (under the validation protocol, the file
@@ -106,6 +108,7 @@ class Plan:
     choices: dict[str, dict] | None = None
     source: Path = Path()
     step_candidates: tuple[int, ...] = ()
+    head_candidates: tuple[str, ...] = ()
 
     def losses_of(self, key: str) -> tuple[str, ...]:
         """The losses group `key` trains: the one a validation run chose, else `losses`."""
@@ -124,6 +127,14 @@ class Plan:
         if self.choices:
             return (self.choices[key].get("steps"),)
         return (None, *self.step_candidates) if self.candidates else (None,)
+
+    def heads_of(self, key: str) -> tuple[str | None, ...]:
+        """The starts of the output layer group `key` trains (None: the experiment's): the
+        one a validation run chose, else the experiment's and, on a validation run with
+        candidates, the other `head_candidates`."""
+        if self.choices:
+            return (self.choices[key].get("head"),)
+        return (None, *self.head_candidates) if self.candidates else (None,)
 
     @property
     def test_path(self) -> Path:
@@ -152,6 +163,7 @@ def run_pipeline(args: argparse.Namespace, prog: str) -> int:
             plan.losses_of(g.key),
             args.seeds,
             plan.steps_of(g.key),
+            plan.heads_of(g.key),
         )
         for g in plan.groups
     }
@@ -170,8 +182,9 @@ def run_pipeline(args: argparse.Namespace, prog: str) -> int:
         by_loss = {"": members}
         if plan.candidates:
             by_loss = candidate_members(
-                members, plan.candidates, args.lookbacks, group.horizon, plan.steps_of(group.key)
-            )
+                members, plan.candidates, args.lookbacks, group.horizon,
+                plan.steps_of(group.key), plan.heads_of(group.key),
+            )  # fmt: skip
         evaluated = evaluate_candidates(
             group.horizon, by_loss, plan.out, plan.spec, info, plan.test_path, plan.ets,
             plan.eval_overrides,
@@ -179,9 +192,9 @@ def run_pipeline(args: argparse.Namespace, prog: str) -> int:
         if plan.candidates:
             entry = choose_group(evaluated)
             firsts.append(evaluated[entry["loss"]])
-            entry["loss"], entry["steps"], entry["lookbacks"] = split_candidate(
-                entry["loss"], args.lookbacks
-            )
+            candidate = split_candidate(entry["loss"], args.lookbacks)
+            entry["loss"], entry["steps"] = candidate.loss, candidate.steps
+            entry["head"], entry["lookbacks"] = candidate.head, candidate.lookbacks
             chosen[group.key] = entry
         else:
             firsts.append(evaluated[""])
@@ -251,6 +264,7 @@ def plan_run(args: argparse.Namespace) -> Plan:
     losses = tuple(args.losses or [training_loss(spec.metric)])
     losses, candidates, choices = _loss_plan(args, spec, groups, losses, eval_overrides)
     step_candidates = _step_plan(args, train_overrides) if candidates else ()
+    head_candidates = _head_plan(args, train_overrides) if candidates else ()
     return Plan(
         name,
         data_dir,
@@ -268,6 +282,7 @@ def plan_run(args: argparse.Namespace) -> Plan:
         choices,
         source,
         step_candidates,
+        head_candidates,
     )
 
 
@@ -317,6 +332,22 @@ def _step_plan(args: argparse.Namespace, train_overrides: list[str]) -> tuple[in
             f"note: --step-candidates {dropped}: not shorter than the experiment's {full} "
             "meta-steps, left out"
         )
+    return kept
+
+
+def _head_plan(args: argparse.Namespace, train_overrides: list[str]) -> tuple[str, ...]:
+    """The other starts of the output layer tried per group (`--head-candidates`), in
+    the order given: those the experiment's model does not start with already (a note
+    names any left out)."""
+    wanted = list(dict.fromkeys(getattr(args, "head_candidates", None) or ()))
+    try:
+        config = compose_dict([f"experiment={args.experiment}", *train_overrides])
+        own = config["model"]["options"].get("head_init", "default")
+    except (ValueError, KeyError, TypeError, AttributeError, FileNotFoundError):
+        own = None  # the training will say what is wrong
+    kept = tuple(head for head in wanted if head != own)
+    if len(kept) < len(wanted):
+        print(f"note: --head-candidates {own}: the experiment's own head, left out")
     return kept
 
 

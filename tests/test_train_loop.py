@@ -125,6 +125,26 @@ def test_a_run_resumes_when_a_new_option_is_null(tmp_path):
         check_same_run(saved, upgraded, tmp_path / "run")
 
 
+def test_a_run_saved_before_head_init_resumes_with_the_default_head(tmp_path):
+    # The forecaster's head_init came after runs were saved without it: such a run had
+    # PyTorch's head ("default"), so it resumes with that value and no other.
+    from metadist.train.loop import check_same_run
+
+    saved = tiny_config(tmp_path / "run").to_dict()
+    saved["model"]["options"].pop("head_init", None)
+    upgraded = copy.deepcopy(saved)
+    upgraded["model"]["options"]["head_init"] = "default"
+    check_same_run(saved, upgraded, tmp_path / "run")
+    assert "head_init" not in saved["model"]["options"]  # the saved settings unchanged
+    upgraded["model"]["options"]["head_init"] = "zero"
+    with pytest.raises(
+        ValueError,
+        match=r"holds a run with model.options.head_init='default', but this command has "
+        r"model.options.head_init='zero'",
+    ):
+        check_same_run(saved, upgraded, tmp_path / "run")
+
+
 def test_nan_meta_loss_stops_with_last_good_checkpoint_intact(tmp_path):
     config = tiny_config(
         tmp_path / "run",

@@ -46,6 +46,39 @@ _RUN_IDENTITY = (
 # one had its defaults.
 _ADDED_SECTIONS: dict[tuple[str, ...], type] = {("pretrain",): PretrainConfig}
 
+# Options added to a section after runs were saved without them, with the value such a
+# run had (the option's default then and now): a run that lacks one resumes where it is
+# still that value, and is refused where it is set otherwise.
+_ADDED_OPTIONS: dict[tuple[str, ...], Any] = {("model", "options", "head_init"): "default"}
+
+
+def _with_added_options(key: tuple[str, ...], saved: Any, current: Any) -> Any:
+    """The saved settings of section `key`, with every option of `_ADDED_OPTIONS` that
+    the run was saved without and the current settings have (a model that takes it) set
+    to the value it had."""
+    for path, value in _ADDED_OPTIONS.items():
+        if path[: len(key)] != key:
+            continue
+        inner = path[len(key) :]
+        if _has(current, inner) and not _has(saved, inner) and _has(saved, inner[:-1]):
+            saved = _copied_with(saved, inner, value)
+    return saved
+
+
+def _has(tree: Any, path: tuple[str, ...]) -> bool:
+    """Whether nested dicts `tree` hold `path`."""
+    for part in path:
+        if not isinstance(tree, dict) or part not in tree:
+            return False
+        tree = tree[part]
+    return True
+
+
+def _copied_with(tree: dict, path: tuple[str, ...], value: Any) -> dict:
+    """`tree` with `value` at `path` (the dicts along it copied, `tree` unchanged)."""
+    head, *rest = path
+    return {**tree, head: _copied_with(tree[head], tuple(rest), value) if rest else value}
+
 
 class Resumed(NamedTuple):
     """Where a run starts: its step, identity, the checkpoint it resumed from (None for a
@@ -113,6 +146,7 @@ def check_same_run(saved: dict, current: dict, run_dir: Path) -> None:
             now = now.get(part) if isinstance(now, dict) else None
         if before is None and key in _ADDED_SECTIONS:  # a run saved before the section existed
             before = to_plain(_ADDED_SECTIONS[key]())
+        before = _with_added_options(key, before, now)
         before, now = without_nulls(before), without_nulls(now)
         if before != now:
             path, was, wanted = _first_difference(list(key), before, now)

@@ -213,7 +213,7 @@ def test_the_cpu_recipe_tries_the_metric_and_smape():
 
 @pytest.mark.integration
 @pytest.mark.slow
-@pytest.mark.timeout(400)
+@pytest.mark.timeout(600)
 def test_a_validation_run_chooses_the_loss_and_a_test_run_applies_it(tmp_path):
     rng = np.random.default_rng(0)
     rows = {"train": [], "test": []}
@@ -234,55 +234,62 @@ def test_a_validation_run_chooses_the_loss_and_a_test_run_applies_it(tmp_path):
         "model.options.hidden_sizes=[8]",
     ]
     command = [sys.executable, "-m", "metadist.cli", "competition", str(data), "--recipe", "cpu"]
-    command += ["--ets", "no", *tiny]
+    command += ["--ets", "no", "--jobs", "2", *tiny]
     env = dict(os.environ, OMP_NUM_THREADS="1", WANDB_MODE="disabled")
 
     def run(*extra: str) -> str:
         done = subprocess.run(
-            [*command, *extra], cwd=ROOT, env=env, capture_output=True, text=True, timeout=190
+            [*command, *extra], cwd=ROOT, env=env, capture_output=True, text=True, timeout=280
         )
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         return done.stdout
 
     # a training of 2 meta-steps beside the experiment's 4 (the recipe's 10 and 50 are
-    # not shorter: left out)
-    printed = run("--validation", "--out", str(val), "--step-candidates", "2")
+    # not shorter: left out); the recipe's zero head beside the experiment's
+    printed = run(
+        "--validation", "--out", str(val), "--step-candidates", "2", "--lookbacks", "2", "3"
+    )
     document = json.loads((val / CHOICES_FILE).read_text())
     assert document["protocol"] == "validation"
     entry = document["groups"]["4"]
-    # the recipe's ensemble of lookbacks 2H to 5H per loss and length, and each shorter
-    # run of them
-    runs = ("", " L=2H", " L=2H+3H", " L=2H+3H+4H")
+    # the ensemble of lookbacks 2H and 3H per loss, length and head, and 2H alone
+    runs = ("", " L=2H")
     assert set(entry["losses"]) == {
-        loss + steps + run for loss in ("mape", "smape") for steps in ("", " S=2") for run in runs
+        loss + steps + head + run
+        for loss in ("mape", "smape")
+        for steps in ("", " S=2")
+        for head in ("", " head=zero")
+        for run in runs
     }
     assert entry["metric"] == "mape" and f"chosen {entry['loss']}" in printed
-    suffix = {None: "", 2: "-S2"}
+
+    def suffix(steps: int | None, head: str | None) -> str:
+        return ("" if steps is None else f"-S{steps}") + ("" if head is None else f"-H{head}")
+
     # each candidate's score is its own evaluation on the validation split's holdout
     for key, score in entry["losses"].items():
-        loss, steps, lookbacks = split_candidate(key, [2.0, 3.0, 4.0, 5.0])
+        loss, steps, head, lookbacks = split_candidate(key, [2.0, 3.0])
         # the longest lookback's run
-        evaluated = f"L{4 * int(max(lookbacks))}-{loss}-s1{suffix[steps]}"
+        evaluated = f"L{4 * int(max(lookbacks))}-{loss}-s1{suffix(steps, head)}"
         result = json.loads((val / "h4" / evaluated / "eval" / "metrics.json").read_text())
         assert "validation_data" in json.dumps(result["settings"])
         assert score == pytest.approx(min(result["overall"][m]["mape"]["value"]
                                             for m in ("adapted", "unadapted")))  # fmt: skip
     best = min(entry["losses"], key=entry["losses"].get)
-    assert split_candidate(best, [2.0, 3.0, 4.0, 5.0]) == (
-        entry["loss"], entry["steps"], entry["lookbacks"]
+    assert split_candidate(best, [2.0, 3.0]) == (
+        entry["loss"], entry["steps"], entry["head"], entry["lookbacks"]
     )  # fmt: skip
-    printed = run("--out", str(test), "--adaptation-from", str(val))
+    printed = run("--out", str(test), "--adaptation-from", str(val), "--lookbacks", "2", "3")
     trained = sorted(p.name for p in (test / "h4").iterdir() if p.is_dir())
-    chosen = sorted(
-        f"L{4 * int(k)}-{entry['loss']}-s1{suffix[entry['steps']]}" for k in entry["lookbacks"]
-    )
-    assert trained == chosen  # the chosen loss, length and lookbacks alone
+    own = suffix(entry["steps"], entry["head"])
+    chosen = sorted(f"L{4 * int(k)}-{entry['loss']}-s1{own}" for k in entry["lookbacks"])
+    assert trained == chosen  # the chosen loss, length, head and lookbacks alone
     applied = json.loads((test / CHOICES_FILE).read_text())
     assert applied["protocol"] == "test" and applied["from"] == str(val)
     assert "shrunk towards seasonal naive" in printed and "model, unguarded" in printed
     assert (test / "guarded.md").is_file()
     # the longest lookback's
-    evaluated = f"L{4 * int(max(entry['lookbacks']))}-{entry['loss']}-s1{suffix[entry['steps']]}"
+    evaluated = f"L{4 * int(max(entry['lookbacks']))}-{entry['loss']}-s1{own}"
     assert recorded_guard(test / "h4" / evaluated) == parse_width(entry["guard"])
 
 

@@ -1,0 +1,76 @@
+"""A panel not named in the forecasting issues: statsmodels' US macroeconomic data.
+
+Writes the twelve quarterly series of `statsmodels.datasets.macrodata` (1959Q1-2009Q3,
+203 quarters: real GDP, consumption, investment, government spending, disposable income,
+CPI, M1, the T-bill rate, unemployment, population, inflation, the real interest rate) as
+a `metadist competition` data directory: the last `--horizon` quarters of each series are
+the holdout, sMAPE is the metric, period 4. Then:
+
+    metadist competition OUT --validation --recipe cpu --out runs/macro_val
+    metadist competition OUT --recipe cpu --out runs/macro --adaptation-from runs/macro_val
+
+statsmodels ships the data in its wheel (nothing is downloaded); it comes with
+`metadist[ets]` (statsforecast needs it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+_YAML = """# statsmodels' macrodata (US, quarterly, 1959Q1-2009Q3) in metadist's long format,
+# written by benchmarks/macro_panel.py: the last {horizon} quarters of each series are the
+# holdout.
+name: macro
+metric: smape
+"""
+
+
+def macro_panel(horizon: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(training part, holdout) of the twelve series in metadist's long format."""
+    from statsmodels.datasets import macrodata
+
+    wide = macrodata.load_pandas().data.drop(columns=["year", "quarter"])
+    frames = []
+    for name in wide.columns:
+        values = wide[name].to_numpy(dtype=float)
+        frames.append(
+            pd.DataFrame({"series_id": name, "t": range(len(values)), "value": values}).assign(
+                category="macro", frequency="quarterly", horizon=horizon, period=4
+            )
+        )
+    panel = pd.concat(frames, ignore_index=True)
+    cut = panel.groupby("series_id")["t"].transform("max") - horizon
+    return panel[panel.t <= cut].reset_index(drop=True), panel[panel.t > cut].reset_index(drop=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=Path, help="a new or empty directory")
+    parser.add_argument("--horizon", type=int, default=8, help="holdout quarters (default 8)")
+    args = parser.parse_args(argv)
+    if args.horizon < 1:
+        parser.error("--horizon must be >= 1")
+    if args.out.exists() and any(args.out.iterdir()):
+        parser.error(f"{args.out} is not empty")
+    try:
+        train, test = macro_panel(args.horizon)
+    except ImportError:
+        print(
+            "macro_panel: statsmodels is not installed (pip install statsmodels)", file=sys.stderr
+        )
+        return 1
+    args.out.mkdir(parents=True, exist_ok=True)
+    train.to_parquet(args.out / "train.parquet", index=False)
+    test.to_parquet(args.out / "test.parquet", index=False)
+    (args.out / "competition.yaml").write_text(_YAML.format(horizon=args.horizon))
+    print(f"{args.out}: {train.series_id.nunique()} series, {len(train)} training values, "
+          f"{len(test)} holdout values")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

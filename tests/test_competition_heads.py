@@ -1,0 +1,132 @@
+"""`metadist competition`: other starts of the model's output layer as candidates a
+validation run chooses among per group (`--head-candidates`), recorded in choices.json and
+trained alone by a test run."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from metadist.commands.competition.candidates import (
+    candidate_members,
+    split_candidate,
+    variant_key,
+)
+from metadist.commands.competition.choice import (
+    CHOICES_FILE,
+    describe,
+    read_choices,
+    write_choices,
+)
+from metadist.commands.competition.cli import RECIPE_HEAD_CANDIDATES, main
+from metadist.commands.competition.members import Group, members_of, training_overrides
+from metadist.commands.competition.pipeline import Plan, _head_plan
+from metadist.commands.competition.series import SeriesInfo
+from metadist.commands.competition.spec import CompetitionSpec
+from metadist.train.compose import compose_dict
+
+LOOKBACKS = [2.0, 3.0]
+
+
+def test_another_head_is_a_member_of_its_own_that_trains_with_it():
+    full, zero = members_of(Group(4, ("Y",), 1), [2.0], ["smape"], 1, heads=(None, "zero"))
+    assert (full.head, zero.head) == (None, "zero")
+    out = Path("/runs/val")
+    assert full.run_dir(out).name == "L8-smape-s1"  # the experiment's: named as before
+    assert zero.run_dir(out).name == "L8-smape-s1-Hzero"
+    assert "zero head" in zero.title() and "head" not in full.title()
+    # the head comes after the user's overrides (a candidate is what it is), before the length
+    short = members_of(Group(4, ("Y",), 1), [2.0], ["smape"], 1, (10,), ("zero",))[0]
+    assert short.run_dir(out).name == "L8-smape-s1-S10-Hzero"
+    overrides = training_overrides(
+        short, "competition_cpu", out / "store", out, ["model.options.head_init=default"]
+    )
+    assert overrides[-2:] == ["model.options.head_init=zero", "trainer.meta_steps=10"]
+    composed = compose_dict(overrides)
+    assert composed["model"]["options"]["head_init"] == "zero"
+    plain = compose_dict(training_overrides(full, "competition_cpu", out / "store", out, []))
+    assert plain["model"]["options"]["head_init"] == "default"
+
+
+def test_each_head_length_and_loss_is_a_candidate_with_its_runs_of_lookbacks():
+    members = members_of(Group(4, ("Y",), 1), LOOKBACKS, ["smape"], 1, (None, 10), (None, "zero"))
+    candidates = candidate_members(members, ("smape",), LOOKBACKS, 4, (None, 10), (None, "zero"))
+    assert list(candidates) == [
+        "smape", "smape L=2H", "smape S=10", "smape S=10 L=2H",
+        "smape head=zero", "smape head=zero L=2H",
+        "smape S=10 head=zero", "smape S=10 head=zero L=2H",
+    ]  # fmt: skip
+    for key, chosen in candidates.items():
+        loss, steps, head, lookbacks = split_candidate(key, LOOKBACKS)
+        assert {(m.loss, m.steps, m.head) for m in chosen} == {(loss, steps, head)}
+        assert sorted(m.lookback for m in chosen) == [int(4 * k) for k in lookbacks]
+
+
+def test_head_candidate_names_read_back():
+    assert variant_key("smape", None, "zero") == "smape head=zero"
+    assert variant_key("mape", 50, "zero") == "mape S=50 head=zero"
+    assert split_candidate("mape S=50 head=zero L=2H", LOOKBACKS) == ("mape", 50, "zero", [2.0])
+    assert split_candidate("smape head=zero", LOOKBACKS) == ("smape", None, "zero", LOOKBACKS)
+
+
+def _entry(**extra) -> dict:
+    entry = {"loss": "smape", "weight": 1.0, "metric": "mape", "losses": {"smape": 1.0}}
+    return {**entry, "method": "adapted", "fallback": "seasonal_naive", **extra}
+
+
+def test_the_chosen_head_is_recorded_and_read(tmp_path):
+    write_choices(tmp_path, {"4": _entry(head="zero", steps=10), "8": _entry()}, True)
+    choices = read_choices(tmp_path, ["4", "8"], "mape")
+    assert [choices[k]["head"] for k in ("4", "8")] == ["zero", None]
+    assert "chosen smape 10 meta-steps, zero head (" in describe("4", choices["4"])
+    assert "head" not in describe("8", choices["8"])
+    for bad in (0, "", "zero head", ["zero"]):
+        write_choices(tmp_path, {"4": _entry(head=bad)}, True)
+        with pytest.raises(ValueError, match=CHOICES_FILE):
+            read_choices(tmp_path, ["4"], "mape")
+
+
+def _plan(**fields) -> Plan:
+    info = SeriesInfo({}, {}, {}, {}, {})
+    return Plan("t", Path("."), CompetitionSpec(), info, Path("."), [4], None, [], [], **fields)
+
+
+def test_a_group_trains_every_head_on_validation_and_the_chosen_one_after():
+    assert _plan().heads_of("4") == (None,)
+    assert _plan(candidates=("mape",), head_candidates=("zero",)).heads_of("4") == (None, "zero")
+    # candidates without candidate losses: no choice is made, so no other head trains
+    assert _plan(head_candidates=("zero",)).heads_of("4") == (None,)
+    test = _plan(choices={"4": _entry(head="zero"), "8": _entry()})
+    assert test.heads_of("4") == ("zero",) and test.heads_of("8") == (None,)
+
+
+def test_the_experiments_own_head_is_left_out(capsys):
+    args = argparse.Namespace(experiment="competition_cpu", head_candidates=["zero", "zero"])
+    assert _head_plan(args, []) == ("zero",)
+    assert _head_plan(args, ["model.options.head_init=zero"]) == ()
+    assert "--head-candidates zero: the experiment's own head, left out" in (
+        capsys.readouterr().out
+    )
+    assert _head_plan(argparse.Namespace(experiment="competition_cpu"), []) == ()
+
+
+def test_the_cpu_recipe_tries_a_zero_head():
+    assert RECIPE_HEAD_CANDIDATES == {"default": (), "cpu": ("zero",)}
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--losses", "smape", "--head-candidates", "zero"], "--losses trains one ensemble"),
+        (["--head-candidates", "zero"], "give --loss-candidates"),  # the default recipe has none
+        (["--recipe", "cpu", "--head-candidates", "small"], "invalid choice: 'small'"),
+    ],
+)
+def test_head_candidates_that_cannot_apply_are_refused(tmp_path, capsys, extra, message):
+    with pytest.raises(SystemExit) as stopped:
+        main([str(tmp_path), "--validation", *extra])
+    assert stopped.value.code == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert message in error and "Traceback" not in error

@@ -28,8 +28,10 @@ A recipe with candidate losses (`--recipe cpu`: the data set's metric and sMAPE;
 `--loss-candidates`) trains one ensemble per candidate under `--validation` and keeps,
 per group, the loss scoring best by the data set's metric there, with the weight of the
 model against seasonal naive learned on the same forecasts (`OUT/choices.json`, printed);
-a test run with `--adaptation-from VAL_OUT` trains the chosen loss alone and reports the
-model shrunk by that weight beside the model alone (`OUT/guarded.md`).
+shorter trainings (`--step-candidates`) and other starts of the output layer
+(`--head-candidates`) are candidates beside the loss (`candidates.py`). A test run with
+`--adaptation-from VAL_OUT` trains the chosen candidate alone and reports the model shrunk
+by that weight beside the model alone (`OUT/guarded.md`).
 
 The ingest, the validation split and finished training runs are confirmed, not redone,
 so an interrupted pipeline resumes where it stopped; the evaluation and the pooled table
@@ -37,9 +39,10 @@ are redone on every call.
 
 One idea per module: `spec` (competition.yaml), `series` (the scan of the training file),
 `holdout` (the holdout's checks, the validation split), `sources` (which training file an
-output was made from), `output` (where it may write), `members` (each horizon's ensemble and its training), `evaluation`
-(each horizon's evaluation), `adaptation` (adapted or not, per horizon), `table` (the
-pooled table), `pipeline` (the steps in order) and `cli` (the command line).
+output was made from), `output` (where it may write), `members` (each horizon's ensemble
+and its training), `candidates` (what a validation run chooses among), `evaluation` (each
+horizon's evaluation), `adaptation` (adapted or not, per horizon), `table` (the pooled
+table), `pipeline` (the steps in order) and `cli` (the command line).
 """
 
 from metadist.commands.competition.adaptation import (

@@ -104,6 +104,21 @@ def test_a_meta_batch_larger_than_a_split_says_what_to_change(capsys):
     # A meta-train split smaller than a meta-batch: refused, saying what to change.
     with pytest.raises(ValueError, match="to fix: lower trainer.meta_batch_size.*data.fractions"):
         build_parts(sinusoid("sampler.options.num_tasks=40", "trainer.meta_batch_size=64"), env)
+    # ... unless the recipe fits the batch to the data (trainer.fit_meta_batch): meta-train
+    # then trains in batches of its 32 tasks, and meta-val in batches of its 4.
+    fitted = ["trainer.meta_batch_size=64", "trainer.fit_meta_batch=true", "trainer.eval_every=5"]
+    parts = build_parts(sinusoid("sampler.options.num_tasks=40", *fitted), env)
+    assert "meta-train has 32 task(s) per rank and epoch, fewer than the 64" in (
+        capsys.readouterr().err
+    )
+    assert next(iter(parts.train_loader)).num_tasks == 32
+    assert next(iter(parts.val_loader)).num_tasks == 4
+    # a split that holds a whole meta-batch is not touched
+    parts = build_parts(sinusoid("sampler.options.num_tasks=400", *fitted), env)
+    assert next(iter(parts.train_loader)).num_tasks == 64
+    assert "meta-train has" not in capsys.readouterr().err
+    with pytest.raises(ValueError, match="trainer.fit_meta_batch must be true or false"):
+        build_parts(sinusoid("trainer.fit_meta_batch=3"), env)
 
 
 def test_unknown_section_and_type_errors_name_the_path():

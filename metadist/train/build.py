@@ -225,6 +225,7 @@ def build_loaders(
             "data.order=random with data.read_ahead unset"
         )
     options = _loader_options(config, env)
+    _fit_train_batch(config, env, partitioner, options)
     batch_fields = (
         f"trainer.meta_batch_size={config.trainer.meta_batch_size} over {env.world_size} "
         f"rank(s), data.fractions={list(config.data.fractions)}"
@@ -265,6 +266,28 @@ def build_loaders(
     with _naming(f"{batch_fields} (meta-val, trainer.eval_every > 0)", _VAL_HINT):
         val_loader = BatchMetaDataLoader(sampler, partitioner, split="val", **val_options)
     return train_loader, val_loader
+
+
+def _fit_train_batch(
+    config: TrainConfig,
+    env: DistEnv,
+    partitioner: StratifiedTaskPartitioner,
+    options: dict[str, Any],
+) -> None:
+    """With `trainer.fit_meta_batch`, a meta-train split holding fewer tasks per rank and
+    epoch than a rank's share of the meta-batch trains in batches of what it holds
+    (`options["batch_size"]`, and so meta-val's), with a note."""
+    per_rank = len(partitioner.units("train")) // env.world_size
+    if not config.trainer.fit_meta_batch or not 0 < per_rank < options["batch_size"]:
+        return
+    if env.rank == 0:
+        print(
+            f"note: meta-train has {per_rank} task(s) per rank and epoch, fewer than the "
+            f"{options['batch_size']} of trainer.meta_batch_size over {env.world_size} "
+            f"rank(s): its batches hold {per_rank} (trainer.fit_meta_batch)",
+            file=sys.stderr,
+        )
+    options["batch_size"] = per_rank
 
 
 def _loader_options(config: TrainConfig, env: DistEnv) -> dict[str, Any]:

@@ -223,6 +223,10 @@ class TrainerConfig:
         meta_steps: outer-loop steps in the whole run.
         meta_batch_size: tasks per meta-step over all ranks (the global meta-batch); each
             rank takes `meta_batch_size / world_size`.
+        fit_meta_batch: where a rank's meta-train split holds fewer tasks per epoch than
+            its share of the meta-batch (a panel of a few series), train in batches of
+            the tasks it holds, with a note, instead of stopping (recipes meant for any
+            data set, `competition*`); false: stop, saying what to change.
         seed: seeds the model initialisation, the data split and the task stream.
         checkpoint_every: write a checkpoint every this many steps (and at the end).
         keep_checkpoints: how many recent checkpoints to keep in the run directory.
@@ -254,6 +258,7 @@ class TrainerConfig:
 
     meta_steps: int = 1000
     meta_batch_size: int = 25
+    fit_meta_batch: bool = False
     seed: int = 0
     checkpoint_every: int = 500
     keep_checkpoints: int = 2
@@ -282,6 +287,10 @@ class TrainerConfig:
             check_min("trainer.check_every", self.check_every, 1)
         if not isinstance(self.compile, bool):
             raise ValueError(f"trainer.compile must be true or false, got {self.compile!r}")
+        if not isinstance(self.fit_meta_batch, bool):
+            raise ValueError(
+                f"trainer.fit_meta_batch must be true or false, got {self.fit_meta_batch!r}"
+            )
         check_choice("trainer.precision", self.precision, _PRECISIONS)
         if not _GPU_INDEX.fullmatch(str(self.device)):
             check_choice("trainer.device", self.device, (*_DEVICES, "cuda:N"))

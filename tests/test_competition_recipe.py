@@ -233,3 +233,13 @@ def test_a_run_trained_on_monthly_data_forecasts_theta_with_period_12(tmp_path):
     assert not np.allclose(
         baselines.seasonal_naive_forecast(values, 6, 12), baselines.naive_forecast(values, 6)
     )
+
+
+@pytest.mark.parametrize("experiment", ["competition", "competition_cpu"])
+def test_the_competition_recipes_fit_the_meta_batch_to_a_small_panel(experiment):
+    from metadist.train.compose import compose_dict
+
+    # a panel of fewer series than a meta-batch trains (trainer.fit_meta_batch, tested on
+    # real loaders in test_train_config.py) instead of stopping every training
+    trainer = compose_dict([f"experiment={experiment}"])["trainer"]
+    assert trainer["fit_meta_batch"] is True and trainer["meta_batch_size"] == 64

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from metadist.commands.competition.candidates import (
+    candidate_heads,
+    candidate_lengths,
     candidate_members,
     split_candidate,
     variant_key,
@@ -26,7 +28,7 @@ from metadist.commands.competition.cli import (
     main,
 )
 from metadist.commands.competition.members import Group, Member, members_of, training_overrides
-from metadist.commands.competition.pipeline import Plan, _head_plan, _step_plan
+from metadist.commands.competition.pipeline import Plan
 from metadist.commands.competition.series import SeriesInfo
 from metadist.commands.competition.spec import CompetitionSpec
 from metadist.train.compose import compose_dict
@@ -113,12 +115,12 @@ def test_a_group_trains_every_length_on_validation_and_the_chosen_one_after():
 
 def test_lengths_not_shorter_than_the_experiment_are_left_out(capsys):
     args = argparse.Namespace(experiment="competition_cpu", step_candidates=[50, 10, 600, 900])
-    assert _step_plan(args, []) == (10, 50)  # the recipe trains at most 600
+    assert candidate_lengths(args, []) == (10, 50)  # the recipe trains at most 600
     assert "--step-candidates 600, 900: not shorter than the experiment's 600" in (
         capsys.readouterr().out
     )
-    assert _step_plan(args, ["trainer.meta_steps=20"]) == (10,)
-    assert _step_plan(argparse.Namespace(experiment="competition_cpu"), []) == ()
+    assert candidate_lengths(args, ["trainer.meta_steps=20"]) == (10,)
+    assert candidate_lengths(argparse.Namespace(experiment="competition_cpu"), []) == ()
 
 
 def test_the_cpu_recipe_tries_two_shorter_lengths():
@@ -218,12 +220,12 @@ def test_a_group_trains_every_head_on_validation_and_the_chosen_one_after():
 
 def test_the_experiments_own_head_is_left_out(capsys):
     args = argparse.Namespace(experiment="competition_cpu", head_candidates=["zero", "zero"])
-    assert _head_plan(args, []) == ("zero",)
-    assert _head_plan(args, ["model.options.head_init=zero"]) == ()
+    assert candidate_heads(args, []) == ("zero",)
+    assert candidate_heads(args, ["model.options.head_init=zero"]) == ()
     assert "--head-candidates zero: the experiment's own head, left out" in (
         capsys.readouterr().out
     )
-    assert _head_plan(argparse.Namespace(experiment="competition_cpu"), []) == ()
+    assert candidate_heads(argparse.Namespace(experiment="competition_cpu"), []) == ()
 
 
 def test_the_cpu_recipe_tries_a_zero_head():

@@ -16,11 +16,13 @@ the one scoring best by the data set's metric; `split_candidate` reads back what
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Sequence
 from typing import NamedTuple
 
 from metadist.commands.competition.choice import prefix_key, split_key
-from metadist.commands.competition.members import Member, members_of
+from metadist.commands.competition.members import Member, members_of, meta_steps
+from metadist.train.compose import compose_dict
 
 _STEPS = "S="
 _HEAD = "head="
@@ -96,3 +98,34 @@ def candidate_members(
                         evaluated.add(longest)
                         out[prefix_key(name, lookbacks[:count])] = shorter
     return out
+
+
+def candidate_lengths(args: argparse.Namespace, train_overrides: list[str]) -> tuple[int, ...]:
+    """The shorter trainings tried per group (`--step-candidates`), ascending: those
+    shorter than the experiment's `trainer.meta_steps` (a note names any left out)."""
+    wanted = sorted(set(getattr(args, "step_candidates", None) or ()))
+    full = meta_steps([f"experiment={args.experiment}", *train_overrides])
+    kept = tuple(n for n in wanted if n < full or not full)  # 0: the training will say why
+    if len(kept) < len(wanted):
+        dropped = ", ".join(str(n) for n in wanted if n not in kept)
+        print(
+            f"note: --step-candidates {dropped}: not shorter than the experiment's {full} "
+            "meta-steps, left out"
+        )
+    return kept
+
+
+def candidate_heads(args: argparse.Namespace, train_overrides: list[str]) -> tuple[str, ...]:
+    """The other starts of the output layer tried per group (`--head-candidates`), in
+    the order given: those the experiment's model does not start with already (a note
+    names any left out)."""
+    wanted = list(dict.fromkeys(getattr(args, "head_candidates", None) or ()))
+    try:
+        config = compose_dict([f"experiment={args.experiment}", *train_overrides])
+        own = config["model"]["options"].get("head_init", "default")
+    except (ValueError, KeyError, TypeError, AttributeError, FileNotFoundError):
+        own = None  # the training will say what is wrong
+    kept = tuple(head for head in wanted if head != own)
+    if len(kept) < len(wanted):
+        print(f"note: --head-candidates {own}: the experiment's own head, left out")
+    return kept

@@ -14,7 +14,12 @@ from metadist.commands.competition.adaptation import (
     read_adaptation_choice,
     write_adaptation_choice,
 )
-from metadist.commands.competition.candidates import candidate_members, split_candidate
+from metadist.commands.competition.candidates import (
+    candidate_heads,
+    candidate_lengths,
+    candidate_members,
+    split_candidate,
+)
 from metadist.commands.competition.choice import (
     candidate_losses,
     choose_group,
@@ -34,7 +39,6 @@ from metadist.commands.competition.members import (
     Member,
     groups_of,
     members_of,
-    meta_steps,
     record_periods,
     train_members,
 )
@@ -263,8 +267,8 @@ def plan_run(args: argparse.Namespace) -> Plan:
     check_holdout(test_path, spec, info, horizons, bool(holdout.get("partial")))
     losses = tuple(args.losses or [training_loss(spec.metric)])
     losses, candidates, choices = _loss_plan(args, spec, groups, losses, eval_overrides)
-    step_candidates = _step_plan(args, train_overrides) if candidates else ()
-    head_candidates = _head_plan(args, train_overrides) if candidates else ()
+    step_candidates = candidate_lengths(args, train_overrides) if candidates else ()
+    head_candidates = candidate_heads(args, train_overrides) if candidates else ()
     return Plan(
         name,
         data_dir,
@@ -318,37 +322,6 @@ def _loss_plan(
                 f"{args.adaptation_from} chose each group's loss on validation; leave out --losses"
             )
     return losses, candidates, choices
-
-
-def _step_plan(args: argparse.Namespace, train_overrides: list[str]) -> tuple[int, ...]:
-    """The shorter trainings tried per group (`--step-candidates`), ascending: those
-    shorter than the experiment's `trainer.meta_steps` (a note names any left out)."""
-    wanted = sorted(set(getattr(args, "step_candidates", None) or ()))
-    full = meta_steps([f"experiment={args.experiment}", *train_overrides])
-    kept = tuple(n for n in wanted if n < full or not full)  # 0: the training will say why
-    if len(kept) < len(wanted):
-        dropped = ", ".join(str(n) for n in wanted if n not in kept)
-        print(
-            f"note: --step-candidates {dropped}: not shorter than the experiment's {full} "
-            "meta-steps, left out"
-        )
-    return kept
-
-
-def _head_plan(args: argparse.Namespace, train_overrides: list[str]) -> tuple[str, ...]:
-    """The other starts of the output layer tried per group (`--head-candidates`), in
-    the order given: those the experiment's model does not start with already (a note
-    names any left out)."""
-    wanted = list(dict.fromkeys(getattr(args, "head_candidates", None) or ()))
-    try:
-        config = compose_dict([f"experiment={args.experiment}", *train_overrides])
-        own = config["model"]["options"].get("head_init", "default")
-    except (ValueError, KeyError, TypeError, AttributeError, FileNotFoundError):
-        own = None  # the training will say what is wrong
-    kept = tuple(head for head in wanted if head != own)
-    if len(kept) < len(wanted):
-        print(f"note: --head-candidates {own}: the experiment's own head, left out")
-    return kept
 
 
 def _candidates(args: argparse.Namespace, metric: str) -> tuple[str, ...]:

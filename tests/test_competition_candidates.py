@@ -15,6 +15,7 @@ from metadist.commands.competition.candidates import (
     candidate_members,
     split_candidate,
     variant_key,
+    variant_size,
 )
 from metadist.commands.competition.choice import (
     CHOICES_FILE,
@@ -230,3 +231,22 @@ def test_the_experiments_own_head_is_left_out(capsys):
 
 def test_the_cpu_recipe_tries_a_zero_head():
     assert RECIPE_HEAD_CANDIDATES == {"default": (), "cpu": ("zero",)}
+
+
+def test_head_candidates_need_a_model_with_a_head_init(capsys):
+    nbeats = ["model=nbeats"]
+    asked = argparse.Namespace(experiment="competition", head_candidates=["zero"])
+    with pytest.raises(ValueError, match="model of experiment=competition has no head_init"):
+        candidate_heads(asked, nbeats)
+    # the recipe's own candidates, not asked for, are left out with a note
+    from_recipe = argparse.Namespace(**vars(asked), head_candidates_from_recipe=True)
+    assert candidate_heads(from_recipe, nbeats) == ()
+    assert "the recipe's head candidates are left out" in capsys.readouterr().out
+
+
+def test_the_table_counts_the_models_of_one_candidates_ensemble():
+    group = Group(4, ("Y",), 1)
+    validation = members_of(group, [2.0, 3.0], ["mape", "smape"], 2, (None, 10), (None, "zero"))
+    assert variant_size(validation) == 2 * 2 * 2  # lookbacks x losses x seeds
+    test = members_of(group, [2.0], ["smape"], 1, (10,), ("zero",))
+    assert variant_size(test) == 1

@@ -268,9 +268,11 @@ def _loop(
                 continue
             loss, stopping = reading.loss, reading.stop
             window.add(reading.sums, reading.num_steps)
-            ctx.logger.progress(step, loss, window.tasks_per_s(step, trainer.meta_batch_size))
+            # the tasks a step takes (trainer.fit_meta_batch may make it fewer than the batch)
+            per_step = parts.train_loader.tasks_per_step
+            ctx.logger.progress(step, loss, window.tasks_per_s(step, per_step))
             if logs:
-                values = window.flush(step, trainer.meta_batch_size)
+                values = window.flush(step, per_step)
                 values["lr"] = parts.optimizer.param_groups[0]["lr"]
                 ctx.logger.log(step, "train", values)
             improved = early = False

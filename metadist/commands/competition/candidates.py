@@ -100,6 +100,13 @@ def candidate_members(
     return out
 
 
+def variant_size(members: Sequence[Member]) -> int:
+    """How many of `members` share the first one's training length and head: one
+    candidate's ensemble for each loss (every member where there are no candidates)."""
+    first = members[0]
+    return sum((m.steps, m.head) == (first.steps, first.head) for m in members)
+
+
 def candidate_lengths(args: argparse.Namespace, train_overrides: list[str]) -> tuple[int, ...]:
     """The shorter trainings tried per group (`--step-candidates`), ascending: those
     shorter than the experiment's `trainer.meta_steps` (a note names any left out)."""
@@ -118,13 +125,30 @@ def candidate_lengths(args: argparse.Namespace, train_overrides: list[str]) -> t
 def candidate_heads(args: argparse.Namespace, train_overrides: list[str]) -> tuple[str, ...]:
     """The other starts of the output layer tried per group (`--head-candidates`), in
     the order given: those the experiment's model does not start with already (a note
-    names any left out)."""
+    names any left out).
+
+    Raises:
+        ValueError: `--head-candidates` given for a model without a `head_init` option
+            (the recipe's own candidates are left out then, with a note).
+    """
     wanted = list(dict.fromkeys(getattr(args, "head_candidates", None) or ()))
+    if not wanted:
+        return ()
     try:
         config = compose_dict([f"experiment={args.experiment}", *train_overrides])
-        own = config["model"]["options"].get("head_init", "default")
+        options = (config.get("model") or {}).get("options") or {}
     except (ValueError, KeyError, TypeError, AttributeError, FileNotFoundError):
-        own = None  # the training will say what is wrong
+        options = None  # the training will say what is wrong
+    if options is not None and "head_init" not in options:
+        problem = (
+            f"--head-candidates {' '.join(wanted)}: the model of experiment={args.experiment} "
+            "has no head_init option (the forecaster has one)"
+        )
+        if getattr(args, "head_candidates_from_recipe", False):  # not asked for: dropped
+            print(f"note: {problem}; the recipe's head candidates are left out")
+            return ()
+        raise ValueError(f"{problem}; leave --head-candidates out")
+    own = None if options is None else options["head_init"]
     kept = tuple(head for head in wanted if head != own)
     if len(kept) < len(wanted):
         print(f"note: --head-candidates {own}: the experiment's own head, left out")

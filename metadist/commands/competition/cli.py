@@ -212,6 +212,7 @@ def _beside_the_loss(
             f"{option} are chosen per group like --loss-candidates; --losses trains one "
             "ensemble of every loss, with no choice"
         )
+    setattr(args, f"{name}_from_recipe", getattr(args, name) is None)
     if getattr(args, name) is None:
         setattr(args, name, list(recipes[args.recipe]))
     elif not args.loss_candidates:

@@ -19,6 +19,7 @@ from metadist.commands.competition.candidates import (
     candidate_lengths,
     candidate_members,
     split_candidate,
+    variant_size,
 )
 from metadist.commands.competition.choice import (
     candidate_losses,
@@ -471,7 +472,7 @@ def _report(
         args.experiment,
         plan.name,
         args.validation,
-        len(ensembles[keys[0]]),
+        variant_size(ensembles[keys[0]]),
         chosen is not None,
         tuple(plan.candidates or ()),
     )

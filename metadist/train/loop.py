@@ -228,7 +228,7 @@ def _loop(
     steps and before every metrics record, evaluation and checkpoint.
     """
     trainer, env, parts = ctx.config.trainer, ctx.env, ctx.parts
-    val_loader = parts.val_loader
+    val_loader, tasks = parts.val_loader, parts.train_loader.tasks_per_step
     val_start = val_loader.state_dict() if val_loader is not None else {}
     check_every = resolved_check_every(trainer.check_every, env.device)
     meta_step = _meta_step(ctx, check_every)
@@ -268,11 +268,9 @@ def _loop(
                 continue
             loss, stopping = reading.loss, reading.stop
             window.add(reading.sums, reading.num_steps)
-            # the tasks a step takes (trainer.fit_meta_batch may make it fewer than the batch)
-            per_step = parts.train_loader.tasks_per_step
-            ctx.logger.progress(step, loss, window.tasks_per_s(step, per_step))
+            ctx.logger.progress(step, loss, window.tasks_per_s(step, tasks))
             if logs:
-                values = window.flush(step, per_step)
+                values = window.flush(step, tasks)
                 values["lr"] = parts.optimizer.param_groups[0]["lr"]
                 ctx.logger.log(step, "train", values)
             improved = early = False

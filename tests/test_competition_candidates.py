@@ -42,6 +42,10 @@ def choice_entry(**extra) -> dict:
     return {**entry, "method": "adapted", "fallback": "seasonal_naive", **extra}
 
 
+def _composed(args: argparse.Namespace, overrides: list[str]) -> dict:
+    return compose_dict([f"experiment={args.experiment}", *overrides])
+
+
 def bare_plan(**fields) -> Plan:
     info = SeriesInfo({}, {}, {}, {}, {})
     return Plan("t", Path("."), CompetitionSpec(), info, Path("."), [4], None, [], [], **fields)
@@ -116,12 +120,13 @@ def test_a_group_trains_every_length_on_validation_and_the_chosen_one_after():
 
 def test_lengths_not_shorter_than_the_experiment_are_left_out(capsys):
     args = argparse.Namespace(experiment="competition_cpu", step_candidates=[50, 10, 600, 900])
-    assert candidate_lengths(args, []) == (10, 50)  # the recipe trains at most 600
+    assert candidate_lengths(args, _composed(args, [])) == (10, 50)  # the recipe trains at most 600
     assert "--step-candidates 600, 900: not shorter than the experiment's 600" in (
         capsys.readouterr().out
     )
-    assert candidate_lengths(args, ["trainer.meta_steps=20"]) == (10,)
-    assert candidate_lengths(argparse.Namespace(experiment="competition_cpu"), []) == ()
+    assert candidate_lengths(args, _composed(args, ["trainer.meta_steps=20"])) == (10,)
+    unset = argparse.Namespace(experiment="competition_cpu")
+    assert candidate_lengths(unset, _composed(unset, [])) == ()
 
 
 def test_the_cpu_recipe_tries_two_shorter_lengths():
@@ -221,12 +226,13 @@ def test_a_group_trains_every_head_on_validation_and_the_chosen_one_after():
 
 def test_the_experiments_own_head_is_left_out(capsys):
     args = argparse.Namespace(experiment="competition_cpu", head_candidates=["zero", "zero"])
-    assert candidate_heads(args, []) == ("zero",)
-    assert candidate_heads(args, ["model.options.head_init=zero"]) == ()
+    assert candidate_heads(args, _composed(args, [])) == ("zero",)
+    assert candidate_heads(args, _composed(args, ["model.options.head_init=zero"])) == ()
     assert "--head-candidates zero: the experiment's own head, left out" in (
         capsys.readouterr().out
     )
-    assert candidate_heads(argparse.Namespace(experiment="competition_cpu"), []) == ()
+    unset = argparse.Namespace(experiment="competition_cpu")
+    assert candidate_heads(unset, _composed(unset, [])) == ()
 
 
 def test_the_cpu_recipe_tries_a_zero_head():
@@ -237,10 +243,10 @@ def test_head_candidates_need_a_model_with_a_head_init(capsys):
     nbeats = ["model=nbeats"]
     asked = argparse.Namespace(experiment="competition", head_candidates=["zero"])
     with pytest.raises(ValueError, match="model of experiment=competition has no head_init"):
-        candidate_heads(asked, nbeats)
+        candidate_heads(asked, _composed(asked, nbeats))
     # the recipe's own candidates, not asked for, are left out with a note
     from_recipe = argparse.Namespace(**vars(asked), head_candidates_from_recipe=True)
-    assert candidate_heads(from_recipe, nbeats) == ()
+    assert candidate_heads(from_recipe, _composed(from_recipe, nbeats)) == ()
     assert "the recipe's head candidates are left out" in capsys.readouterr().out
 
 

@@ -106,9 +106,11 @@ def test_a_horizon_that_mixes_periods_splits_by_period_for_a_seasonal_model(tmp_
 
 
 def test_which_models_take_a_seasonal_period():
-    assert model_takes_period("competition_cpu", [])
-    assert not model_takes_period("competition", [])
-    assert model_takes_period("competition", ["model=seasonal_forecaster"])
+    from metadist.train.compose import compose_dict
+
+    assert model_takes_period(compose_dict(["experiment=competition_cpu"]))
+    assert not model_takes_period(compose_dict(["experiment=competition"]))
+    assert model_takes_period(compose_dict(["experiment=competition", "model=seasonal_forecaster"]))
 
 
 def test_a_runs_recorded_periods_replace_its_evaluation_setting(tmp_path):

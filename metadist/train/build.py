@@ -225,7 +225,8 @@ def build_loaders(
             "data.order=random with data.read_ahead unset"
         )
     options = _loader_options(config, env)
-    _fit_train_batch(config, env, partitioner, options)
+    if config.trainer.fit_meta_batch:  # a panel of a few series trains in smaller batches
+        options["batch_size"] = _fitted_batch(partitioner, "train", env, options["batch_size"])
     batch_fields = (
         f"trainer.meta_batch_size={config.trainer.meta_batch_size} over {env.world_size} "
         f"rank(s), data.fractions={list(config.data.fractions)}"
@@ -251,43 +252,30 @@ def build_loaders(
                 file=sys.stderr,
             )
         return train_loader, None
+    # A small meta-val split (a small data set, or a model whose tasks only some series
+    # can give) is still monitored, in smaller batches.
     val_options = dict(options)
-    per_rank = len(partitioner.units("val")) // env.world_size
-    if 0 < per_rank < options["batch_size"]:
-        # A small meta-val split (a small data set, or a model whose tasks only some
-        # series can give) is still monitored, in smaller batches.
-        val_options["batch_size"] = per_rank
-        if env.rank == 0:
-            print(
-                f"note: meta-val has {per_rank} task(s) per rank, fewer than the "
-                f"{options['batch_size']} of a meta-batch: its batches hold {per_rank}",
-                file=sys.stderr,
-            )
+    val_options["batch_size"] = _fitted_batch(partitioner, "val", env, options["batch_size"])
     with _naming(f"{batch_fields} (meta-val, trainer.eval_every > 0)", _VAL_HINT):
         val_loader = BatchMetaDataLoader(sampler, partitioner, split="val", **val_options)
     return train_loader, val_loader
 
 
-def _fit_train_batch(
-    config: TrainConfig,
-    env: DistEnv,
-    partitioner: StratifiedTaskPartitioner,
-    options: dict[str, Any],
-) -> None:
-    """With `trainer.fit_meta_batch`, a meta-train split holding fewer tasks per rank and
-    epoch than a rank's share of the meta-batch trains in batches of what it holds
-    (`options["batch_size"]`, and so meta-val's), with a note."""
-    per_rank = len(partitioner.units("train")) // env.world_size
-    if not config.trainer.fit_meta_batch or not 0 < per_rank < options["batch_size"]:
-        return
+def _fitted_batch(
+    partitioner: StratifiedTaskPartitioner, split: str, env: DistEnv, batch_size: int
+) -> int:
+    """A rank's batch of `split`: `batch_size`, or the tasks the split holds per rank and
+    epoch where they are fewer (and at least one), with a note."""
+    per_rank = len(partitioner.units(split)) // env.world_size
+    if not 0 < per_rank < batch_size:
+        return batch_size
     if env.rank == 0:
         print(
-            f"note: meta-train has {per_rank} task(s) per rank and epoch, fewer than the "
-            f"{options['batch_size']} of trainer.meta_batch_size over {env.world_size} "
-            f"rank(s): its batches hold {per_rank} (trainer.fit_meta_batch)",
+            f"note: meta-{split} has {per_rank} task(s) per rank and epoch, fewer than the "
+            f"{batch_size} of a meta-batch: its batches hold {per_rank}",
             file=sys.stderr,
         )
-    options["batch_size"] = per_rank
+    return per_rank
 
 
 def _loader_options(config: TrainConfig, env: DistEnv) -> dict[str, Any]:

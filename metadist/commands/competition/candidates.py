@@ -21,8 +21,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from metadist.commands.competition.choice import prefix_key, split_key
-from metadist.commands.competition.members import Member, members_of, meta_steps
-from metadist.train.compose import compose_dict
+from metadist.commands.competition.members import Member, members_of
 
 _STEPS = "S="
 _HEAD = "head="
@@ -107,12 +106,19 @@ def variant_size(members: Sequence[Member]) -> int:
     return sum((m.steps, m.head) == (first.steps, first.head) for m in members)
 
 
-def candidate_lengths(args: argparse.Namespace, train_overrides: list[str]) -> tuple[int, ...]:
+def model_options(composed: dict) -> dict:
+    """`model.options` of an experiment's `composed` settings (`compose_dict`)."""
+    return (composed.get("model") or {}).get("options") or {}
+
+
+def candidate_lengths(args: argparse.Namespace, composed: dict) -> tuple[int, ...]:
     """The shorter trainings tried per group (`--step-candidates`), ascending: those
-    shorter than the experiment's `trainer.meta_steps` (a note names any left out)."""
+    shorter than the experiment's `trainer.meta_steps` (of its `composed` settings; a
+    note names any left out)."""
     wanted = sorted(set(getattr(args, "step_candidates", None) or ()))
-    full = meta_steps([f"experiment={args.experiment}", *train_overrides])
-    kept = tuple(n for n in wanted if n < full or not full)  # 0: the training will say why
+    full = (composed.get("trainer") or {}).get("meta_steps")
+    full = full if isinstance(full, int) else 0  # 0: the training will say why
+    kept = tuple(n for n in wanted if n < full or not full)
     if len(kept) < len(wanted):
         dropped = ", ".join(str(n) for n in wanted if n not in kept)
         print(
@@ -122,24 +128,18 @@ def candidate_lengths(args: argparse.Namespace, train_overrides: list[str]) -> t
     return kept
 
 
-def candidate_heads(args: argparse.Namespace, train_overrides: list[str]) -> tuple[str, ...]:
+def candidate_heads(args: argparse.Namespace, composed: dict) -> tuple[str, ...]:
     """The other starts of the output layer tried per group (`--head-candidates`), in
-    the order given: those the experiment's model does not start with already (a note
-    names any left out).
+    the order given: those the model of the experiment's `composed` settings does not
+    start with already (a note names any left out).
 
     Raises:
         ValueError: `--head-candidates` given for a model without a `head_init` option
             (the recipe's own candidates are left out then, with a note).
     """
     wanted = list(dict.fromkeys(getattr(args, "head_candidates", None) or ()))
-    if not wanted:
-        return ()
-    try:
-        config = compose_dict([f"experiment={args.experiment}", *train_overrides])
-        options = (config.get("model") or {}).get("options") or {}
-    except (ValueError, KeyError, TypeError, AttributeError, FileNotFoundError):
-        options = None  # the training will say what is wrong
-    if options is not None and "head_init" not in options:
+    options = model_options(composed)
+    if wanted and "head_init" not in options:
         problem = (
             f"--head-candidates {' '.join(wanted)}: the model of experiment={args.experiment} "
             "has no head_init option (the forecaster has one)"
@@ -148,8 +148,9 @@ def candidate_heads(args: argparse.Namespace, train_overrides: list[str]) -> tup
             print(f"note: {problem}; the recipe's head candidates are left out")
             return ()
         raise ValueError(f"{problem}; leave --head-candidates out")
-    own = None if options is None else options["head_init"]
-    kept = tuple(head for head in wanted if head != own)
+    kept = tuple(head for head in wanted if head != options.get("head_init"))
     if len(kept) < len(wanted):
-        print(f"note: --head-candidates {own}: the experiment's own head, left out")
+        print(
+            f"note: --head-candidates {options['head_init']}: the experiment's own head, left out"
+        )
     return kept

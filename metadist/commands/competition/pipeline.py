@@ -18,6 +18,7 @@ from metadist.commands.competition.candidates import (
     candidate_heads,
     candidate_lengths,
     candidate_members,
+    model_options,
     split_candidate,
     variant_size,
 )
@@ -238,7 +239,9 @@ def plan_run(args: argparse.Namespace) -> Plan:
     info = scan_series(data_dir / spec.train, spec)
     horizons = _horizons(info, args.horizons)
     train_overrides, eval_overrides = split_eval_overrides(args.overrides)
-    groups = groups_of(info, horizons, model_takes_period(args.experiment, train_overrides))
+    # the experiment's settings, composed once for the plan (a bad override is named here)
+    composed = compose_dict([f"experiment={args.experiment}", *train_overrides])
+    groups = groups_of(info, horizons, model_takes_period(composed))
     # the data set's own metric: the primary metric, and what the adaptation compares
     eval_overrides = [f"eval.primary_metric={spec.metric}", *eval_overrides]
     chosen = None
@@ -268,8 +271,8 @@ def plan_run(args: argparse.Namespace) -> Plan:
     check_holdout(test_path, spec, info, horizons, bool(holdout.get("partial")))
     losses = tuple(args.losses or [training_loss(spec.metric)])
     losses, candidates, choices = _loss_plan(args, spec, groups, losses, eval_overrides)
-    step_candidates = candidate_lengths(args, train_overrides) if candidates else ()
-    head_candidates = candidate_heads(args, train_overrides) if candidates else ()
+    step_candidates = candidate_lengths(args, composed) if candidates else ()
+    head_candidates = candidate_heads(args, composed) if candidates else ()
     return Plan(
         name,
         data_dir,
@@ -347,16 +350,10 @@ def training_loss(metric: str) -> str:
     return "smape"
 
 
-def model_takes_period(experiment: str, overrides: list[str]) -> bool:
-    """Whether the model of `experiment` (with the training `overrides`) has a
-    `seasonal_period` option, which each group's members then get.
-
-    Raises:
-        ValueError: the experiment and overrides do not compose (naming why).
-    """
-    composed = compose_dict([f"experiment={experiment}", *overrides])
-    options = (composed.get("model") or {}).get("options") or {}
-    return "seasonal_period" in options
+def model_takes_period(composed: dict) -> bool:
+    """Whether the model of an experiment's `composed` settings has a `seasonal_period`
+    option, which each group's members then get."""
+    return "seasonal_period" in model_options(composed)
 
 
 def _primary_metric(args: argparse.Namespace, eval_overrides: list[str]) -> str:

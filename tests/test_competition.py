@@ -384,12 +384,12 @@ def test_a_rerun_refuses_outputs_made_from_another_version_of_the_data(
     """The validation split and the store are reused only while the training file is
     the one they were made from; the banner describes the training parts in use."""
     from metadist.commands import competition
-    from metadist.commands.competition import pipeline
+    from metadist.commands.competition import panels
 
     data = Path(shutil.copytree(data_dir, tmp_path / "data"))
     out = tmp_path / "val"
     # stop the pipeline at its first subprocess (the ingest): what comes before is tested
-    monkeypatch.setattr(pipeline, "run_command", lambda title, command, env: 1)
+    monkeypatch.setattr(panels, "run_command", lambda title, command, env: 1)
     assert competition.main([str(data), "--validation", "--out", str(out)]) == 1
     printed = capsys.readouterr().out
     annual = LABELS["ANNUAL"]

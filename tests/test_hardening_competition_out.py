@@ -14,7 +14,7 @@ import pytest
 from competition_data import write_competition
 
 from metadist.commands import competition
-from metadist.commands.competition import pipeline
+from metadist.commands.competition import panels, pipeline
 from metadist.commands.competition.output import OUTPUT_FILE
 
 
@@ -83,7 +83,7 @@ def test_a_default_output_that_is_not_a_competition_output_is_refused(data_dir, 
 def _stop_at_ingest(monkeypatch) -> None:
     """The pipeline stops at its first subprocess (the ingest): what comes before is
     what is tested, in-process."""
-    monkeypatch.setattr(pipeline, "run_command", lambda title, command, env: 1)
+    monkeypatch.setattr(panels, "run_command", lambda title, command, env: 1)
     monkeypatch.setattr(pipeline, "train_members", lambda *args: 1)
 
 

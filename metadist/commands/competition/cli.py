@@ -99,6 +99,17 @@ def build_parser(prog: str = "metadist competition") -> argparse.ArgumentParser:
     )
     parser.add_argument("--horizons", type=int, nargs="+", default=None, help="only these")
     parser.add_argument(
+        "--train-with",
+        type=_other_dir,
+        nargs="+",
+        default=None,
+        metavar="OTHER_DIR",
+        help="other competition data sets whose training series every group's members "
+        "meta-train on too, never scored (their labels LABEL@NAME; under --validation each "
+        "cut like the data set; their holdouts never read): a small panel learns from a "
+        "larger related one where validation says it helps (docs/evaluation.md)",
+    )
+    parser.add_argument(
         "--adaptation-from",
         type=Path,
         default=None,
@@ -231,6 +242,16 @@ def _multiple(text: str) -> float:
             f"{text!r} is not a number; put overrides before --lookbacks, after another "
             "option, or after --"
         ) from None
+
+
+def _other_dir(text: str) -> Path:
+    """A `--train-with` value; an override there was taken for one (nargs="+")."""
+    if "=" in text or not text.strip():
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a data directory; put overrides before --train-with, after "
+            "another option, or after --"
+        )
+    return Path(text)
 
 
 def _output_dir(text: str) -> Path:

@@ -46,12 +46,15 @@ class Group:
             labels' periods differ).
         restricted: whether the members meta-train on these labels' series only (the
             horizon's labels mix periods); otherwise on every series of the data set.
+        training_labels: other labels a restricted group's members meta-train on too,
+            never scored (the other sets' of `--train-with`: `panels.py`).
     """
 
     horizon: int
     labels: tuple[str, ...]
     period: int | None = None
     restricted: bool = False
+    training_labels: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
@@ -127,7 +130,7 @@ def members_of(
     (or group), lookback = round(k·H) ≥ 2; `steps`: the experiment's (None) and shorter
     ones; `heads`: the experiment's output layer (None) and other starts of it."""
     group = horizon if isinstance(horizon, Group) else Group(horizon, ())
-    labels = group.labels if group.restricted else ()
+    labels = (*group.labels, *group.training_labels) if group.restricted else ()
     out = []
     for head, length, k in itertools.product(heads, steps, lookbacks):
         lookback = max(2, int(round(float(k) * group.horizon)))

@@ -45,6 +45,15 @@ from metadist.commands.competition.members import (
     train_members,
 )
 from metadist.commands.competition.output import check_output, claim_output
+from metadist.commands.competition.panels import (
+    Panel,
+    check_train_with,
+    ingest_training,
+    load_panels,
+    record_train_with,
+    training_file,
+    with_panel_labels,
+)
 from metadist.commands.competition.series import SeriesInfo, scan_series
 from metadist.commands.competition.sources import check_same_source, recorded_fingerprint
 from metadist.commands.competition.spec import (
@@ -58,7 +67,7 @@ from metadist.commands.competition.spec import (
     load_spec,
     spec_dict,
 )
-from metadist.commands.competition.steps import METADIST, run_command, step
+from metadist.commands.competition.steps import step
 from metadist.commands.competition.table import pooled_table, table_title
 from metadist.eval.plausibility import GUARD_FILE, write_guard
 from metadist.eval.settings import load_eval_options, split_eval_overrides
@@ -96,6 +105,7 @@ class Plan:
             its length, the weight against seasonal naive), read with `--adaptation-from`.
         source: the data set's training file (under the validation protocol, the file
             the split was cut from), which the output's marker names.
+        panels: the other data sets trained with (`--train-with`; `panels.py`).
     """
 
     name: str
@@ -115,6 +125,7 @@ class Plan:
     source: Path = Path()
     step_candidates: tuple[int, ...] = ()
     head_candidates: tuple[str, ...] = ()
+    panels: tuple[Panel, ...] = ()
 
     def losses_of(self, key: str) -> tuple[str, ...]:
         """The losses group `key` trains: the one a validation run chose, else `losses`."""
@@ -159,8 +170,11 @@ def run_pipeline(args: argparse.Namespace, prog: str) -> int:
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")
     env.setdefault("WANDB_MODE", "disabled")
+    record_train_with(plan.out, plan.panels)
     store = plan.out / "store"
-    if _ingest(plan, store, env) != 0:
+    own = plan.data_dir / plan.spec.train
+    train = training_file(own, plan.spec, plan.panels, plan.out, args.validation)
+    if ingest_training(plan.spec, train, store, plan.out, env) != 0:
         return 1
     ensembles = {
         g.key: members_of(
@@ -241,7 +255,8 @@ def plan_run(args: argparse.Namespace) -> Plan:
     train_overrides, eval_overrides = split_eval_overrides(args.overrides)
     # the experiment's settings, composed once for the plan (a bad override is named here)
     composed = compose_dict([f"experiment={args.experiment}", *train_overrides])
-    groups = groups_of(info, horizons, model_takes_period(composed))
+    panels = load_panels(getattr(args, "train_with", None) or [], name)
+    groups = with_panel_labels(groups_of(info, horizons, model_takes_period(composed)), panels)
     # the data set's own metric: the primary metric, and what the adaptation compares
     eval_overrides = [f"eval.primary_metric={spec.metric}", *eval_overrides]
     chosen = None
@@ -251,6 +266,7 @@ def plan_run(args: argparse.Namespace) -> Plan:
         chosen = read_adaptation_choice(
             args.adaptation_from, [g.key for g in groups], _primary_metric(args, eval_overrides)
         )
+    check_train_with(out, panels, args.adaptation_from)
     # the user's eval overrides, checked now rather than after the training
     holdout = load_eval_options(args.experiment, eval_overrides).holdout or {}
     ets = want_ets(args.ets)
@@ -291,6 +307,7 @@ def plan_run(args: argparse.Namespace) -> Plan:
         source,
         step_candidates,
         head_candidates,
+        tuple(panels),
     )
 
 
@@ -417,36 +434,6 @@ def _validation_data(
     )
     info = scan_series(data_dir / spec.train, spec)  # the shorter training parts
     return data_dir, spec, info
-
-
-def _ingest(plan: Plan, store: Path, env: dict[str, str]) -> int:
-    """The training parts ingested into `store` (raw values), or the store there
-    confirmed made from the same training file; the ingest's exit status.
-
-    Raises:
-        ValueError: an existing store not made from the training file as it is now.
-    """
-    spec, train = plan.spec, plan.data_dir / plan.spec.train
-    if (store / "metadata.json").is_file():
-        recorded = recorded_fingerprint(store / "metadata.json", "source")
-        check_same_source(store, recorded, train, plan.out)
-        return 0
-    ingest = [
-        *METADIST,
-        "ingest",
-        str(train),
-        str(store),
-        f"--entity-col={spec.entity_col}",
-        f"--time-col={spec.time_col}",
-        f"--features={spec.value_col}",
-        f"--targets={spec.value_col}",
-        f"--label-col={spec.label_col}",
-        "--scaling=none",
-        "--no-progress",
-    ]
-    if spec.stratum_col:
-        ingest.append(f"--stratum-col={spec.stratum_col}")
-    return run_command("ingest the training parts", ingest, env)
 
 
 def _report(

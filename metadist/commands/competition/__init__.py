@@ -7,7 +7,8 @@ from the columns `horizon` and `period` (as `metadist datasets` writes them), or
 per-label maps in `DATA_DIR/competition.yaml`, which also names other columns and the
 published references of that data set (see `CompetitionSpec`). One command then runs:
 
-1. ingest `train.parquet` into `OUT/store` (raw values; the holdout is never ingested);
+1. ingest `train.parquet` into `OUT/store` (raw values; the holdout is never ingested),
+   with the training series of `--train-with` sets beside it, renamed, never scored;
 2. for every horizon H of the data set, meta-train `experiment` (default `competition`)
    on the training parts of **all** series, as tasks of lookback L and horizon H: one
    run per ensemble member (each lookback multiple × loss × seed), `--jobs` at a time;
@@ -39,7 +40,8 @@ are redone on every call.
 
 One idea per module: `spec` (competition.yaml), `series` (the scan of the training file),
 `holdout` (the holdout's checks, the validation split), `sources` (which training file an
-output was made from), `output` (where it may write), `members` (each horizon's ensemble
+output was made from), `output` (where it may write), `panels` (other sets trained with,
+and the store's ingest), `members` (each horizon's ensemble
 and its training), `candidates` (what a validation run chooses among), `evaluation` (each
 horizon's evaluation), `adaptation` (adapted or not, per horizon), `table` (the pooled
 table), `pipeline` (the steps in order) and `cli` (the command line).

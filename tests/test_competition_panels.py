@@ -48,7 +48,7 @@ def _rows(path: Path) -> dict[str, list[float]]:
 @pytest.mark.parametrize("validation", [False, True])
 def test_the_other_sets_series_join_renamed_and_cut_like_the_data_set(tmp_path, other, validation):
     own = write_competition(tmp_path / "own") / "train.parquet"
-    panels = load_panels([other], "own")
+    panels = load_panels([other], "own", other / "train.parquet", CompetitionSpec())
     out = tmp_path / "out"
     pooled = training_file(own, CompetitionSpec(), panels, out, validation)
     table = pq.read_table(pooled).to_pandas()
@@ -68,8 +68,14 @@ def test_the_other_sets_series_join_renamed_and_cut_like_the_data_set(tmp_path, 
         assert len(kept) == (expected if expected > 0 else 0), series
         if len(kept):
             assert kept.t.max() == rows.t.max() - (horizon if validation else 0)
-    # written once, then confirmed; another version of a file is refused
+    # written once, then confirmed; another version of a file is refused, and so is a
+    # pooled file that does not record what it was made from
     assert training_file(own, CompetitionSpec(), panels, out, validation) == pooled
+    record = (pooled.parent / "source.json").read_text()
+    (pooled.parent / "source.json").unlink()
+    with pytest.raises(ValueError, match="give another --out"):
+        training_file(own, CompetitionSpec(), panels, out, validation)
+    (pooled.parent / "source.json").write_text(record)
     stat = own.stat()
     os.utime(own, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
     with pytest.raises(ValueError, match="give another --out"):
@@ -83,7 +89,7 @@ def test_without_other_sets_the_store_is_the_data_sets_own_file(tmp_path):
 
 
 def test_a_group_on_its_own_labels_trains_on_the_others_of_its_period(other):
-    panels = load_panels([other], "own")
+    panels = load_panels([other], "own", other / "train.parquet", CompetitionSpec())
     restricted = Group(13, ("WEEKLY",), period=1, restricted=True)
     everything = Group(24, ("MONTHLY",), period=12)
     groups = with_panel_labels([restricted, everything], panels)
@@ -97,11 +103,11 @@ def test_a_group_on_its_own_labels_trains_on_the_others_of_its_period(other):
 
 def test_other_sets_named_like_the_data_set_or_each_other_are_refused(tmp_path, other):
     with pytest.raises(ValueError, match="'other' is the data set's or another"):
-        load_panels([other], "other")
+        load_panels([other], "other", other / "train.parquet", CompetitionSpec())
     with pytest.raises(ValueError, match="is the data set's or another"):
-        load_panels([other, other], "own")
+        load_panels([other, other], "own", other / "train.parquet", CompetitionSpec())
     with pytest.raises(FileNotFoundError, match="--train-with .*nowhere: no data directory"):
-        load_panels([tmp_path / "nowhere"], "own")
+        load_panels([tmp_path / "nowhere"], "own", other / "train.parquet", CompetitionSpec())
 
 
 def test_integer_series_ids_are_refused_in_one_line(tmp_path, other):
@@ -111,14 +117,14 @@ def test_integer_series_ids_are_refused_in_one_line(tmp_path, other):
                       "category": ["A"] * 3, "frequency": ["ANNUAL"] * 3,
                       "horizon": [1] * 3, "period": [1] * 3})  # fmt: skip
     pq.write_table(table, own / "train.parquet")
-    panels = load_panels([other], "own")
     with pytest.raises(ValueError, match=r"series ids \(series_id\) to be strings, found int64"):
-        training_file(own / "train.parquet", CompetitionSpec(), panels, tmp_path / "out", False)
-    assert not (tmp_path / "out" / "pooled").exists()
+        load_panels([other], "own", own / "train.parquet", CompetitionSpec())
+    # without other sets, any ids do
+    assert load_panels([], "own", own / "train.parquet", CompetitionSpec()) == []
 
 
 def test_a_test_run_trains_with_the_sets_its_validation_run_chose_with(tmp_path, other):
-    panels = load_panels([other], "own")
+    panels = load_panels([other], "own", other / "train.parquet", CompetitionSpec())
     validation = tmp_path / "val"
     validation.mkdir()
     record_train_with(validation, panels)

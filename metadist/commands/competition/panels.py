@@ -65,14 +65,26 @@ class Panel:
         return f"{own}@{self.name}"
 
 
-def load_panels(dirs: Sequence[Path], own_name: str) -> list[Panel]:
-    """The other data sets of `--train-with`, each scanned.
+def load_panels(
+    dirs: Sequence[Path], own_name: str, own_train: Path, spec: CompetitionSpec
+) -> list[Panel]:
+    """The other data sets of `--train-with`, each scanned, checked before anything is
+    written.
 
     Raises:
         FileNotFoundError: a directory or training file that is not there.
         ValueError: a set named like the data set or like another one (give it another
-            `name` in its competition.yaml), or whose settings or series do not fit.
+            `name` in its competition.yaml), or whose settings or series do not fit; the
+            data set's series ids (`own_train`'s) not strings (the others' are prefixed
+            with their name).
     """
+    if dirs:
+        entity = pq.read_schema(own_train).field(spec.entity_col).type
+        if not (pa.types.is_string(entity) or pa.types.is_large_string(entity)):
+            raise ValueError(
+                f"--train-with needs the data set's series ids ({spec.entity_col}) to be "
+                f"strings, found {entity}"
+            )
     panels: list[Panel] = []
     for data_dir in dirs:
         if not data_dir.is_dir():
@@ -168,15 +180,16 @@ def training_file(
     sources = [own, *(_panel_train(p, out, validation) for p in panels)]
     fingerprint = json.dumps([file_fingerprint(path) for path in sources])
     if (pooled / TRAIN_FILE).is_file():
-        recorded = json.loads((pooled / SOURCE_FILE).read_text()).get("fingerprint")
-        if recorded != fingerprint:
+        if recorded_fingerprint(pooled / SOURCE_FILE) != fingerprint:
             raise ValueError(
                 f"{pooled} was not made from the training files of this run as they are "
                 f"now; give another --out, or remove {out}"
             )
         return pooled / TRAIN_FILE
-    step("pool the training series", lambda: _write_pooled(sources, spec, panels, pooled))
-    (pooled / SOURCE_FILE).write_text(json.dumps({"fingerprint": fingerprint}) + "\n")
+    step(
+        "pool the training series",
+        lambda: _write_pooled(sources, spec, panels, pooled, fingerprint),
+    )
     return pooled / TRAIN_FILE
 
 
@@ -190,22 +203,20 @@ def _panel_train(panel: Panel, out: Path, validation: bool) -> Path:
     if not (split / TRAIN_FILE).is_file():
         write_validation_split(panel.data_dir, panel.spec, panel.info, split)
     else:
-        recorded = json.loads((split / SOURCE_FILE).read_text()).get("fingerprint")
-        check_same_source(split, recorded, train, out)
+        check_same_source(split, recorded_fingerprint(split / SOURCE_FILE), train, out)
     return split / TRAIN_FILE
 
 
 def _write_pooled(
-    sources: Sequence[Path], spec: CompetitionSpec, panels: Sequence[Panel], pooled: Path
+    sources: Sequence[Path],
+    spec: CompetitionSpec,
+    panels: Sequence[Panel],
+    pooled: Path,
+    fingerprint: str,
 ) -> None:
-    """Writes the data set's rows and each other set's, renamed, as one file (atomic)."""
+    """Writes the data set's rows and each other set's, renamed, as one file, beside the
+    `fingerprint` of the files it was made from (one atomic directory)."""
     own = pq.read_table(sources[0])
-    entity = own.schema.field(spec.entity_col).type
-    if not (pa.types.is_string(entity) or pa.types.is_large_string(entity)):
-        raise ValueError(
-            f"--train-with needs the data set's series ids ({spec.entity_col}) to be "
-            f"strings, found {entity}"
-        )
     columns = [spec.entity_col, spec.time_col, spec.value_col, spec.label_col]
     columns += [spec.stratum_col] if spec.stratum_col else []
     types = {name: own.schema.field(name).type for name in columns}
@@ -214,6 +225,7 @@ def _write_pooled(
         tables.append(_renamed(pq.read_table(path), panel, spec, types))
     with atomic_directory(pooled) as staging:
         pq.write_table(pa.concat_tables(tables), staging / TRAIN_FILE)
+        (staging / SOURCE_FILE).write_text(json.dumps({"fingerprint": fingerprint}) + "\n")
 
 
 def _renamed(

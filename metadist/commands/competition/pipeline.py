@@ -255,7 +255,7 @@ def plan_run(args: argparse.Namespace) -> Plan:
     train_overrides, eval_overrides = split_eval_overrides(args.overrides)
     # the experiment's settings, composed once for the plan (a bad override is named here)
     composed = compose_dict([f"experiment={args.experiment}", *train_overrides])
-    panels = load_panels(getattr(args, "train_with", None) or [], name)
+    panels = load_panels(getattr(args, "train_with", None) or [], name, source, spec)
     groups = with_panel_labels(groups_of(info, horizons, model_takes_period(composed)), panels)
     # the data set's own metric: the primary metric, and what the adaptation compares
     eval_overrides = [f"eval.primary_metric={spec.metric}", *eval_overrides]

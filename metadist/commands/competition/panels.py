@@ -171,8 +171,8 @@ def training_file(
     once and confirmed made from the same files afterwards).
 
     Raises:
-        ValueError: the data set's series ids are not strings (the others' are prefixed
-            with their name), or a pooled file made from other files.
+        ValueError: a pooled file (or another set's validation split) made from other
+            files, or not recording which.
     """
     if not panels:
         return own

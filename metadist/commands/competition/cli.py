@@ -102,6 +102,7 @@ def build_parser(prog: str = "metadist competition") -> argparse.ArgumentParser:
         "--train-with",
         type=_other_dir,
         nargs="+",
+        action="extend",
         default=None,
         metavar="OTHER_DIR",
         help="other competition data sets whose training series every group's members "

@@ -35,6 +35,7 @@ from metadist.commands.competition.sources import (
     recorded_fingerprint,
 )
 from metadist.commands.competition.spec import (
+    PLAIN_NAME,
     SOURCE_FILE,
     TRAIN_FILE,
     CompetitionSpec,
@@ -66,45 +67,93 @@ class Panel:
 
 
 def load_panels(
-    dirs: Sequence[Path], own_name: str, own_train: Path, spec: CompetitionSpec
+    dirs: Sequence[Path],
+    own_name: str,
+    own_train: Path,
+    spec: CompetitionSpec,
+    info: SeriesInfo,
 ) -> list[Panel]:
-    """The other data sets of `--train-with`, each scanned, checked before anything is
-    written.
+    """The other data sets of `--train-with`, each scanned and checked before anything
+    is written, in order of name.
 
     Raises:
         FileNotFoundError: a directory or training file that is not there.
-        ValueError: a set named like the data set or like another one (give it another
-            `name` in its competition.yaml), or whose settings or series do not fit; the
-            data set's series ids (`own_train`'s) not strings (the others' are prefixed
-            with their name).
+        ValueError: a set named like the data set or like another one, or not a plain
+            word (give it another `name` in its competition.yaml); values or time steps
+            that are not numbers; series or labels of the data set named like the other
+            set's (`NAME:...`, `...@NAME`); the data set's series ids (`own_train`'s) not
+            strings (the others' are prefixed with their name).
     """
-    if dirs:
-        entity = pq.read_schema(own_train).field(spec.entity_col).type
-        if not (pa.types.is_string(entity) or pa.types.is_large_string(entity)):
-            raise ValueError(
-                f"--train-with needs the data set's series ids ({spec.entity_col}) to be "
-                f"strings, found {entity}"
-            )
+    if not dirs:
+        return []
+    entity = pq.read_schema(own_train).field(spec.entity_col).type
+    if pa.types.is_dictionary(entity):
+        entity = entity.value_type
+    if not (pa.types.is_string(entity) or pa.types.is_large_string(entity)):
+        raise ValueError(
+            f"--train-with needs the data set's series ids ({spec.entity_col}) to be "
+            f"strings, found {entity}"
+        )
     panels: list[Panel] = []
     for data_dir in dirs:
         if not data_dir.is_dir():
             raise FileNotFoundError(f"--train-with {data_dir}: no data directory there")
-        spec = load_spec(data_dir)
-        name = spec.name or data_dir.resolve().name
+        theirs = load_spec(data_dir)
+        name = theirs.name or data_dir.resolve().name
+        if not PLAIN_NAME.fullmatch(name) or len(name.encode()) > 200:
+            raise ValueError(
+                f"--train-with {data_dir}: its name {name!r} is not a plain word (letters, "
+                "digits, _ . + -, not starting with . or -); give it one in its competition.yaml"
+            )
         if name == own_name or any(p.name == name for p in panels):
             raise ValueError(
                 f"--train-with {data_dir}: its name {name!r} is the data set's or another "
                 "--train-with set's; give it another name in its competition.yaml"
             )
-        if ":" in name or "@" in name:
-            raise ValueError(f"--train-with {data_dir}: its name {name!r} holds ':' or '@'")
-        panels.append(Panel(name, data_dir, spec, scan_series(data_dir / spec.train, spec)))
-    return panels
+        _check_numbers(data_dir / theirs.train, theirs, data_dir)
+        clash = [k for k in [*info.horizons, *info.series] if k.endswith(f"@{name}")]
+        clash += [k for k in info.series if k.startswith(f"{name}:")]
+        if clash:
+            raise ValueError(
+                f"--train-with {data_dir}: the data set's {clash[0]!r} is named like a "
+                f"series or label of {name!r} in the pooled store; give that set another name"
+            )
+        try:
+            scanned = scan_series(data_dir / theirs.train, theirs)
+        except FileNotFoundError as error:
+            raise FileNotFoundError(f"--train-with {data_dir}: {error}") from None
+        panels.append(Panel(name, data_dir, theirs, scanned))
+    return sorted(panels, key=lambda p: p.name)
 
 
-def with_panel_labels(groups: Sequence[Group], panels: Sequence[Panel]) -> list[Group]:
+def _check_numbers(path: Path, spec: CompetitionSpec, data_dir: Path) -> None:
+    """The value and time columns of the training file at `path` hold numbers.
+
+    Raises:
+        FileNotFoundError: no file there.
+        ValueError: naming the column and its type.
+    """
+    if not path.is_file():
+        raise FileNotFoundError(f"--train-with {data_dir}: no training file at {path}")
+    schema = pq.read_schema(path)
+    for column in (spec.value_col, spec.time_col):
+        if column not in schema.names:
+            continue  # the scan names a missing column with the setting that names it
+        kind = schema.field(column).type
+        if not (pa.types.is_integer(kind) or pa.types.is_floating(kind)):
+            raise ValueError(
+                f"--train-with {data_dir}: column {column!r} of {path.name} holds {kind}, "
+                "not numbers"
+            )
+
+
+def with_panel_labels(
+    groups: Sequence[Group], panels: Sequence[Panel], validation: bool
+) -> list[Group]:
     """`groups`, each that trains on its own labels alone (`Group.restricted`) also on the
-    other sets' labels of its seasonal period (the others train on every series)."""
+    other sets' labels of its seasonal period (the others train on every series); under
+    the validation protocol, only labels with a series longer than its horizon (the
+    others' splits hold no other)."""
     out = []
     for group in groups:
         if group.restricted:
@@ -113,6 +162,7 @@ def with_panel_labels(groups: Sequence[Group], panels: Sequence[Panel]) -> list[
                 for panel in panels
                 for label, period in sorted(panel.info.periods.items())
                 if period == group.period
+                and (not validation or panel.info.lengths[label][1] > panel.info.horizons[label])
             )
             group = replace(group, training_labels=extra)
         out.append(group)
@@ -201,7 +251,10 @@ def _panel_train(panel: Panel, out: Path, validation: bool) -> Path:
         return train
     split = out / PANELS_DIR / panel.name
     if not (split / TRAIN_FILE).is_file():
-        write_validation_split(panel.data_dir, panel.spec, panel.info, split)
+        step(
+            f"validation split of {panel.data_dir} (--train-with)",
+            lambda: write_validation_split(panel.data_dir, panel.spec, panel.info, split),
+        )
     else:
         check_same_source(split, recorded_fingerprint(split / SOURCE_FILE), train, out)
     return split / TRAIN_FILE
@@ -215,46 +268,46 @@ def _write_pooled(
     fingerprint: str,
 ) -> None:
     """Writes the data set's rows and each other set's, renamed, as one file, beside the
-    `fingerprint` of the files it was made from (one atomic directory)."""
-    own = pq.read_table(sources[0])
-    columns = [spec.entity_col, spec.time_col, spec.value_col, spec.label_col]
-    columns += [spec.stratum_col] if spec.stratum_col else []
-    types = {name: own.schema.field(name).type for name in columns}
-    tables = [own.select(columns)]
+    `fingerprint` of the files it was made from (one atomic directory). Every column
+    takes one type: ids, labels and categories text, time steps int64, values float64
+    (what the ingest stores)."""
+    tables = [_in_columns(pq.read_table(sources[0]), spec, spec, None)]
     for panel, path in zip(panels, sources[1:], strict=True):
-        tables.append(_renamed(pq.read_table(path), panel, spec, types))
+        tables.append(_in_columns(pq.read_table(path), panel.spec, spec, panel))
     with atomic_directory(pooled) as staging:
         pq.write_table(pa.concat_tables(tables), staging / TRAIN_FILE)
         (staging / SOURCE_FILE).write_text(json.dumps({"fingerprint": fingerprint}) + "\n")
 
 
-def _renamed(
-    table: pa.Table, panel: Panel, spec: CompetitionSpec, types: dict[str, pa.DataType]
+def _in_columns(
+    table: pa.Table, theirs: CompetitionSpec, spec: CompetitionSpec, panel: Panel | None
 ) -> pa.Table:
-    """`panel`'s rows in the data set's columns: ids and strata prefixed `NAME:`,
-    labels renamed `LABEL@NAME`."""
-    theirs = panel.spec
-    prefix = pa.scalar(f"{panel.name}:")
+    """The rows of `table` (columns named by `theirs`) in the data set's columns; an
+    other set's (`panel`) with ids and strata prefixed `NAME:`, labels renamed
+    `LABEL@NAME`, and its name as the stratum where it has none."""
 
     def text(column: str) -> pa.Array:
         return pc.cast(table.column(column), pa.string())
 
+    def renamed(values: pa.Array, before: str = "", after: str = "") -> pa.Array:
+        if panel is None:
+            return values
+        return pc.binary_join_element_wise(pa.scalar(before), values, pa.scalar(after), "")
+
+    name = "" if panel is None else panel.name
     out = {
-        spec.entity_col: pc.binary_join_element_wise(prefix, text(theirs.entity_col), ""),
-        spec.time_col: table.column(theirs.time_col),
-        spec.value_col: table.column(theirs.value_col),
-        spec.label_col: pc.binary_join_element_wise(
-            text(theirs.label_col), pa.scalar(f"@{panel.name}"), ""
-        ),
+        spec.entity_col: renamed(text(theirs.entity_col), before=f"{name}:"),
+        spec.time_col: pc.cast(table.column(theirs.time_col), pa.int64()),
+        spec.value_col: pc.cast(table.column(theirs.value_col), pa.float64()),
+        spec.label_col: renamed(text(theirs.label_col), after=f"@{name}"),
     }
     if spec.stratum_col:
-        stratum = (
-            pc.binary_join_element_wise(prefix, text(theirs.stratum_col), "")
+        out[spec.stratum_col] = (
+            renamed(text(theirs.stratum_col), before=f"{name}:")
             if theirs.stratum_col
-            else pa.array([panel.name] * table.num_rows)
+            else pa.array([name] * table.num_rows, pa.string())
         )
-        out[spec.stratum_col] = stratum
-    return pa.table({k: pc.cast(v, types[k]) for k, v in out.items()})
+    return pa.table(out)
 
 
 def ingest_training(

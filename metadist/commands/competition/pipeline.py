@@ -170,10 +170,10 @@ def run_pipeline(args: argparse.Namespace, prog: str) -> int:
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")
     env.setdefault("WANDB_MODE", "disabled")
-    record_train_with(plan.out, plan.panels)
     store = plan.out / "store"
     own = plan.data_dir / plan.spec.train
     train = training_file(own, plan.spec, plan.panels, plan.out, args.validation)
+    record_train_with(plan.out, plan.panels)
     if ingest_training(plan.spec, train, store, plan.out, env) != 0:
         return 1
     ensembles = {
@@ -255,8 +255,9 @@ def plan_run(args: argparse.Namespace) -> Plan:
     train_overrides, eval_overrides = split_eval_overrides(args.overrides)
     # the experiment's settings, composed once for the plan (a bad override is named here)
     composed = compose_dict([f"experiment={args.experiment}", *train_overrides])
-    panels = load_panels(getattr(args, "train_with", None) or [], name, source, spec)
-    groups = with_panel_labels(groups_of(info, horizons, model_takes_period(composed)), panels)
+    panels = load_panels(getattr(args, "train_with", None) or [], name, source, spec, info)
+    groups = groups_of(info, horizons, model_takes_period(composed))
+    groups = with_panel_labels(groups, panels, args.validation)
     # the data set's own metric: the primary metric, and what the adaptation compares
     eval_overrides = [f"eval.primary_metric={spec.metric}", *eval_overrides]
     chosen = None

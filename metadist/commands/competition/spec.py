@@ -25,7 +25,7 @@ VALIDATION_DIR = "validation_data"
 RUNS_DIR = Path("runs")
 # a name that can be one directory under runs/: a word of letters, digits, _ . + -,
 # not starting with . or - (never "..", a path, or empty)
-_PLAIN_NAME = re.compile(r"\w[\w.+-]*")
+PLAIN_NAME = re.compile(r"\w[\w.+-]*")
 
 
 @dataclass
@@ -110,7 +110,7 @@ def default_output(spec: CompetitionSpec, data_dir: Path, suffix: str = "") -> P
     """
     name = spec.name if spec.name is not None else data_dir.resolve().name
     if spec.name is not None and (
-        not _PLAIN_NAME.fullmatch(spec.name) or len(spec.name.encode()) > 200
+        not PLAIN_NAME.fullmatch(spec.name) or len(spec.name.encode()) > 200
     ):
         raise ValueError(
             f"name {spec.name!r} in {data_dir / SPEC_FILE} cannot name the output directory "

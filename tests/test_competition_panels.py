@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 from competition_data import LABELS, write_competition
 
+from metadist.commands.competition import build_parser
 from metadist.commands.competition import main as competition
 from metadist.commands.competition.members import Group, members_of, training_overrides
 from metadist.commands.competition.panels import (
@@ -191,6 +192,9 @@ def test_an_override_taken_for_a_directory_says_where_overrides_go(tmp_path, cap
     assert (
         "'trainer.meta_steps=2' is not a data directory; put overrides before --train-with" in err
     )
+    # the option given twice keeps both lists
+    args = build_parser().parse_intermixed_args(["d", "--train-with", "a", "--train-with", "b"])
+    assert args.train_with == [Path("a"), Path("b")]
 
 
 @pytest.mark.integration

@@ -13,7 +13,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from metadist.commands.competition.series import SeriesInfo, refuse_nulls, time_steps
-from metadist.commands.competition.sources import file_fingerprint
+from metadist.commands.competition.sources import (
+    check_same_source,
+    file_fingerprint,
+    recorded_fingerprint,
+)
 from metadist.commands.competition.spec import (
     SOURCE_FILE,
     SPEC_FILE,
@@ -22,6 +26,7 @@ from metadist.commands.competition.spec import (
     CompetitionSpec,
     spec_dict,
 )
+from metadist.commands.competition.steps import step
 from metadist.durable import atomic_directory
 
 
@@ -169,3 +174,20 @@ def write_validation_split(
         (staging / SOURCE_FILE).write_text(json.dumps(source) + "\n")
     if dropped:
         print(f"note: validation split: {dropped} series no longer than their horizon left out")
+
+
+def validation_split(
+    source_dir: Path, spec: CompetitionSpec, info: SeriesInfo, split: Path, out: Path, title: str
+) -> None:
+    """`split`: the validation split of `source_dir`'s training file, written (a step
+    announced as `title`), or confirmed made from that file as it is now.
+
+    Raises:
+        ValueError: an existing split not made from the training file as it is now, or
+            not recording which file it was made from (naming `out`).
+    """
+    source = source_dir / spec.train
+    if (split / TRAIN_FILE).is_file():
+        check_same_source(split, recorded_fingerprint(split / SOURCE_FILE), source, out)
+    else:
+        step(title, lambda: write_validation_split(source_dir, spec, info, split))

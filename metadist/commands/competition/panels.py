@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from metadist.commands.competition.holdout import write_validation_split
+from metadist.commands.competition.holdout import validation_split
 from metadist.commands.competition.members import Group
 from metadist.commands.competition.series import SeriesInfo, scan_series
 from metadist.commands.competition.sources import (
@@ -35,11 +35,11 @@ from metadist.commands.competition.sources import (
     recorded_fingerprint,
 )
 from metadist.commands.competition.spec import (
-    PLAIN_NAME,
     SOURCE_FILE,
     TRAIN_FILE,
     CompetitionSpec,
     load_spec,
+    plain_name,
 )
 from metadist.commands.competition.steps import METADIST, run_command, step
 from metadist.durable import atomic_directory
@@ -100,7 +100,7 @@ def load_panels(
             raise FileNotFoundError(f"--train-with {data_dir}: no data directory there")
         theirs = load_spec(data_dir)
         name = theirs.name or data_dir.resolve().name
-        if not PLAIN_NAME.fullmatch(name) or len(name.encode()) > 200:
+        if not plain_name(name):
             raise ValueError(
                 f"--train-with {data_dir}: its name {name!r} is not a plain word (letters, "
                 "digits, _ . + -, not starting with . or -); give it one in its competition.yaml"
@@ -118,11 +118,7 @@ def load_panels(
                 f"--train-with {data_dir}: the data set's {clash[0]!r} is named like a "
                 f"series or label of {name!r} in the pooled store; give that set another name"
             )
-        try:
-            scanned = scan_series(data_dir / theirs.train, theirs)
-        except FileNotFoundError as error:
-            raise FileNotFoundError(f"--train-with {data_dir}: {error}") from None
-        panels.append(Panel(name, data_dir, theirs, scanned))
+        panels.append(Panel(name, data_dir, theirs, scan_series(data_dir / theirs.train, theirs)))
     return sorted(panels, key=lambda p: p.name)
 
 
@@ -246,17 +242,11 @@ def training_file(
 def _panel_train(panel: Panel, out: Path, validation: bool) -> Path:
     """The training file of `panel` this protocol reads: its own, or (validation) its
     validation split's, written under `out/panels/NAME` once."""
-    train = panel.data_dir / panel.spec.train
     if not validation:
-        return train
+        return panel.data_dir / panel.spec.train
     split = out / PANELS_DIR / panel.name
-    if not (split / TRAIN_FILE).is_file():
-        step(
-            f"validation split of {panel.data_dir} (--train-with)",
-            lambda: write_validation_split(panel.data_dir, panel.spec, panel.info, split),
-        )
-    else:
-        check_same_source(split, recorded_fingerprint(split / SOURCE_FILE), train, out)
+    title = f"validation split of {panel.data_dir} (--train-with)"
+    validation_split(panel.data_dir, panel.spec, panel.info, split, out, title)
     return split / TRAIN_FILE
 
 

@@ -35,7 +35,7 @@ from metadist.commands.competition.evaluation import (
     want_ets,
 )
 from metadist.commands.competition.guard import write_guarded
-from metadist.commands.competition.holdout import check_holdout, write_validation_split
+from metadist.commands.competition.holdout import check_holdout, validation_split
 from metadist.commands.competition.members import (
     Group,
     Member,
@@ -55,10 +55,8 @@ from metadist.commands.competition.panels import (
     with_panel_labels,
 )
 from metadist.commands.competition.series import SeriesInfo, scan_series
-from metadist.commands.competition.sources import check_same_source, recorded_fingerprint
 from metadist.commands.competition.spec import (
     ADAPTATION_FILE,
-    SOURCE_FILE,
     TEST_FILE,
     TRAIN_FILE,
     VALIDATION_DIR,
@@ -67,7 +65,6 @@ from metadist.commands.competition.spec import (
     load_spec,
     spec_dict,
 )
-from metadist.commands.competition.steps import step
 from metadist.commands.competition.table import pooled_table, table_title
 from metadist.eval.plausibility import GUARD_FILE, write_guard
 from metadist.eval.settings import load_eval_options, split_eval_overrides
@@ -420,16 +417,10 @@ def _validation_data(
     Raises:
         ValueError: an existing split not made from the training file as it is now.
     """
-    source = source_dir / spec.train
     data_dir = out / VALIDATION_DIR
     if not (data_dir / TRAIN_FILE).is_file():
-        claim_output(out, source, validation=True)
-        step(
-            f"validation split of {source_dir}",
-            lambda: write_validation_split(source_dir, spec, info, data_dir),
-        )
-    else:
-        check_same_source(data_dir, recorded_fingerprint(data_dir / SOURCE_FILE), source, out)
+        claim_output(out, source_dir / spec.train, validation=True)
+    validation_split(source_dir, spec, info, data_dir, out, f"validation split of {source_dir}")
     spec = CompetitionSpec(
         **{**spec_dict(spec), "train": TRAIN_FILE, "test": TEST_FILE, "references": {}}
     )

@@ -25,7 +25,7 @@ VALIDATION_DIR = "validation_data"
 RUNS_DIR = Path("runs")
 # a name that can be one directory under runs/: a word of letters, digits, _ . + -,
 # not starting with . or - (never "..", a path, or empty)
-PLAIN_NAME = re.compile(r"\w[\w.+-]*")
+_PLAIN_NAME = re.compile(r"\w[\w.+-]*")
 
 
 @dataclass
@@ -100,6 +100,11 @@ def spec_dict(spec: CompetitionSpec) -> dict[str, Any]:
     return asdict(spec)
 
 
+def plain_name(name: str) -> bool:
+    """Whether `name` can be one directory's name: a plain word of at most 200 bytes."""
+    return bool(_PLAIN_NAME.fullmatch(name)) and len(name.encode()) <= 200
+
+
 def default_output(spec: CompetitionSpec, data_dir: Path, suffix: str = "") -> Path:
     """`runs/NAME` (+ `suffix`), NAME the spec's name or the data directory's, confined
     to one directory under `runs/`.
@@ -109,9 +114,7 @@ def default_output(spec: CompetitionSpec, data_dir: Path, suffix: str = "") -> P
             an absolute path), or a directory name that leaves no directory under `runs/`.
     """
     name = spec.name if spec.name is not None else data_dir.resolve().name
-    if spec.name is not None and (
-        not PLAIN_NAME.fullmatch(spec.name) or len(spec.name.encode()) > 200
-    ):
+    if spec.name is not None and not plain_name(spec.name):
         raise ValueError(
             f"name {spec.name!r} in {data_dir / SPEC_FILE} cannot name the output directory "
             f"{RUNS_DIR}/NAME: use a plain word (letters, digits, _ . + -, not starting with "

@@ -76,7 +76,7 @@ def test_each_length_and_loss_is_a_candidate_with_its_runs_of_lookbacks():
         "mape S=10", "mape S=10 L=2H", "smape S=10", "smape S=10 L=2H",
     ]  # fmt: skip
     for key, chosen in candidates.items():
-        loss, steps, _, lookbacks = split_candidate(key, LOOKBACKS)
+        loss, steps, _, lookbacks, _ = split_candidate(key, LOOKBACKS)
         assert {(m.loss, m.steps) for m in chosen} == {(loss, steps)}
         assert sorted(m.lookback for m in chosen) == [int(4 * k) for k in lookbacks]
     # without shorter lengths the candidates are the losses' alone, as before
@@ -86,10 +86,10 @@ def test_each_length_and_loss_is_a_candidate_with_its_runs_of_lookbacks():
 
 def test_candidate_names_read_back():
     assert variant_key("smape", None) == "smape" and variant_key("mape", 50) == "mape S=50"
-    assert split_candidate("smape", LOOKBACKS) == ("smape", None, None, LOOKBACKS)
-    assert split_candidate("mape S=50", LOOKBACKS) == ("mape", 50, None, LOOKBACKS)
-    assert split_candidate("mape S=50 L=2H", LOOKBACKS) == ("mape", 50, None, [2.0])
-    assert split_candidate("smape L=2H+3H", LOOKBACKS) == ("smape", None, None, LOOKBACKS)
+    assert split_candidate("smape", LOOKBACKS) == ("smape", None, None, LOOKBACKS, None)
+    assert split_candidate("mape S=50", LOOKBACKS) == ("mape", 50, None, LOOKBACKS, None)
+    assert split_candidate("mape S=50 L=2H", LOOKBACKS) == ("mape", 50, None, [2.0], None)
+    assert split_candidate("smape L=2H+3H", LOOKBACKS) == ("smape", None, None, LOOKBACKS, None)
 
 
 def test_the_chosen_length_is_recorded_and_read(tmp_path):
@@ -188,7 +188,7 @@ def test_each_head_length_and_loss_is_a_candidate_with_its_runs_of_lookbacks():
         "smape S=10 head=zero", "smape S=10 head=zero L=2H",
     ]  # fmt: skip
     for key, chosen in candidates.items():
-        loss, steps, head, lookbacks = split_candidate(key, LOOKBACKS)
+        loss, steps, head, lookbacks, _ = split_candidate(key, LOOKBACKS)
         assert {(m.loss, m.steps, m.head) for m in chosen} == {(loss, steps, head)}
         assert sorted(m.lookback for m in chosen) == [int(4 * k) for k in lookbacks]
 
@@ -196,8 +196,14 @@ def test_each_head_length_and_loss_is_a_candidate_with_its_runs_of_lookbacks():
 def test_head_candidate_names_read_back():
     assert variant_key("smape", None, "zero") == "smape head=zero"
     assert variant_key("mape", 50, "zero") == "mape S=50 head=zero"
-    assert split_candidate("mape S=50 head=zero L=2H", LOOKBACKS) == ("mape", 50, "zero", [2.0])
-    assert split_candidate("smape head=zero", LOOKBACKS) == ("smape", None, "zero", LOOKBACKS)
+    assert split_candidate("mape S=50 head=zero L=2H", LOOKBACKS) == (
+        "mape",
+        50,
+        "zero",
+        [2.0],
+        None,
+    )
+    assert split_candidate("smape head=zero", LOOKBACKS) == ("smape", None, "zero", LOOKBACKS, None)
 
 
 def test_the_chosen_head_is_recorded_and_read(tmp_path):

@@ -245,43 +245,47 @@ def test_a_validation_run_chooses_the_loss_and_a_test_run_applies_it(tmp_path):
         return done.stdout
 
     # a training of 2 meta-steps beside the experiment's 4 (the recipe's 10 and 50 are
-    # not shorter: left out); the recipe's zero head beside the experiment's
+    # not shorter: left out); the recipe's zero head beside the experiment's, and its
+    # other experiment (at its own length and head)
     printed = run(
         "--validation", "--out", str(val), "--step-candidates", "2", "--lookbacks", "2", "3"
     )
     document = json.loads((val / CHOICES_FILE).read_text())
     assert document["protocol"] == "validation"
     entry = document["groups"]["4"]
-    # the ensemble of lookbacks 2H and 3H per loss, length and head, and 2H alone
+    # the ensemble of lookbacks 2H and 3H per loss, length, head and experiment, and 2H alone
     runs = ("", " L=2H")
+    variants = [s + h for s in ("", " S=2") for h in ("", " head=zero")] + [
+        " experiment=competition_cpu_mlp"
+    ]
     assert set(entry["losses"]) == {
-        loss + steps + head + run
-        for loss in ("mape", "smape")
-        for steps in ("", " S=2")
-        for head in ("", " head=zero")
-        for run in runs
+        loss + variant + run for loss in ("mape", "smape") for variant in variants for run in runs
     }
     assert entry["metric"] == "mape" and f"chosen {entry['loss']}" in printed
 
-    def suffix(steps: int | None, head: str | None) -> str:
-        return ("" if steps is None else f"-S{steps}") + ("" if head is None else f"-H{head}")
+    def suffix(steps: int | None, head: str | None, other: str | None = None) -> str:
+        return (
+            ("" if steps is None else f"-S{steps}")
+            + ("" if head is None else f"-H{head}")
+            + ("" if other is None else f"-E{other}")
+        )
 
     # each candidate's score is its own evaluation on the validation split's holdout
     for key, score in entry["losses"].items():
-        loss, steps, head, lookbacks = split_candidate(key, [2.0, 3.0])
+        loss, steps, head, lookbacks, other = split_candidate(key, [2.0, 3.0])
         # the longest lookback's run
-        evaluated = f"L{4 * int(max(lookbacks))}-{loss}-s1{suffix(steps, head)}"
+        evaluated = f"L{4 * int(max(lookbacks))}-{loss}-s1{suffix(steps, head, other)}"
         result = json.loads((val / "h4" / evaluated / "eval" / "metrics.json").read_text())
         assert "validation_data" in json.dumps(result["settings"])
         assert score == pytest.approx(min(result["overall"][m]["mape"]["value"]
                                             for m in ("adapted", "unadapted")))  # fmt: skip
     best = min(entry["losses"], key=entry["losses"].get)
     assert split_candidate(best, [2.0, 3.0]) == (
-        entry["loss"], entry["steps"], entry["head"], entry["lookbacks"]
+        entry["loss"], entry["steps"], entry["head"], entry["lookbacks"], entry["experiment"]
     )  # fmt: skip
     printed = run("--out", str(test), "--adaptation-from", str(val), "--lookbacks", "2", "3")
     trained = sorted(p.name for p in (test / "h4").iterdir() if p.is_dir())
-    own = suffix(entry["steps"], entry["head"])
+    own = suffix(entry["steps"], entry["head"], entry["experiment"])
     chosen = sorted(f"L{4 * int(k)}-{entry['loss']}-s1{own}" for k in entry["lookbacks"])
     assert trained == chosen  # the chosen loss, length, head and lookbacks alone
     applied = json.loads((test / CHOICES_FILE).read_text())

@@ -7,8 +7,13 @@ shorter one of `--step-candidates` (`cpu`: 10 and 50 meta-steps; a network that 
 leaves its start forecasts close to seasonal naive, which on some sets beats any longer
 training); the experiment's head and each other `model.options.head_init` of
 `--head-candidates` (`cpu`: zero, with which the untrained seasonal forecaster is
-seasonal naive exactly). Each is named by its loss (`smape`), with a shorter length's
-steps and another head where it has them (`smape S=10 head=zero`); where the ensemble
+seasonal naive exactly); and the run's experiment and each other experiment of
+`--experiment-candidates` (`cpu`: `competition_cpu_mlp`, the same MLP normalised by each
+window's last value and scale, which learns seasonality from the data rather than from
+each window's decomposition, trained longer), another experiment at its own length and
+head only. Each is named by its loss (`smape`), with a shorter length's steps, another
+head and another experiment where it has them (`smape S=10 head=zero`,
+`smape experiment=competition_cpu_mlp`); where the ensemble
 spans several lookbacks, its members of each shorter run of them from the first are
 candidates too (`choice.prefix_key`: `smape S=10 L=2H+3H`). `choice.choose_group` keeps
 the one scoring best by the data set's metric; `split_candidate` reads back what it was.
@@ -22,28 +27,34 @@ from typing import NamedTuple
 
 from metadist.commands.competition.choice import prefix_key, split_key
 from metadist.commands.competition.members import Member, members_of
+from metadist.train.compose import compose_dict
 
 _STEPS = "S="
 _HEAD = "head="
+_EXPERIMENT = "experiment="
 
 
 class Candidate(NamedTuple):
-    """What a candidate's name says: its loss, training length and head (None: the
-    experiment's) and the lookback multiples of its members."""
+    """What a candidate's name says: its loss, training length, head and experiment
+    (None: the run's) and the lookback multiples of its members."""
 
     loss: str
     steps: int | None
     head: str | None
     lookbacks: list[float]
+    experiment: str | None = None
 
 
-def variant_key(loss: str, steps: int | None, head: str | None = None) -> str:
+def variant_key(
+    loss: str, steps: int | None, head: str | None = None, experiment: str | None = None
+) -> str:
     """The name of `loss`'s ensemble trained for `steps` meta-steps with the output
-    layer started as `head` (None: the experiment's): `smape`, `smape S=10`,
-    `smape S=10 head=zero`."""
+    layer started as `head`, of the experiment `experiment` (None: the run's): `smape`,
+    `smape S=10`, `smape S=10 head=zero`, `smape experiment=competition_cpu_mlp`."""
     parts = [loss]
     parts += [] if steps is None else [f"{_STEPS}{steps}"]
     parts += [] if head is None else [f"{_HEAD}{head}"]
+    parts += [] if experiment is None else [f"{_EXPERIMENT}{experiment}"]
     return " ".join(parts)
 
 
@@ -52,15 +63,17 @@ def split_candidate(key: str, lookbacks: Sequence[float]) -> Candidate:
     lookbacks where it names them)."""
     variant, multiples = split_key(key, lookbacks)
     loss, *parts = variant.split(" ")
-    steps, head = None, None
+    steps, head, other = None, None, None
     for part in parts:
         if part.startswith(_STEPS) and part[len(_STEPS) :].isdigit():
             steps = int(part[len(_STEPS) :])
         elif part.startswith(_HEAD) and part[len(_HEAD) :]:
             head = part[len(_HEAD) :]
+        elif part.startswith(_EXPERIMENT) and part[len(_EXPERIMENT) :]:
+            other = part[len(_EXPERIMENT) :]
         else:  # not a name of `variant_key`'s: the loss's ensemble as a whole
             return Candidate(variant, None, None, multiples)
-    return Candidate(loss, steps, head, multiples)
+    return Candidate(loss, steps, head, multiples, other)
 
 
 def candidate_members(
@@ -70,40 +83,46 @@ def candidate_members(
     horizon: int,
     steps: Sequence[int | None] = (None,),
     heads: Sequence[str | None] = (None,),
+    experiments: Sequence[str | None] = (None,),
 ) -> dict[str, list[Member]]:
     """The candidates one group chooses among on validation: the ensemble of each loss,
-    training length and head (`variant_key`), and, where it spans several lookbacks, its
-    members of each shorter run of lookbacks from the first (`choice.prefix_key`: 2H
-    alone, 2H and 3H, ... ; shortest first)."""
+    training length, head and experiment (`variant_key`; another experiment at the first
+    length and head only, as `members.members_of` trains it), and, where it spans several
+    lookbacks, its members of each shorter run of lookbacks from the first
+    (`choice.prefix_key`: 2H alone, 2H and 3H, ... ; shortest first)."""
     # the lookbacks (in steps) of each shorter run from the first, the same for every variant
     runs = [
         (count, {m.lookback for m in members_of(horizon, lookbacks[:count], losses[:1], 1)})
         for count in range(1, len(lookbacks))
     ]
+    variants = [(h, n, None) for h in heads for n in steps if None in experiments]
+    variants += [(heads[0], steps[0], other) for other in experiments if other is not None]
     out = {}
-    for head in heads:
-        for length in steps:
-            for loss in losses:
-                name = variant_key(loss, length, head)
-                own = out[name] = [
-                    m for m in members if (m.loss, m.steps, m.head) == (loss, length, head)
-                ]
-                # a candidate is evaluated in its longest member's run: one candidate per run
-                evaluated = {max((m.lookback for m in own), default=0)}
-                for count, lengths in runs:
-                    shorter = [m for m in own if m.lookback in lengths]
-                    longest = max((m.lookback for m in shorter), default=0)
-                    if shorter and longest not in evaluated:
-                        evaluated.add(longest)
-                        out[prefix_key(name, lookbacks[:count])] = shorter
+    for head, length, other in variants:
+        for loss in losses:
+            name = variant_key(loss, length, head, other)
+            own = out[name] = [
+                m
+                for m in members
+                if (m.loss, m.steps, m.head, m.experiment) == (loss, length, head, other)
+            ]
+            # a candidate is evaluated in its longest member's run: one candidate per run
+            evaluated = {max((m.lookback for m in own), default=0)}
+            for count, lengths in runs:
+                shorter = [m for m in own if m.lookback in lengths]
+                longest = max((m.lookback for m in shorter), default=0)
+                if shorter and longest not in evaluated:
+                    evaluated.add(longest)
+                    out[prefix_key(name, lookbacks[:count])] = shorter
     return out
 
 
 def variant_size(members: Sequence[Member]) -> int:
-    """How many of `members` share the first one's training length and head: one
-    candidate's ensemble for each loss (every member where there are no candidates)."""
+    """How many of `members` share the first one's training length, head and experiment:
+    one candidate's ensemble for each loss (every member where there are no candidates)."""
     first = members[0]
-    return sum((m.steps, m.head) == (first.steps, first.head) for m in members)
+    own = (first.steps, first.head, first.experiment)
+    return sum((m.steps, m.head, m.experiment) == own for m in members)
 
 
 def model_options(composed: dict) -> dict:
@@ -153,4 +172,38 @@ def candidate_heads(args: argparse.Namespace, composed: dict) -> tuple[str, ...]
         print(
             f"note: --head-candidates {options['head_init']}: the experiment's own head, left out"
         )
+    return kept
+
+
+def candidate_experiments(experiment: str, composed: dict, names: Sequence[str]) -> dict[str, bool]:
+    """The other experiments of `names` (`--experiment-candidates`, or those a validation
+    run chose; configs of `experiments/experiment/`), in order, each with whether its
+    model takes a seasonal period (`model.options.seasonal_period`): those other than
+    `experiment` (a note names it where given).
+
+    Raises:
+        ValueError: a name that is no experiment config, or one whose model takes a
+            seasonal period where the model of `experiment` (its `composed` settings)
+            takes none (its groups have no period to give).
+    """
+    kept: dict[str, bool] = {}
+    for name in dict.fromkeys(names):
+        if name == experiment:
+            print(f"note: --experiment-candidates {name}: the run's own experiment, left out")
+            continue
+        try:
+            own = compose_dict([f"experiment={name}"])
+        except (ValueError, FileNotFoundError):
+            raise ValueError(
+                f"--experiment-candidates {name}: no such experiment config "
+                "(experiments/experiment/)"
+            ) from None
+        takes_period = "seasonal_period" in model_options(own)
+        if takes_period and "seasonal_period" not in model_options(composed):
+            raise ValueError(
+                f"--experiment-candidates {name}: its model takes a seasonal period, the "
+                f"model of experiment={experiment} does not, so its groups have none to "
+                "give; run it as the experiment instead"
+            )
+        kept[name] = takes_period
     return kept

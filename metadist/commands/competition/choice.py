@@ -12,13 +12,14 @@ of each shorter run of them from the first (2H alone, 2H and 3H, ...) are candid
 their own (`prefix_key`), so each group keeps the whole ensemble or the first lookbacks
 (`lookbacks` in its choice), whichever scored best; shorter trainings are candidates too
 (`--step-candidates`, `candidates.py`: `steps` in the choice), and so are other starts of
-the output layer (`--head-candidates`: `head`). On the chosen ensemble's
+the output layer (`--head-candidates`: `head`) and other experiments
+(`--experiment-candidates`: `experiment`). On the chosen ensemble's
 validation forecasts it then chooses the band's width per group
 (`metadist.eval.plausibility`, "none" among them: the model unguarded), and on that
 guarded model one weight `w` per group (`metadist.eval.fallback_combination`): the
 forecast `w · model + (1 − w) · seasonal naive` scoring best there. All are written to
 `OUT/choices.json`; a test run given `--adaptation-from VAL_OUT` trains each group's
-chosen loss, length and head alone and reports the model within its band (the model as
+chosen loss, length, head and experiment alone and reports the model within its band (the model as
 chosen), unguarded and shrunk (`guard.py`). Nothing is
 chosen on the competition holdout.
 """
@@ -157,6 +158,8 @@ def _lookbacks(entry: dict[str, Any]) -> str:
         parts.append(f"{entry['steps']} meta-steps")
     if entry.get("head") is not None:
         parts.append(f"{entry['head']} head")
+    if entry.get("experiment") is not None:
+        parts.append(f"experiment {entry['experiment']}")
     if entry.get("lookbacks"):
         parts.append("lookbacks " + ", ".join(f"{float(k):g}H" for k in entry["lookbacks"]))
     return ", ".join(parts) + " " if parts else ""
@@ -176,17 +179,18 @@ def _steps(value: Any) -> int | None:
     return value
 
 
-def _head(value: Any) -> str | None:
-    """A choice's start of the output layer: None (the experiment's, or a choice written
-    before heads were candidates), or a name of one (`model.options.head_init`).
+def _name(value: Any) -> str | None:
+    """A choice's start of the output layer or experiment: None (the run's, or a
+    choice written before these were candidates), or a name of one
+    (`model.options.head_init`, a config of `experiments/experiment/`).
 
     Raises:
         ValueError: anything else.
     """
     if value is None:
         return None
-    if not isinstance(value, str) or not value.isidentifier():
-        raise ValueError(f"head {value!r}")
+    if not isinstance(value, str) or not value.replace("-", "_").isidentifier():
+        raise ValueError(f"name {value!r}")
     return value
 
 
@@ -213,7 +217,8 @@ def read_choices(
             if entry.get("lookbacks") is not None:
                 entry["lookbacks"] = [float(k) for k in entry["lookbacks"]]
             entry["steps"] = _steps(entry.get("steps"))
-            entry["head"] = _head(entry.get("head"))
+            entry["head"] = _name(entry.get("head"))
+            entry["experiment"] = _name(entry.get("experiment"))
     except (ValueError, KeyError, TypeError, AttributeError):
         raise ValueError(f"{path} is not a choice written by metadist competition") from None
     if protocol != "validation":

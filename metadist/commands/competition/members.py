@@ -12,12 +12,13 @@ so that `load_run(...).forecast` gives Theta and seasonal naive the data's perio
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -91,6 +92,10 @@ class Member:
             validation run chooses among (`candidates.py`); None: the experiment's.
         head: another start of the model's output layer (`model.options.head_init`),
             a candidate too; None: the experiment's.
+        experiment: another experiment (a config of `experiments/experiment/`: its own
+            model, length, ...), a candidate too; None: the run's.
+        takes_period: whether its model takes the group's `period` (another
+            experiment's may take none).
     """
 
     horizon: int
@@ -101,20 +106,24 @@ class Member:
     labels: tuple[str, ...] = ()
     steps: int | None = None
     head: str | None = None
+    experiment: str | None = None
+    takes_period: bool = True
 
     def run_dir(self, out: Path) -> Path:
         group = f"h{self.horizon}" + (f"-m{self.period}" if self.labels else "")
         steps = f"-S{self.steps}" if self.steps is not None else ""
         head = f"-H{self.head}" if self.head is not None else ""
-        return out / group / f"L{self.lookback}-{self.loss}-s{self.seed}{steps}{head}"
+        other = f"-E{self.experiment}" if self.experiment is not None else ""
+        return out / group / f"L{self.lookback}-{self.loss}-s{self.seed}{steps}{head}{other}"
 
     def title(self) -> str:
         period = f" m={self.period}" if self.labels else ""
         steps = f", {self.steps} meta-steps" if self.steps is not None else ""
         head = f", {self.head} head" if self.head is not None else ""
+        other = f", experiment {self.experiment}" if self.experiment is not None else ""
         return (
             f"meta-train H={self.horizon}{period} L={self.lookback} {self.loss} "
-            f"seed {self.seed}{steps}{head}"
+            f"seed {self.seed}{steps}{head}{other}"
         )
 
 
@@ -125,20 +134,28 @@ def members_of(
     seeds: int,
     steps: Sequence[int | None] = (None,),
     heads: Sequence[str | None] = (None,),
+    experiments: Mapping[str | None, bool] | None = None,
 ) -> list[Member]:
     """Every (lookback multiple × loss × seed × training length × head) of one horizon
     (or group), lookback = round(k·H) ≥ 2; `steps`: the experiment's (None) and shorter
-    ones; `heads`: the experiment's output layer (None) and other starts of it."""
+    ones; `heads`: the experiment's output layer (None) and other starts of it.
+    `experiments` (name -> whether its model takes a seasonal period; None: the run's)
+    adds, for each other experiment, its (lookback × loss × seed) at the first of `steps`
+    and `heads`: another experiment is a candidate at its own length and head."""
     group = horizon if isinstance(horizon, Group) else Group(horizon, ())
     labels = (*group.labels, *group.training_labels) if group.restricted else ()
+    experiments = {None: True} if experiments is None else experiments
+    variants = [(None, True, h, n) for h in heads for n in steps if None in experiments] + [
+        (name, takes, heads[0], steps[0]) for name, takes in experiments.items() if name
+    ]
     out = []
-    for head, length, k in itertools.product(heads, steps, lookbacks):
+    for (other, takes, head, length), k in itertools.product(variants, lookbacks):
         lookback = max(2, int(round(float(k) * group.horizon)))
         for loss in losses:
             for seed in range(1, seeds + 1):
-                out.append(
-                    Member(group.horizon, lookback, loss, seed, group.period, labels, length, head)
-                )
+                member = Member(group.horizon, lookback, loss, seed, group.period, labels)
+                out.append(dataclasses.replace(member, steps=length, head=head, experiment=other,
+                                               takes_period=takes))  # fmt: skip
     return list(dict.fromkeys(out))
 
 
@@ -146,11 +163,12 @@ def training_overrides(
     member: Member, experiment: str, store: Path, out: Path, extra: Sequence[str]
 ) -> list[str]:
     """The `metadist train` overrides of `member`: `experiment` on `store`, with its
-    horizon, lookback, loss, seed, seasonal period and labels, in its run directory under
-    `out`; then `extra`, then a candidate's own head (`model.options.head_init`) and
-    length (`trainer.meta_steps`)."""
+    horizon, lookback, loss, seed, seasonal period (where its model takes one) and labels,
+    in its run directory under `out` (`experiment`, or a candidate's own); then
+    `extra`, then a candidate's own head (`model.options.head_init`) and length
+    (`trainer.meta_steps`)."""
     overrides = [
-        f"experiment={experiment}",
+        f"experiment={member.experiment or experiment}",
         f"data.store={store}",
         f"sampler.options.horizon={member.horizon}",
         f"sampler.options.lookback={member.lookback}",
@@ -160,7 +178,7 @@ def training_overrides(
         f"run_dir={member.run_dir(out)}",
         "logging.progress=false",
     ]
-    if member.period is not None:
+    if member.period is not None and member.takes_period:
         overrides.append(f"model.options.seasonal_period={member.period}")
     if member.labels:
         overrides.append(f"sampler.options.labels={json.dumps(list(member.labels))}")

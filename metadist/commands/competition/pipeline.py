@@ -15,6 +15,7 @@ from metadist.commands.competition.adaptation import (
     write_adaptation_choice,
 )
 from metadist.commands.competition.candidates import (
+    candidate_experiments,
     candidate_heads,
     candidate_lengths,
     candidate_members,
@@ -98,6 +99,9 @@ class Plan:
             validation run (`trainer.meta_steps` each; `candidates.py`).
         head_candidates: the other starts of the output layer tried beside the
             experiment's on this validation run (`model.options.head_init` each).
+        experiment_candidates: the other experiments tried beside the run's on this
+            validation run, or those its validation run chose (name -> whether its model
+            takes a seasonal period).
         choices: per group, what a validation run chose (`choice.py`: the loss trained,
             its length, the weight against seasonal naive), read with `--adaptation-from`.
         source: the data set's training file (under the validation protocol, the file
@@ -123,6 +127,7 @@ class Plan:
     step_candidates: tuple[int, ...] = ()
     head_candidates: tuple[str, ...] = ()
     panels: tuple[Panel, ...] = ()
+    experiment_candidates: dict[str, bool] = dataclasses.field(default_factory=dict)
 
     def losses_of(self, key: str) -> tuple[str, ...]:
         """The losses group `key` trains: the one a validation run chose, else `losses`."""
@@ -149,6 +154,16 @@ class Plan:
         if self.choices:
             return (self.choices[key].get("head"),)
         return (None, *self.head_candidates) if self.candidates else (None,)
+
+    def experiments_of(self, key: str) -> dict[str | None, bool]:
+        """The experiments group `key` trains (None: the run's), each with whether its
+        model takes a seasonal period: the one a validation run chose, else the run's
+        and, on a validation run with candidates, the other `experiment_candidates`."""
+        if self.choices:
+            name = self.choices[key].get("experiment")
+            return {name: self.experiment_candidates.get(name, True)}
+        others = self.experiment_candidates
+        return {None: True, **others} if self.candidates else {None: True}
 
     @property
     def test_path(self) -> Path:
@@ -181,6 +196,7 @@ def run_pipeline(args: argparse.Namespace, prog: str) -> int:
             args.seeds,
             plan.steps_of(g.key),
             plan.heads_of(g.key),
+            plan.experiments_of(g.key),
         )
         for g in plan.groups
     }
@@ -200,7 +216,7 @@ def run_pipeline(args: argparse.Namespace, prog: str) -> int:
         if plan.candidates:
             by_loss = candidate_members(
                 members, plan.candidates, args.lookbacks, group.horizon,
-                plan.steps_of(group.key), plan.heads_of(group.key),
+                plan.steps_of(group.key), plan.heads_of(group.key), list(plan.experiments_of(group.key)),
             )  # fmt: skip
         evaluated = evaluate_candidates(
             group.horizon, by_loss, plan.out, plan.spec, info, plan.test_path, plan.ets,
@@ -212,6 +228,7 @@ def run_pipeline(args: argparse.Namespace, prog: str) -> int:
             candidate = split_candidate(entry["loss"], args.lookbacks)
             entry["loss"], entry["steps"] = candidate.loss, candidate.steps
             entry["head"], entry["lookbacks"] = candidate.head, candidate.lookbacks
+            entry["experiment"] = candidate.experiment
             chosen[group.key] = entry
         else:
             firsts.append(evaluated[""])
@@ -252,6 +269,8 @@ def plan_run(args: argparse.Namespace) -> Plan:
     train_overrides, eval_overrides = split_eval_overrides(args.overrides)
     # the experiment's settings, composed once for the plan (a bad override is named here)
     composed = compose_dict([f"experiment={args.experiment}", *train_overrides])
+    wanted = (getattr(args, "experiment_candidates", None) or []) if args.validation else []
+    others = candidate_experiments(args.experiment, composed, wanted)  # a bad name named now
     panels = load_panels(getattr(args, "train_with", None) or [], name, source, spec, info)
     groups = groups_of(info, horizons, model_takes_period(composed))
     groups = with_panel_labels(groups, panels, args.validation)
@@ -287,6 +306,9 @@ def plan_run(args: argparse.Namespace) -> Plan:
     losses, candidates, choices = _loss_plan(args, spec, groups, losses, eval_overrides)
     step_candidates = candidate_lengths(args, composed) if candidates else ()
     head_candidates = candidate_heads(args, composed) if candidates else ()
+    if choices:  # a test run: the models its validation run chose
+        names = sorted({str(c["experiment"]) for c in choices.values() if c.get("experiment")})
+        others = candidate_experiments(args.experiment, composed, names)
     return Plan(
         name,
         data_dir,
@@ -306,6 +328,7 @@ def plan_run(args: argparse.Namespace) -> Plan:
         step_candidates,
         head_candidates,
         tuple(panels),
+        others if candidates or choices else {},
     )
 
 

@@ -95,7 +95,9 @@ def candidate_members(
         (count, {m.lookback for m in members_of(horizon, lookbacks[:count], losses[:1], 1)})
         for count in range(1, len(lookbacks))
     ]
-    variants = [(h, n, None) for h in heads for n in steps if None in experiments]
+    variants: list[tuple[str | None, int | None, str | None]] = [
+        (h, n, None) for h in heads for n in steps if None in experiments
+    ]
     variants += [(heads[0], steps[0], other) for other in experiments if other is not None]
     out = {}
     for head, length, other in variants:
@@ -172,6 +174,39 @@ def candidate_heads(args: argparse.Namespace, composed: dict) -> tuple[str, ...]
         print(
             f"note: --head-candidates {options['head_init']}: the experiment's own head, left out"
         )
+    return kept
+
+
+def wanted_experiments(args: argparse.Namespace, train_overrides: Sequence[str]) -> list[str]:
+    """The other experiments a validation run tries (`--experiment-candidates`). The
+    user's overrides apply to every member; the recipe's other experiments are left out,
+    with a note, where one of them would not take them: an override of the model itself
+    (`model=...`) or of a model option its model does not have (`model.options.clamp`
+    beside a model without a clamp)."""
+    wanted = list(getattr(args, "experiment_candidates", None) or ())
+    if not getattr(args, "experiment_candidates_from_recipe", False):
+        return wanted
+    kept = []
+    for name in wanted:
+        try:
+            options = model_options(compose_dict([f"experiment={name}"]))
+        except (ValueError, FileNotFoundError):
+            kept.append(name)  # candidate_experiments names it
+            continue
+        foreign = [
+            o
+            for o in train_overrides
+            if o.lstrip("+~").split("=")[0] == "model"
+            or (o.lstrip("+~").startswith("model.options.")
+                and o.lstrip("+~").split("=")[0].split(".")[2] not in options)
+        ]  # fmt: skip
+        if foreign:
+            print(
+                f"note: the recipe's other experiment {name} is left out: its model does "
+                f"not take {foreign[0]} (give --experiment-candidates {name} to try it anyway)"
+            )
+        else:
+            kept.append(name)
     return kept
 
 

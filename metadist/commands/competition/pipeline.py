@@ -22,6 +22,7 @@ from metadist.commands.competition.candidates import (
     model_options,
     split_candidate,
     variant_size,
+    wanted_experiments,
 )
 from metadist.commands.competition.choice import (
     candidate_losses,
@@ -156,14 +157,15 @@ class Plan:
         return (None, *self.head_candidates) if self.candidates else (None,)
 
     def experiments_of(self, key: str) -> dict[str | None, bool]:
-        """The experiments group `key` trains (None: the run's), each with whether its
-        model takes a seasonal period: the one a validation run chose, else the run's
-        and, on a validation run with candidates, the other `experiment_candidates`."""
+        """The experiments group `key` trains (None: the run's; each with whether its model
+        takes a period): the one a validation run chose, else the run's and, on a
+        validation run with candidates, the other `experiment_candidates`."""
         if self.choices:
             name = self.choices[key].get("experiment")
-            return {name: self.experiment_candidates.get(name, True)}
-        others = self.experiment_candidates
-        return {None: True, **others} if self.candidates else {None: True}
+            return {name: True if name is None else self.experiment_candidates.get(name, True)}
+        others: dict[str | None, bool] = {None: True}
+        others.update(self.experiment_candidates.items())
+        return others if self.candidates else {None: True}
 
     @property
     def test_path(self) -> Path:
@@ -269,7 +271,7 @@ def plan_run(args: argparse.Namespace) -> Plan:
     train_overrides, eval_overrides = split_eval_overrides(args.overrides)
     # the experiment's settings, composed once for the plan (a bad override is named here)
     composed = compose_dict([f"experiment={args.experiment}", *train_overrides])
-    wanted = (getattr(args, "experiment_candidates", None) or []) if args.validation else []
+    wanted = wanted_experiments(args, train_overrides) if args.validation else []
     others = candidate_experiments(args.experiment, composed, wanted)  # a bad name named now
     panels = load_panels(getattr(args, "train_with", None) or [], name, source, spec, info)
     groups = groups_of(info, horizons, model_takes_period(composed))

@@ -5,7 +5,6 @@ test run."""
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,6 @@ from metadist.commands.competition.candidates import (
     split_candidate,
     variant_key,
     variant_size,
-    wanted_experiments,
 )
 from metadist.commands.competition.choice import CHOICES_FILE, describe, read_choices, write_choices
 from metadist.commands.competition.cli import RECIPE_EXPERIMENT_CANDIDATES, build_parser, main
@@ -194,22 +192,26 @@ def test_an_unknown_experiment_candidate_stops_the_run_before_anything_is_writte
 
 
 def test_the_recipes_other_experiment_is_left_out_where_it_would_not_take_the_overrides(capsys):
-    recipe = argparse.Namespace(experiment_candidates=[MLP], experiment_candidates_from_recipe=True)
+    composed = compose_dict(["experiment=competition_cpu"])
+
+    def recipe(overrides: list[str]) -> dict[str, bool]:
+        return candidate_experiments("competition_cpu", composed, [MLP], overrides, True)
+
     # options both models have apply to both
     kept = [
         "trainer.meta_steps=4",
         "model.options.hidden_sizes=[8]",
         "model.options.head_init=zero",
     ]
-    assert wanted_experiments(recipe, kept) == [MLP]
+    assert recipe(kept) == OTHER
     assert capsys.readouterr().out == ""
     for override in (
         "model.options.clamp=2",
         "model=nbeats",
         "+model.options.seasonality=additive",
     ):
-        assert wanted_experiments(recipe, [override]) == []
+        assert recipe([override]) == {}
         assert f"its model does not take {override}" in capsys.readouterr().out
     # asked for by name: kept, whatever the overrides
-    asked = argparse.Namespace(experiment_candidates=[MLP], experiment_candidates_from_recipe=False)
-    assert wanted_experiments(asked, ["model.options.clamp=2"]) == [MLP]
+    asked = candidate_experiments("competition_cpu", composed, [MLP], ["model.options.clamp=2"])
+    assert asked == OTHER

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from metadist.commands.competition.choice import prefix_key, split_key
-from metadist.commands.competition.members import Member, members_of
+from metadist.commands.competition.members import Member, members_of, variants
 from metadist.train.compose import compose_dict
 
 _STEPS = "S="
@@ -95,12 +95,8 @@ def candidate_members(
         (count, {m.lookback for m in members_of(horizon, lookbacks[:count], losses[:1], 1)})
         for count in range(1, len(lookbacks))
     ]
-    variants: list[tuple[str | None, int | None, str | None]] = [
-        (h, n, None) for h in heads for n in steps if None in experiments
-    ]
-    variants += [(heads[0], steps[0], other) for other in experiments if other is not None]
     out = {}
-    for head, length, other in variants:
+    for other, head, length in variants(steps, heads, experiments):
         for loss in losses:
             name = variant_key(loss, length, head, other)
             own = out[name] = [
@@ -177,44 +173,20 @@ def candidate_heads(args: argparse.Namespace, composed: dict) -> tuple[str, ...]
     return kept
 
 
-def wanted_experiments(args: argparse.Namespace, train_overrides: Sequence[str]) -> list[str]:
-    """The other experiments a validation run tries (`--experiment-candidates`). The
-    user's overrides apply to every member; the recipe's other experiments are left out,
-    with a note, where one of them would not take them: an override of the model itself
-    (`model=...`) or of a model option its model does not have (`model.options.clamp`
-    beside a model without a clamp)."""
-    wanted = list(getattr(args, "experiment_candidates", None) or ())
-    if not getattr(args, "experiment_candidates_from_recipe", False):
-        return wanted
-    kept = []
-    for name in wanted:
-        try:
-            options = model_options(compose_dict([f"experiment={name}"]))
-        except (ValueError, FileNotFoundError):
-            kept.append(name)  # candidate_experiments names it
-            continue
-        foreign = [
-            o
-            for o in train_overrides
-            if o.lstrip("+~").split("=")[0] == "model"
-            or (o.lstrip("+~").startswith("model.options.")
-                and o.lstrip("+~").split("=")[0].split(".")[2] not in options)
-        ]  # fmt: skip
-        if foreign:
-            print(
-                f"note: the recipe's other experiment {name} is left out: its model does "
-                f"not take {foreign[0]} (give --experiment-candidates {name} to try it anyway)"
-            )
-        else:
-            kept.append(name)
-    return kept
-
-
-def candidate_experiments(experiment: str, composed: dict, names: Sequence[str]) -> dict[str, bool]:
+def candidate_experiments(
+    experiment: str,
+    composed: dict,
+    names: Sequence[str],
+    overrides: Sequence[str] = (),
+    from_recipe: bool = False,
+) -> dict[str, bool]:
     """The other experiments of `names` (`--experiment-candidates`, or those a validation
     run chose; configs of `experiments/experiment/`), in order, each with whether its
     model takes a seasonal period (`model.options.seasonal_period`): those other than
-    `experiment` (a note names it where given).
+    `experiment` (a note names it where given). The user's `overrides` apply to every
+    member, so the recipe's own candidates (`from_recipe`) are left out, with a note,
+    where one would not take them: another model (`model=...`) or a model option its
+    model does not have (`model.options.clamp` beside a model without a clamp).
 
     Raises:
         ValueError: a name that is no experiment config, or one whose model takes a
@@ -227,13 +199,20 @@ def candidate_experiments(experiment: str, composed: dict, names: Sequence[str])
             print(f"note: --experiment-candidates {name}: the run's own experiment, left out")
             continue
         try:
-            own = compose_dict([f"experiment={name}"])
+            options = model_options(compose_dict([f"experiment={name}"]))
         except (ValueError, FileNotFoundError):
             raise ValueError(
                 f"--experiment-candidates {name}: no such experiment config "
                 "(experiments/experiment/)"
             ) from None
-        takes_period = "seasonal_period" in model_options(own)
+        foreign = [o for o in overrides if not _takes(options, o)] if from_recipe else []
+        if foreign:
+            print(
+                f"note: the recipe's other experiment {name} is left out: its model does "
+                f"not take {foreign[0]} (give --experiment-candidates {name} to try it anyway)"
+            )
+            continue
+        takes_period = "seasonal_period" in options
         if takes_period and "seasonal_period" not in model_options(composed):
             raise ValueError(
                 f"--experiment-candidates {name}: its model takes a seasonal period, the "
@@ -242,3 +221,12 @@ def candidate_experiments(experiment: str, composed: dict, names: Sequence[str])
             )
         kept[name] = takes_period
     return kept
+
+
+def _takes(options: dict, override: str) -> bool:
+    """Whether a model of `options` takes the training `override`: anything but another
+    model (`model=...`) or one of its options it does not have."""
+    key = override.lstrip("+~").split("=")[0]
+    if key == "model":
+        return False
+    return not key.startswith("model.options.") or key.split(".")[2] in options

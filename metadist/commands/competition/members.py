@@ -18,7 +18,7 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -145,18 +145,28 @@ def members_of(
     group = horizon if isinstance(horizon, Group) else Group(horizon, ())
     labels = (*group.labels, *group.training_labels) if group.restricted else ()
     experiments = {None: True} if experiments is None else experiments
-    variants = [(None, True, h, n) for h in heads for n in steps if None in experiments] + [
-        (name, takes, heads[0], steps[0]) for name, takes in experiments.items() if name
-    ]
     out = []
-    for (other, takes, head, length), k in itertools.product(variants, lookbacks):
+    for (other, head, length), k in itertools.product(
+        variants(steps, heads, experiments), lookbacks
+    ):
         lookback = max(2, int(round(float(k) * group.horizon)))
         for loss in losses:
             for seed in range(1, seeds + 1):
                 member = Member(group.horizon, lookback, loss, seed, group.period, labels)
                 out.append(dataclasses.replace(member, steps=length, head=head, experiment=other,
-                                               takes_period=takes))  # fmt: skip
+                                               takes_period=experiments[other]))  # fmt: skip
     return list(dict.fromkeys(out))
+
+
+def variants(
+    steps: Sequence[int | None], heads: Sequence[str | None], experiments: Iterable[str | None]
+) -> list[tuple[str | None, str | None, int | None]]:
+    """The (experiment, head, training length) of each ensemble a group trains: the run's
+    experiment (None, where among `experiments`) at every head × length, each other
+    experiment at the first of both (its own length and head), in that order."""
+    experiments = list(experiments)
+    own = [(None, h, n) for h in heads for n in steps] if None in experiments else []
+    return own + [(other, heads[0], steps[0]) for other in experiments if other is not None]
 
 
 def training_overrides(

@@ -22,7 +22,6 @@ from metadist.commands.competition.candidates import (
     model_options,
     split_candidate,
     variant_size,
-    wanted_experiments,
 )
 from metadist.commands.competition.choice import (
     candidate_losses,
@@ -271,8 +270,9 @@ def plan_run(args: argparse.Namespace) -> Plan:
     train_overrides, eval_overrides = split_eval_overrides(args.overrides)
     # the experiment's settings, composed once for the plan (a bad override is named here)
     composed = compose_dict([f"experiment={args.experiment}", *train_overrides])
-    wanted = wanted_experiments(args, train_overrides) if args.validation else []
-    others = candidate_experiments(args.experiment, composed, wanted)  # a bad name named now
+    wanted = (args.experiment_candidates or []) if args.validation else []  # checked now
+    recipe = args.experiment_candidates_from_recipe
+    others = candidate_experiments(args.experiment, composed, wanted, train_overrides, recipe)
     panels = load_panels(getattr(args, "train_with", None) or [], name, source, spec, info)
     groups = groups_of(info, horizons, model_takes_period(composed))
     groups = with_panel_labels(groups, panels, args.validation)

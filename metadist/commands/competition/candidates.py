@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
-from typing import NamedTuple
+from pathlib import Path
+from typing import Any, NamedTuple
 
-from metadist.commands.competition.choice import prefix_key, split_key
+from metadist.commands.competition.choice import choose_group, prefix_key, split_key
 from metadist.commands.competition.members import Member, members_of, variants
 from metadist.train.compose import compose_dict
 
@@ -113,6 +114,23 @@ def candidate_members(
                     evaluated.add(longest)
                     out[prefix_key(name, lookbacks[:count])] = shorter
     return out
+
+
+def choose(
+    evaluated: dict[str, Path], lookbacks: Sequence[float], margin: float
+) -> tuple[Path, dict[str, Any]]:
+    """One group's choice among its candidates' `evaluated` runs (`choice.choose_group`;
+    another experiment's only by more than `margin` standard errors, `switch.py`), with
+    what its candidate is (`loss`, `steps`, `head`, `lookbacks`, `experiment`), and the
+    chosen candidate's evaluated run."""
+    others = {k for k in evaluated if split_candidate(k, lookbacks).experiment is not None}
+    entry = choose_group(evaluated, others, margin)
+    run = evaluated[entry["loss"]]
+    candidate = split_candidate(entry["loss"], lookbacks)
+    entry["loss"], entry["steps"] = candidate.loss, candidate.steps
+    entry["head"], entry["lookbacks"] = candidate.head, candidate.lookbacks
+    entry["experiment"] = candidate.experiment
+    return run, entry
 
 
 def variant_size(members: Sequence[Member]) -> int:

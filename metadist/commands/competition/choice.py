@@ -27,13 +27,14 @@ chosen on the competition holdout.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from metadist.commands.competition.guard import FALLBACK, guard_inputs, read_points
+from metadist.commands.competition.switch import describe_switch, switch_test
 from metadist.durable import atomic_write_text
 from metadist.eval.fallback_combination import fit_shrinkage
 from metadist.eval.plausibility import fit_width, guard_points, parse_width, width_label
@@ -87,14 +88,29 @@ def best_method(run_dir: Path) -> tuple[str, float, str]:
     return method, finite[method], metric
 
 
-def choose_group(runs: dict[str, Path]) -> dict[str, Any]:
+def choose_group(
+    runs: dict[str, Path], others: Collection[str] = (), margin: float = 0.0
+) -> dict[str, Any]:
     """One group's choice from its candidates' evaluated runs `{loss: run_dir}`: the
     loss (first on a tie), its better method, the band width of that method's forecasts
     (`metadist.eval.plausibility.fit_width`) and the weight of the guarded forecast
-    against seasonal naive, all on the same validation forecasts."""
+    against seasonal naive, all on the same validation forecasts. The candidates of
+    another experiment (`others`) win only by more than `margin` standard errors
+    (`switch.py`; 0: by any score, as the rest)."""
     scored = {loss: best_method(run) for loss, run in runs.items()}
     finite = [loss for loss in runs if np.isfinite(scored[loss][1])]
-    loss = min(finite, key=lambda k: scored[k][1]) if finite else next(iter(runs))
+    own = [loss for loss in finite if loss not in others]
+    loss = min(own or finite, key=lambda k: scored[k][1]) if finite else next(iter(runs))
+    rival = min((k for k in finite if k in others), key=lambda k: scored[k][1], default=None)
+    test = None
+    if own and rival is not None and scored[rival][1] < scored[loss][1]:
+        if margin > 0:
+            test = switch_test(
+                (runs[loss], scored[loss][0]), (runs[rival], scored[rival][0]),
+                scored[loss][2], margin,
+            )  # fmt: skip
+            test = {"candidate": rival, "against": loss, **test}
+        loss = rival if test is None or test["switched"] else loss
     method, _, metric = scored[loss]
     points = read_points(runs[loss], method)
     # the band's width first (a tie keeps the wider band, no guard above all), then the
@@ -123,6 +139,7 @@ def choose_group(runs: dict[str, Path]) -> dict[str, Any]:
         "fallback": FALLBACK,
         "weight": weight,
         "weights": {f"{w:.1f}": s for w, s in weights.items()},
+        "switch": test,
     }
 
 
@@ -146,7 +163,7 @@ def describe(key: str, entry: dict[str, Any]) -> str:
         f"== H={key}: validation {entry['metric']} by loss: {losses}; chosen {entry['loss']} "
         f"{_lookbacks(entry)}({entry['method']}); band width {entry.get('guard', 'none')} (validation "
         f"{entry['metric']}: {guards}); weight of the model against {entry['fallback']}: "
-        f"{entry['weight']:.1f}"
+        f"{entry['weight']:.1f}{describe_switch(entry['switch']) if entry.get('switch') else ''}"
     )
 
 

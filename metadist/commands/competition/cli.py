@@ -6,11 +6,13 @@ The command line: its options, checked, then the pipeline (`pipeline.run_pipelin
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
 from metadist.commands.competition.pipeline import run_pipeline
 from metadist.commands.competition.spec import ADAPTATION_FILE
+from metadist.commands.competition.switch import DEFAULT_MARGIN
 from metadist.launch.children import OwnedChildren, StopRequested
 from metadist.learners.losses import REGRESSION_LOSSES
 from metadist.models.forecaster import HEAD_INITS
@@ -42,7 +44,8 @@ RECIPE_HEAD_CANDIDATES: dict[str, tuple[str, ...]] = {"default": (), "cpu": ("ze
 # there (cpu: competition_cpu_mlp, the same MLP normalised by each window's last value
 # rather than deseasonalised window by window, trained up to 1,800 meta-steps: on M3's
 # monthly validation 14.37 sMAPE against the seasonal forecaster's 15.66, one model each,
-# BENCHMARKS.md "Another experiment chosen per group")
+# BENCHMARKS.md "Another experiment chosen per group"), where it wins by more than
+# --experiment-margin standard errors (`switch.py`)
 RECIPE_EXPERIMENT_CANDIDATES: dict[str, tuple[str, ...]] = {
     "default": (),
     "cpu": ("competition_cpu_mlp",),
@@ -190,6 +193,15 @@ def _add_loss_options(parser: argparse.ArgumentParser) -> None:
         "kept like the loss (default: the recipe's; cpu: competition_cpu_mlp, the MLP "
         "without per-window seasonality; default: none)",
     )
+    parser.add_argument(
+        "--experiment-margin",
+        type=_margin,
+        default=DEFAULT_MARGIN,
+        metavar="Z",
+        help="another experiment replaces the best of the run's own in a group only where "
+        "its validation score is better by more than Z standard errors of the difference "
+        f"between the series (default: {DEFAULT_MARGIN:g}; 0: by any margin)",
+    )
 
 
 def main(argv: list[str] | None = None, prog: str = "metadist competition") -> int:
@@ -267,6 +279,17 @@ def _multiple(text: str) -> float:
             f"{text!r} is not a number; put overrides before --lookbacks, after another "
             "option, or after --"
         ) from None
+
+
+def _margin(text: str) -> float:
+    """An `--experiment-margin` value: a finite number of standard errors, 0 or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of standard errors >= 0")
+    return value
 
 
 def _config_name(text: str) -> str:

@@ -19,13 +19,12 @@ from metadist.commands.competition.candidates import (
     candidate_heads,
     candidate_lengths,
     candidate_members,
+    choose,
     model_options,
-    split_candidate,
     variant_size,
 )
 from metadist.commands.competition.choice import (
     candidate_losses,
-    choose_group,
     describe,
     read_choices,
     write_choices,
@@ -224,13 +223,8 @@ def run_pipeline(args: argparse.Namespace, prog: str) -> int:
             plan.eval_overrides,
         )  # fmt: skip
         if plan.candidates:
-            entry = choose_group(evaluated)
-            firsts.append(evaluated[entry["loss"]])
-            candidate = split_candidate(entry["loss"], args.lookbacks)
-            entry["loss"], entry["steps"] = candidate.loss, candidate.steps
-            entry["head"], entry["lookbacks"] = candidate.head, candidate.lookbacks
-            entry["experiment"] = candidate.experiment
-            chosen[group.key] = entry
+            run, chosen[group.key] = choose(evaluated, args.lookbacks, args.experiment_margin)
+            firsts.append(run)
         else:
             firsts.append(evaluated[""])
     if chosen:

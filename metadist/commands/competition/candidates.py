@@ -16,7 +16,8 @@ head and another experiment where it has them (`smape S=10 head=zero`,
 `smape experiment=competition_cpu_mlp`); where the ensemble
 spans several lookbacks, its members of each shorter run of them from the first are
 candidates too (`choice.prefix_key`: `smape S=10 L=2H+3H`). `choice.choose_group` keeps
-the one scoring best by the data set's metric; `split_candidate` reads back what it was.
+the one scoring best by the data set's metric (another experiment only by a clear margin,
+`switch.py`); `split_candidate` reads back what it was.
 """
 
 from __future__ import annotations

@@ -13,7 +13,8 @@ their own (`prefix_key`), so each group keeps the whole ensemble or the first lo
 (`lookbacks` in its choice), whichever scored best; shorter trainings are candidates too
 (`--step-candidates`, `candidates.py`: `steps` in the choice), and so are other starts of
 the output layer (`--head-candidates`: `head`) and other experiments
-(`--experiment-candidates`: `experiment`). On the chosen ensemble's
+(`--experiment-candidates`: `experiment`; another experiment only where it wins by more
+than `--experiment-margin` standard errors, `switch.py`). On the chosen ensemble's
 validation forecasts it then chooses the band's width per group
 (`metadist.eval.plausibility`, "none" among them: the model unguarded), and on that
 guarded model one weight `w` per group (`metadist.eval.fallback_combination`): the

@@ -189,8 +189,8 @@ def _add_loss_options(parser: argparse.ArgumentParser) -> None:
         metavar="EXPERIMENT",
         help="with --validation and candidate losses: other experiments (configs of "
         "experiments/experiment/: another model, length, ...) tried per group beside the "
-        "run's, at their own length and head, one ensemble each; the one scoring best is "
-        "kept like the loss (default: the recipe's; cpu: competition_cpu_mlp, the MLP "
+        "run's, at their own length and head, one ensemble each; the best is kept where "
+        "it wins by --experiment-margin (default: the recipe's; cpu: competition_cpu_mlp, the MLP "
         "without per-window seasonality; default: none)",
     )
     parser.add_argument(

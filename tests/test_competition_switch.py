@@ -99,7 +99,19 @@ def test_the_paired_difference_is_the_pooled_scores_difference_with_its_error():
     unequal = {"a": (6.0, 2), "b": (0.0, 6)}
     assert paired_difference(unequal, {"a": (2.0, 2), "b": (0.0, 6)})[0] == pytest.approx(0.5)
     assert np.isnan(paired_difference({"a": (1.0, 2)}, {"a": (0.0, 2)})[1])
-    assert paired_difference({"a": (1.0, 2)}, {"b": (0.0, 2)})[2] == 0
+    nothing = paired_difference({"a": (1.0, 2)}, {"b": (0.0, 2)})
+    assert nothing[2] == 0 and np.isnan(nothing[0]) and np.isnan(nothing[1])
+
+
+def test_the_difference_is_of_the_pooled_scores_where_the_counts_differ():
+    # both score 5 a point: no difference, however the points are counted
+    own = {"a": (10.0, 2), "b": (10.0, 2)}
+    other = {"a": (15.0, 3), "b": (15.0, 3)}
+    difference, error, _ = paired_difference(own, other)
+    assert difference == pytest.approx(0.0) and error == pytest.approx(0.0)
+    other = {"a": (9.0, 3), "b": (21.0, 3)}  # 3 and 7 a point: 5 pooled
+    assert paired_difference(own, other)[0] == pytest.approx(0.0)
+    assert paired_difference(own, other)[1] > 0
 
 
 def test_task_sums_leave_out_a_task_with_an_undefined_term(tmp_path):
@@ -135,7 +147,11 @@ def test_the_group_choice_tests_the_other_experiment_and_records_it(tmp_path):
     assert kept_run == own and kept["loss"] == "mape" and kept["experiment"] is None
     test = kept["switch"]
     assert test["candidate"] == f"mape experiment={MLP}" and test["against"] == "mape"
-    assert test["switched"] is False and test["tasks"] == SERIES
+    assert test["switched"] is False and test["num_series"] == SERIES
+    # the difference tested is that of the two validation scores
+    assert test["difference"] == pytest.approx(
+        kept["losses"]["mape"] - kept["losses"][f"mape experiment={MLP}"]
+    )
     assert "the run's own kept" in describe("4", kept)
     # margin 0: the lowest score, as every other candidate
     taken_run, taken = choose(runs, [2.0], 0.0)
@@ -145,11 +161,21 @@ def test_the_group_choice_tests_the_other_experiment_and_records_it(tmp_path):
         tmp_path / "clear", truth, truth * (1 + _errors(2, 0.05, 0.02))
     )
     switched_run, switched = choose(runs, [2.0], DEFAULT_MARGIN)
+    assert switched_run == tmp_path / "clear"
     assert switched["experiment"] == MLP and switched["switch"]["switched"] is True
-    assert "chosen" in describe("4", switched)
+    assert describe("4", switched).endswith("margin 2): chosen")
     # no other experiment better by score: no test
     runs[f"mape experiment={MLP}"] = shorter
     assert choose(runs, [2.0], DEFAULT_MARGIN)[1]["switch"] is None
+
+
+def test_another_experiment_is_taken_where_none_of_the_runs_own_scores(tmp_path):
+    truth = _truth()
+    errors = _errors(1, 0.10, 0.02)
+    broken = _run(tmp_path / "own", truth, np.full_like(truth, np.nan))
+    other = _run(tmp_path / "other", truth, truth * (1 + _close(errors)))
+    run, entry = choose({"mape": broken, f"mape experiment={MLP}": other}, [2.0], 2.0)
+    assert run == other and entry["experiment"] == MLP and entry["switch"] is None
 
 
 def test_the_margin_is_two_standard_errors_unless_given():

@@ -26,13 +26,22 @@ SCORED = metrics.POINT_METRICS
 def pooled_score(terms: np.ndarray, tasks: np.ndarray) -> float:
     """The pooled metric of point `terms [P]` of the tasks `tasks [P]` (any labels): each
     task's sum, a non-finite one left out with its points; NaN where none is left."""
+    _, sums, counts = task_point_sums(terms, tasks)
+    return metrics.pool(sums, counts)
+
+
+def task_point_sums(
+    terms: np.ndarray, tasks: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`(tasks [T], sums [T], counts [T])`: each task of `tasks [P]` once (sorted), the
+    sum of its point `terms [P]` (NaN where one of them is not finite) and its number of
+    points, as `pooled_score` pools them."""
     terms = np.asarray(terms, np.float64)
-    _, index = np.unique(np.asarray(tasks), return_inverse=True)
+    names, index = np.unique(np.asarray(tasks), return_inverse=True)
     sums = np.bincount(index, weights=np.where(np.isfinite(terms), terms, 0.0))
     bad = np.bincount(index, weights=(~np.isfinite(terms)).astype(np.float64)) > 0
     counts = np.bincount(index).astype(np.float64)
-    sums = np.where(bad, np.nan, sums)
-    return metrics.pool(sums, counts)
+    return names, np.where(bad, np.nan, sums), counts
 
 
 def shrunk(model: np.ndarray, fallback: np.ndarray, weight: float) -> np.ndarray:

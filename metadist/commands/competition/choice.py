@@ -93,11 +93,12 @@ def choose_group(
     runs: dict[str, Path], others: Collection[str] = (), margin: float = 0.0
 ) -> dict[str, Any]:
     """One group's choice from its candidates' evaluated runs `{loss: run_dir}`: the
-    loss (first on a tie), its better method, the band width of that method's forecasts
+    loss (first on a tie; the run's own experiment on a tie with another), its better
+    method, the band width of that method's forecasts
     (`metadist.eval.plausibility.fit_width`) and the weight of the guarded forecast
     against seasonal naive, all on the same validation forecasts. The candidates of
-    another experiment (`others`) win only by more than `margin` standard errors
-    (`switch.py`; 0: by any score, as the rest)."""
+    another experiment (`others`) win only by more than `margin` standard errors, or
+    where none of the run's own scores (`switch.py`; 0: by any score, as the rest)."""
     scored = {loss: best_method(run) for loss, run in runs.items()}
     finite = [loss for loss in runs if np.isfinite(scored[loss][1])]
     own = [loss for loss in finite if loss not in others]

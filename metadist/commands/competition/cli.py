@@ -198,9 +198,10 @@ def _add_loss_options(parser: argparse.ArgumentParser) -> None:
         type=_margin,
         default=DEFAULT_MARGIN,
         metavar="Z",
-        help="another experiment replaces the best of the run's own in a group only where "
-        "its validation score is better by more than Z standard errors of the difference "
-        f"between the series (default: {DEFAULT_MARGIN:g}; 0: by any margin)",
+        help="with --validation and --experiment-candidates: another experiment replaces "
+        "the best of the run's own in a group only where its validation score is better "
+        "by more than Z standard errors of the difference between the series (default: "
+        f"{DEFAULT_MARGIN:g}; 0: by any margin)",
     )
 
 

@@ -50,3 +50,23 @@ def write_competition(out: Path, seed: int = 0, columns: dict[str, str] | None =
         table = pa.table({names[k]: [r[j] for r in records] for j, k in enumerate(keys)})
         pq.write_table(table, out / f"{part}.parquet")
     return out
+
+
+def write_yearly_history(run: Path, histories: dict[str, list[float]]) -> None:
+    """A fake run's training data: `run/store` ingested from the series `histories`
+    (yearly, label column `frequency`), named in `run/config.yaml`, period 1 recorded."""
+    import pandas as pd
+
+    from metadist.api.artifact import write_periods
+    from metadist.store.ingest import ingest
+
+    rows = [(k, t, v) for k, values in histories.items() for t, v in enumerate(values)]
+    frame = pd.DataFrame(rows, columns=["series_id", "t", "value"]).assign(frequency="yearly")
+    frame.to_parquet(run / "history.parquet")
+    ingest(
+        run / "history.parquet", run / "store", entity_col="series_id", time_col="t",
+        features=["value"], targets=["value"], label_col="frequency", scaling="none",
+        progress=False,
+    )  # fmt: skip
+    (run / "config.yaml").write_text(f"data:\n  store: {run / 'store'}\n")
+    write_periods(run, 1)

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from competition_data import write_yearly_history
 
-from metadist.api.artifact import write_periods
 from metadist.commands.competition.candidates import candidate_members, split_candidate
 from metadist.commands.competition.choice import (
     CHOICES_FILE,
@@ -44,7 +44,6 @@ from metadist.eval.fallback_combination import (
 )
 from metadist.eval.metrics import point_terms
 from metadist.eval.plausibility import parse_width, recorded_guard, recorded_model
-from metadist.store.ingest import ingest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -57,16 +56,7 @@ def _evaluated(run: Path, truth, model, fallback, scores: dict[str, float], hist
     """A fake evaluated run: two series of len(truth) / 2 points each, trained on a
     store of `histories` (yearly, period 1)."""
     (run / "eval").mkdir(parents=True)
-    rows = [(k, t, v) for k, values in (histories or WILD).items() for t, v in enumerate(values)]
-    frame = pd.DataFrame(rows, columns=["series_id", "t", "value"]).assign(frequency="yearly")
-    frame.to_parquet(run / "history.parquet")
-    ingest(
-        run / "history.parquet", run / "store", entity_col="series_id", time_col="t",
-        features=["value"], targets=["value"], label_col="frequency", scaling="none",
-        progress=False,
-    )  # fmt: skip
-    (run / "config.yaml").write_text(f"data:\n  store: {run / 'store'}\n")
-    write_periods(run, 1)
+    write_yearly_history(run, histories or WILD)
     half = len(truth) // 2
     entities = ["a"] * half + ["b"] * (len(truth) - half)
     points = pd.DataFrame(

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from competition_data import write_yearly_history
 
-from metadist.api.artifact import write_periods
 from metadist.commands.competition.candidates import choose
 from metadist.commands.competition.choice import describe
 from metadist.commands.competition.cli import build_parser, main
@@ -23,7 +23,6 @@ from metadist.commands.competition.switch import (
 )
 from metadist.eval.fallback_combination import pooled_score
 from metadist.eval.metrics import point_terms
-from metadist.store.ingest import ingest
 
 SERIES, STEPS = 40, 4
 MLP = "competition_cpu_mlp"
@@ -38,18 +37,7 @@ def _run(run: Path, truth: np.ndarray, model: np.ndarray) -> Path:
     forecasts `model` of `truth`, scored by MAPE as the pooled points score it."""
     (run / "eval").mkdir(parents=True)
     entities = [f"s{k:02d}" for k in range(SERIES)]
-    history = pd.DataFrame(
-        [(e, t, 10.0 + (t % 3)) for e in entities for t in range(6)],
-        columns=["series_id", "t", "value"],
-    ).assign(frequency="yearly")
-    history.to_parquet(run / "history.parquet")
-    ingest(
-        run / "history.parquet", run / "store", entity_col="series_id", time_col="t",
-        features=["value"], targets=["value"], label_col="frequency", scaling="none",
-        progress=False,
-    )  # fmt: skip
-    (run / "config.yaml").write_text(f"data:\n  store: {run / 'store'}\n")
-    write_periods(run, 1)
+    write_yearly_history(run, {e: [10.0 + (t % 3) for t in range(6)] for e in entities})
     points = pd.DataFrame(
         {
             "frequency": "yearly",
@@ -122,12 +110,18 @@ def test_task_sums_leave_out_a_task_with_an_undefined_term(tmp_path):
     assert sums["s00"] == (pytest.approx(40.0), STEPS)
 
 
-def test_a_clear_win_switches_and_a_margin_inside_the_noise_keeps_the_runs_own(tmp_path):
+def _own_and_close(tmp_path: Path) -> tuple[np.ndarray, Path, Path]:
+    """`(truth, own, close)`: the runs of a model and of one a little better in all, by
+    much less than its spread over the series."""
     truth = _truth()
     errors = _errors(1, 0.10, 0.02)
     own = _run(tmp_path / "own", truth, truth * (1 + errors))
+    return truth, own, _run(tmp_path / "close", truth, truth * (1 + _close(errors)))
+
+
+def test_a_clear_win_switches_and_a_margin_inside_the_noise_keeps_the_runs_own(tmp_path):
+    truth, own, close = _own_and_close(tmp_path)
     clear = _run(tmp_path / "clear", truth, truth * (1 + _errors(2, 0.05, 0.02)))
-    close = _run(tmp_path / "close", truth, truth * (1 + _close(errors)))
     won = switch_test((own, "adapted"), (clear, "adapted"), "mape", DEFAULT_MARGIN)
     assert won["switched"] and won["difference"] > DEFAULT_MARGIN * won["standard_error"] > 0
     lost = switch_test((own, "adapted"), (close, "adapted"), "mape", DEFAULT_MARGIN)
@@ -137,11 +131,8 @@ def test_a_clear_win_switches_and_a_margin_inside_the_noise_keeps_the_runs_own(t
 
 
 def test_the_group_choice_tests_the_other_experiment_and_records_it(tmp_path):
-    truth = _truth()
-    errors = _errors(1, 0.10, 0.02)
-    own = _run(tmp_path / "own", truth, truth * (1 + errors))
+    truth, own, other = _own_and_close(tmp_path)
     shorter = _run(tmp_path / "short", truth, truth * (1 + _errors(4, 0.12, 0.02)))
-    other = _run(tmp_path / "other", truth, truth * (1 + _close(errors)))
     runs = {"mape": own, "mape S=10": shorter, f"mape experiment={MLP}": other}
     kept_run, kept = choose(runs, [2.0], DEFAULT_MARGIN)
     assert kept_run == own and kept["loss"] == "mape" and kept["experiment"] is None

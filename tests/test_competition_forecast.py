@@ -117,7 +117,8 @@ def test_forecast_defaults_to_the_model_validation_chose(competition, tmp_path):
     args += ["eval.scratch_steps=2"]
     done = _cli(*args, "--adaptation-from", str(validation))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "   reused: statistical forecasts" in done.stdout  # the first run's baselines
+    # the first run's evaluation, of the same inputs, read back (`reuse.py`)
+    assert "   read back: " in done.stdout and "   reused: " not in done.stdout
     history = pq.read_table(competition["data"] / "train.parquet").to_pandas()
     history = history[history.series_id == "S002"][["series_id", "t", "value"]]
     run = metadist.load_run(competition["run"])

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from metadist.commands.competition.members import Member
+from metadist.commands.competition.reuse import evaluated_before, inputs_digest, record_inputs
 from metadist.commands.competition.series import SeriesInfo
 from metadist.commands.competition.spec import SPEC_FILE, CompetitionSpec
 from metadist.commands.competition.steps import step
@@ -44,7 +45,8 @@ def evaluate_horizons(
         models = f"{len(run_dirs)} {'model' if len(run_dirs) == 1 else 'models'}"
         trained = f", trained on {loss}" if loss else ""
         title = f"evaluate H={horizon} ({models}{trained}) on {', '.join(labels)}"
-        step(title, functools.partial(_evaluate, run_dirs[0], overrides))
+        digest = inputs_digest(run_dirs, [out / "store", test_path], overrides)
+        step(title, functools.partial(_evaluate, run_dirs[0], overrides, digest))
         firsts.append(run_dirs[0])
     return firsts
 
@@ -137,10 +139,15 @@ def want_ets(choice: str) -> bool:
     return True
 
 
-def _evaluate(run_dir: Path, overrides: list[str]) -> None:
-    """Evaluates `run_dir`; says what it reused of an earlier evaluation's cache (the
-    statistical forecasts, the from-scratch predictions), as `metadist eval` reports it."""
+def _evaluate(run_dir: Path, overrides: list[str], digest: str) -> None:
+    """Evaluates `run_dir`, or reads back its evaluation of the same inputs (`digest`,
+    `reuse.py`); says what it reused of an earlier evaluation's cache (the statistical
+    forecasts, the from-scratch predictions), as `metadist eval` reports it."""
+    if evaluated_before(run_dir, digest):
+        print(f"   read back: {run_dir / EVAL_DIR} (the same inputs, evaluated before)")
+        return
     result = evaluate_run(run_dir, overrides=overrides, progress=None)  # time left, every 15 s
+    record_inputs(run_dir, digest)
     reused = result.get("settings", {}).get("reused")
     if reused:
         print(f"   reused: {reused}", flush=True)

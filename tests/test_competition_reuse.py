@@ -4,6 +4,7 @@ store) evaluates again."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -13,10 +14,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 from metadist.commands.competition.reuse import (
     INPUTS_FILE,
+    REPORTS,
     evaluated_before,
+    forget_evaluations,
     inputs_digest,
     record_inputs,
 )
@@ -57,19 +61,70 @@ def test_the_digest_follows_every_input(tmp_path):
     assert inputs_digest(runs[:1], [store, holdout], ["eval.split=all"]) not in seen
 
 
+def _reports(run: Path, text: str = "") -> None:
+    (run / "eval").mkdir(exist_ok=True)
+    for name in REPORTS:
+        (run / "eval" / name).write_text(text)
+
+
 def test_only_a_complete_evaluation_of_the_same_inputs_is_read_back(tmp_path):
     run = _run_dir(tmp_path / "run")
     assert not evaluated_before(run, "d1")  # never evaluated
-    (run / "eval").mkdir()
-    for name in ("metrics.json", "tasks.parquet", "forecasts.parquet"):
-        (run / "eval" / name).write_text("")
-    record_inputs(run, "d1")
+    _reports(run)
+    record_inputs(run, "d1", lambda: "d1")
     assert evaluated_before(run, "d1")
     assert not evaluated_before(run, "d2")  # other inputs: the record goes
     assert not (run / "eval" / INPUTS_FILE).exists()
     assert not evaluated_before(run, "d1")
-    record_inputs(run, "d1")
+    record_inputs(run, "d1", lambda: "d1")
     (run / "eval" / "forecasts.parquet").unlink()  # an evaluation that did not finish
+    assert not evaluated_before(run, "d1")
+
+
+def test_a_report_another_command_wrote_since_is_evaluated_again(tmp_path):
+    # e.g. `metadist eval --plain` moved the competition's evaluation aside and wrote its own
+    run = _run_dir(tmp_path / "run")
+    _reports(run, "the competition's")
+    record_inputs(run, "d1", lambda: "d1")
+    _reports(run, "a plain evaluation's")
+    assert not evaluated_before(run, "d1")
+
+
+def test_inputs_that_moved_during_the_evaluation_are_not_recorded(tmp_path):
+    run = _run_dir(tmp_path / "run")
+    _reports(run)
+    record_inputs(run, "d1", lambda: "d2")  # a checkpoint written meanwhile
+    assert not (run / "eval" / INPUTS_FILE).exists()
+
+
+def test_large_files_and_links_count_by_what_no_copy_keeps(tmp_path):
+    runs = [_run_dir(tmp_path / "a")]
+    holdout = tmp_path / "test.parquet"
+    holdout.write_bytes(b"a" * 100_000)
+    first = inputs_digest(runs, [holdout], [])
+    status = holdout.stat()
+    holdout.write_bytes(b"b" * 100_000)  # the same size, its time of writing put back
+    os.utime(holdout, ns=(status.st_atime_ns, status.st_mtime_ns))
+    assert inputs_digest(runs, [holdout], []) != first
+    pointer = runs[0] / "checkpoints" / "best"
+    pointer.symlink_to("step_00000009.pt")  # dangling: no such checkpoint
+    dangling = inputs_digest(runs, [holdout], [])
+    pointer.unlink()
+    assert inputs_digest(runs, [holdout], []) != dangling
+    # a file an override names counts too
+    named = tmp_path / "other.parquet"
+    named.write_bytes(b"x")
+    overrides = [f'eval.holdout={{"path": "{named}"}}']
+    before = inputs_digest(runs, [holdout], overrides)
+    named.write_bytes(b"y")
+    assert inputs_digest(runs, [holdout], overrides) != before
+
+
+def test_evaluate_again_forgets_every_record(tmp_path):
+    run = _run_dir(tmp_path / "out" / "h4" / "L8-smape-s1")
+    _reports(run)
+    record_inputs(run, "d1", lambda: "d1")
+    forget_evaluations(tmp_path / "out")
     assert not evaluated_before(run, "d1")
 
 
@@ -101,9 +156,9 @@ def test_a_validation_run_made_again_reads_its_evaluations_back(tmp_path):
     ]
     env = dict(os.environ, OMP_NUM_THREADS="1", WANDB_MODE="disabled")
 
-    def run() -> str:
+    def run(*extra: str) -> str:
         done = subprocess.run(
-            command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+            [*command, *extra], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
         )
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         return done.stdout
@@ -117,9 +172,19 @@ def test_a_validation_run_made_again_reads_its_evaluations_back(tmp_path):
     assert again.count("   read back: ") == evaluations
     assert metrics.stat().st_mtime_ns == written  # not evaluated again
     assert (out / "choices.json").read_text() == choices
-    # a member trained again (here: its best checkpoint moved) is evaluated again
-    best = out / "h4" / "L8-smape-s1" / "best.json"
-    best.write_text(json.dumps({**json.loads(best.read_text()), "moved": True}))
+    # a member whose best checkpoint changed (as a training again would) is evaluated again
+    checkpoints = out / "h4" / "L8-smape-s1" / "checkpoints"
+    best = json.loads((checkpoints / "best").read_text())
+    state = torch.load(checkpoints / best["checkpoint"], map_location="cpu", weights_only=False)
+    torch.save({**state, "trained": "again"}, checkpoints / best["checkpoint"])
+    written_now = (checkpoints / best["checkpoint"]).read_bytes()
+    for pointer in ("best", "latest"):
+        record = json.loads((checkpoints / pointer).read_text())
+        if record["checkpoint"] == best["checkpoint"]:
+            record["num_bytes"] = len(written_now)
+            record["sha256"] = hashlib.sha256(written_now).hexdigest()
+            (checkpoints / pointer).write_text(json.dumps(record, indent=1) + "\n")
     third = run()
     assert third.count("   read back: ") == evaluations - 2  # both candidates hold the 2H run
     assert metrics.stat().st_mtime_ns > written
+    assert run("--evaluate-again").count("   read back: ") == 0

@@ -112,6 +112,12 @@ def build_parser(prog: str = "metadist competition") -> argparse.ArgumentParser:
     )
     parser.add_argument("--horizons", type=int, nargs="+", default=None, help="only these")
     parser.add_argument(
+        "--evaluate-again",
+        action="store_true",
+        help="evaluate every ensemble again, also where its inputs are those an earlier "
+        "evaluation in --out recorded (default: that evaluation is read back)",
+    )
+    parser.add_argument(
         "--train-with",
         type=_other_dir,
         nargs="+",

@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 import json
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +45,7 @@ def evaluate_horizons(
         models = f"{len(run_dirs)} {'model' if len(run_dirs) == 1 else 'models'}"
         trained = f", trained on {loss}" if loss else ""
         title = f"evaluate H={horizon} ({models}{trained}) on {', '.join(labels)}"
-        digest = inputs_digest(run_dirs, [out / "store", test_path], overrides)
+        digest = functools.partial(inputs_digest, run_dirs, [out / "store", test_path], overrides)
         step(title, functools.partial(_evaluate, run_dirs[0], overrides, digest))
         firsts.append(run_dirs[0])
     return firsts
@@ -139,15 +139,16 @@ def want_ets(choice: str) -> bool:
     return True
 
 
-def _evaluate(run_dir: Path, overrides: list[str], digest: str) -> None:
-    """Evaluates `run_dir`, or reads back its evaluation of the same inputs (`digest`,
+def _evaluate(run_dir: Path, overrides: list[str], digest: Callable[[], str]) -> None:
+    """Evaluates `run_dir`, or reads back its evaluation of the same inputs (`digest()`,
     `reuse.py`); says what it reused of an earlier evaluation's cache (the statistical
     forecasts, the from-scratch predictions), as `metadist eval` reports it."""
-    if evaluated_before(run_dir, digest):
+    before = digest()
+    if evaluated_before(run_dir, before):
         print(f"   read back: {run_dir / EVAL_DIR} (the same inputs, evaluated before)")
         return
     result = evaluate_run(run_dir, overrides=overrides, progress=None)  # time left, every 15 s
-    record_inputs(run_dir, digest)
+    record_inputs(run_dir, before, digest)
     reused = result.get("settings", {}).get("reused")
     if reused:
         print(f"   reused: {reused}", flush=True)

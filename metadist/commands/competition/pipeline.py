@@ -54,6 +54,7 @@ from metadist.commands.competition.panels import (
     training_file,
     with_panel_labels,
 )
+from metadist.commands.competition.reuse import forget_evaluations
 from metadist.commands.competition.series import SeriesInfo, scan_series
 from metadist.commands.competition.spec import (
     ADAPTATION_FILE,
@@ -206,6 +207,8 @@ def run_pipeline(args: argparse.Namespace, prog: str) -> int:
     if trained != 0:
         return 1
     record_periods(plan.groups, ensembles, plan.out, plan.info.periods)
+    if args.evaluate_again:
+        forget_evaluations(plan.out)
     firsts, chosen = [], {}
     for number, group in enumerate(plan.groups, 1):
         print(f"== evaluation {number}/{len(plan.groups)}", flush=True)

@@ -70,3 +70,46 @@ def write_yearly_history(run: Path, histories: dict[str, list[float]]) -> None:
     )  # fmt: skip
     (run / "config.yaml").write_text(f"data:\n  store: {run / 'store'}\n")
     write_periods(run, 1)
+
+
+def write_quarterly(data: Path, series: int, length: int, metric: str) -> Path:
+    """`data/`: `series` quarterly series (trend, season, noise) of `length` training
+    values and a holdout of 4, scored by `metric`."""
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    rows: dict[str, list] = {"train": [], "test": []}
+    for i in range(series):
+        t = np.arange(length + 4)
+        values = 50 + 0.3 * t + 4 * np.sin(2 * np.pi * t / 4) + rng.normal(0, 1, len(t))
+        for step, value in zip(t, values, strict=True):
+            part = "train" if step < length else "test"
+            rows[part].append((f"Q{i}", int(step), float(value)))
+    data.mkdir(parents=True)
+    for part, records in rows.items():
+        frame = pd.DataFrame(records, columns=["series_id", "t", "value"])
+        frame.assign(frequency="Q", horizon=4, period=4).to_parquet(data / f"{part}.parquet")
+    (data / "competition.yaml").write_text(f"stratum_col: null\nmetric: {metric}\n")
+    return data
+
+
+def competition_runner(arguments: list[str], timeout: int):
+    """A function running `metadist competition ARGUMENTS EXTRA...` (its `extra`) in a
+    process from the repository root, one thread each, no wandb; it returns the output
+    and fails the test where the command fails."""
+    import os
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "metadist.cli", "competition", *arguments]
+    env = dict(os.environ, OMP_NUM_THREADS="1", WANDB_MODE="disabled")
+    root = Path(__file__).resolve().parents[1]
+
+    def run(*extra: str) -> str:
+        done = subprocess.run(
+            [*command, *extra], cwd=root, env=env, capture_output=True, text=True, timeout=timeout
+        )
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        return done.stdout
+
+    return run

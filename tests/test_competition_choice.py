@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-from competition_data import write_yearly_history
+from competition_data import competition_runner, write_quarterly, write_yearly_history
 
 from metadist.commands.competition.candidates import candidate_members, split_candidate
 from metadist.commands.competition.choice import (
@@ -205,34 +202,15 @@ def test_the_cpu_recipe_tries_the_metric_and_smape():
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_a_validation_run_chooses_the_loss_and_a_test_run_applies_it(tmp_path):
-    rng = np.random.default_rng(0)
-    rows = {"train": [], "test": []}
-    for i in range(8):
-        t = np.arange(40 + 4)
-        values = 50 + 0.3 * t + 4 * np.sin(2 * np.pi * t / 4) + rng.normal(0, 1, len(t))
-        for step, value in zip(t, values, strict=True):
-            rows["train" if step < 40 else "test"].append((f"Q{i}", int(step), float(value)))
-    data = tmp_path / "data"
-    data.mkdir()
-    for part, records in rows.items():
-        frame = pd.DataFrame(records, columns=["series_id", "t", "value"])
-        frame.assign(frequency="Q", horizon=4, period=4).to_parquet(data / f"{part}.parquet")
-    (data / "competition.yaml").write_text("stratum_col: null\nmetric: mape\n")
+    data = write_quarterly(tmp_path / "data", 8, 40, "mape")
     val, test = tmp_path / "val", tmp_path / "test"
     tiny = [
         *("trainer.meta_steps=4", "trainer.meta_batch_size=4", "trainer.eval_every=2"),
         "model.options.hidden_sizes=[8]",
     ]
-    command = [sys.executable, "-m", "metadist.cli", "competition", str(data), "--recipe", "cpu"]
-    command += ["--ets", "no", "--jobs", "2", *tiny]
-    env = dict(os.environ, OMP_NUM_THREADS="1", WANDB_MODE="disabled")
-
-    def run(*extra: str) -> str:
-        done = subprocess.run(
-            [*command, *extra], cwd=ROOT, env=env, capture_output=True, text=True, timeout=280
-        )
-        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-        return done.stdout
+    run = competition_runner(
+        [str(data), "--recipe", "cpu", "--ets", "no", "--jobs", "2", *tiny], timeout=280
+    )
 
     # a training of 2 meta-steps beside the experiment's 4 (the recipe's 10 and 50 are
     # not shorter: left out); the recipe's zero head beside the experiment's, and its

@@ -7,14 +7,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
-import numpy as np
-import pandas as pd
 import pytest
 import torch
+from competition_data import competition_runner, write_quarterly
 
 from metadist.commands.competition.reuse import (
     INPUTS_FILE,
@@ -131,37 +128,15 @@ def test_evaluate_again_forgets_every_record(tmp_path):
 @pytest.mark.integration
 @pytest.mark.timeout(300)
 def test_a_validation_run_made_again_reads_its_evaluations_back(tmp_path):
-    rng = np.random.default_rng(0)
-    rows = {"train": [], "test": []}
-    for i in range(6):
-        t = np.arange(32 + 4)
-        values = 50 + 0.3 * t + 4 * np.sin(2 * np.pi * t / 4) + rng.normal(0, 1, len(t))
-        for step, value in zip(t, values, strict=True):
-            rows["train" if step < 32 else "test"].append((f"Q{i}", int(step), float(value)))
-    data = tmp_path / "data"
-    data.mkdir()
-    for part, records in rows.items():
-        frame = pd.DataFrame(records, columns=["series_id", "t", "value"])
-        frame.assign(frequency="Q", horizon=4, period=4).to_parquet(data / f"{part}.parquet")
-    (data / "competition.yaml").write_text("stratum_col: null\nmetric: smape\n")
+    data = write_quarterly(tmp_path / "data", 6, 32, "smape")
     out = tmp_path / "val"
-    command = [sys.executable, "-m", "metadist.cli", "competition", str(data), "--validation"]
-    command += ["--experiment", "competition_cpu", "--ets", "no", "--jobs", "1"]
-    command += ["--lookbacks", "2", "3", "--loss-candidates", "smape", "--out", str(out)]
-    command += ["trainer.meta_steps=4"]
-    command += [
-        "trainer.meta_batch_size=4",
-        "trainer.eval_every=2",
-        "model.options.hidden_sizes=[8]",
-    ]
-    env = dict(os.environ, OMP_NUM_THREADS="1", WANDB_MODE="disabled")
-
-    def run(*extra: str) -> str:
-        done = subprocess.run(
-            [*command, *extra], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
-        )
-        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-        return done.stdout
+    run = competition_runner(
+        [str(data), "--validation", "--experiment", "competition_cpu", "--ets", "no"]
+        + ["--jobs", "1", "--lookbacks", "2", "3", "--loss-candidates", "smape"]
+        + ["--out", str(out), "trainer.meta_steps=4", "trainer.meta_batch_size=4"]
+        + ["trainer.eval_every=2", "model.options.hidden_sizes=[8]"],
+        timeout=120,
+    )
 
     first = run()
     evaluations = first.count("== evaluate H=4 (") // 2  # announced, then timed

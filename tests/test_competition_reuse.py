@@ -78,6 +78,14 @@ def test_only_a_complete_evaluation_of_the_same_inputs_is_read_back(tmp_path):
     assert not evaluated_before(run, "d1")
 
 
+def test_an_evaluation_that_wrote_no_report_is_not_recorded(tmp_path):
+    run = _run_dir(tmp_path / "run")
+    _reports(run)
+    (run / "eval" / "tasks.parquet").unlink()
+    record_inputs(run, "d1", lambda: "d1")
+    assert not (run / "eval" / INPUTS_FILE).exists()
+
+
 def test_a_report_another_command_wrote_since_is_evaluated_again(tmp_path):
     # e.g. `metadist eval --plain` moved the competition's evaluation aside and wrote its own
     run = _run_dir(tmp_path / "run")

@@ -160,6 +160,11 @@ def test_the_group_choice_tests_the_other_experiment_and_records_it(tmp_path):
     assert choose(runs, [2.0], DEFAULT_MARGIN)[1]["switch"] is None
 
 
+def test_one_series_in_common_gives_no_error_to_switch_by():
+    test = paired_difference({"a": (9.0, 4)}, {"a": (1.0, 4)})
+    assert test[0] == 2.0 and np.isnan(test[1])  # a win, with no error to judge it by
+
+
 def test_another_experiment_is_taken_where_none_of_the_runs_own_scores(tmp_path):
     truth = _truth()
     errors = _errors(1, 0.10, 0.02)

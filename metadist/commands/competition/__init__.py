@@ -35,15 +35,17 @@ shorter trainings (`--step-candidates`) and other starts of the output layer
 by that weight beside the model alone (`OUT/guarded.md`).
 
 The ingest, the validation split and finished training runs are confirmed, not redone,
-so an interrupted pipeline resumes where it stopped; the evaluation and the pooled table
-are redone on every call.
+so an interrupted pipeline resumes where it stopped; each evaluation is read back where
+its inputs and reports are unchanged (`reuse`; `--evaluate-again` to force), and the
+pooled table is redone on every call.
 
 One idea per module: `spec` (competition.yaml), `series` (the scan of the training file),
 `holdout` (the holdout's checks, the validation split), `sources` (which training file an
 output was made from), `output` (where it may write), `panels` (other sets trained with,
 and the store's ingest), `members` (each horizon's ensemble
-and its training), `candidates` (what a validation run chooses among), `evaluation` (each
-horizon's evaluation), `adaptation` (adapted or not, per horizon), `table` (the pooled
+and its training), `candidates` (what a validation run chooses among), `switch` (whether
+another experiment wins clearly), `evaluation` (each horizon's evaluation), `reuse` (an
+evaluation of the same inputs read back), `adaptation` (adapted or not, per horizon), `table` (the pooled
 table), `pipeline` (the steps in order) and `cli` (the command line).
 """
 

@@ -114,8 +114,8 @@ def build_parser(prog: str = "metadist competition") -> argparse.ArgumentParser:
     parser.add_argument(
         "--evaluate-again",
         action="store_true",
-        help="evaluate every ensemble again, also where its inputs are those an earlier "
-        "evaluation in --out recorded (default: that evaluation is read back)",
+        help="evaluate every ensemble in --out again, also where its inputs are those an "
+        "earlier evaluation recorded (default: that evaluation is read back)",
     )
     parser.add_argument(
         "--train-with",
@@ -195,8 +195,9 @@ def _add_loss_options(parser: argparse.ArgumentParser) -> None:
         metavar="EXPERIMENT",
         help="with --validation and candidate losses: other experiments (configs of "
         "experiments/experiment/: another model, length, ...) tried per group beside the "
-        "run's, at their own length and head, one ensemble each; the best is kept where "
-        "it wins by --experiment-margin (default: the recipe's; cpu: competition_cpu_mlp, the MLP "
+        "run's, at their own length and head, one ensemble each; the best is kept only where "
+        "it wins by more than --experiment-margin standard errors (default: the recipe's; "
+        "cpu: competition_cpu_mlp, the MLP "
         "without per-window seasonality; default: none)",
     )
     parser.add_argument(
@@ -204,10 +205,10 @@ def _add_loss_options(parser: argparse.ArgumentParser) -> None:
         type=_margin,
         default=DEFAULT_MARGIN,
         metavar="Z",
-        help="with --validation and --experiment-candidates: another experiment replaces "
-        "the best of the run's own in a group only where its validation score is better "
-        "by more than Z standard errors of the difference between the series (default: "
-        f"{DEFAULT_MARGIN:g}; 0: by any margin)",
+        help="with --validation and --experiment-candidates (ignored otherwise): another "
+        "experiment replaces the best of the run's own in a group only where its validation "
+        "score is better by more than Z standard errors of the paired difference over the "
+        f"series both score (default: {DEFAULT_MARGIN:g}; 0: whichever scores lower)",
     )
 
 

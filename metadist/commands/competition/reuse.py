@@ -87,7 +87,10 @@ def record_inputs(run_dir: Path, digest: str, now: Callable[[], str]) -> None:
     if now() != digest:
         return
     eval_dir = run_dir / EVAL_DIR
-    document = {"digest": digest, "reports": _reports_digest(eval_dir)}
+    try:
+        document = {"digest": digest, "reports": _reports_digest(eval_dir)}
+    except FileNotFoundError:  # a report missing: nothing to read back
+        return
     atomic_write_text(eval_dir / INPUTS_FILE, json.dumps(document) + "\n")
 
 

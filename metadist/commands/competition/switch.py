@@ -13,7 +13,9 @@ a second training's noise (no second training is made), and it does not allow fo
 two being the best of several candidates each; a margin of two errors asks for a win
 well clear of the first. The test is recorded in `choices.json` (`switch`) where the
 other experiment scores better and the margin is above 0; where none of the run's own
-candidates has a finite score, the best other one is taken without a test.
+candidates has a finite score, the best other one is taken without a test, and where
+fewer than two series are scored by both, no error can be estimated and the run's own is
+kept.
 """
 
 from __future__ import annotations

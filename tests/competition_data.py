@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from metadist.api.artifact import write_periods
+from metadist.store.ingest import ingest
 
 # label: (horizon, period, number of series, shortest and longest training part)
 LABELS = {
@@ -55,11 +63,6 @@ def write_competition(out: Path, seed: int = 0, columns: dict[str, str] | None =
 def write_yearly_history(run: Path, histories: dict[str, list[float]]) -> None:
     """A fake run's training data: `run/store` ingested from the series `histories`
     (yearly, label column `frequency`), named in `run/config.yaml`, period 1 recorded."""
-    import pandas as pd
-
-    from metadist.api.artifact import write_periods
-    from metadist.store.ingest import ingest
-
     rows = [(k, t, v) for k, values in histories.items() for t, v in enumerate(values)]
     frame = pd.DataFrame(rows, columns=["series_id", "t", "value"]).assign(frequency="yearly")
     frame.to_parquet(run / "history.parquet")
@@ -75,8 +78,6 @@ def write_yearly_history(run: Path, histories: dict[str, list[float]]) -> None:
 def write_quarterly(data: Path, series: int, length: int, metric: str) -> Path:
     """`data/`: `series` quarterly series (trend, season, noise) of `length` training
     values and a holdout of 4, scored by `metric`."""
-    import pandas as pd
-
     rng = np.random.default_rng(0)
     rows: dict[str, list] = {"train": [], "test": []}
     for i in range(series):
@@ -93,14 +94,10 @@ def write_quarterly(data: Path, series: int, length: int, metric: str) -> Path:
     return data
 
 
-def competition_runner(arguments: list[str], timeout: int):
+def competition_runner(arguments: list[str], timeout: int) -> Callable[..., str]:
     """A function running `metadist competition ARGUMENTS EXTRA...` (its `extra`) in a
     process from the repository root, one thread each, no wandb; it returns the output
     and fails the test where the command fails."""
-    import os
-    import subprocess
-    import sys
-
     command = [sys.executable, "-m", "metadist.cli", "competition", *arguments]
     env = dict(os.environ, OMP_NUM_THREADS="1", WANDB_MODE="disabled")
     root = Path(__file__).resolve().parents[1]

@@ -60,7 +60,7 @@ def inputs_digest(run_dirs: Sequence[Path], files: Sequence[Path], overrides: Se
         digest.update(str(run).encode())
         for path in [run / name for name in _RUN_FILES] + _files(run / "checkpoints"):
             digest.update(_file_digest(path).encode())
-    for path in [*files, *_named_paths(overrides)]:
+    for path in dict.fromkeys([*files, *_named_paths(overrides)]):  # the holdout is named twice
         for item in _files(path) if path.is_dir() else [path]:
             digest.update(_file_digest(item).encode())
     return digest.hexdigest()

@@ -29,7 +29,7 @@ from metadist.commands.competition.cli import (
     main,
 )
 from metadist.commands.competition.members import Group, Member, members_of, training_overrides
-from metadist.commands.competition.pipeline import Plan
+from metadist.commands.competition.plan import Plan
 from metadist.commands.competition.series import SeriesInfo
 from metadist.commands.competition.spec import CompetitionSpec
 from metadist.train.compose import compose_dict

@@ -30,7 +30,7 @@ from metadist.commands.competition.guard import (
     write_guarded,
 )
 from metadist.commands.competition.members import Group, members_of
-from metadist.commands.competition.pipeline import Plan, _loss_plan
+from metadist.commands.competition.plan import Plan, _loss_plan
 from metadist.commands.competition.spec import CompetitionSpec
 from metadist.eval.combine import CHOSEN_LABEL
 from metadist.eval.fallback_combination import (

@@ -20,7 +20,7 @@ from metadist.commands.competition.candidates import (
 from metadist.commands.competition.choice import CHOICES_FILE, describe, read_choices, write_choices
 from metadist.commands.competition.cli import RECIPE_EXPERIMENT_CANDIDATES, build_parser, main
 from metadist.commands.competition.members import Group, members_of, training_overrides
-from metadist.commands.competition.pipeline import Plan
+from metadist.commands.competition.plan import Plan
 from metadist.commands.competition.series import SeriesInfo
 from metadist.commands.competition.spec import CompetitionSpec
 from metadist.train.compose import compose_dict

@@ -28,7 +28,7 @@ from metadist.commands.competition.members import (
     series_periods,
     training_overrides,
 )
-from metadist.commands.competition.pipeline import model_takes_period, training_loss
+from metadist.commands.competition.plan import model_takes_period, training_loss
 from metadist.eval import baselines
 from metadist.eval.settings import EvalOptions
 from metadist.progress import Progress

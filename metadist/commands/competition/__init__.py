@@ -46,7 +46,8 @@ and the store's ingest), `members` (each horizon's ensemble
 and its training), `candidates` (what a validation run chooses among), `switch` (whether
 another experiment wins clearly), `evaluation` (each horizon's evaluation), `reuse` (an
 evaluation of the same inputs read back), `adaptation` (adapted or not, per horizon), `table` (the pooled
-table), `pipeline` (the steps in order) and `cli` (the command line).
+table), `plan` (what a call runs on, checked before any work), `pipeline` (the steps in
+order) and `cli` (the command line).
 """
 
 from metadist.commands.competition.adaptation import (
@@ -63,7 +64,8 @@ from metadist.commands.competition.members import (
     train_members,
     training_overrides,
 )
-from metadist.commands.competition.pipeline import Plan, plan_run, run_pipeline
+from metadist.commands.competition.pipeline import run_pipeline
+from metadist.commands.competition.plan import Plan, plan_run
 from metadist.commands.competition.series import SeriesInfo, scan_series
 from metadist.commands.competition.sources import (
     check_same_source,

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,10 +22,8 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from metadist.batch import MetaBatch
 from metadist.data import BatchMetaDataLoader
 from metadist.runlock import RunLock
-from metadist.tasks import TaskSampler
 from metadist.train.artifact import write_inference
 from metadist.train.build import RunParts, build_parts
 from metadist.train.checkpoint import checkpoint_path, save_checkpoint
@@ -40,8 +37,10 @@ from metadist.train.distributed import (
     init_distributed,
     read_env,
 )
+from metadist.train.finite import NonFiniteLossError, check_inputs_finite
 from metadist.train.header import run_header
 from metadist.train.logging import NullLogger, RunLogger
+from metadist.train.metrics_window import MetricsWindow
 from metadist.train.optim import scheduled_lr
 from metadist.train.pretrain_phase import run_pretraining
 from metadist.train.resume import check_same_run, finished_before, resume
@@ -58,10 +57,6 @@ __all__ = [
     "finished_before",
     "train",
 ]
-
-
-class NonFiniteLossError(RuntimeError):
-    """The meta-loss became NaN or infinite; the run stopped before applying the step."""
 
 
 @dataclass
@@ -232,7 +227,7 @@ def _loop(
     val_start = val_loader.state_dict() if val_loader is not None else {}
     check_every = resolved_check_every(trainer.check_every, env.device)
     meta_step = _meta_step(ctx, check_every)
-    window = _Window(step)
+    window = MetricsWindow(step)
     if metrics_window is not None:  # the record under way when the checkpoint was saved
         window.restore(metrics_window)
     loss = float("nan")
@@ -256,7 +251,7 @@ def _loop(
             reading = meta_step(batch, step, lr, sync=sync)
             if reading is not None and reading.bad_step is not None:
                 if reading.bad_step == done:  # this batch: blame its data if it is at fault
-                    _check_inputs_finite(batch, parts.sampler, step, env)
+                    check_inputs_finite(batch, parts.sampler, step, env)
                 raise NonFiniteLossError(
                     f"the meta-loss is not finite at step {reading.bad_step} (on at least one "
                     "rank); the step was not applied. Last good checkpoint: "
@@ -343,7 +338,7 @@ def _select_pretrained(ctx: _Context) -> Path | None:
     start = val_loader.state_dict()
     improved, _ = _validate(ctx, 0, val_loader, start, last=False)
     val_loader.load_state_dict(start)  # later evaluations start from the same episodes
-    return _save(ctx, 0, _Window(0), best=True) if improved else None
+    return _save(ctx, 0, MetricsWindow(0), best=True) if improved else None
 
 
 def _result(
@@ -363,37 +358,6 @@ def _result(
         ctx.parts.learner,
         loss,
         early_stopped=early_stopped,
-    )
-
-
-def _check_inputs_finite(batch: MetaBatch, sampler: TaskSampler, step: int, env: DistEnv) -> None:
-    """Blames the data, not the learning rate, when a task's inputs hold NaN/inf.
-
-    Collective: every rank calls it once the ranks agreed that the loss is not finite,
-    so the error names the entities of every rank's batch, whichever rank reports it.
-
-    Raises:
-        NonFiniteLossError: naming the entities whose windows are not finite.
-    """
-    tensors = (batch.support.x, batch.support.y, batch.query.x, batch.query.y)
-    bad = torch.zeros(batch.num_tasks, dtype=torch.bool, device=batch.support.x.device)
-    for tensor in tensors:
-        if tensor.is_floating_point():
-            bad |= ~torch.isfinite(tensor.reshape(batch.num_tasks, -1)).all(dim=1)
-    local = batch.entity_index.cpu()[bad.cpu()].tolist()
-    rows = sorted({row for rank_rows in all_gather_objects(local, env) for row in rank_rows})
-    if not rows:
-        return
-    store = getattr(sampler, "store", None)
-    if store is not None and rows[0] >= 0:
-        names = ", ".join(repr(str(store.entity_ids[r])) for r in rows[:5])
-        more = f" and {len(rows) - 5} more" if len(rows) > 5 else ""
-        where = f"entity {names}{more} of store {store.path} (run metadist verify on it)"
-    else:
-        where = "tasks of the batch"
-    raise NonFiniteLossError(
-        f"the meta-loss is not finite at step {step + 1} because the input data is: "
-        f"NaN or inf values in the windows of {where}; the step was not applied"
     )
 
 
@@ -429,49 +393,7 @@ def evaluate(
     return {n: v / totals[-1] for n, v in zip(names, totals[:-1], strict=True)}
 
 
-class _Window:
-    """Means of the loss and metrics since the last metrics record, and tasks/s."""
-
-    def __init__(self, step: int) -> None:
-        self._restart(step)
-        self.rate = 0.0
-
-    def _restart(self, step: int) -> None:
-        self.step0 = step
-        self.time0 = time.perf_counter()
-        self.sums: dict[str, float] = {}
-        self.count = 0
-
-    def add(self, sums: dict[str, float], num_steps: int) -> None:
-        """Adds the sums of the loss and metrics over `num_steps` steps."""
-        for name, value in sums.items():
-            self.sums[name] = self.sums.get(name, 0.0) + value
-        self.count += num_steps
-
-    def tasks_per_s(self, step: int, meta_batch_size: int) -> float:
-        """Global tasks per second since the window opened."""
-        elapsed = time.perf_counter() - self.time0
-        if step > self.step0 and elapsed > 0:
-            self.rate = (step - self.step0) * meta_batch_size / elapsed
-        return self.rate
-
-    def state(self) -> dict[str, Any]:
-        """The partial sums, for a checkpoint: a resumed run's first metrics record then
-        averages every step since the record before, as an uninterrupted run does."""
-        return {"sums": dict(self.sums), "count": self.count}
-
-    def restore(self, state: dict[str, Any]) -> None:
-        self.sums = {str(k): float(v) for k, v in state["sums"].items()}
-        self.count = int(state["count"])
-
-    def flush(self, step: int, meta_batch_size: int) -> dict[str, float]:
-        values = {name: total / max(self.count, 1) for name, total in self.sums.items()}
-        values["tasks_per_s"] = self.tasks_per_s(step, meta_batch_size)
-        self._restart(step)
-        return values
-
-
-def _save(ctx: _Context, step: int, window: _Window, *, best: bool = False) -> Path:
+def _save(ctx: _Context, step: int, window: MetricsWindow, *, best: bool = False) -> Path:
     """Checkpoint of `step` (collective: gathers every rank's RNG state; rank 0 writes),
     with the run's selection record; `best`: it is the best on meta-val so far, and
     `checkpoints/best` moves to it.

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from metadist.eval.run import _eval_parts
+from metadist.eval.parts import eval_parts
 from metadist.eval.settings import load_eval_options
 from metadist.eval.trained import load_run, trained_learner
 
@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     for candidate in args.candidates:
         optimizer, lr = candidate.split(":")
         started = time.perf_counter()
-        parts = _eval_parts(config, options, state.get("store_identity"), args.run_dir)
+        parts = eval_parts(config, options, state.get("store_identity"), args.run_dir)
         learner = candidate_learner(config, state, parts, optimizer, float(lr))
         curves = torch.cat([accuracy_curve(learner, b, args.steps) for b in parts.batches])
         mean = curves.mean(0)

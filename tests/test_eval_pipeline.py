@@ -206,7 +206,7 @@ def test_holdout_tasks_never_reach_the_holdout(tmp_path):
 
 
 def test_holdout_evaluation_keeps_to_the_samplers_labels(tmp_path):
-    from metadist.eval.run import _has_labels, _holdout_reader
+    from metadist.eval.parts import has_labels, holdout_reader
     from metadist.eval.settings import EvalOptions
     from metadist.tasks import build_task_sampler
 
@@ -214,8 +214,8 @@ def test_holdout_evaluation_keeps_to_the_samplers_labels(tmp_path):
         tasks = sampler.for_evaluation(
             units,
             split=options.split,
-            entity_mask=None if options.labels is None else _has_labels(store, options.labels),
-            holdout=_holdout_reader(store, options),
+            entity_mask=None if options.labels is None else has_labels(store, options.labels),
+            holdout=holdout_reader(store, options),
         )
         return tasks.batches(128, 0), tasks.description, tasks.num_tasks
 

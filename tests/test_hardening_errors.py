@@ -258,13 +258,13 @@ def test_nan_in_store_values_names_the_entity_not_the_learning_rate(tmp_path):
 
 
 def test_a_holdout_lacking_entities_is_refused_unless_partial(tmp_path):
-    from metadist.eval.run import _holdout_reader
+    from metadist.eval.parts import holdout_reader
     from metadist.eval.settings import EvalOptions
     from metadist.tasks import build_task_sampler
 
     def _holdout_batches(store, sampler, units, options):
         tasks = sampler.for_evaluation(
-            units, split=options.split, holdout=_holdout_reader(store, options)
+            units, split=options.split, holdout=holdout_reader(store, options)
         )
         return tasks.batches(128, 0), tasks.description, tasks.num_tasks
 

@@ -186,3 +186,37 @@ def test_a_run_without_store_or_record_says_so(project, tmp_path, monkeypatch):
     (copy / INFERENCE_FILE).write_text(json.dumps(record))
     with pytest.raises(FileNotFoundError, match="format version 99"):
         metadist.load_run(copy)
+
+
+def test_a_run_moved_away_from_its_store_loads_and_evaluates_again_and_again(
+    panel, tmp_path, monkeypatch
+):
+    """The run moves, its store stays where it was: every load from another directory
+    finds the store (at the recorded absolute path), loading leaves the run's record as
+    it was, and `metadist eval` finds the store the same way or takes it named."""
+    project = make_project(tmp_path / "project", panel)
+    moved = tmp_path / "elsewhere" / "run"
+    moved.parent.mkdir()
+    shutil.move(project["root"] / "runs" / "a", moved)
+    record = (moved / INFERENCE_FILE).read_bytes()
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)  # data/store from here is nothing
+    store = (project["root"] / "data" / "store").resolve()
+    for _ in range(2):
+        run = metadist.load_run(moved)
+        assert isinstance(run.source.store, SeriesStore)
+        assert run.source.store.path.resolve() == store
+        table = run.forecast(project["history"], methods=["adapted", "naive"])
+        assert table.equals(project["forecasts"])
+        assert (moved / INFERENCE_FILE).read_bytes() == record  # loading changes nothing
+
+    quick = ["eval.scratch_steps=0", "eval.max_tasks=2", "eval.batch_size=2"]
+    from metadist.cli import main
+
+    assert main(["eval", f"run_dir={moved}", *quick, "--no-shared-cache"]) == 0
+    assert (moved / "eval" / "metrics.json").is_file()
+    assert main(["eval", f"run_dir={moved}", *quick, f"--store={store}"]) == 0
+    (moved / INFERENCE_FILE).unlink()  # no record: the config's data.store, from here
+    assert main(["eval", f"run_dir={moved}", *quick]) == 1
+    assert main(["eval", f"run_dir={moved}", *quick, f"--store={store}"]) == 0

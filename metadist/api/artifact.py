@@ -32,7 +32,6 @@ from metadist.eval.run import load_trained
 from metadist.eval.settings import EvalOptions
 from metadist.train.artifact import (
     INFERENCE_FILE,
-    inference_record,
     read_inference,
     recorded_source,
     recorded_store_path,
@@ -119,9 +118,7 @@ def load_parts(
                 run_dir, record, ensemble, allow_imports
             )
             return path, config, learner, source, with_recorded_periods(run_dir, options)
-        named = record["store"]["config_path"]
-        if not (named and Path(named).resolve() == found.resolve()):
-            store = found  # not where data.store leads from here: name it
+        store = found  # the run's store, wherever data.store leads from here
     try:
         loaded = load_trained(run_dir, ensemble=ensemble, store=store, allow_imports=allow_imports)
     except FileNotFoundError as error:
@@ -172,13 +169,13 @@ def _from_record(
 
 
 def _keep_record(run_dir: Path, record: dict[str, Any] | None, loaded: Loaded) -> None:
-    """Writes the run's record where it is missing or stale (a note where the run
-    directory cannot be written)."""
+    """Writes the run's record where it has none (or one this version cannot read; a
+    note where the run directory cannot be written). A readable record is left as it
+    is: loading a run does not change it, wherever the run or its store now are."""
+    if record is not None:
+        return
     _, config, _, source, options = loaded
     settings = None if config.eval else dataclasses.asdict(options)
-    fresh = inference_record(run_dir, config, source, settings)
-    if fresh == record:
-        return
     try:
         write_inference(run_dir, config, source, settings)
     except OSError as error:

@@ -60,6 +60,14 @@ def build_parser(prog: str = "metadist eval") -> argparse.ArgumentParser:
         "unless allowed, so a received run runs no code of its own",
     )
     parser.add_argument(
+        "--store",
+        default=None,
+        metavar="PATH",
+        help="the run's store where it is now (default: where the run's inference.json "
+        "finds it, else the config's data.store); it must be the store the run was "
+        "trained on",
+    )
+    parser.add_argument(
         "--plain",
         action="store_true",
         help="evaluate a run of a `metadist competition` output as a plain run (its "
@@ -133,6 +141,7 @@ def _evaluate(run_dir: str, overrides: list[str], args: argparse.Namespace, prog
             allow_imports=args.allow_import,
             shard=shard,
             shared_cache=not args.no_shared_cache,
+            store=args.store,
         )
     except (ValueError, FileNotFoundError, OutOfSpaceError) as error:
         if shard is None or shard.is_main:

@@ -31,6 +31,7 @@ from metadist.eval.threads import eval_threads
 from metadist.eval.trained import load_run, trained_learner, with_ensemble
 from metadist.models import build_model
 from metadist.store.identity import check_store_identity
+from metadist.train.artifact import current_store
 from metadist.train.build import build_task_source
 from metadist.train.config import TrainConfig
 from metadist.train.selection import describe_checkpoint
@@ -48,6 +49,7 @@ def evaluate_run(
     cache: bool = True,
     shard: EvalShard | None = None,
     shared_cache: bool = True,
+    store: str | os.PathLike | None = None,
 ) -> dict[str, Any]:
     """Evaluates a training run's best checkpoint on meta-val (where it kept one), else
     its latest (`eval.checkpoint=latest`: the latest), on its held-out tasks.
@@ -76,6 +78,10 @@ def evaluate_run(
             and with `shared_cache` in the cache shared between runs (`eval.shared_cache`).
         shard: this process's share of an evaluation sharded over torchrun ranks
             (`EvalShard.from_env()`): rank 0 writes the report one process would.
+        store: the run's store, where it is now (it must be the one the run was trained
+            on). Default: where the run's `inference.json` finds it (beside the run as
+            recorded, at its absolute path, or the config's `data.store` from the working
+            directory: a run moved away from its store), else the config's `data.store`.
 
     Returns:
         The result dict, with `paths` (the files written) and `timings` (seconds by
@@ -86,18 +92,19 @@ def evaluate_run(
         ValueError: bad settings, or tasks the evaluation protocol cannot score.
     """
     started, run_dir = time.perf_counter(), Path(run_dir)
+    store = current_store(run_dir) if store is None else store
     config, state, checkpoint_path, pointer = load_run(
-        run_dir, "run_dir", allow_imports=allow_imports
+        run_dir, "run_dir", store, allow_imports=allow_imports
     )
     if options is None:
         options = _run_eval_options(config, run_dir, overrides, config_dir)
     options.validate()
     if options.checkpoint == "latest" and "metric" in pointer:  # the best was loaded
         config, state, checkpoint_path, pointer = load_run(
-            run_dir, "run_dir", allow_imports=allow_imports, checkpoint="latest"
+            run_dir, "run_dir", store, allow_imports=allow_imports, checkpoint="latest"
         )
     parts = eval_parts(config, options, state.get("store_identity"), run_dir)
-    learner, members = _learner(config, state, parts, options)
+    learner, members = _learner(config, state, parts, options, store)
     kept = EvalCache(run_dir / "eval" if cache else None, _shared(cache and shared_cache))
     timings, shard = {"setup": time.perf_counter() - started}, shard or EvalShard()
     result, examples = _score(learner, config, options, parts, progress, kept, timings, shard)
@@ -150,16 +157,22 @@ def _write(
 
 
 def _learner(
-    config: TrainConfig, state: dict[str, Any], parts: EvalParts, options: EvalOptions
+    config: TrainConfig,
+    state: dict[str, Any],
+    parts: EvalParts,
+    options: EvalOptions,
+    store: str | os.PathLike | None,
 ) -> tuple[nn.Module, list[str]]:
-    """The run's meta-trained learner (with `eval.ensemble`'s checkpoints joined to it)
-    and the ensemble's other members, as the report names them."""
+    """The run's meta-trained learner (with `eval.ensemble`'s checkpoints joined to it,
+    read with the run's `store` where it was named or found) and the ensemble's other
+    members, as the report names them."""
     return with_ensemble(
         trained_learner(config, state, parts),
         config,
         parts,
         options.ensemble or [],
         options.ensemble_reduce,
+        store,
     )
 
 

@@ -162,6 +162,16 @@ def recorded_store_path(run_dir: str | os.PathLike, record: dict[str, Any]) -> P
     return None
 
 
+def current_store(run_dir: str | os.PathLike) -> Path | None:
+    """Where the store a run recorded is now (`recorded_store_path`), or `None`: the run
+    has no readable record of it, or no copy of it is where the record says."""
+    try:
+        record = read_inference(run_dir)
+    except ValueError:
+        return None
+    return None if record is None else recorded_store_path(run_dir, record)
+
+
 def _identity_of(path: Path) -> dict[str, Any] | None:
     try:
         return store_identity(SeriesStore.open(path))

@@ -191,3 +191,35 @@ def test_sigterm_to_benchmarks_fewshot_stops_the_training_it_started(tmp_path):
     for pid in seen:
         assert not alive(pid), f"process {pid} outlived benchmarks/fewshot.py"
     assert not (out / "fewshot.md").exists()
+
+
+def test_a_training_whose_evaluation_fails_exits_non_zero_and_says_how_to_evaluate(
+    received, tmp_path
+):
+    """`metadist train` evaluates the run it finished; where that evaluation fails (here
+    eval.labels the store does not have, found only when the tasks are built), the
+    command exits 1 with one error line that keeps the training and names `metadist
+    eval`, rather than a note and exit 0."""
+    store = received["run"].parent / "store"
+    run_dir = tmp_path / "run"
+    done = _metadist(
+        "train",
+        "experiment=synthetic_maml",
+        f"data.store={store}",
+        f"run_dir={run_dir}",
+        "trainer.meta_steps=2",
+        "trainer.meta_batch_size=2",
+        "trainer.eval_every=0",
+        "trainer.num_threads=1",
+        "model.options.hidden_sizes=[8]",
+        "logging.progress=false",
+        "eval.labels=[nowhere]",
+        cwd=tmp_path,
+        timeout=180,
+    )
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    errors = [line for line in done.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1, done.stderr[-3000:]  # the training's own lines before it
+    for text in ("the training finished", "eval.labels", f"metadist eval run_dir={run_dir}"):
+        assert text in errors[0], errors[0]
+    assert (run_dir / "checkpoints").is_dir() and not (run_dir / "eval" / "metrics.json").exists()

@@ -133,7 +133,8 @@ def main(argv: list[str] | None = None, prog: str = "metadist train") -> int:
             )
         return 130
     if result is not None and result.stopped_by is None and eval_options is not None:
-        _evaluate_at_end(result.run_dir, eval_options, prog)
+        if not _evaluate_at_end(result.run_dir, eval_options, prog):
+            return 1
     return 0 if result is not None else 1
 
 
@@ -150,18 +151,26 @@ def _local_rank() -> int:
     return int(os.environ.get("LOCAL_RANK", "0"))
 
 
-def _evaluate_at_end(run_dir, options, prog: str) -> None:
-    """Rank 0 evaluates the finished run on its held-out tasks (metadist.eval)."""
+def _evaluate_at_end(run_dir, options, prog: str) -> bool:
+    """Rank 0 evaluates the finished run on its held-out tasks (metadist.eval); False
+    where the evaluation failed (the training is kept, and the message says how to
+    evaluate it once the settings are fixed)."""
     if int(os.environ.get("RANK", "0")) != 0:
-        return
+        return True
     try:
         result = evaluate_run(run_dir, options=options)
     except (ValueError, FileNotFoundError, OutOfSpaceError) as error:
-        print(f"{prog}: evaluation skipped: {error}", file=sys.stderr)
-        return
+        print(
+            f"{prog}: error: the training finished (run_dir {run_dir}), its evaluation "
+            f"failed: {error}; evaluate it with `metadist eval run_dir={run_dir}` and "
+            "eval.KEY=VALUE settings that fit",
+            file=sys.stderr,
+        )
+        return False
     print(markdown_report(result), end="")
     for kind, path in result.get("paths", {}).items():
         print(f"{kind}: {path}")
+    return True
 
 
 if __name__ == "__main__":

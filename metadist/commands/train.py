@@ -132,10 +132,11 @@ def main(argv: list[str] | None = None, prog: str = "metadist train") -> int:
                 file=sys.stderr,
             )
         return 130
-    if result is not None and result.stopped_by is None and eval_options is not None:
-        if not _evaluate_at_end(result.run_dir, eval_options, prog):
-            return 1
-    return 0 if result is not None else 1
+    if result is None:
+        return 1
+    if result.stopped_by is None and eval_options is not None:
+        return 0 if _evaluate_at_end(result.run_dir, eval_options, prog) else 1
+    return 0
 
 
 def _launch(argv: list[str], nproc: int, prog: str) -> int:

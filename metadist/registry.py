@@ -172,4 +172,14 @@ class Registry(Generic[T]):
             typed, given = self.read_options(name, options, path), list(options or {})
         if keeps_typed_options(cls, schema):
             return cls(*args, options=typed, **extra)
-        return cls(*args, **{key: getattr(typed, key) for key in given}, **extra)
+        keywords = {key: getattr(typed, key) for key in given}
+        try:
+            return cls(*args, **keywords, **extra)
+        except TypeError as error:
+            # an option whose type the component does not annotate, refused by its own
+            # arithmetic: one line naming the options, not a traceback of its code
+            where = path or f"{self.kind}.options"
+            raise ValueError(
+                f"{self.label} {name!r} could not be built from {where} {keywords}: "
+                f"{error} (annotate its options with their types to have them checked)"
+            ) from None

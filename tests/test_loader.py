@@ -272,6 +272,16 @@ def test_user_sampler_is_selected_by_name(encoded_store):
     assert len(batches) == 2 and batches[0].support.x.shape == (5, 3, 8, 3)
 
 
+def test_an_unannotated_option_of_a_users_sampler_that_its_code_refuses_is_one_line(
+    encoded_store,
+):
+    """RandomWindows does not annotate its options, so `lookback="abc"` reaches its own
+    arithmetic: the TypeError there comes back as one ValueError naming the options."""
+    with pytest.raises(ValueError, match=r"task sampler 'random_windows' could not be built "
+                       r"from sampler.options \{'lookback': 'abc'\}: .*annotate"):  # fmt: skip
+        build_task_sampler("random_windows", encoded_store, options={"lookback": "abc"})
+
+
 def test_constructor_errors_name_the_field(encoded_store):
     sampler = build_task_sampler("sinusoid", num_tasks=20)
     with pytest.raises(ValueError, match="unknown task sampler 'nope'; registered: .*forecast"):

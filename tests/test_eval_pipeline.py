@@ -205,6 +205,39 @@ def test_holdout_tasks_never_reach_the_holdout(tmp_path):
         read_holdout(bad, store, entity_col="series_id", time_col="t", value_cols=["value"])
 
 
+def test_a_holdout_with_pandas_microsecond_timestamps_follows_its_training_part(tmp_path):
+    """pandas writes datetime64 columns as timestamp[us]; the store keeps epoch
+    nanoseconds. The holdout's times are read in the store's unit, so a monthly holdout
+    right after the training part is accepted (it was refused as overlapping), and the
+    competition's scan reads both files in the same unit."""
+    import pandas as pd
+
+    from metadist.commands.competition.series import time_steps
+
+    months = pd.date_range("2020-01-01", periods=30, freq="MS")
+    frame = pd.DataFrame({"series_id": "A", "t": months, "value": np.arange(30.0)})
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    table = table.set_column(1, "t", table.column("t").cast(pa.timestamp("us")))  # pandas 3's
+    pq.write_table(table.slice(0, 24), tmp_path / "train.parquet")
+    pq.write_table(table.slice(24), tmp_path / "test.parquet")
+    assert pq.read_schema(tmp_path / "test.parquet").field("t").type == pa.timestamp("us")
+    ingest(
+        tmp_path / "train.parquet", tmp_path / "store", entity_col="series_id", time_col="t",
+        features=["value"], scaling="none", progress=False,
+    )  # fmt: skip
+    store = SeriesStore.open(tmp_path / "store")
+    holdout = read_holdout(
+        tmp_path / "test.parquet", store, entity_col="series_id", time_col="t", value_cols=["value"]
+    )
+    times, values = holdout[0]
+    assert times.tolist() == months[24:].asi8.tolist() and values[:, 0].tolist() == list(
+        np.arange(24.0, 30.0)
+    )
+    assert int(store.series_times(0)[-1]) == months[23].value  # the same unit
+    table = pq.read_table(tmp_path / "test.parquet")
+    assert time_steps(tmp_path / "test.parquet", table, "t").tolist() == months[24:].asi8.tolist()
+
+
 def test_holdout_evaluation_keeps_to_the_samplers_labels(tmp_path):
     from metadist.eval.parts import has_labels, holdout_reader
     from metadist.eval.settings import EvalOptions

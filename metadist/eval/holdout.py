@@ -42,8 +42,9 @@ def read_holdout(
         ValueError: missing columns, entities the store does not know, an entity whose
             holdout does not start after its training part, or NaN values.
     """
-    import pyarrow.compute as pc
     import pyarrow.parquet as pq
+
+    from metadist.store.sources import to_int64_time
 
     path = Path(path)
     if not path.is_file():
@@ -59,7 +60,9 @@ def read_holdout(
     if table.num_rows == 0:
         raise ValueError(f"holdout {path} has no rows")
     ids = np.asarray(table.column(entity_col).to_pylist(), dtype=object).astype(str)
-    times = np.asarray(pc.cast(table.column(time_col), "int64").to_numpy(), dtype=np.int64)
+    # as the store keeps them: timestamps and dates as epoch nanoseconds, whatever unit
+    # the file has (pandas writes microseconds), integers as given
+    times = to_int64_time(table.column(time_col).combine_chunks(), path, 0, time_col)
     values = np.stack(
         [np.asarray(table.column(c).to_numpy(), dtype=np.float64) for c in value_cols], axis=1
     )
@@ -81,7 +84,7 @@ def read_holdout(
         last_train_time = int(store.series_times(entity)[-1])
         if times[block[0]] <= last_train_time:
             raise ValueError(
-                f"holdout {path}: entity {ids[block[0]]!r} starts at time {times[block[0]]}, not "
+                f"holdout {path}: entity {str(ids[block[0]])!r} starts at time {times[block[0]]}, not "
                 f"after its training part (last time {last_train_time}): the holdout would "
                 "overlap the data used for adaptation"
             )

@@ -12,6 +12,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from metadist.commands.competition.spec import SPEC_FILE, CompetitionSpec
+from metadist.store.sources import to_int64_time
 
 
 @dataclass(frozen=True)
@@ -135,8 +136,8 @@ def time_steps(path: Path, table: pa.Table, time_col: str) -> np.ndarray:
     Raises:
         ValueError: a column that is not integer time steps.
     """
-    try:
-        times = pc.cast(table.column(time_col), "int64").to_numpy()
+    try:  # as the store keeps them: timestamps in epoch nanoseconds, whatever the unit
+        times = to_int64_time(table.column(time_col).combine_chunks(), path, 0, time_col)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         raise ValueError(
             f"{path}: column {time_col!r} (time_col in {SPEC_FILE}) must hold integer time "

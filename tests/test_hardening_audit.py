@@ -137,6 +137,22 @@ def test_metadist_forecast_of_a_value_a_store_cannot_hold_is_one_line(received):
     assert not out.exists()  # no NaN forecasts written
 
 
+def test_metadist_forecast_of_an_entity_of_one_row_is_one_line_before_any_work(received):
+    """One row gives no time step, so no times for its forecasts: refused with one line
+    naming the entity (it was an AssertionError after every entity had been adapted)."""
+    tmp, out = received["tmp"], received["tmp"] / "one_row.parquet"
+    history = pq.read_table(received["history"])
+    entity = history.column_names.index(SYNTHETIC_ENTITY)
+    lonely = history.slice(0, 1).set_column(entity, SYNTHETIC_ENTITY, pa.array(["lonely"]))
+    pq.write_table(pa.concat_tables([history, lonely]), tmp / "one_row_history.parquet")
+    done = _metadist(
+        "forecast", str(received["run"]), str(tmp / "one_row_history.parquet"),
+        "--out", str(out), "--allow-import", MODULE, cwd=tmp,
+    )  # fmt: skip
+    _one_line_error(done, "entity 'lonely' has one row", "at least two rows")
+    assert not out.exists()
+
+
 @pytest.mark.slow  # a training of its own; the store's own check is fast in test_store_hardening
 def test_metadist_eval_on_a_truncated_entity_stats_is_one_line(received, tmp_path):
     store = Path(shutil.copytree(received["store"], tmp_path / "store"))

@@ -109,6 +109,12 @@ def read_history(history: History, store: StoreSchema) -> list[Entity]:
             raise ValueError(f"history: entity {key!r} has two rows at {time_col}={when}")
         fill = " (or rows of NaN, which the store's --nan ffill rule fills)"
         step = regular_step(key, entity_times, time_type, fill if rule.name == "ffill" else "")
+        if step is None:
+            raise ValueError(
+                f"history: entity {key!r} has one row ({time_col}="
+                f"{shown_time(entity_times[0], time_type)}): its time step, and so the times "
+                "of its forecasts, cannot be known; give it at least two rows"
+            )
         entity_values, entity_times = rule.apply(key, entity_values, entity_times)
         _check_magnitude(key, entity_values, entity_times, rule, scaling)
         entity = Entity(key, entity_times, entity_values, step=step, time_type=time_type)

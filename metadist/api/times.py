@@ -103,7 +103,8 @@ def next_times(
     Raises:
         ValueError: times beyond what the column's type can hold.
     """
-    assert step is not None, "a history of one row is refused before its times are needed"
+    if step is None:  # read_history refuses a one-row entity; a caller of its own may not
+        raise ValueError(f"history: entity {key!r} has one row: its time step cannot be known")
     steps = np.arange(1, horizon + 1, dtype=np.int64)
     if step.months:
         unit = "ns" if pa.types.is_timestamp(kind) else "D"

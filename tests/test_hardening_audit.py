@@ -137,9 +137,10 @@ def test_metadist_forecast_of_a_value_a_store_cannot_hold_is_one_line(received):
     assert not out.exists()  # no NaN forecasts written
 
 
-def test_metadist_forecast_of_an_entity_of_one_row_is_one_line_before_any_work(received):
+def test_metadist_forecast_refuses_an_entity_of_one_row_and_an_out_directory_first(received):
     """One row gives no time step, so no times for its forecasts: refused with one line
-    naming the entity (it was an AssertionError after every entity had been adapted)."""
+    naming the entity (it was an AssertionError after every entity had been adapted);
+    --out naming a directory is one line too (it was a traceback after the work)."""
     tmp, out = received["tmp"], received["tmp"] / "one_row.parquet"
     history = pq.read_table(received["history"])
     entity = history.column_names.index(SYNTHETIC_ENTITY)
@@ -151,6 +152,11 @@ def test_metadist_forecast_of_an_entity_of_one_row_is_one_line_before_any_work(r
     )  # fmt: skip
     _one_line_error(done, "entity 'lonely' has one row", "at least two rows")
     assert not out.exists()
+    done = _metadist(
+        "forecast", str(received["run"]), str(received["history"]),
+        "--out", str(tmp), "--allow-import", MODULE, cwd=tmp,
+    )  # fmt: skip
+    _one_line_error(done, f"--out {tmp} is a directory")
 
 
 @pytest.mark.slow  # a training of its own; the store's own check is fast in test_store_hardening

@@ -62,6 +62,13 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
 
 def run_cli(args: argparse.Namespace) -> int:
     """Loads the run, forecasts the history and writes the forecasts atomically."""
+    out = Path(args.out)
+    if out.is_dir():  # checked before any work: the file is written last
+        raise ValueError(
+            f"--out {out} is a directory; name the file, e.g. {out / 'forecasts.parquet'}"
+        )
+    if out.parent.exists() and not out.parent.is_dir():
+        raise ValueError(f"--out {out}: {out.parent} is a file, not a directory")
     run = load_run(
         args.run_dir, ensemble=args.ensemble, store=args.store, allow_imports=args.allow_import
     )
@@ -74,7 +81,6 @@ def run_cli(args: argparse.Namespace) -> int:
         period=args.period,
         guard=not args.no_guard,
     )
-    out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     with atomic_file(out) as temporary:
         pq.write_table(table, temporary)

@@ -245,3 +245,22 @@ def test_a_training_whose_evaluation_fails_exits_non_zero_and_says_how_to_evalua
     for text in ("the training finished", "eval.labels", f"metadist eval run_dir={run_dir}"):
         assert text in errors[0], errors[0]
     assert (run_dir / "checkpoints").is_dir() and not (run_dir / "eval" / "metrics.json").exists()
+
+
+def test_a_store_is_never_a_run_directory_nor_replaced_over_a_run(received, tmp_path):
+    """`metadist train run_dir=STORE` is refused before anything is written (a later
+    ingest into the store would have deleted the run), and an ingest does not replace a
+    store directory a run was trained into."""
+    store = tmp_path / "store"
+    shutil.copytree(received["store"], store)
+    before = sorted(p.name for p in store.iterdir())
+    done = _metadist(
+        "train", "--no-eval", "experiment=synthetic_maml", f"data.store={received['store']}",
+        f"run_dir={store}", "trainer.meta_steps=2", "logging.progress=false", cwd=tmp_path,
+    )  # fmt: skip
+    _one_line_error(done, f"run_dir {store} is a series store")
+    assert sorted(p.name for p in store.iterdir()) == before
+    (store / "checkpoints").mkdir()  # a run trained into it before this check
+    with pytest.raises(FileExistsError, match="also holds a training run"):
+        ingest(received["tmp"] / "panel", store, progress=False, **SYNTHETIC_INGEST_ARGS)
+    assert (store / "checkpoints").is_dir()

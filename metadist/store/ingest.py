@@ -223,6 +223,11 @@ def _check_out(out: Path) -> Path:
         raise FileExistsError(
             f"{out} exists and is not a series store; remove it or choose another output"
         )
+    if (out / "checkpoints").is_dir():  # a run trained into the store's directory
+        raise FileExistsError(
+            f"{out} is a series store that also holds a training run (checkpoints/), which "
+            "replacing the store would delete; move the run out or choose another output"
+        )
     if not out.parent.is_dir():
         raise FileNotFoundError(f"the parent directory of {out} does not exist")
     return out

@@ -24,6 +24,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from metadist.data import BatchMetaDataLoader
 from metadist.runlock import RunLock
+from metadist.store.format import is_store
 from metadist.train.artifact import write_inference
 from metadist.train.build import RunParts, build_parts
 from metadist.train.checkpoint import checkpoint_path, save_checkpoint
@@ -104,6 +105,11 @@ def train(
     """
     env = read_env(config.trainer.device, config.trainer.backend)
     config.validate(env.world_size)
+    if is_store(config.resolved_run_dir):  # an ingest into the store would replace the run
+        raise ValueError(
+            f"run_dir {config.resolved_run_dir} is a series store; a run needs a directory "
+            "of its own, e.g. run_dir=runs/NAME"
+        )
     threads_before = torch.get_num_threads()
     if config.trainer.num_threads is not None:
         torch.set_num_threads(config.trainer.num_threads)

@@ -264,3 +264,31 @@ def test_a_store_is_never_a_run_directory_nor_replaced_over_a_run(received, tmp_
     with pytest.raises(FileExistsError, match="also holds a training run"):
         ingest(received["tmp"] / "panel", store, progress=False, **SYNTHETIC_INGEST_ARGS)
     assert (store / "checkpoints").is_dir()
+
+
+def test_an_experiments_seasonal_periods_that_miss_the_stores_strata_stop_before_training(
+    received, tmp_path
+):
+    """synthetic_maml's eval.seasonal_period maps its own sensor types; a store of other
+    strata (the README's `metadist train experiment=synthetic_maml data.store=STORE`)
+    is told what to set before any training (the evaluation had failed after it)."""
+    table = pq.read_table(received["tmp"] / "panel")
+    entities = table.column(SYNTHETIC_ENTITY).to_pylist()
+    order = {e: i for i, e in enumerate(sorted(set(entities)))}  # alternate by entity
+    strata = pa.array(["east" if order[e] % 2 else "west" for e in entities])
+    at = table.column_names.index("sensor_type")
+    pq.write_table(table.set_column(at, "sensor_type", strata), tmp_path / "regions.parquet")
+    store = tmp_path / "store"
+    ingest(tmp_path / "regions.parquet", store, progress=False, **SYNTHETIC_INGEST_ARGS)
+    run_dir = tmp_path / "run"
+    common = ["experiment=synthetic_maml", f"data.store={store}", f"run_dir={run_dir}"]
+    done = _metadist("train", *common, "trainer.meta_steps=2", cwd=tmp_path)
+    _one_line_error(done, "eval.seasonal_period", "(east, west)", "eval.seasonal_period=M")
+    assert not run_dir.exists()  # refused before anything was written
+    done = _metadist(
+        "train", *common, "trainer.meta_steps=2", "trainer.meta_batch_size=2",
+        "trainer.eval_every=0", "model.options.hidden_sizes=[8]", "logging.progress=false",
+        "eval.seasonal_period=24", "eval.scratch_steps=0", "eval.max_tasks=2", cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (run_dir / "eval" / "metrics.json").is_file()

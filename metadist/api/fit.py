@@ -23,6 +23,8 @@ from metadist.api.run import Run, load_run
 from metadist.diskspace import OutOfSpaceError
 from metadist.eval import EvalOptions, evaluate_run
 from metadist.eval.report import markdown_report
+from metadist.eval.settings import check_periods_cover
+from metadist.store import SeriesStore
 from metadist.train.compose import compose_dict
 from metadist.train.config import TrainConfig, build_config
 from metadist.train.loop import train
@@ -79,6 +81,8 @@ def fit(
         values.setdefault("logging", {})["progress"] = progress
     train_config = build_config(values)
     eval_options = EvalOptions.from_dict(train_config.eval) if evaluate else None
+    if eval_options is not None and train_config.data.store:
+        check_periods_cover(eval_options, SeriesStore.open(train_config.data.store))
     result = train(train_config)  # bad eval settings failed above, before any training
     if result.stopped_by is not None:
         raise KeyboardInterrupt(

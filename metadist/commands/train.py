@@ -19,7 +19,9 @@ from omegaconf import OmegaConf
 from metadist.diskspace import OutOfSpaceError
 from metadist.eval import EvalOptions, evaluate_run
 from metadist.eval.report import markdown_report
+from metadist.eval.settings import check_periods_cover
 from metadist.launch.local_ranks import run_local_ranks
+from metadist.store import SeriesStore
 from metadist.train.checkpoint import CheckpointError
 from metadist.train.compose import compose_dict, load_config
 from metadist.train.loop import NonFiniteLossError, train
@@ -103,6 +105,8 @@ def main(argv: list[str] | None = None, prog: str = "metadist train") -> int:
         if not args.no_eval:
             # Bad evaluation settings fail now, not after hours of training.
             eval_options = EvalOptions.from_dict(config.eval)
+            if config.data.store:
+                check_periods_cover(eval_options, SeriesStore.open(config.data.store))
         if nproc is not None and nproc > 1:
             return _launch(argv if argv is not None else sys.argv[1:], nproc, prog)
         result = train(config)

@@ -15,7 +15,7 @@ import numpy as np
 from metadist.batch import MetaBatch
 from metadist.data.splits import describe_split
 from metadist.eval.holdout import HoldoutReader
-from metadist.eval.settings import EvalOptions
+from metadist.eval.settings import EvalOptions, check_periods_cover
 from metadist.store.identity import check_store_identity
 from metadist.tasks.base import EvaluationTasks
 from metadist.tasks.inference import ForecastWindows, forecast_windows
@@ -81,6 +81,7 @@ def eval_parts(
     store = source.store
     if store is not None:
         check_store_identity(recorded_identity, store, f"run_dir {run_dir}")
+        check_periods_cover(options, store)
     units = evaluated_units(source, options, config)
     train_units = np.asarray(source.partitioner.units("train"), dtype=np.int64)
     entity_mask = None if options.labels is None else has_labels(store, options.labels)

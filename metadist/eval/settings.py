@@ -334,6 +334,40 @@ _CHECKS = (
 )
 
 
+def check_periods_cover(options: EvalOptions, store: Any) -> None:
+    """Where `eval.seasonal_period` maps strata (or labels) to periods, every stratum
+    (label) of `store` that is evaluated has one: checked before the training and the
+    evaluation, not when its first task is scored. An experiment's mapping names the
+    strata of its own data, so another store gets one line saying what to set.
+
+    Raises:
+        ValueError: naming the store's strata (labels) the mapping leaves out.
+    """
+    periods, kind = options.seasonal_period, options.seasonal_period_from
+    if store is None or not isinstance(periods, dict):
+        return
+    names = [str(n) for n in (store.stratum_names if kind == "stratum" else store.label_names)]
+    if options.labels is not None and kind == "label":
+        names = [n for n in names if n in options.labels]
+    missing = [n for n in names if n not in periods]
+    if not missing:
+        return
+    known = ", ".join(sorted(map(str, periods)))
+    what = (
+        f"has no {kind} column"
+        if missing == [""]
+        else f"has {kind}s it does not name ({', '.join(missing[:5])}"
+        + (" ..." if len(missing) > 5 else "")
+        + ")"
+    )
+    example = "" if missing == [""] else f", e.g. 'eval.seasonal_period={{{missing[0]}: 12}}'"
+    raise ValueError(
+        f"eval.seasonal_period gives the periods of the {kind}s {known}, but store "
+        f"{store.path} {what}: set eval.seasonal_period=M (one period for every series) "
+        f"or a mapping of its {kind}s{example}"
+    )
+
+
 def combination_key(methods: Iterable[str]) -> str:
     """The method name of a forecast combination: its members joined by `+`."""
     return "+".join(methods)

@@ -142,6 +142,18 @@ def test_no_experiment_is_an_error_listing_them():
         compose_dict(["trainer.meta_steps=3"])
 
 
+def test_a_misspelt_group_choice_is_one_line_with_the_closest_names():
+    """`experiment=synthetic_mam` or `learner=mam`: one line with the closest names,
+    not Hydra's message with its whole search path."""
+    with pytest.raises(ValueError) as caught:
+        compose_dict(["experiment=synthetic_mam"])
+    message = str(caught.value)
+    assert message.startswith("experiment=synthetic_mam: no such experiment; did you mean ")
+    assert "synthetic_maml" in message and "\n" not in message and "search path" not in message
+    with pytest.raises(ValueError, match=r"learner=mam: no such learner; did you mean maml"):
+        compose_dict(["experiment=synthetic_maml", "learner=mam"])
+
+
 # Learners for classification tasks are built on a classification experiment: those
 # without an inner loop (prototype learners) classify only.
 CLASSIFICATION_LEARNERS = {n for n in registered_learners() if not get_learner(n).has_inner_loop}

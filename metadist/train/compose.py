@@ -7,6 +7,7 @@ on one run directory (`run_dir`, by default `runs/<experiment>`).
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from pathlib import Path
@@ -109,6 +110,26 @@ class _UnknownKey(Exception):
 _UNKNOWN_KEY = re.compile(r"Could not override '([^']+)'")
 
 
+# Hydra's error for a group option with no file, e.g. `experiment=synthetic_mam`
+_MISSING_OPTION = re.compile(r"Could not find '([\w/]+)/([^'/]+)'")
+
+
+def _missing_option(directory: Path, group: str, name: str) -> str:
+    """One line for `group=name` that names no config of `group`: the closest names and
+    where the list is (Hydra's message spans the whole search path)."""
+    options = sorted(p.stem for p in (directory / group).glob("*.yaml"))
+    close = difflib.get_close_matches(name, options, n=3)
+    hint = f"; did you mean {' or '.join(close)}?" if close else ""
+    listing = (
+        "metadist experiments list"
+        if group == "experiment"
+        else f"{', '.join(options)}"
+        if options
+        else "none"
+    )
+    return f"{group}={name}: no such {group}{hint} (the {group}s: {listing})"
+
+
 def _compose(directory: Path, overrides: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
     """`(group choices, composed values)`; `_UnknownKey` for an override of a key the
     config does not have, `ValueError` for any other composition error."""
@@ -132,6 +153,11 @@ def _compose(directory: Path, overrides: list[str]) -> tuple[dict[str, Any], dic
         unknown = _UNKNOWN_KEY.search(str(error))
         if unknown and not unknown.group(1).startswith("~"):
             raise _UnknownKey(unknown.group(1)) from None
+        missing = _MISSING_OPTION.search(str(error))
+        if missing:
+            raise ValueError(
+                _missing_option(directory, missing.group(1), missing.group(2))
+            ) from None
         raise ValueError(f"cannot compose the experiment config: {error}") from None
     return choices, values
 

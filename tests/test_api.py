@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 import torch
@@ -435,6 +436,32 @@ def test_times_come_back_in_the_history_type(runs):
     following = (months[-1] + 2 + np.arange(H)).astype("datetime64[M]").astype("datetime64[D]")
     assert table.column(SYNTHETIC_TIME).to_pylist() == (following - 1).tolist()
     assert table.column("y").equals(expected)
+
+
+def test_local_midnight_rows_of_a_time_zone_continue_in_it_and_a_monthly_gap_is_named(runs):
+    """Monthly and daily rows at local midnight are regular in their zone's wall-clock
+    time, not in UTC (daylight saving moves them by an hour): accepted, and continued
+    at local midnight. A monthly history with two months missing names that gap, in
+    months (the message had named the first 30-day month)."""
+    run = metadist.load_run(runs["global"])
+    history = _panel_rows(runs["panel"], str(run.source.store.entity_ids[3]))
+    at, rows = history.column_names.index(SYNTHETIC_TIME), history.num_rows
+    expected = run.forecast(history).column("y")
+    zone = "Europe/Berlin"
+    for unit, start in (("M", "2010-01"), ("D", "2010-03-01")):
+        wall = np.datetime64(start, unit) + np.arange(rows + H)
+        wall = wall.astype("datetime64[ns]")
+        stamps = pc.assume_timezone(pa.array(wall), timezone=zone)
+        table = run.forecast(history.set_column(at, SYNTHETIC_TIME, stamps.slice(0, rows)))
+        assert table.column(SYNTHETIC_TIME).type == pa.timestamp("ns", zone)
+        got = table.column(SYNTHETIC_TIME).cast(pa.int64()).to_pylist()
+        assert got == stamps.slice(rows).cast(pa.int64()).to_pylist(), unit
+        assert table.column("y").equals(expected)
+    months = (np.datetime64("2010-01", "M") + np.arange(rows + 2)).astype("datetime64[D]")
+    kept = np.delete(months, [20, 21])  # 2011-09 and 2011-10 missing
+    with pytest.raises(ValueError, match=r"time 2011-08-01 is followed by 2011-11-01, where its "
+                       r"rows are otherwise 1 month apart"):  # fmt: skip
+        run.forecast(history.set_column(at, SYNTHETIC_TIME, pa.array(kept)))
 
 
 def test_a_horizon_beyond_the_run_is_refused_before_anything_is_allocated(runs, tmp_path):

@@ -4,8 +4,10 @@ A history's time column holds integers, dates or timestamps (any unit or time zo
 rows must be regularly spaced, as forecasting the next H *steps* presumes: a fixed step
 (`2`, one day, one hour), or for dates and timestamps a fixed number of calendar months
 (monthly, quarterly or yearly data: the same day of the month and time of day, or every
-row at its month's end). A history with a gap is refused in one line naming the entity
-and the gap. The forecast's times continue the history's step and come back in the time
+row at its month's end); with a time zone, either in UTC or in the zone's wall-clock time
+(daily or monthly rows at local midnight, which daylight saving moves in UTC). A history
+with a gap is refused in one line naming the entity and the gap (in months for monthly
+data). The forecast's times continue the history's step and come back in the time
 column's type.
 """
 
@@ -33,12 +35,15 @@ _UNITS: tuple[tuple[str, int], ...] = (
 class Step:
     """The spacing of a history's rows: `size` time units (integers, days of a date
     column, nanoseconds of a timestamp column), or `months` calendar months, anchored
-    `offset` after the month's start (or, with `from_end`, before the next month's)."""
+    `offset` after the month's start (or, with `from_end`, before the next month's); with
+    `local`, in the wall-clock time of the column's time zone (daily or monthly rows at
+    local midnight are not regular in UTC across daylight-saving changes)."""
 
     size: int = 0
     months: int = 0
     offset: int = 0
     from_end: bool = False
+    local: bool = False  # regular in the column's time zone's wall-clock time, not in UTC
 
 
 def time_numbers(column: pa.ChunkedArray, name: str) -> np.ndarray:
@@ -79,19 +84,65 @@ def regular_step(key: str, times: np.ndarray, kind: pa.DataType, extra: str = ""
     spacing = np.diff(times)
     if (spacing == spacing[0]).all():
         return Step(size=int(spacing[0]))
-    if not pa.types.is_integer(kind):
+    zone = _zone(kind)
+    if zone is not None:  # regular in the zone's wall-clock time (days, months)?
+        local = to_local(times, zone)
+        spacing = np.diff(local)
+        if (spacing == spacing[0]).all():
+            return Step(size=int(spacing[0]), local=True)
+        monthly = _monthly_step(local, kind)
+        if monthly is not None:
+            return Step(monthly.size, monthly.months, monthly.offset, monthly.from_end, True)
+        times = local  # the message shows the wall-clock times the user wrote
+    elif not pa.types.is_integer(kind):
         monthly = _monthly_step(times, kind)
         if monthly is not None:
             return monthly
-    values, counts = np.unique(spacing, return_counts=True)
-    usual = int(values[np.argmax(counts)])
-    where = int(np.flatnonzero(spacing != usual)[0])
+    where, usual = _first_gap(times, kind)
     raise ValueError(
         f"history: entity {key!r} has a gap: time {shown_time(times[where], kind)} is followed by "
         f"{shown_time(times[where + 1], kind)}, where its rows are otherwise "
-        f"{_shown_step(usual, kind)} apart; forecasts continue a regular history: add the "
-        f"missing rows{extra}"
+        f"{usual} apart; forecasts continue a regular history: add the missing rows{extra}"
     )
+
+
+def _first_gap(times: np.ndarray, kind: pa.DataType) -> tuple[int, str]:
+    """`(row, usual step shown)`: where `times` first leave their usual spacing; in
+    calendar months where the rows keep one place in their months (monthly, quarterly or
+    yearly data, whose spacing in days varies), else in the time unit."""
+    if not pa.types.is_integer(kind):
+        unit = "ns" if pa.types.is_timestamp(kind) else "D"
+        months = times.astype(f"datetime64[{unit}]").astype("datetime64[M]")
+        starts = months.astype(f"datetime64[{unit}]").astype(np.int64)
+        after_start = times - starts
+        if (after_start == after_start[0]).all():
+            spacing = np.diff(months.astype(np.int64))
+            values, counts = np.unique(spacing, return_counts=True)
+            usual = int(values[np.argmax(counts)])
+            return int(np.flatnonzero(spacing != usual)[0]), f"{usual} month{'s' * (usual != 1)}"
+    spacing = np.diff(times)
+    values, counts = np.unique(spacing, return_counts=True)
+    usual = int(values[np.argmax(counts)])
+    return int(np.flatnonzero(spacing != usual)[0]), _shown_step(usual, kind)
+
+
+def _zone(kind: pa.DataType) -> str | None:
+    """The time zone of a timestamp column, or None."""
+    return kind.tz if pa.types.is_timestamp(kind) and kind.tz else None
+
+
+def to_local(times: np.ndarray, zone: str) -> np.ndarray:
+    """UTC nanoseconds as the zone's wall-clock nanoseconds."""
+    column = pa.array(times, pa.int64()).cast(pa.timestamp("ns", tz=zone))
+    return np.asarray(pc.local_timestamp(column).cast(pa.int64()).to_numpy(), np.int64)
+
+
+def from_local(times: np.ndarray, zone: str) -> np.ndarray:
+    """The zone's wall-clock nanoseconds as UTC nanoseconds (an ambiguous or skipped
+    wall-clock time taken at its earliest)."""
+    column = pa.array(times, pa.int64()).cast(pa.timestamp("ns"))
+    utc = pc.assume_timezone(column, timezone=zone, ambiguous="earliest", nonexistent="earliest")
+    return np.asarray(utc.cast(pa.int64()).to_numpy(), np.int64)
 
 
 def next_times(
@@ -105,6 +156,17 @@ def next_times(
     """
     if step is None:  # read_history refuses a one-row entity; a caller of its own may not
         raise ValueError(f"history: entity {key!r} has one row: its time step cannot be known")
+    zone = _zone(kind)
+    if step.local and zone is not None:
+        plain = Step(step.size, step.months, step.offset, step.from_end)
+        wall = next_times(
+            key,
+            int(to_local(np.array([last], np.int64), zone)[0]),
+            plain,
+            horizon,
+            pa.timestamp("ns"),
+        )
+        return from_local(wall, zone)
     steps = np.arange(1, horizon + 1, dtype=np.int64)
     if step.months:
         unit = "ns" if pa.types.is_timestamp(kind) else "D"

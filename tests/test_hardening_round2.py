@@ -232,6 +232,25 @@ def test_a_null_series_id_is_refused_naming_the_file_and_column(
         assert re.search(wording, capsys.readouterr().err)
 
 
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_a_training_value_that_is_not_finite_is_refused_before_any_output(
+    competition_dir, tmp_path, capsys, bad
+):
+    """The scan refuses it in one line naming the row and the fix, before `--out` is
+    made (the ingest refused it after, pointing at --nan options the command lacks)."""
+    data = _copy(competition_dir, tmp_path)
+    table = pq.read_table(data / "train.parquet")
+    values = table.column("value").to_pylist()
+    values[7] = bad
+    index = table.schema.get_field_index("value")
+    pq.write_table(table.set_column(index, "value", pa.array(values)), data / "train.parquet")
+    out = tmp_path / "out"
+    assert competition_main([str(data), "--out", str(out)]) == 1
+    line = _one_line(capsys)
+    assert f"train.parquet: row 7: column 'value' is {bad}" in line and "drop or fill" in line
+    assert "--nan" not in line and not out.exists()
+
+
 def test_a_validation_horizon_without_series_long_enough_is_refused_before_any_output(
     competition_dir, tmp_path, capsys
 ):

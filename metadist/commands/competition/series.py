@@ -76,6 +76,7 @@ def scan_series(path: Path, spec: CompetitionSpec) -> SeriesInfo:
     if table.num_rows == 0:
         raise ValueError(f"{path} has no rows")
     refuse_nulls(path, table, columns)
+    _refuse_non_finite(path, spec.value_col)
     rows = _Rows.of(table, spec.entity_col)
     labels = _per_series(path, table, wanted, rows, "label_col")
     assert labels is not None
@@ -128,6 +129,30 @@ def refuse_nulls(path: Path, table: pa.Table, columns: list[str]) -> None:
         if column.null_count:
             row = int(np.flatnonzero(pc.is_null(column).to_numpy(zero_copy_only=False))[0])
             raise ValueError(f"{path}: row {row}: column {name!r} is null")
+
+
+def _refuse_non_finite(path: Path, value_col: str) -> None:
+    """Every training value is a finite number: checked before anything is written (the
+    ingest would refuse it later, pointing at `metadist ingest`'s own options).
+
+    Raises:
+        ValueError: naming the first row that is not, and how many are not.
+    """
+    column = pq.read_table(path, columns=[value_col]).column(value_col)
+    try:
+        values = pc.cast(column, "float64").to_numpy(zero_copy_only=False)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        raise ValueError(
+            f"{path}: column {value_col!r} (value_col in {SPEC_FILE}) must hold numbers, "
+            f"not {column.type}"
+        ) from None
+    bad = np.flatnonzero(~np.isfinite(values))
+    if len(bad):
+        raise ValueError(
+            f"{path}: row {int(bad[0])}: column {value_col!r} is {values[bad[0]]} ({len(bad)} "
+            "such rows); a competition's series hold finite numbers: drop or fill them in "
+            "the file"
+        )
 
 
 def time_steps(path: Path, table: pa.Table, time_col: str) -> np.ndarray:

@@ -148,6 +148,11 @@ def test_a_user_sampler_in_an_experiment_file_does_not_inherit_the_group_options
     config = load_config(["experiment=user_width", "sampler.options.widht=4"], directory)
     with pytest.raises(ValueError, match=r"sampler.options.widht: .*did you mean 'width'"):
         build_task_source(config)
+    # options that leave it no units are named as its own, not as data.fractions'
+    config = load_config(["experiment=user_width", "sampler.options.num_tasks=0"], directory)
+    with pytest.raises(ValueError, match=r"sampler 'width_lines_for_config_test' has no units "
+                       r"\(tasks\) to draw from with sampler.options \{'num_tasks': 0\}"):  # fmt: skip
+        build_task_source(config)
 
 
 def test_selecting_another_group_option_keeps_that_groups_options():

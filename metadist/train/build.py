@@ -128,6 +128,13 @@ def build_task_source(config: TrainConfig, *, verify_store: bool | None = None) 
     ):
         options = config.sampler.read_options(SAMPLERS)
         sampler = build_task_sampler(config.sampler.name, store, options=options)
+    if sampler.num_units == 0:  # before the partitioner blames data.fractions for it
+        where = f" of store {store.path}" if store is not None else ""
+        raise ValueError(
+            f"sampler {config.sampler.name!r} has no units (tasks) to draw from{where} with "
+            f"sampler.options {dict(config.sampler.options or {})}: check its options (e.g. "
+            "a window longer than every series)"
+        )
     seed = config.trainer.seed
     partitioner = config.data.partitioner(sampler, store, seed)
     _note_merged_strata(partitioner, store, config.data.fractions)

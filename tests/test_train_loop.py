@@ -343,9 +343,22 @@ def test_an_unregistered_sampler_name_points_to_imports(tmp_path):
 
 
 def test_an_unimportable_module_is_named(tmp_path, monkeypatch):
+    """A module that is not there, one written `.py`, one whose own import is missing,
+    and one that raises: each one line saying which it is (and where)."""
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(ValueError, match="imports: cannot import module 'no_such_module_xyz'"):
+    with pytest.raises(ValueError, match="imports: no module 'no_such_module_xyz'; it must be"):
         tiny_config(tmp_path / "run", "imports=[no_such_module_xyz]")
+    (tmp_path / "needs_more_xyz.py").write_text("import not_installed_xyz\n")
+    (tmp_path / "raises_xyz.py").write_text("X = 1\nY = 1 / 0\n")
+    with pytest.raises(ValueError, match=r"'needs_more_xyz.py' is a file; name the module, "
+                       r"without .py: 'needs_more_xyz'"):  # fmt: skip
+        tiny_config(tmp_path / "run", "imports=[needs_more_xyz.py]")
+    with pytest.raises(ValueError, match=r"module 'needs_more_xyz' was found but its import "
+                       r"failed: No module named 'not_installed_xyz' \(at .*needs_more_xyz.py:1\)"):  # fmt: skip
+        tiny_config(tmp_path / "run", "imports=[needs_more_xyz]")
+    with pytest.raises(ValueError, match=r"module 'raises_xyz' failed on import: "
+                       r"ZeroDivisionError: division by zero \(at .*raises_xyz.py:2\)"):  # fmt: skip
+        tiny_config(tmp_path / "run", "imports=[raises_xyz]")
 
 
 def test_num_threads_applies_while_training_and_is_restored(tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import traceback
 from collections.abc import Collection
 
 
@@ -37,10 +38,34 @@ def import_modules(names: list[str], allowed: Collection[str] | None = None) -> 
     if cwd not in sys.path:
         sys.path.insert(0, cwd)
     for name in names:
+        if name.endswith(".py") and os.path.isfile(os.path.join(cwd, name)):
+            raise ValueError(
+                f"imports: {name!r} is a file; name the module, without .py: {name[:-3]!r}"
+            )
         try:
             importlib.import_module(name)
+        except ModuleNotFoundError as error:
+            if (
+                error.name is not None
+                and error.name != name
+                and not name.startswith(f"{error.name}.")
+            ):  # the module was found; something it imports was not
+                raise ValueError(
+                    f"imports: module {name!r} was found but its import failed: {error}"
+                    f"{_where(error)}"
+                ) from None
+            raise ValueError(
+                f"imports: no module {name!r}; it must be importable from the working "
+                f"directory {cwd} or PYTHONPATH"
+            ) from None
         except Exception as error:  # noqa: BLE001 - any failure inside the user module
             raise ValueError(
-                f"imports: cannot import module {name!r} ({type(error).__name__}: {error}); "
-                f"it must be importable from the working directory {cwd} or PYTHONPATH"
+                f"imports: module {name!r} failed on import: {type(error).__name__}: {error}"
+                f"{_where(error)}"
             ) from None
+
+
+def _where(error: BaseException) -> str:
+    """` (at FILE:LINE)`: the innermost frame of `error` outside the import machinery."""
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if "importlib" not in f.filename]
+    return f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""

@@ -129,6 +129,9 @@ def test_a_copied_run_reads_the_store_copied_beside_it(project, tmp_path, monkey
     monkeypatch.chdir(tmp_path)  # data/store from here is nothing
     run = metadist.load_run(copy / "runs" / "a")
     assert isinstance(run.source.store, SeriesStore)
+    shown = repr(run)  # one line, not the network and every setting
+    assert shown.startswith(f"Run({str(copy / 'runs' / 'a')!r}, forecast: maml on ")
+    assert "\n" not in shown and "store" in shown
     assert run.source.store.path.resolve() == (copy / "data" / "store").resolve()
     table = run.forecast(project["history"], methods=["adapted", "naive"])
     assert table.equals(project["forecasts"])

@@ -78,6 +78,16 @@ class Run:
     source: TaskSource
     eval_options: EvalOptions
 
+    def __repr__(self) -> str:
+        """One line: where the run is, what it is and what it was trained on (the
+        fields themselves are attributes)."""
+        store = getattr(self.source.store, "path", None)
+        return (
+            f"Run({str(self.run_dir)!r}, {self.kind}: {self.config.learner.name} on "
+            f"{self.config.model.name}, sampler {self.config.sampler.name}"
+            + (f", store {str(store)!r})" if store is not None else ")")
+        )
+
     @property
     def kind(self) -> str:
         """`forecast` for forecasting runs on a store, `classification` for few-shot

@@ -34,7 +34,6 @@ examples:
   metadist train experiment=synthetic_maml imports=[my_samplers] \\
       sampler.name=my_sampler 'sampler.options={lookback: 32, horizon: 8}'
   metadist train --nproc-per-node=2 experiment=synthetic_maml run_dir=runs/syn2
-  metadist train --nproc-per-node=2 experiment=synthetic_maml run_dir=runs/syn2
   torchrun --nproc_per_node=2 -m metadist.train experiment=synthetic_maml run_dir=runs/syn2
   torchrun --nproc_per_node=2 -m metadist.train experiment=sinusoid_maml \\
       trainer.meta_batch_size=24

@@ -156,9 +156,10 @@ class DataConfig:
         if self.store is not None and not Path(self.store).is_dir():
             raise FileNotFoundError(
                 f"data.store: no series store at {self.store!r} "
-                "(build one with `metadist ingest`: from your own Parquet files, from "
-                "`metadist synth OUT` for the synthetic panel, or from `metadist datasets m3 OUT` "
-                "for M3 (see python benchmarks/m3.py); `make run` builds runs/demo/data/store)"
+                "(build one with `metadist ingest` from your own Parquet files, from "
+                "`metadist synth OUT` for the synthetic panel, or from `metadist datasets` "
+                "for the competition and UCR/UEA sets; `metadist demo --out runs/demo` builds "
+                "runs/demo/data/store)"
             )
 
 

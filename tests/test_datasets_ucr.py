@@ -114,3 +114,20 @@ def test_a_set_that_is_not_installed_names_the_installed_ones(tmp_path, installe
     with pytest.raises(MissingUCRDataError, match="available: .*" + installed_sets[0]):
         write_ucr("NoSuchSet", tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_the_list_holds_classification_sets_only_and_a_name_in_another_case_is_hinted(
+    installed_sets,
+):
+    """A regression set (`@classLabel false`, e.g. Covid3Month where installed) is not
+    listed, since it has no classes; a set named in another case gets "did you mean"."""
+    from metadist.datasets.ucr import find_ucr_files, ucr_directories
+
+    for data in ucr_directories():
+        for train in data.glob("*/*_TRAIN.ts"):
+            name = train.name[: -len("_TRAIN.ts")]
+            if name in installed_sets:
+                assert read_ts(train).labels  # it reads as a classification set
+    name = installed_sets[0]
+    with pytest.raises(MissingUCRDataError, match=rf"did you mean {name}\?"):
+        find_ucr_files(name.lower() if name.lower() != name else name.upper())

@@ -21,6 +21,7 @@ case is z-normalised per dimension (`--scaling per-entity`), as is usual for the
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import os
 from dataclasses import dataclass
@@ -69,14 +70,27 @@ def ucr_directories() -> list[Path]:
 
 
 def available_ucr_sets() -> list[str]:
-    """Names of the sets whose TRAIN and TEST `.ts` files are installed, sorted."""
+    """Names of the classification sets whose TRAIN and TEST `.ts` files are installed,
+    sorted (a regression set, `@classLabel false`, is not listed: it has no classes)."""
     names = set()
     for data in ucr_directories():
         for train in data.glob("*/*_TRAIN.ts"):
             name = train.name[: -len("_TRAIN.ts")]
-            if (train.parent / f"{name}_TEST.ts").is_file():
+            if (train.parent / f"{name}_TEST.ts").is_file() and _has_class_labels(train):
                 names.add(name)
     return sorted(names)
+
+
+def _has_class_labels(path: Path) -> bool:
+    """Whether a `.ts` file's header says `@classLabel true` (read up to `@data`)."""
+    with open(path, encoding="utf-8", errors="replace") as lines:
+        for raw in lines:
+            line = raw.strip().lower()
+            if line.startswith("@classlabel"):
+                return line.split()[1:2] == ["true"]
+            if line.startswith("@data"):
+                return False
+    return False
 
 
 def find_ucr_files(name: str) -> tuple[Path, Path]:
@@ -93,9 +107,13 @@ def find_ucr_files(name: str) -> tuple[Path, Path]:
         raise MissingUCRDataError(
             f"no package with UCR/UEA .ts files is installed; {_INSTALL_HINT}"
         )
+    available = available_ucr_sets()
+    same = [n for n in available if n.lower() == name.lower()]
+    close = same or difflib.get_close_matches(name, available, n=3)
+    hint = f"; did you mean {' or '.join(close)}?" if close else ""
     raise MissingUCRDataError(
-        f"UCR/UEA set {name!r} is not in the installed packages; available: "
-        f"{', '.join(available_ucr_sets())}"
+        f"UCR/UEA set {name!r} is not in the installed packages{hint} (names are "
+        f"case-sensitive); available: {', '.join(available)}"
     )
 
 

@@ -37,6 +37,8 @@ def unknown_key_error(path: str, key: str, choices: Iterable[str], what: str) ->
     choices = sorted(choices)
     guess = closest(key, choices)
     hint = f"did you mean {guess!r}? " if guess else ""
+    if not guess and "options" in choices:  # a component's option set one level too high
+        hint = f"a component's option is {path[: -len(key)]}options.{key}; "
     listing = ", ".join(choices) if choices else "none"
     return ValueError(f"{path}: unknown {what}; {hint}(valid: {listing})")
 

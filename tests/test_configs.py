@@ -152,6 +152,9 @@ def test_a_misspelt_group_choice_is_one_line_with_the_closest_names():
     assert "synthetic_maml" in message and "\n" not in message and "search path" not in message
     with pytest.raises(ValueError, match=r"learner=mam: no such learner; did you mean maml"):
         compose_dict(["experiment=synthetic_maml", "learner=mam"])
+    # a component's option set one level too high is pointed at its place
+    with pytest.raises(ValueError, match=r"a component's option is sampler.options.lookback"):
+        load_config(["experiment=synthetic_maml", "sampler.lookback=200"])
 
 
 # Learners for classification tasks are built on a classification experiment: those

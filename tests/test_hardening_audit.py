@@ -260,6 +260,10 @@ def test_a_store_is_never_a_run_directory_nor_replaced_over_a_run(received, tmp_
     )  # fmt: skip
     _one_line_error(done, f"run_dir {store} is a series store")
     assert sorted(p.name for p in store.iterdir()) == before
+    import metadist
+
+    with pytest.raises(FileNotFoundError, match=f"run_dir {store} is a series store, not a run"):
+        metadist.load_run(store)  # not "no checkpoint yet; train first"
     (store / "checkpoints").mkdir()  # a run trained into it before this check
     with pytest.raises(FileExistsError, match="also holds a training run"):
         ingest(received["tmp"] / "panel", store, progress=False, **SYNTHETIC_INGEST_ARGS)

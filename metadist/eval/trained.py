@@ -19,6 +19,7 @@ from torch import nn
 from metadist.learners import build_learner
 from metadist.learners.ensemble import LearnerEnsemble
 from metadist.models import build_model
+from metadist.store.format import is_store
 from metadist.store.identity import check_store_identity
 from metadist.tasks import get_task_sampler
 from metadist.train import distributed
@@ -71,6 +72,11 @@ def load_run(
 
 def _no_checkpoint_error(run_dir: Path) -> FileNotFoundError:
     """The error for a run_dir without a checkpoint, pointing at run directories inside it."""
+    if is_store(run_dir):
+        return FileNotFoundError(
+            f"run_dir {run_dir} is a series store, not a run: give the run directory a "
+            "training wrote (its run_dir=...)"
+        )
     inside = sorted(
         sub
         for sub in run_dir.iterdir()

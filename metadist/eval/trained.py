@@ -65,6 +65,7 @@ def load_run(
     state = load_checkpoint(checkpoint_path, pointer)
     if store is not None:
         saved = state["config"]
+        state["trained_store"] = saved.get("data", {}).get("store")  # for messages
         state["config"] = {**saved, "data": {**saved.get("data", {}), "store": str(store)}}
     config = build_config(state["config"], world_size=1, allow_imports=allow_imports)
     return config, state, checkpoint_path, pointer
@@ -166,9 +167,17 @@ def ensemble_member(
                 f"run with {b!r}; members must see the same tasks"
             )
     if parts.store is not None:
-        check_store_identity(
-            state.get("store_identity"), parts.store, f"eval.ensemble member {run_dir}"
-        )
+        try:
+            check_store_identity(
+                state.get("store_identity"), parts.store, f"eval.ensemble member {run_dir}"
+            )
+        except ValueError:  # the member's store, not the evaluated run's, is the odd one
+            trained = state.get("trained_store", member.data.store)
+            raise ValueError(
+                f"eval.ensemble: {run_dir} was trained with data.store={trained!r}, another "
+                f"store than the evaluated run's ({config.data.store!r}); members must see "
+                "the same tasks"
+            ) from None
     input_shape = None if lookback is None else (lookback, *parts.input_shape[1:])
     return trained_learner(member, state, parts, input_shape), checkpoint_path.name, lookback
 

@@ -296,3 +296,26 @@ def test_an_experiments_seasonal_periods_that_miss_the_stores_strata_stop_before
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     assert (run_dir / "eval" / "metrics.json").is_file()
+
+
+def test_a_run_resumes_from_its_store_at_a_new_path_but_not_from_another_store(received, tmp_path):
+    """The store is part of a run by its identity, not its path: a run whose store moved
+    (a renamed competition output) resumes from the new path; another store is refused."""
+    first = tmp_path / "first_store"
+    shutil.copytree(received["store"], first)
+    run_dir = _train(tmp_path, first, "run")
+    moved = tmp_path / "moved_store"
+    first.rename(moved)
+    _train(tmp_path, moved, "run", "trainer.meta_steps=4")  # resumed: asserts rc 0
+    assert (run_dir / "checkpoints" / "step_00000004.pt").is_file()
+    panel = tmp_path / "other_panel"
+    write_synthetic_panel(panel, num_entities=12, length_range=(80, 120), seed=2, nan_fraction=0)
+    other = tmp_path / "other_store"
+    ingest(panel, other, progress=False, **SYNTHETIC_INGEST_ARGS)
+    done = _metadist(
+        "train", "--no-eval", "experiment=synthetic_maml", f"data.store={other}",
+        f"run_dir={run_dir}", "trainer.meta_steps=6", "trainer.meta_batch_size=2",
+        "trainer.eval_every=0", "model.options.hidden_sizes=[8]", "logging.progress=false",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 1 and "is not the store" in done.stderr, done.stderr[-2000:]

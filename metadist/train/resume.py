@@ -33,7 +33,8 @@ _RUN_IDENTITY = (
     ("model",),
     ("learner",),
     ("optimizer",),
-    ("data", "store"),
+    # not ("data", "store"): the store is checked by its identity, not by its path, so a
+    # run whose store moved (a renamed competition output) resumes from the new path
     ("data", "fractions"),
     ("data", "pinned_test_units"),
     ("data", "split_by"),

@@ -194,6 +194,19 @@ def test_methods_and_combinations(runs):
     assert longer.num_rows == 3
 
 
+def test_a_period_longer_than_the_history_is_noted(runs, capsys):
+    """Seasonal naive and Theta fall back to no seasonality there: a note says so (a
+    constant forecast came back without a word)."""
+    run = metadist.load_run(runs["global"])
+    history = _panel_rows(runs["panel"], str(run.source.store.entity_ids[1]))
+    capsys.readouterr()
+    run.forecast(history, methods=["seasonal_naive", "theta"], period=10**4)
+    err = capsys.readouterr().err
+    assert "1 entity is shorter than one season" in err and "period 10000" in err
+    run.forecast(history, methods=["seasonal_naive"], period=24)
+    assert "shorter than one season" not in capsys.readouterr().err
+
+
 def test_an_ensemble_forecasts_the_mean_of_its_members(runs, tmp_path):
     """`load_run(..., ensemble=[...])`: each member adapts on the entity's own windows and
     the ensemble's forecast is the mean of the members' forecasts (eval.ensemble_reduce)."""

@@ -360,15 +360,26 @@ def baseline_forecasts(
     """
     needs_period = sorted({"seasonal_naive", "theta"} & set(methods))
     out: dict[str, list[np.ndarray]] = {m: [] for m in methods}
+    shorter: list[tuple[str, int, int]] = []  # entities shorter than their period
     for entity in entities:
         history = entity.values[:, target_columns]
         m = period_of(options, entity, period, needs_period[0]) if needs_period else 1
+        if m > len(history):
+            shorter.append((entity.key, m, len(history)))
         if "naive" in methods:
             out["naive"].append(baselines.naive_forecast(history, horizon))
         if "seasonal_naive" in methods:
             out["seasonal_naive"].append(baselines.seasonal_naive_forecast(history, horizon, m))
         if "theta" in methods:
             out["theta"].append(baselines.theta_forecast(history, horizon, m))
+    if shorter:
+        key, m, rows = shorter[0]
+        print(
+            f"note: history: {len(shorter)} {'entity is' if len(shorter) == 1 else 'entities are'}"
+            f" shorter than one season ({key!r}: {rows} rows, period {m}): "
+            f"{' and '.join(needs_period)} forecast them without seasonality",
+            file=sys.stderr,
+        )
     return {m: np.stack(v).astype(np.float64) for m, v in out.items()}
 
 

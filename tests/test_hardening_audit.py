@@ -319,3 +319,31 @@ def test_a_run_resumes_from_its_store_at_a_new_path_but_not_from_another_store(r
         cwd=tmp_path,
     )  # fmt: skip
     assert done.returncode == 1 and "is not the store" in done.stderr, done.stderr[-2000:]
+
+
+def test_sigterm_during_the_evaluation_after_training_says_the_run_is_kept(tmp_path):
+    """SIGTERM while `metadist train` evaluates the run it finished: exit 143 with a line
+    saying the training is kept and how to evaluate it (it died without a word)."""
+    run_dir = tmp_path / "run"
+    command = [
+        sys.executable, "-m", "metadist.cli", "train", "experiment=sinusoid_maml",
+        f"run_dir={run_dir}", "trainer.meta_steps=2", "trainer.eval_every=0",
+        "logging.progress=false", "eval.scratch_steps=1000000",  # a long evaluation
+    ]  # fmt: skip
+    process = subprocess.Popen(
+        command, cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not (run_dir / "checkpoints" / "step_00000002.pt").is_file():
+            assert time.monotonic() < deadline and process.poll() is None
+            time.sleep(0.2)
+        time.sleep(3)  # into the evaluation
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 143, err[-2000:]
+    assert "SIGTERM stopped the evaluation" in err and f"metadist eval run_dir={run_dir}" in err
+    assert "Traceback" not in err

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 
 from omegaconf import OmegaConf
@@ -138,7 +139,7 @@ def main(argv: list[str] | None = None, prog: str = "metadist train") -> int:
     if result is None:
         return 1
     if result.stopped_by is None and eval_options is not None:
-        return 0 if _evaluate_at_end(result.run_dir, eval_options, prog) else 1
+        return _evaluate_at_end(result.run_dir, eval_options, prog)
     return 0
 
 
@@ -155,26 +156,44 @@ def _local_rank() -> int:
     return int(os.environ.get("LOCAL_RANK", "0"))
 
 
-def _evaluate_at_end(run_dir, options, prog: str) -> bool:
-    """Rank 0 evaluates the finished run on its held-out tasks (metadist.eval); False
-    where the evaluation failed (the training is kept, and the message says how to
-    evaluate it once the settings are fixed)."""
+class _Stopped(Exception):
+    """SIGTERM during the evaluation that ends a training."""
+
+
+def _raise_stopped(signum: int, frame: object) -> None:
+    raise _Stopped(signal.Signals(signum).name)
+
+
+def _evaluate_at_end(run_dir, options, prog: str) -> int:
+    """Rank 0 evaluates the finished run on its held-out tasks (metadist.eval); the exit
+    status: 1 where the evaluation failed, 143 where SIGTERM stopped it (the training is
+    kept either way, and the message says how to evaluate it)."""
     if int(os.environ.get("RANK", "0")) != 0:
-        return True
+        return 0
+    again = f"evaluate it with `metadist eval run_dir={run_dir}`"
+    previous = signal.signal(signal.SIGTERM, _raise_stopped)
     try:
         result = evaluate_run(run_dir, options=options)
     except (ValueError, FileNotFoundError, OutOfSpaceError) as error:
         print(
             f"{prog}: error: the training finished (run_dir {run_dir}), its evaluation "
-            f"failed: {error}; evaluate it with `metadist eval run_dir={run_dir}` and "
-            "eval.KEY=VALUE settings that fit",
+            f"failed: {error}; {again} and eval.KEY=VALUE settings that fit",
             file=sys.stderr,
         )
-        return False
+        return 1
+    except _Stopped as stop:
+        print(
+            f"{prog}: {stop} stopped the evaluation; the training finished (run_dir "
+            f"{run_dir}): {again}",
+            file=sys.stderr,
+        )
+        return 128 + signal.SIGTERM
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     print(markdown_report(result), end="")
     for kind, path in result.get("paths", {}).items():
         print(f"{kind}: {path}")
-    return True
+    return 0
 
 
 if __name__ == "__main__":

@@ -178,7 +178,7 @@ def test_bad_settings_exit_nonzero_from_the_cli(capsys):
             ],
             ["world size 8", "trainer.meta_batch_size=25 is not divisible by the world size 8"],
         ),
-        (["experiment=sinusoid"], ["Could not find 'experiment/sinusoid'", "sinusoid_maml"]),
+        (["experiment=sinusoid"], ["experiment=sinusoid: no such experiment", "sinusoid_maml"]),
         (
             ["experiment=sinusoid_maml", "node=2"],
             ["'node=2' is not a launch setting; did you mean nodes=?", "node: unknown field"],

@@ -158,7 +158,7 @@ def test_misspelt_slurm_launch_settings_are_refused(tmp_path):
         (
             ["experiment=sinusoid", "trainer.eval_every=10"],
             [],
-            "Could not find 'experiment/sinusoid'",
+            "experiment=sinusoid: no such experiment",
         ),
         (
             ["experiment=sinusoid_maml", "trainer.eval_every=10", "node=2"],

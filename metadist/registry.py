@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import traceback
 from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar
 
@@ -176,10 +177,13 @@ class Registry(Generic[T]):
         try:
             return cls(*args, **keywords, **extra)
         except TypeError as error:
-            # an option whose type the component does not annotate, refused by its own
-            # arithmetic: one line naming the options, not a traceback of its code
+            # e.g. an option whose type the component does not annotate, refused by its
+            # own arithmetic: one line naming the options and the place, not a traceback
             where = path or f"{self.kind}.options"
+            frames = traceback.extract_tb(error.__traceback__)[1:]  # below this call
+            at = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
             raise ValueError(
                 f"{self.label} {name!r} could not be built from {where} {keywords}: "
-                f"{error} (annotate its options with their types to have them checked)"
+                f"{error}{at} (an option of the wrong type? annotate the options with "
+                "their types to have them checked)"
             ) from None

@@ -202,9 +202,9 @@ def test_a_period_longer_than_the_history_is_noted(runs, capsys):
     capsys.readouterr()
     run.forecast(history, methods=["seasonal_naive", "theta"], period=10**4)
     err = capsys.readouterr().err
-    assert "1 entity is shorter than one season" in err and "period 10000" in err
+    assert "1 entity is too short for period 10000" in err and "Theta 2 seasons" in err
     run.forecast(history, methods=["seasonal_naive"], period=24)
-    assert "shorter than one season" not in capsys.readouterr().err
+    assert "too short" not in capsys.readouterr().err
 
 
 def test_an_ensemble_forecasts_the_mean_of_its_members(runs, tmp_path):
@@ -224,7 +224,9 @@ def test_an_ensemble_forecasts_the_mean_of_its_members(runs, tmp_path):
     together = forecast(runs["global"], ensemble=[other])
     assert not np.allclose(alone, member)  # two different models
     np.testing.assert_allclose(together, (alone + member) / 2, rtol=1e-5, atol=1e-5)
-    with pytest.raises(ValueError, match="eval.ensemble: .* was trained with data.store="):
+    with pytest.raises(
+        ValueError, match="eval.ensemble: .* was trained on another store than the evaluated run's"
+    ):
         metadist.load_run(runs["global"], ensemble=[runs["per-entity"]])
 
 
@@ -470,6 +472,26 @@ def test_local_midnight_rows_of_a_time_zone_continue_in_it_and_a_monthly_gap_is_
         got = table.column(SYNTHETIC_TIME).cast(pa.int64()).to_pylist()
         assert got == stamps.slice(rows).cast(pa.int64()).to_pylist(), unit
         assert table.column("y").equals(expected)
+    # a daily history that ends before daylight saving starts continues at local midnight
+    wall = (np.datetime64("2020-03-28", "D") - rows + 1 + np.arange(rows + H)).astype("<M8[ns]")
+    stamps = pc.assume_timezone(pa.array(wall), timezone=zone)
+    table = run.forecast(history.set_column(at, SYNTHETIC_TIME, stamps.slice(0, rows)))
+    got = table.column(SYNTHETIC_TIME).cast(pa.int64()).to_pylist()
+    assert got == stamps.slice(rows).cast(pa.int64()).to_pylist()
+    # monthly rows at UTC midnight, shown in a zone, continue at UTC midnight
+    utc = (np.datetime64("2010-01", "M") + np.arange(rows + H)).astype("<M8[ns]")
+    stamps = pa.array(utc).cast(pa.timestamp("ns", "UTC")).cast(pa.timestamp("ns", zone))
+    table = run.forecast(history.set_column(at, SYNTHETIC_TIME, stamps.slice(0, rows)))
+    got = table.column(SYNTHETIC_TIME).cast(pa.int64()).to_pylist()
+    assert got == stamps.slice(rows).cast(pa.int64()).to_pylist()
+    # an hourly gap is named where it is, not at the hour daylight saving skips
+    hours = np.datetime64("2020-03-29T00:00", "ns") + np.arange(rows + 1) * np.timedelta64(1, "h")
+    hourly = pa.array(np.delete(hours, rows - 5)).cast(pa.timestamp("ns", "UTC"))
+    before = pa.array(hours[rows - 6 : rows - 5]).cast(pa.timestamp("ns", "UTC"))
+    missing = pc.local_timestamp(before.cast(pa.timestamp("ns", zone)))[0].as_py()
+    with pytest.raises(ValueError, match=rf"time {missing} is "
+                       r"followed by .*otherwise 1 hour apart"):  # fmt: skip
+        run.forecast(history.set_column(at, SYNTHETIC_TIME, hourly.cast(pa.timestamp("ns", zone))))
     months = (np.datetime64("2010-01", "M") + np.arange(rows + 2)).astype("datetime64[D]")
     kept = np.delete(months, [20, 21])  # 2011-09 and 2011-10 missing
     with pytest.raises(ValueError, match=r"time 2011-08-01 is followed by 2011-11-01, where its "

@@ -347,3 +347,15 @@ def test_sigterm_during_the_evaluation_after_training_says_the_run_is_kept(tmp_p
     assert process.returncode == 143, err[-2000:]
     assert "SIGTERM stopped the evaluation" in err and f"metadist eval run_dir={run_dir}" in err
     assert "Traceback" not in err
+
+
+def test_a_run_saved_without_a_store_identity_is_its_store_by_path(tmp_path):
+    """Runs saved before stores had a recorded identity keep the path check: another
+    data.store is refused, the same one (however spelt) resumes."""
+    from metadist.train.resume import check_same_store_path
+
+    old = {"config": {"data": {"store": str(tmp_path / "a")}}}
+    check_same_store_path(old, str(tmp_path / "x" / ".." / "a"), tmp_path)
+    with pytest.raises(ValueError, match="saved before stores had a recorded identity"):
+        check_same_store_path(old, str(tmp_path / "b"), tmp_path)
+    check_same_store_path({**old, "store_identity": {"num_entities": 1}}, "b", tmp_path)

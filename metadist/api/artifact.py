@@ -169,11 +169,11 @@ def _from_record(
 
 
 def _keep_record(run_dir: Path, record: dict[str, Any] | None, loaded: Loaded) -> None:
-    """Writes the run's record where it has none (or one this version cannot read; a
-    note where the run directory cannot be written). A readable record is left as it
-    is: loading a run does not change it, wherever the run or its store now are."""
-    if record is not None:
-        return
+    """Writes the run's record where it has none (a note where the run directory cannot
+    be written). A record there is left as it is, readable or not: loading a run does not
+    change it, wherever the run or its store now are."""
+    if record is not None or (run_dir / INFERENCE_FILE).exists():
+        return  # a record another version wrote, or a damaged one, stays as it is
     _, config, _, source, options = loaded
     settings = None if config.eval else dataclasses.asdict(options)
     try:

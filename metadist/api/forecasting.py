@@ -364,7 +364,7 @@ def baseline_forecasts(
     for entity in entities:
         history = entity.values[:, target_columns]
         m = period_of(options, entity, period, needs_period[0]) if needs_period else 1
-        if m > len(history):
+        if ("theta" in methods and len(history) < 2 * m + 1) or m > len(history):
             shorter.append((entity.key, m, len(history)))
         if "naive" in methods:
             out["naive"].append(baselines.naive_forecast(history, horizon))
@@ -376,8 +376,8 @@ def baseline_forecasts(
         key, m, rows = shorter[0]
         print(
             f"note: history: {len(shorter)} {'entity is' if len(shorter) == 1 else 'entities are'}"
-            f" shorter than one season ({key!r}: {rows} rows, period {m}): "
-            f"{' and '.join(needs_period)} forecast them without seasonality",
+            f" too short for period {m} ({key!r}: {rows} rows): seasonal naive needs a season, "
+            "Theta 2 seasons + 1 row; without them they forecast without seasonality",
             file=sys.stderr,
         )
     return {m: np.stack(v).astype(np.float64) for m, v in out.items()}

@@ -81,11 +81,16 @@ class Run:
     def __repr__(self) -> str:
         """One line: where the run is, what it is and what it was trained on (the
         fields themselves are attributes)."""
-        store = getattr(self.source.store, "path", None)
+        store = self.source.store
+        if store is None:
+            where = ""
+        elif hasattr(store, "entity_ids"):  # the store itself
+            where = f", store {str(store.path)!r}"
+        else:  # its record in the run (`RecordedStore`)
+            where = ", store gone: forecasts from its record"
         return (
             f"Run({str(self.run_dir)!r}, {self.kind}: {self.config.learner.name} on "
-            f"{self.config.model.name}, sampler {self.config.sampler.name}"
-            + (f", store {str(store)!r})" if store is not None else ")")
+            f"{self.config.model.name}, sampler {self.config.sampler.name}{where})"
         )
 
     @property

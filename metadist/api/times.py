@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 _INT64_MAX = np.iinfo(np.int64).max
+_DAY = 86_400 * 10**9  # nanoseconds
 # calendar units shown in messages, largest first, in nanoseconds
 _UNITS: tuple[tuple[str, int], ...] = (
     ("day", 86_400 * 10**9),
@@ -81,29 +82,36 @@ def regular_step(key: str, times: np.ndarray, kind: pa.DataType, extra: str = ""
     """
     if len(times) < 2:
         return None
-    spacing = np.diff(times)
-    if (spacing == spacing[0]).all():
-        return Step(size=int(spacing[0]))
     zone = _zone(kind)
-    if zone is not None:  # regular in the zone's wall-clock time (days, months)?
-        local = to_local(times, zone)
+    local = to_local(times, zone) if zone is not None else times
+    if zone is not None:  # whole days or months of the zone's wall-clock time come first
         spacing = np.diff(local)
-        if (spacing == spacing[0]).all():
+        if (spacing == spacing[0]).all() and spacing[0] % _DAY == 0:
             return Step(size=int(spacing[0]), local=True)
         monthly = _monthly_step(local, kind)
         if monthly is not None:
             return Step(monthly.size, monthly.months, monthly.offset, monthly.from_end, True)
-        times = local  # the message shows the wall-clock times the user wrote
-    elif not pa.types.is_integer(kind):
+    spacing = np.diff(times)
+    if (spacing == spacing[0]).all():
+        return Step(size=int(spacing[0]))
+    if not pa.types.is_integer(kind):
         monthly = _monthly_step(times, kind)
         if monthly is not None:
             return monthly
-    where, usual = _first_gap(times, kind)
+    # the gap in UTC where the rows keep a fixed step there (hours across daylight
+    # saving), else in the zone's wall-clock time; shown in wall-clock time either way
+    where, usual = _first_gap(local if zone is not None and _calendar(local) else times, kind)
     raise ValueError(
-        f"history: entity {key!r} has a gap: time {shown_time(times[where], kind)} is followed by "
-        f"{shown_time(times[where + 1], kind)}, where its rows are otherwise "
+        f"history: entity {key!r} has a gap: time {shown_time(local[where], kind)} is followed "
+        f"by {shown_time(local[where + 1], kind)}, where its rows are otherwise "
         f"{usual} apart; forecasts continue a regular history: add the missing rows{extra}"
     )
+
+
+def _calendar(local: np.ndarray) -> bool:
+    """Whether wall-clock times keep one place in their days (daily or monthly data at,
+    say, local midnight), so a gap is looked for in wall-clock time."""
+    return bool((local % _DAY == local[0] % _DAY).all())
 
 
 def _first_gap(times: np.ndarray, kind: pa.DataType) -> tuple[int, str]:

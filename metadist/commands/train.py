@@ -14,6 +14,7 @@ import argparse
 import os
 import signal
 import sys
+import threading
 
 from omegaconf import OmegaConf
 
@@ -156,8 +157,9 @@ def _local_rank() -> int:
     return int(os.environ.get("LOCAL_RANK", "0"))
 
 
-class _Stopped(Exception):
-    """SIGTERM during the evaluation that ends a training."""
+class _Stopped(BaseException):
+    """SIGTERM during the evaluation that ends a training (a BaseException, as
+    KeyboardInterrupt: no `except Exception` of the evaluation swallows it)."""
 
 
 def _raise_stopped(signum: int, frame: object) -> None:
@@ -171,7 +173,8 @@ def _evaluate_at_end(run_dir, options, prog: str) -> int:
     if int(os.environ.get("RANK", "0")) != 0:
         return 0
     again = f"evaluate it with `metadist eval run_dir={run_dir}`"
-    previous = signal.signal(signal.SIGTERM, _raise_stopped)
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _raise_stopped) if main_thread else None
     try:
         result = evaluate_run(run_dir, options=options)
     except (ValueError, FileNotFoundError, OutOfSpaceError) as error:
@@ -189,7 +192,8 @@ def _evaluate_at_end(run_dir, options, prog: str) -> int:
         )
         return 128 + signal.SIGTERM
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
     print(markdown_report(result), end="")
     for kind, path in result.get("paths", {}).items():
         print(f"{kind}: {path}")

@@ -336,8 +336,9 @@ _CHECKS = (
 
 def check_periods_cover(options: EvalOptions, store: Any) -> None:
     """Where `eval.seasonal_period` maps strata (or labels) to periods, every stratum
-    (label) of `store` that is evaluated has one: checked before the training and the
-    evaluation, not when its first task is scored. An experiment's mapping names the
+    (label) of `store`'s entities has one (of those with one of `eval.labels`, where it
+    is set; every split's, since the partition is not known yet): checked before the
+    training and the evaluation, not when its first task is scored. An experiment's mapping names the
     strata of its own data, so another store gets one line saying what to set.
 
     Raises:
@@ -346,9 +347,12 @@ def check_periods_cover(options: EvalOptions, store: Any) -> None:
     periods, kind = options.seasonal_period, options.seasonal_period_from
     if store is None or not isinstance(periods, dict):
         return
-    names = [str(n) for n in (store.stratum_names if kind == "stratum" else store.label_names)]
-    if options.labels is not None and kind == "label":
-        names = [n for n in names if n in options.labels]
+    if options.labels is not None:  # the entities evaluated: those with these labels
+        chosen = store.has_label(options.labels)
+        values = store.strata[chosen] if kind == "stratum" else store.labels[chosen]
+        names = sorted({str(n) for n in values})
+    else:
+        names = [str(n) for n in (store.stratum_names if kind == "stratum" else store.label_names)]
     missing = [n for n in names if n not in periods]
     if not missing:
         return

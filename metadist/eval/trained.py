@@ -174,10 +174,19 @@ def ensemble_member(
         except ValueError:  # the member's store, not the evaluated run's, is the odd one
             trained = state.get("trained_store", member.data.store)
             raise ValueError(
-                f"eval.ensemble: {run_dir} was trained with data.store={trained!r}, another "
-                f"store than the evaluated run's ({config.data.store!r}); members must see "
+                f"eval.ensemble: {run_dir} was trained on another store than the evaluated "
+                f"run's ({config.data.store!r}; the member's data.store was {trained!r}, "
+                "whose data have changed since if it is the same path); members must see "
                 "the same tasks"
             ) from None
+    trained = state.get("trained_store", member.data.store)
+    evaluated = config.data.store
+    unrecorded = state.get("store_identity") is None and trained and evaluated
+    if unrecorded and Path(str(trained)).resolve() != Path(str(evaluated)).resolve():
+        raise ValueError(
+            f"eval.ensemble: {run_dir} was trained with data.store={trained!r}, the "
+            f"evaluated run with {config.data.store!r}; members must see the same tasks"
+        )
     input_shape = None if lookback is None else (lookback, *parts.input_shape[1:])
     return trained_learner(member, state, parts, input_shape), checkpoint_path.name, lookback
 

@@ -110,6 +110,7 @@ def resume(config: TrainConfig, env: DistEnv, parts: RunParts) -> Resumed:
     path, pointer = found
     state = load_checkpoint(path, pointer)
     check_same_run(state.get("config", {}), config.to_dict(), run_dir)
+    check_same_store_path(state, config.data.store, run_dir)
     if parts.store is not None:
         check_store_identity(state.get("store_identity"), parts.store, f"the run in {run_dir}")
     parts.learner.load_state_dict(state["learner"])
@@ -159,6 +160,27 @@ def check_same_run(saved: dict, current: dict, run_dir: Path) -> None:
             )
 
 
+def check_same_store_path(state: dict, store: str | None, run_dir: Path) -> None:
+    """A run saved before stores had a recorded identity is its store by its path: the
+    same `data.store` (resolved), as runs were then checked. A run with an identity is
+    checked by it instead (`check_store_identity`), wherever its store now is.
+
+    Raises:
+        ValueError: no recorded identity and another store path.
+    """
+    if state.get("store_identity") is not None:
+        return
+    saved = (state.get("config", {}).get("data") or {}).get("store")
+    if saved is None and store is None:
+        return
+    if saved is None or store is None or Path(saved).resolve() != Path(store).resolve():
+        raise ValueError(
+            f"run_dir {run_dir} holds a run with data.store={saved!r} (saved before stores "
+            f"had a recorded identity), but this command has data.store={store!r}; resume "
+            "it on the same store, or start a new run with another run_dir"
+        )
+
+
 def finished_before(overrides: list[str], run_dir: Path) -> bool:
     """Whether `run_dir` holds a finished run of the training `overrides` describe: all
     its meta-steps, the same settings and the same store, as the training command itself
@@ -181,6 +203,7 @@ def finished_before(overrides: list[str], run_dir: Path) -> bool:
         if not finished and not stopped:
             return False
         check_same_run(state.get("config", {}), config.to_dict(), run_dir)
+        check_same_store_path(state, config.data.store, run_dir)
         if config.data.store is not None:
             store = SeriesStore.open(config.data.store)
             check_store_identity(state.get("store_identity"), store, f"the run in {run_dir}")

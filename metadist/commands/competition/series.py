@@ -71,12 +71,12 @@ def scan_series(path: Path, spec: CompetitionSpec) -> SeriesInfo:
     if not path.is_file():
         raise FileNotFoundError(f"no training file at {path}")
     wanted = _wanted_columns(path, spec)
-    columns = list(dict.fromkeys([*wanted.values(), spec.time_col]))
+    columns = list(dict.fromkeys([*wanted.values(), spec.time_col, spec.value_col]))
     table = pq.read_table(path, columns=columns)
     if table.num_rows == 0:
         raise ValueError(f"{path} has no rows")
     refuse_nulls(path, table, columns)
-    _refuse_non_finite(path, spec.value_col)
+    _refuse_non_finite(path, table, spec.value_col)
     rows = _Rows.of(table, spec.entity_col)
     labels = _per_series(path, table, wanted, rows, "label_col")
     assert labels is not None
@@ -131,14 +131,14 @@ def refuse_nulls(path: Path, table: pa.Table, columns: list[str]) -> None:
             raise ValueError(f"{path}: row {row}: column {name!r} is null")
 
 
-def _refuse_non_finite(path: Path, value_col: str) -> None:
+def _refuse_non_finite(path: Path, table: pa.Table, value_col: str) -> None:
     """Every training value is a finite number: checked before anything is written (the
     ingest would refuse it later, pointing at `metadist ingest`'s own options).
 
     Raises:
         ValueError: naming the first row that is not, and how many are not.
     """
-    column = pq.read_table(path, columns=[value_col]).column(value_col)
+    column = table.column(value_col)
     try:
         values = pc.cast(column, "float64").to_numpy(zero_copy_only=False)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):

@@ -162,7 +162,11 @@ class SlurmArrayWave:
         )
         job = replace(
             base_job,
-            train_args=tuple(["--config-dir", settings.config_dir] if settings.config_dir else []),
+            # a trial is scored on meta-val while it trains; its meta-test is never evaluated
+            train_args=(
+                "--no-eval",
+                *(["--config-dir", settings.config_dir] if settings.config_dir else []),
+            ),
             output=str(wave_dir / "%a.out"),
             array=f"0-{len(plans) - 1}",
             args_file=str(wave_dir / "${SLURM_ARRAY_TASK_ID}.args"),

@@ -136,7 +136,8 @@ class TrialPlan:
                 f"--nproc_per_node={settings.nproc_per_node}",
             ]
         tail = ["--config-dir", settings.config_dir] if settings.config_dir else []
-        return [*head, "-m", "metadist.train", *self.overrides, *tail]
+        # a trial is scored on meta-val while it trains; its meta-test is never evaluated
+        return [*head, "-m", "metadist.train", "--no-eval", *self.overrides, *tail]
 
 
 def trial_config(settings: SweepSettings, seed: int, params: dict[str, Any]) -> tuple[list, Any]:

@@ -6,8 +6,8 @@ directory (a run copied together with its store), its absolute path, or the conf
 `data.store` from the working directory; the store must be the one the run recorded.
 Where none holds it, the run's record stands in for the store: a moved run forecasts
 from any working directory without it. A run loaded from its store gains the record
-when it lacks it (or when it is stale), so runs trained before records were kept gain
-it on first use.
+when it has none, so runs trained before records were kept gain it on first use; a
+record there is never rewritten by loading.
 
 A run may also record the seasonal period of the series it was trained on
 (`periods.json`, written by `metadist competition` from the data): one integer, or one

@@ -166,3 +166,21 @@ def test_fit_ways_lowers_n_to_what_every_split_in_use_can_give(six_classes):
         np.zeros(2, dtype=np.int64), np.arange(2, dtype=np.uint64)
     )
     assert int(batch.support.y.max()) + 1 == 3
+
+
+def test_lowering_the_ways_is_noted(six_classes, capsys):
+    """`fit_ways` lowers N where a split has fewer classes; the run says so (it was
+    silent, and the header named the classes only)."""
+    from metadist.train.build import build_task_source
+    from metadist.train.compose import load_config
+
+    config = load_config(
+        ["experiment=ucr_protonet", f"data.store={six_classes.path}", "data.split_by=label",
+         "data.fractions=[0.5,0.0,0.5]", "sampler.options.num_ways=5",
+         "sampler.options.fit_ways=true"],
+        world_size=1,
+    )  # fmt: skip
+    capsys.readouterr()
+    source = build_task_source(config)
+    assert source.sampler.num_ways == 3
+    assert "note: sampler.options.num_ways=5 lowered to 3" in capsys.readouterr().err

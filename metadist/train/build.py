@@ -140,7 +140,16 @@ def build_task_source(config: TrainConfig, *, verify_store: bool | None = None) 
     _note_merged_strata(partitioner, store, config.data.fractions)
     fit_ways = getattr(sampler, "fit_ways_to", None)  # N-way samplers: N the splits can give
     if fit_ways is not None:
+        asked = getattr(sampler, "num_ways", None)
         fit_ways(partitioner)
+        ways = getattr(sampler, "num_ways", None)
+        if ways != asked and os.environ.get("RANK", "0") == "0":
+            print(
+                f"note: sampler.options.num_ways={asked} lowered to {ways}: the "
+                "split with fewest classes of K + Q examples has that many "
+                "(sampler.options.fit_ways=false refuses instead)",
+                file=sys.stderr,
+            )
     example = sampler.sample(np.zeros(1, dtype=np.int64), derive_task_seeds(seed, 0, np.zeros(1)))
     input_shape, task_output_shape = example_shapes(example, sampler)
     output_shape = task_output_shape

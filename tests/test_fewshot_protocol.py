@@ -445,7 +445,8 @@ def test_class_disjoint_run_is_scored_next_to_the_baselines(scaled_class_store, 
     assert kept["settings"]["steps"] == 5
     assert result["num_tasks"] == 2 * 20  # 5 test classes of 4 entities, 2 episodes each
     assert "20 test units, 2 tasks each" in result["settings"]["tasks"]
-    assert "(5 label classes)" in result["settings"]["tasks"]
+    assert "(2-way " in result["settings"]["tasks"]  # the episodes, then the classes
+    assert "-shot, 2 query per class, from 5 label classes)" in result["settings"]["tasks"]
     assert result["diverged"] == {}, result["diverged"]
     for method in expected:
         assert 0.0 <= result["overall"][method]["accuracy"]["value"] <= 1.0

@@ -275,7 +275,10 @@ class NWayKShotSampler(TaskSampler, Configurable):
             tasks_per_unit=tasks_per_unit,
             max_tasks=max_tasks,
             seed=seed,
-            note=f" ({len(confined._class_codes)} {self.class_by} classes)",
+            note=(
+                f" ({confined.num_ways}-way {confined.num_shots}-shot, {confined.num_query} "
+                f"query per class, from {len(confined._class_codes)} {self.class_by} classes)"
+            ),
             labelled_examples=examples,
             num_classes=num_classes,
             examples_normalised=bool(confined.options.z_normalise),

@@ -219,9 +219,9 @@ def test_a_training_whose_evaluation_fails_exits_non_zero_and_says_how_to_evalua
     received, tmp_path
 ):
     """`metadist train` evaluates the run it finished; where that evaluation fails (here
-    eval.labels the store does not have, found only when the tasks are built), the
-    command exits 1 with one error line that keeps the training and names `metadist
-    eval`, rather than a note and exit 0."""
+    eval.split=val of a partition without meta-val units, found only when the tasks are
+    built), the command exits 1 with one error line that keeps the training and names
+    `metadist eval`, rather than a note and exit 0."""
     store = received["run"].parent / "store"
     run_dir = tmp_path / "run"
     done = _metadist(
@@ -235,14 +235,15 @@ def test_a_training_whose_evaluation_fails_exits_non_zero_and_says_how_to_evalua
         "trainer.num_threads=1",
         "model.options.hidden_sizes=[8]",
         "logging.progress=false",
-        "eval.labels=[nowhere]",
+        "data.fractions=[0.9,0.0,0.1]",
+        "eval.split=val",
         cwd=tmp_path,
         timeout=180,
     )
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
     errors = [line for line in done.stderr.splitlines() if "error" in line]
     assert len(errors) == 1, done.stderr[-3000:]  # the training's own lines before it
-    for text in ("the training finished", "eval.labels", f"metadist eval run_dir={run_dir}"):
+    for text in ("the training finished", "eval.split", f"metadist eval run_dir={run_dir}"):
         assert text in errors[0], errors[0]
     assert (run_dir / "checkpoints").is_dir() and not (run_dir / "eval" / "metrics.json").exists()
 
@@ -289,6 +290,9 @@ def test_an_experiments_seasonal_periods_that_miss_the_stores_strata_stop_before
     done = _metadist("train", *common, "trainer.meta_steps=2", cwd=tmp_path)
     _one_line_error(done, "eval.seasonal_period", "(east, west)", "eval.seasonal_period=M")
     assert not run_dir.exists()  # refused before anything was written
+    done = _metadist("train", *common, "eval.labels=[nowhere]", cwd=tmp_path)
+    _one_line_error(done, "eval.labels: store", "has no label 'nowhere'")
+    assert not run_dir.exists()
     done = _metadist(
         "train", *common, "trainer.meta_steps=2", "trainer.meta_batch_size=2",
         "trainer.eval_every=0", "model.options.hidden_sizes=[8]", "logging.progress=false",

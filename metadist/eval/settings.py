@@ -348,7 +348,10 @@ def check_periods_cover(options: EvalOptions, store: Any) -> None:
     if store is None or not isinstance(periods, dict):
         return
     if options.labels is not None:  # the entities evaluated: those with these labels
-        chosen = store.has_label(options.labels)
+        try:
+            chosen = store.has_label(options.labels)
+        except ValueError as error:
+            raise ValueError(f"eval.labels: {error}") from None
         values = store.strata[chosen] if kind == "stratum" else store.labels[chosen]
         names = sorted({str(n) for n in values})
     else:

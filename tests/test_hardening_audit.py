@@ -60,11 +60,9 @@ def _one_line_error(done: subprocess.CompletedProcess, *wanted: str) -> str:
     return lines[0]
 
 
-def _train(tmp: Path, store: Path, name: str, *extra: str) -> Path:
-    run_dir = tmp / name
-    done = _metadist(
-        "train",
-        "--no-eval",
+def _tiny(store: Path, run_dir: Path) -> list[str]:
+    """The overrides of a tiny synthetic_maml training of `store` into `run_dir`."""
+    return [
         "experiment=synthetic_maml",
         f"data.store={store}",
         f"run_dir={run_dir}",
@@ -74,10 +72,12 @@ def _train(tmp: Path, store: Path, name: str, *extra: str) -> Path:
         "trainer.num_threads=1",
         "model.options.hidden_sizes=[8]",
         "logging.progress=false",
-        *extra,
-        cwd=tmp,
-        timeout=180,
-    )
+    ]
+
+
+def _train(tmp: Path, store: Path, name: str, *extra: str) -> Path:
+    run_dir = tmp / name
+    done = _metadist("train", "--no-eval", *_tiny(store, run_dir), *extra, cwd=tmp, timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]
     return run_dir
 
@@ -225,21 +225,9 @@ def test_a_training_whose_evaluation_fails_exits_non_zero_and_says_how_to_evalua
     store = received["run"].parent / "store"
     run_dir = tmp_path / "run"
     done = _metadist(
-        "train",
-        "experiment=synthetic_maml",
-        f"data.store={store}",
-        f"run_dir={run_dir}",
-        "trainer.meta_steps=2",
-        "trainer.meta_batch_size=2",
-        "trainer.eval_every=0",
-        "trainer.num_threads=1",
-        "model.options.hidden_sizes=[8]",
-        "logging.progress=false",
-        "data.fractions=[0.9,0.0,0.1]",
-        "eval.split=val",
-        cwd=tmp_path,
-        timeout=180,
-    )
+        "train", *_tiny(store, run_dir), "data.fractions=[0.9,0.0,0.1]", "eval.split=val",
+        cwd=tmp_path, timeout=180,
+    )  # fmt: skip
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
     errors = [line for line in done.stderr.splitlines() if "error" in line]
     assert len(errors) == 1, done.stderr[-3000:]  # the training's own lines before it

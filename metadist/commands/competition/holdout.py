@@ -9,10 +9,14 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from metadist.commands.competition.series import SeriesInfo, refuse_nulls, time_steps
+from metadist.commands.competition.series import (
+    SeriesInfo,
+    finite_values,
+    refuse_nulls,
+    time_steps,
+)
 from metadist.commands.competition.sources import (
     check_same_source,
     file_fingerprint,
@@ -86,19 +90,7 @@ def _read_holdout(path: Path, spec: CompetitionSpec) -> pa.Table:
     if table.num_rows == 0:
         raise ValueError(f"{path} has no rows; the holdout needs each series' next values")
     refuse_nulls(path, table, columns)
-    try:
-        values = pc.cast(table.column(spec.value_col), "float64").to_numpy()
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        raise ValueError(
-            f"{path}: column {spec.value_col!r} (value_col in {SPEC_FILE}) must hold numbers, "
-            f"not {table.schema.field(spec.value_col).type}"
-        ) from None
-    bad = np.flatnonzero(~np.isfinite(values))
-    if len(bad):
-        raise ValueError(
-            f"{path}: row {int(bad[0])}: column {spec.value_col!r} is {values[bad[0]]} "
-            f"({len(bad)} such rows); a holdout value must be a finite number"
-        )
+    finite_values(path, table, spec.value_col, "a holdout value must be a finite number")
     return table
 
 

@@ -76,7 +76,11 @@ def scan_series(path: Path, spec: CompetitionSpec) -> SeriesInfo:
     if table.num_rows == 0:
         raise ValueError(f"{path} has no rows")
     refuse_nulls(path, table, columns)
-    _refuse_non_finite(path, table, spec.value_col)
+    # before anything is written (the ingest would refuse it later, naming its own options)
+    finite_values(
+        path, table, spec.value_col, "a competition's series hold finite numbers: drop or "
+        "fill them in the file"
+    )  # fmt: skip
     rows = _Rows.of(table, spec.entity_col)
     labels = _per_series(path, table, wanted, rows, "label_col")
     assert labels is not None
@@ -131,12 +135,13 @@ def refuse_nulls(path: Path, table: pa.Table, columns: list[str]) -> None:
             raise ValueError(f"{path}: row {row}: column {name!r} is null")
 
 
-def _refuse_non_finite(path: Path, table: pa.Table, value_col: str) -> None:
-    """Every training value is a finite number: checked before anything is written (the
-    ingest would refuse it later, pointing at `metadist ingest`'s own options).
+def finite_values(path: Path, table: pa.Table, value_col: str, remedy: str) -> np.ndarray:
+    """`[N]` float64 the values of `table`'s `value_col` (`path`'s), every one a finite
+    number (nulls are refused before, by `refuse_nulls`).
 
     Raises:
-        ValueError: naming the first row that is not, and how many are not.
+        ValueError: a column that is not numbers, or naming the first row that is not
+            finite and how many are not, with `remedy`.
     """
     column = table.column(value_col)
     try:
@@ -150,9 +155,9 @@ def _refuse_non_finite(path: Path, table: pa.Table, value_col: str) -> None:
     if len(bad):
         raise ValueError(
             f"{path}: row {int(bad[0])}: column {value_col!r} is {values[bad[0]]} ({len(bad)} "
-            "such rows); a competition's series hold finite numbers: drop or fill them in "
-            "the file"
+            f"such rows); {remedy}"
         )
+    return values
 
 
 def time_steps(path: Path, table: pa.Table, time_col: str) -> np.ndarray:

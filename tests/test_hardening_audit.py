@@ -351,3 +351,24 @@ def test_a_run_saved_without_a_store_identity_is_its_store_by_path(tmp_path):
     with pytest.raises(ValueError, match="saved before stores had a recorded identity"):
         check_same_store_path(old, str(tmp_path / "b"), tmp_path)
     check_same_store_path({**old, "store_identity": {"num_entities": 1}}, "b", tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("override", "wanted"),
+    [
+        ("learner.options.inner_lrr=0.1", "learner.options.inner_lrr: unknown option"),
+        ("trainer.meta_batch_size=400", "trainer.meta_batch_size=400 over 2 rank(s)"),
+    ],
+)
+def test_a_launch_on_two_ranks_refuses_what_its_ranks_would_in_one_line_first(
+    received, tmp_path, override, wanted
+):
+    """`metadist train --nproc-per-node=2` checks the components' options and the
+    loaders at its world size before torchrun starts: one line, no rank's report."""
+    run_dir = tmp_path / "run"
+    done = _metadist(
+        "train", "--nproc-per-node=2", *_tiny(received["store"], run_dir), override, cwd=tmp_path
+    )
+    line = _one_line_error(done, wanted)
+    assert "torchrun" not in done.stderr and "rank" not in line.split(":")[0]
+    assert not run_dir.exists()

@@ -27,6 +27,7 @@ from metadist.store import SeriesStore
 from metadist.train.checkpoint import CheckpointError
 from metadist.train.compose import compose_dict, load_config
 from metadist.train.loop import NonFiniteLossError, train
+from metadist.train.preflight import check_before_launch
 
 USAGE_EPILOG = """\
 examples:
@@ -109,6 +110,7 @@ def main(argv: list[str] | None = None, prog: str = "metadist train") -> int:
             if config.data.store:
                 check_periods_cover(eval_options, SeriesStore.open(config.data.store))
         if nproc is not None and nproc > 1:
+            check_before_launch(config, nproc)  # one line now, not one from a rank
             return _launch(argv if argv is not None else sys.argv[1:], nproc, prog)
         result = train(config)
     except (

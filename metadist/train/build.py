@@ -365,6 +365,24 @@ _IMPORTS_HINT = (
 )
 
 
+def check_components(config: TrainConfig) -> None:
+    """The sampler's, model's and learner's names and options read against their
+    registries, nothing built: what `build_parts` would refuse about them, found before
+    a process starts (a sweep's trials, a launch on several ranks).
+
+    Raises:
+        ValueError: an unknown name or option, or a value of the wrong type, naming it.
+    """
+    for kind, registry, registered in (
+        ("sampler", SAMPLERS, registered_task_samplers),
+        ("model", MODELS, registered_models),
+        ("learner", LEARNERS, registered_learners),
+    ):
+        component = getattr(config, kind)
+        with _naming(kind, _unknown_hint(kind, component.name, registered())):
+            component.read_options(registry)
+
+
 def _unknown_hint(kind: str, name: str, registered: list[str]) -> str | None:
     """What to do about a component name no module has registered."""
     return None if name in registered else _IMPORTS_HINT.format(kind=kind)[2:]

@@ -15,7 +15,7 @@ from metadist.data.splits import split_protocol
 from metadist.durable import atomic_write_json
 from metadist.launch.slurm import LAUNCH_KEYS, job_from_settings, parse_settings
 from metadist.launch.sweep.space import SWEEP_OWNED_KEYS, ParamSpec, format_override
-from metadist.train.build import build_task_source
+from metadist.train.build import build_task_source, check_components
 from metadist.train.compose import load_config
 
 STUDY_FILE = "study.db"
@@ -150,6 +150,7 @@ def trial_config(settings: SweepSettings, seed: int, params: dict[str, Any]) -> 
     param_overrides = [format_override(name, value) for name, value in params.items()]
     overrides = [*settings.overrides, *param_overrides, f"trainer.seed={seed}"]
     config = load_config(overrides, settings.config_dir, world_size=world_size(settings))
+    check_components(config)  # their options, as the trial's training would read them
     if config.trainer.eval_every <= 0:
         raise ValueError(
             "trainer.eval_every must be > 0 in a sweep: the trials are scored and pruned "
@@ -170,6 +171,14 @@ def check_space(settings: SweepSettings) -> None:
         ValueError: naming the parameter and value whose config is refused.
     """
     first = {spec.name: spec.values()[0] for spec in settings.space}
+    try:  # the base overrides alone, so that their mistakes are not blamed on the space
+        config = load_config(
+            settings.overrides, settings.config_dir, world_size=world_size(settings)
+        )
+        check_components(config)
+    except (ValueError, FileNotFoundError) as error:
+        detail = " ".join(line.strip() for line in str(error).splitlines())
+        raise ValueError(f"the sweep's overrides give an invalid config: {detail}") from None
     tried: set[str] = set()
     for spec in settings.space:
         for value in spec.values():

@@ -177,6 +177,24 @@ def test_trial_configs_are_checked_before_launch(tmp_path, overrides, slurm, mes
     assert not run_dir.exists()
 
 
+def test_component_options_are_checked_before_the_sweep_and_base_overrides_blamed(tmp_path):
+    """A misspelt learner option in the space, or in the base overrides, is refused before
+    anything is written (trials ran and failed, leaving a study the corrected command
+    refused); the base overrides' mistake is not blamed on the space."""
+    from metadist.launch.sweep.settings import check_space
+
+    base = ["experiment=sinusoid_maml", "trainer.eval_every=10"]
+    space = [ParamSpec("learner.options.inner_lrr", "float", 1e-3, 1e-1, True)]
+    with pytest.raises(ValueError, match=r"search space: learner.options.inner_lrr=0.001 gives "
+                       r"an invalid trial config: learner.options.inner_lrr: unknown option"):  # fmt: skip
+        check_space(_settings(tmp_path, base, space))
+    space = [ParamSpec("optimizer.lr", "float", 1e-4, 1e-2, True)]
+    with pytest.raises(ValueError, match=r"the sweep's overrides give an invalid config: "
+                       r"learner.options.inner_lrr: unknown option"):  # fmt: skip
+        check_space(_settings(tmp_path, [*base, "learner.options.inner_lrr=0.1"], space))
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_val_metric_is_read_as_the_run_writes_it(tmp_path):
     records = [
         {"step": 10, "split": "train", "loss": 3.0},

@@ -372,3 +372,20 @@ def test_a_launch_on_two_ranks_refuses_what_its_ranks_would_in_one_line_first(
     line = _one_line_error(done, wanted)
     assert "torchrun" not in done.stderr and "rank" not in line.split(":")[0]
     assert not run_dir.exists()
+
+
+def test_an_evaluation_on_two_ranks_refuses_bad_settings_in_one_line_first(received):
+    """`metadist eval --nproc-per-node=2` checks the run, store and settings before
+    torchrun starts: one line, no rank's report."""
+    tmp = received["tmp"]
+    for extra, wanted in (
+        (["eval.max_taskz=2"], "eval.max_taskz: unknown field"),
+        ([f"--store={tmp / 'nope'}"], "data.store: no series store"),
+    ):
+        done = _metadist(
+            "eval", "--nproc-per-node=2", f"run_dir={received['run']}", "--allow-import",
+            MODULE, *extra, cwd=tmp,
+        )  # fmt: skip
+        _one_line_error(done, wanted)
+        assert "torchrun" not in done.stderr
+    (tmp / "module_ran").unlink(missing_ok=True)  # the check imported the allowed module

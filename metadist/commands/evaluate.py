@@ -24,6 +24,7 @@ from metadist.diskspace import OutOfSpaceError
 from metadist.eval import evaluate_run
 from metadist.eval.competition_member import competition_of, rescore_hint
 from metadist.eval.report import markdown_report
+from metadist.eval.run import check_evaluation
 from metadist.eval.shard import EvalShard
 from metadist.launch.local_ranks import run_local_ranks
 
@@ -123,6 +124,14 @@ def main(argv: list[str] | None = None, prog: str = "metadist eval") -> int:
     if nproc is not None and nproc > 1:
         if not Path(run_dir).is_dir():
             print(f"{prog}: error: run_dir {run_dir}: no such directory", file=sys.stderr)
+            return 1
+        try:  # what the ranks would refuse, in one line before any of them starts
+            check_evaluation(
+                run_dir, overrides=overrides, config_dir=args.config_dir,
+                allow_imports=args.allow_import, store=args.store,
+            )  # fmt: skip
+        except (ValueError, FileNotFoundError) as error:
+            print(f"{prog}: error: {error}", file=sys.stderr)
             return 1
         return _launch(argv if argv is not None else sys.argv[1:], nproc, prog)
     return _evaluate(run_dir, overrides, args, prog)

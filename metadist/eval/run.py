@@ -8,6 +8,8 @@ run_dir=...` is its command line). The learner is rebuilt in `metadist.eval.trai
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import sys
 import time
@@ -123,6 +125,30 @@ def evaluate_run(
         result["paths"].update(archived)
     kept.save()  # after the report: a cache that cannot be written costs only time
     return result
+
+
+def check_evaluation(
+    run_dir: str | os.PathLike,
+    *,
+    overrides: Iterable[str] = (),
+    config_dir: str | None = None,
+    allow_imports: Collection[str] = (),
+    store: str | os.PathLike | None = None,
+) -> None:
+    """What `evaluate_run` would refuse before scoring (the run, its store, the settings
+    and the tasks they give), found by a process that launches ranks to evaluate it:
+    one line before any rank starts. Its notes are left to the ranks.
+
+    Raises:
+        FileNotFoundError, ValueError: as `evaluate_run`.
+    """
+    run_dir = Path(run_dir)
+    store = current_store(run_dir) if store is None else store
+    config, state, _, _ = load_run(run_dir, "run_dir", store, allow_imports=allow_imports)
+    options = _run_eval_options(config, run_dir, overrides, config_dir)
+    options.validate()
+    with contextlib.redirect_stderr(io.StringIO()):
+        eval_parts(config, options, state.get("store_identity"), run_dir)
 
 
 def _shared(use: bool) -> SharedCache | None:

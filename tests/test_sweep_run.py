@@ -116,6 +116,10 @@ def test_three_trial_sweep_two_at_a_time_on_a_toy_store(toy_store, tmp_path):
     assert best["trial"] == winner.number and best["value"] == winner.value
     assert best["params"] == winner.params
     assert f"trainer.seed={winner.user_attrs['seed']}" in best["overrides"]
+    # the trial's own overrides, its pinned meta-test split included: they reproduce it
+    pins = "data.pinned_test_units=[" + ",".join(map(str, splits[winner.number]["test"])) + "]"
+    assert pins in best["overrides"] and "--no-eval" not in best["overrides"]
+    assert not any(o.startswith(("run_dir=", "logging.progress=")) for o in best["overrides"])
     table = (sweep_dir / "trials.md").read_text()
     rows = [line for line in table.splitlines() if line.startswith("| ") and "complete" in line]
     assert len(rows) == 3

@@ -195,6 +195,22 @@ def test_component_options_are_checked_before_the_sweep_and_base_overrides_blame
     assert list(tmp_path.iterdir()) == []
 
 
+def test_best_yaml_takes_the_trials_own_overrides(tmp_path):
+    """best.yaml's overrides are those the trial trained with (command.json), less its
+    run directory, progress setting and command-line flags (--config-dir is its own
+    field): the pinned meta-test split is among them."""
+    from metadist.launch.sweep.reports import _trial_overrides
+
+    argv = ["python", "-m", "metadist.train", "--no-eval", "experiment=x", "optimizer.lr=0.1",
+            "trainer.seed=3", "data.pinned_test_units=[4,7]", "logging.progress=false",
+            f"run_dir={tmp_path}", "--config-dir", "mine"]  # fmt: skip
+    (tmp_path / "command.json").write_text(json.dumps({"argv": argv}))
+    assert _trial_overrides(str(tmp_path)) == [
+        "experiment=x", "optimizer.lr=0.1", "trainer.seed=3", "data.pinned_test_units=[4,7]"
+    ]  # fmt: skip
+    assert _trial_overrides(str(tmp_path / "missing")) is None
+
+
 def test_val_metric_is_read_as_the_run_writes_it(tmp_path):
     records = [
         {"step": 10, "split": "train", "loss": 3.0},

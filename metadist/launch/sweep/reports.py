@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 from metadist.durable import atomic_write_text
 from metadist.launch.sweep.settings import (
     BEST_FILE,
+    COMMAND_FILE,
     STUDY_FILE,
     TABLE_FILE,
     SweepSettings,
@@ -72,13 +74,35 @@ def write_reports(study, settings: SweepSettings) -> None:
         "seed": best.user_attrs.get("seed"),
         "run_dir": best.user_attrs.get("run_dir"),
         "params": {k: _plain(v) for k, v in best_params.items()},
-        "overrides": [
-            *settings.overrides,
-            *param_overrides,
-            f"trainer.seed={best.user_attrs.get('seed')}",
-        ],
+        "overrides": _trial_overrides(best.user_attrs.get("run_dir"))
+        or [*settings.overrides, *param_overrides, f"trainer.seed={best.user_attrs.get('seed')}"],
     }
+    if settings.config_dir:
+        document["config_dir"] = str(Path(settings.config_dir).resolve())
     _write_text(settings.sweep_dir / BEST_FILE, yaml.safe_dump(document, sort_keys=False))
+
+
+def _trial_overrides(run_dir: str | None) -> list[str] | None:
+    """The overrides the trial in `run_dir` trained with, as its `command.json` records
+    them (the pinned meta-test split included), less its run directory and progress
+    setting: what reproduces it in a run of one's own. None where there is no record."""
+    if not run_dir:
+        return None
+    try:
+        argv = json.loads((Path(run_dir) / COMMAND_FILE).read_text())["argv"]
+        tail = argv[argv.index("metadist.train") + 1 :]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    dropped = ("run_dir=", "logging.progress=")
+    overrides, skip = [], False
+    for token in tail:
+        if skip:
+            skip = False
+        elif token == "--config-dir":
+            skip = True  # best.yaml's config_dir
+        elif not token.startswith("--") and not token.startswith(dropped):
+            overrides.append(token)
+    return overrides
 
 
 def _cell(value: Any) -> str:

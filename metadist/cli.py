@@ -85,6 +85,10 @@ def main(argv: list[str] | None = None) -> int:
             return int(module.main(argv[1:], prog=f"metadist {command}") or 0)
     parser = build_parser(command, module)
     args, extra = parser.parse_known_args(argv)
+    overrides = getattr(args, "overrides", getattr(args, "settings", None))
+    if extra and isinstance(overrides, list) and all(_is_override(t) for t in extra):
+        overrides += extra  # KEY=VALUE after the options: overrides, in the order given
+        extra = []
     if extra:
         print(_unrecognized(parser, args, extra), file=sys.stderr)
         return 2
@@ -101,6 +105,11 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def _is_override(token: str) -> bool:
+    """Whether `token` reads as a Hydra override (`KEY=VALUE`, `+KEY=VALUE`, `~KEY`)."""
+    return not token.startswith("-") and ("=" in token or token.startswith("~"))
+
+
 def _unrecognized(
     parser: argparse.ArgumentParser, args: argparse.Namespace, extra: list[str]
 ) -> str:
@@ -112,8 +121,11 @@ def _unrecognized(
             flags = list(action.choices[command]._option_string_actions)
     prog = f"metadist {command}" if command else "metadist"
     first = extra[0]
-    guess = closest(first.split("=")[0], flags) if first.startswith("-") else None
+    flag = first.split("=")[0]
+    guess = closest(flag, flags) if first.startswith("-") else None
     hint = f"; did you mean {guess}?" if guess else ""
+    if guess == flag:  # an option of the command itself, given after its subcommand
+        hint = f"; {flag} goes right after `{prog}`, before the rest"
     return f"{prog}: error: unrecognized argument {first}{hint} (see {prog} --help)"
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import shlex
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -213,6 +214,24 @@ def test_a_meta_batch_that_divides_over_the_ranks_is_accepted(capsys, tmp_path):
     )
     assert code == 0
     assert "--nproc_per_node=4" in _torchrun_line(capsys.readouterr().out)
+
+
+def test_an_experiments_directory_of_ones_own_reaches_the_job_and_overrides_may_follow_flags(
+    capsys, tmp_path
+):
+    """`--config-dir` is checked now and passed to the job's training (it was refused as
+    an unknown argument); KEY=VALUE after the flags are overrides as before them."""
+    import shutil
+
+    mine = tmp_path / "mine"
+    shutil.copytree(Path(__file__).resolve().parent.parent / "experiments", mine)
+    (mine / "experiment" / "sinusoid_maml.yaml").rename(mine / "experiment" / "my_sine.yaml")
+    command = ["slurm", "submit", "experiment=my_sine", f"run_dir={tmp_path / 'run'}"]
+    assert main([*command, "--dry-run"]) == 1  # not in the shipped experiments
+    assert "experiment=my_sine: no such experiment" in capsys.readouterr().err
+    assert main([*command, "--dry-run", "--config-dir", str(mine), "trainer.meta_steps=7"]) == 0
+    script = capsys.readouterr().out
+    assert f"--config-dir {mine}" in script and "trainer.meta_steps=7" in script
 
 
 def test_array_jobs_read_each_elements_overrides(tmp_path):

@@ -7,6 +7,9 @@ training config) are `metadist.launch.slurm`.
 from __future__ import annotations
 
 import argparse
+import shutil
+from dataclasses import replace
+from pathlib import Path
 
 from metadist.launch.slurm import (
     LAUNCH_KEYS,
@@ -22,15 +25,28 @@ DESCRIPTION = "Slurm jobs that run `torchrun` on every node and survive preempti
 
 def _cmd_submit(args: argparse.Namespace) -> int:
     job, run_dir = job_from_settings(args.settings, sbatch_args=args.sbatch_arg)
-    check_training_config(job)
+    if args.config_dir is not None:  # the job's ranks read the same experiments
+        config_dir = str(Path(args.config_dir).resolve())
+        job = replace(job, train_args=(*job.train_args, "--config-dir", config_dir))
+        check_training_config(replace(job, train_args=job.train_args[:-2]), config_dir)
+    else:
+        check_training_config(job)
     if args.dry_run:
         print(job.render(), end="")
         return 0
     find_sbatch()
     # Logs go to <run_dir>/slurm/; Slurm does not create the directory of --output.
-    (run_dir / "slurm").mkdir(parents=True, exist_ok=True)
-    script = write_script(job, run_dir / "slurm" / "job.sbatch")
-    job_id = submit_script(script)
+    logs = run_dir / "slurm"
+    made = not logs.exists()
+    logs.mkdir(parents=True, exist_ok=True)
+    script = write_script(job, logs / "job.sbatch")
+    try:
+        job_id = submit_script(script)
+    except (ValueError, OSError):
+        script.unlink(missing_ok=True)  # nothing was submitted: nothing is left behind
+        if made:
+            shutil.rmtree(logs, ignore_errors=True)
+        raise
     print(f"submitted job {job_id}: run directory {run_dir}, log {run_dir}/slurm/{job_id}.out")
     return 0
 
@@ -55,6 +71,13 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
     )
     submit.add_argument("settings", nargs="*", metavar="KEY=VALUE")
     submit.add_argument("--dry-run", action="store_true", help="print the script, submit nothing")
+    submit.add_argument(
+        "--config-dir",
+        default=None,
+        metavar="DIR",
+        help="the experiments directory (e.g. one made by `metadist experiments copy`), "
+        "checked now and passed to the job's training",
+    )
     submit.add_argument(
         "--sbatch-arg",
         action="append",

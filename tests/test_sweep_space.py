@@ -89,6 +89,12 @@ def test_bad_search_spaces_name_the_parameter(tmp_path, text, message):
 def test_missing_search_space_file(tmp_path):
     with pytest.raises(FileNotFoundError, match="space.yaml does not exist"):
         load_search_space(tmp_path / "space.yaml")
+    with pytest.raises(ValueError, match="is a directory; name the YAML file"):
+        load_search_space(tmp_path)
+    (tmp_path / "bad.yaml").write_text("a: [1, 2\nb: 3\n")
+    with pytest.raises(ValueError) as caught:
+        load_search_space(tmp_path / "bad.yaml")
+    assert "is not valid YAML at line" in str(caught.value) and "\n" not in str(caught.value)
 
 
 @pytest.mark.parametrize(

@@ -92,12 +92,17 @@ def load_search_space(path: str | os.PathLike) -> list[ParamSpec]:
     import yaml
 
     path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"search space file {path} is a directory; name the YAML file")
     if not path.is_file():
         raise FileNotFoundError(f"search space file {path} does not exist")
     try:
         raw = yaml.safe_load(path.read_text())
     except yaml.YAMLError as error:
-        raise ValueError(f"search space {path} is not valid YAML: {error}") from None
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(error, "problem", None) or "unreadable"
+        raise ValueError(f"search space {path} is not valid YAML{where}: {problem}") from None
     if not isinstance(raw, dict) or not raw:
         raise ValueError(
             f"search space {path} must map config keys to distributions, e.g. "

@@ -48,6 +48,7 @@ EXPERIMENT = "synthetic_maml"
 DEMO_OVERRIDES = (
     "trainer.meta_batch_size=16",
     "trainer.eval_every=0",
+    "selection.patience=null",  # no meta-val evaluated: nothing to be patient about
     "logging.wandb.mode=disabled",
     "logging.log_every=20",
 )

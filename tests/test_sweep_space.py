@@ -232,3 +232,27 @@ def test_val_metric_is_read_as_the_run_writes_it(tmp_path):
     assert read_val_metric(tmp_path / "missing", "loss") == []
     with pytest.raises(ValueError, match=re.escape("--metric 'mae' is not in the val records")):
         read_val_metric(tmp_path, "mae")
+
+
+def test_a_point_at_the_trainings_last_step_is_never_pruned():
+    """A trial that has trained all its steps completes, even where the pruner would
+    prune it at that step (it was recorded as pruned while writing its checkpoint)."""
+    from metadist.launch.sweep.driver import _Driver
+
+    class Pruning:  # a trial whose pruner always says prune
+        def __init__(self):
+            self.reported = []
+
+        def report(self, value, step):
+            self.reported.append((step, value))
+
+        def should_prune(self):
+            return True
+
+    driver = _Driver.__new__(_Driver)
+    driver.reported = {}
+    trial = Pruning()
+    assert driver.report(0, trial, [(10, 0.5)], running=True, last=10) is None
+    assert trial.reported == [(10, 0.5)]  # reported all the same
+    driver.reported = {}
+    assert driver.report(0, Pruning(), [(5, 0.7)], running=True, last=10) == (5, 0.7)

@@ -132,7 +132,9 @@ class _Driver:
         trial, runner = self.running[number]
         exit_code = runner.poll()
         points = read_val_metric(runner.plan.run_dir, self.settings.metric)
-        prune_point = self.report(number, trial, points, running=exit_code is None)
+        prune_point = self.report(
+            number, trial, points, running=exit_code is None, last=runner.plan.num_steps
+        )
         if prune_point is not None:
             self.prune(number, prune_point)
         elif exit_code is not None:
@@ -143,11 +145,15 @@ class _Driver:
             return
         write_reports(self.study, self.settings)
 
-    def report(self, number: int, trial, points, *, running: bool) -> tuple | None:
+    def report(
+        self, number: int, trial, points, *, running: bool, last: int | None = None
+    ) -> tuple | None:
         """Reports every new point to the pruner; the point it prunes at, if any.
 
         Every point is reported, not only the last of a poll: a fast run writes many
-        points between polls, and the pruner compares trials at equal steps.
+        points between polls, and the pruner compares trials at equal steps. A point at
+        the training's `last` step is never pruned: the trial has finished training
+        (it may still be writing its checkpoint), and it completes.
         """
         for step, value in points:
             if step <= self.reported.get(number, -1):
@@ -155,7 +161,8 @@ class _Driver:
             if math.isfinite(value):
                 trial.report(value, step)
             self.reported[number] = step
-            if running and trial.should_prune():
+            finished = last is not None and step >= last
+            if running and not finished and trial.should_prune():
                 return step, value
         return None
 

@@ -436,3 +436,16 @@ def test_the_first_metrics_record_after_a_resume_averages_the_whole_window(tmp_p
 
     assert [r[0] for r in records("straight")] == [6, 10]
     assert records("resumed") == records("straight")
+
+
+def test_the_header_says_a_learner_is_first_order(tmp_path):
+    """`learner=fomaml` is maml with first_order: the header says so (it said maml)."""
+    from metadist.train.build import build_parts
+    from metadist.train.distributed import read_env
+    from metadist.train.header import run_header
+
+    env = read_env("cpu")
+    config = tiny_config(tmp_path / "run", "learner=fomaml")
+    assert "; maml (first order) on mlp;" in run_header(config, env, build_parts(config, env))
+    config = tiny_config(tmp_path / "run", "learner.options.first_order=false")
+    assert "; maml on mlp;" in run_header(config, env, build_parts(config, env))

@@ -22,9 +22,16 @@ def run_header(config: TrainConfig, env: DistEnv, parts: RunParts) -> str:
     return (
         f"{config.experiment or 'run'}: {data}; sampler {config.sampler.name} "
         f"({parts.sampler.num_units} units, split by {resolved_split_by(config, parts)}); "
-        f"{config.learner.name} on {config.model.name}; {config.trainer.meta_steps} meta-steps "
+        f"{_learner(config)} on {config.model.name}; {config.trainer.meta_steps} meta-steps "
         f"on {env.world_size} rank(s), {env.device.type}"
     )
+
+
+def _learner(config: TrainConfig) -> str:
+    """The learner's name, and "first order" where its option says so (`learner=fomaml`
+    is maml with `first_order: true`)."""
+    first_order = (config.learner.options or {}).get("first_order")
+    return f"{config.learner.name} (first order)" if first_order else config.learner.name
 
 
 def resolved_split_by(config: TrainConfig, parts: RunParts) -> str:

@@ -256,3 +256,15 @@ def test_a_point_at_the_trainings_last_step_is_never_pruned():
     assert trial.reported == [(10, 0.5)]  # reported all the same
     driver.reported = {}
     assert driver.report(0, Pruning(), [(5, 0.7)], running=True, last=10) == (5, 0.7)
+
+
+def test_a_rerun_refuses_settings_of_its_own(capsys):
+    """`--rerun N` runs the trial as its study recorded it: other overrides or a space
+    are refused in one line (they were silently ignored)."""
+    from metadist.cli import main
+
+    code = main(["sweep", "--sweep-dir=x", "--rerun=0", "experiment=sinusoid_maml"])
+    assert code == 1
+    assert "leave out experiment=sinusoid_maml" in capsys.readouterr().err
+    assert main(["sweep", "--rerun=0"]) == 1
+    assert "--rerun needs --sweep-dir" in capsys.readouterr().err

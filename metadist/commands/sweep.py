@@ -44,6 +44,12 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     if args.rerun is not None:
         if not args.sweep_dir:
             raise ValueError("--rerun needs --sweep-dir (the sweep holding the trial)")
+        extra = [*args.overrides, *(["--space"] if args.space else [])]
+        if extra:  # a rerun takes the trial's settings from the study, nothing else
+            raise ValueError(
+                f"--rerun runs trial {args.rerun} with the settings its study recorded; "
+                f"leave out {extra[0]}"
+            )
         poll = getattr(args, "poll_seconds", SweepSettings.poll_seconds)
         recorded, rerun = rerun_trial(args.sweep_dir, args.rerun, poll)
         if recorded != rerun:

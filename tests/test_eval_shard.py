@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -91,7 +92,7 @@ def _assert_same_report(one: Path, two: Path, batch_size: int) -> None:
     # every batch predicted once, by one rank or the other
     processes = second["settings"]["processes"]
     assert processes.startswith("2 (batches predicted by each: "), processes
-    counts = [int(n) for n in processes.split(": ")[1].rstrip(")").split(", ")]
+    counts = [int(n) for n in re.split(r"[;)]", processes.split("each: ")[1])[0].split(", ")]
     assert len(counts) == 2 and sum(counts) == -(-first["num_tasks"] // batch_size)
 
 
@@ -172,3 +173,17 @@ def test_bad_nproc_per_node_is_one_line(tmp_path, capsys):
         "metadist eval: error: --nproc-per-node must be >= 1, got 0",
         f"metadist eval: error: run_dir {tmp_path / 'none'}: no such directory",
     ]
+
+
+def test_ranks_without_a_batch_are_noted():
+    """More processes than batches: the report says how many had none."""
+    from metadist.eval.shard import EvalShard
+
+    shard = EvalShard(0, 4)
+    shard.batches_per_rank = [0, 1, 0, 0]
+    assert shard.describe() == (
+        "4 (batches predicted by each: 0, 1, 0, 0; 3 had none: fewer batches than "
+        "processes (a smaller eval.batch_size, or fewer processes))"
+    )
+    shard.batches_per_rank = [2, 1, 1, 1]
+    assert shard.describe() == "4 (batches predicted by each: 2, 1, 1, 1)"

@@ -127,7 +127,13 @@ class EvalShard:
     def describe(self) -> str:
         """The processes and what each did, as the report's settings give it."""
         done = ", ".join(str(n) for n in self.batches_per_rank)
-        return f"{self.world_size} (batches predicted by each: {done})"
+        idle = sum(1 for n in self.batches_per_rank if n == 0)
+        note = (
+            f"; {idle} had none: fewer batches than processes (eval.batch_size, or fewer processes)"
+            if idle
+            else ""
+        )
+        return f"{self.world_size} (batches predicted by each: {done}{note})"
 
     def close(self) -> None:
         """Tears down the process group `from_env` formed."""

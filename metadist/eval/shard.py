@@ -129,7 +129,8 @@ class EvalShard:
         done = ", ".join(str(n) for n in self.batches_per_rank)
         idle = sum(1 for n in self.batches_per_rank if n == 0)
         note = (
-            f"; {idle} had none: fewer batches than processes (eval.batch_size, or fewer processes)"
+            f"; {idle} had none: fewer batches than processes (a smaller eval.batch_size, "
+            "or fewer processes)"
             if idle
             else ""
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import subprocess
@@ -249,3 +250,19 @@ def test_array_jobs_read_each_elements_overrides(tmp_path):
     )
     with pytest.raises(ValueError, match="array and args_file go together"):
         SlurmJob(train_args=("experiment=x",), output="o", array="0-1")
+
+
+def test_a_submission_sbatch_refuses_leaves_nothing_behind(tmp_path, monkeypatch, capsys):
+    """An sbatch that refuses the script: one line, and neither the script nor the run
+    directory the command made is left."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    sbatch = bin_dir / "sbatch"
+    sbatch.write_text("#!/bin/sh\necho 'sbatch: error: no partition' >&2\nexit 1\n")
+    sbatch.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    run_dir = tmp_path / "runs" / "job"
+    code = main(["slurm", "submit", "experiment=sinusoid_maml", f"run_dir={run_dir}"])
+    assert code == 1
+    assert "no partition" in capsys.readouterr().err
+    assert not run_dir.exists()

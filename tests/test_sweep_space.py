@@ -199,6 +199,20 @@ def test_component_options_are_checked_before_the_sweep_and_base_overrides_blame
                        r"learner.options.inner_lrr: unknown option"):  # fmt: skip
         check_space(_settings(tmp_path, [*base, "learner.options.inner_lrr=0.1"], space))
     assert list(tmp_path.iterdir()) == []
+    # a base that is invalid alone but fixed by every trial's parameters is a valid sweep
+    space = [ParamSpec("trainer.meta_batch_size", "categorical", choices=(16, 32))]
+    valid = _settings(tmp_path, base, space)
+    valid.nproc_per_node = 2  # the experiment's meta-batch of 25 does not divide over 2
+    check_space(valid)
+
+
+def test_a_launch_setting_among_the_overrides_is_pointed_at_slurm(tmp_path):
+    """`--slurm nodes=2 gpus_per_node=4` reads gpus_per_node=4 as an override: the
+    message says it is a launch setting (it said "unknown field")."""
+    settings = _settings(tmp_path, ["experiment=sinusoid_maml", "gpus_per_node=4"])
+    with pytest.raises(ValueError, match=r"gpus_per_node=4 is a Slurm launch setting.*"
+                       r"--slurm gpus_per_node=4"):  # fmt: skip
+        settings.validate()
 
 
 def test_best_yaml_takes_the_trials_own_overrides(tmp_path):

@@ -37,15 +37,15 @@ def _cmd_submit(args: argparse.Namespace) -> int:
     find_sbatch()
     # Logs go to <run_dir>/slurm/; Slurm does not create the directory of --output.
     logs = run_dir / "slurm"
-    made = not logs.exists()
+    made = [d for d in (run_dir, logs) if not d.exists()]  # what a refusal removes
     logs.mkdir(parents=True, exist_ok=True)
     script = write_script(job, logs / "job.sbatch")
     try:
         job_id = submit_script(script)
     except (ValueError, OSError):
         script.unlink(missing_ok=True)  # nothing was submitted: nothing is left behind
-        if made:
-            shutil.rmtree(logs, ignore_errors=True)
+        for directory in reversed(made):
+            shutil.rmtree(directory, ignore_errors=True)
         raise
     print(f"submitted job {job_id}: run directory {run_dir}, log {run_dir}/slurm/{job_id}.out")
     return 0

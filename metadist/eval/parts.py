@@ -70,6 +70,7 @@ def eval_parts(
     options: EvalOptions,
     recorded_identity: dict | None = None,
     run_dir: Any = "",
+    verify_store: bool | None = None,
 ) -> EvalParts:
     """Store, held-out task batches and model shapes of a run, for evaluation.
 
@@ -77,7 +78,7 @@ def eval_parts(
     sampler's own evaluation protocol (`TaskSampler.for_evaluation`) says which episodes
     of the split are scored: every example of every episode comes from the split.
     """
-    source = build_task_source(config)
+    source = build_task_source(config, verify_store=verify_store)
     store = source.store
     if store is not None:
         check_store_identity(recorded_identity, store, f"run_dir {run_dir}")

@@ -145,10 +145,10 @@ def check_evaluation(
     run_dir = Path(run_dir)
     store = current_store(run_dir) if store is None else store
     config, state, _, _ = load_run(run_dir, "run_dir", store, allow_imports=allow_imports)
-    options = _run_eval_options(config, run_dir, overrides, config_dir)
-    options.validate()
-    with contextlib.redirect_stderr(io.StringIO()):
-        eval_parts(config, options, state.get("store_identity"), run_dir)
+    with contextlib.redirect_stderr(io.StringIO()):  # the ranks print the notes
+        options = _run_eval_options(config, run_dir, overrides, config_dir)
+        options.validate()
+        eval_parts(config, options, state.get("store_identity"), run_dir, verify_store=False)
 
 
 def _shared(use: bool) -> SharedCache | None:

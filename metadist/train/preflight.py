@@ -11,6 +11,7 @@ settings. Its notes are left to the ranks, which print them again.
 from __future__ import annotations
 
 import contextlib
+import gc
 import io
 
 from metadist.store.format import is_store
@@ -37,7 +38,9 @@ def check_before_launch(config: TrainConfig, world_size: int) -> None:
     check_components(config)
     with contextlib.redirect_stderr(io.StringIO()):  # the ranks print the notes
         source = build_task_source(config, verify_store=False)
-        build_loaders(config, DistEnv(rank=0, world_size=world_size), source)
+        loaders = build_loaders(config, DistEnv(rank=0, world_size=world_size), source)
+    del loaders, source  # the launcher only waits from here: free them now
+    gc.collect()
     found = latest_checkpoint(run_dir)
     if found is not None:
         state = load_checkpoint(*found)

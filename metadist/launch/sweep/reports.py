@@ -74,7 +74,7 @@ def write_reports(study, settings: SweepSettings) -> None:
         "seed": best.user_attrs.get("seed"),
         "run_dir": best.user_attrs.get("run_dir"),
         "params": {k: _plain(v) for k, v in best_params.items()},
-        "overrides": _trial_overrides(best.user_attrs.get("run_dir"))
+        "overrides": _trial_overrides(best.user_attrs.get("run_dir"), settings.sweep_dir)
         or [*settings.overrides, *param_overrides, f"trainer.seed={best.user_attrs.get('seed')}"],
     }
     if settings.config_dir:
@@ -82,16 +82,24 @@ def write_reports(study, settings: SweepSettings) -> None:
     _write_text(settings.sweep_dir / BEST_FILE, yaml.safe_dump(document, sort_keys=False))
 
 
-def _trial_overrides(run_dir: str | None) -> list[str] | None:
-    """The overrides the trial in `run_dir` trained with, as its `command.json` records
+def _trial_overrides(run_dir: str | None, sweep_dir: Path | None = None) -> list[str] | None:
+    """The overrides the trial in `run_dir` (or its namesake under `sweep_dir/trials`,
+    for a sweep continued from elsewhere) trained with, as its `command.json` records
     them (the pinned meta-test split included), less its run directory and progress
     setting: what reproduces it in a run of one's own. None where there is no record."""
     if not run_dir:
         return None
-    try:
-        argv = json.loads((Path(run_dir) / COMMAND_FILE).read_text())["argv"]
-        tail = argv[argv.index("metadist.train") + 1 :]
-    except (OSError, ValueError, KeyError, TypeError):
+    places = [Path(run_dir)]
+    if sweep_dir is not None:
+        places.append(Path(sweep_dir) / "trials" / Path(run_dir).name)
+    for place in places:
+        try:
+            argv = json.loads((place / COMMAND_FILE).read_text())["argv"]
+            tail = argv[argv.index("metadist.train") + 1 :]
+            break
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    else:
         return None
     dropped = ("run_dir=", "logging.progress=")
     overrides, skip = [], False

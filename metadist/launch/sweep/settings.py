@@ -110,6 +110,11 @@ class SweepSettings:
             key = key.lstrip("+~")
             if key in SWEEP_OWNED_KEYS:
                 raise ValueError(f"{key} is set by the sweep for every trial; remove {token!r}")
+            if key in LAUNCH_KEYS:  # e.g. `--slurm nodes=2 gpus_per_node=4`
+                raise ValueError(
+                    f"{token} is a Slurm launch setting, not a training override: give it "
+                    f"as --slurm {token}"
+                )
             if key in searched:
                 raise ValueError(f"{key} is both searched (--space) and fixed ({token!r})")
 
@@ -171,14 +176,6 @@ def check_space(settings: SweepSettings) -> None:
         ValueError: naming the parameter and value whose config is refused.
     """
     first = {spec.name: spec.values()[0] for spec in settings.space}
-    try:  # the base overrides alone, so that their mistakes are not blamed on the space
-        config = load_config(
-            settings.overrides, settings.config_dir, world_size=world_size(settings)
-        )
-        check_components(config)
-    except (ValueError, FileNotFoundError) as error:
-        detail = " ".join(line.strip() for line in str(error).splitlines())
-        raise ValueError(f"the sweep's overrides give an invalid config: {detail}") from None
     tried: set[str] = set()
     for spec in settings.space:
         for value in spec.values():
@@ -191,10 +188,26 @@ def check_space(settings: SweepSettings) -> None:
                 trial_config(settings, settings.base_seed, params)
             except (ValueError, FileNotFoundError) as error:
                 detail = " ".join(line.strip() for line in str(error).splitlines())
+                if _base_refused(settings) == detail:  # the overrides' mistake, not the space's
+                    raise ValueError(
+                        f"the sweep's overrides give an invalid config: {detail}"
+                    ) from None
                 raise ValueError(
                     f"search space: {spec.name}={_shown(value)} gives an invalid trial "
                     f"config: {detail}"
                 ) from None
+
+
+def _base_refused(settings: SweepSettings) -> str | None:
+    """What the base overrides alone are refused for (one line), or None."""
+    try:
+        config = load_config(
+            settings.overrides, settings.config_dir, world_size=world_size(settings)
+        )
+        check_components(config)
+    except (ValueError, FileNotFoundError) as error:
+        return " ".join(line.strip() for line in str(error).splitlines())
+    return None
 
 
 def _shown(value: Any) -> str:

@@ -5,7 +5,7 @@
 1. writes the synthetic sensor panel (multi-file Parquet, rows shuffled);
 2. ingests it into a series store (per-entity scaling, NaNs carried forward);
 3. meta-trains the `synthetic_maml` experiment under `torchrun` with 2 CPU processes
-   (`python -m torch.distributed.run --standalone --nproc_per_node=2 -m metadist.train`)
+   (`python -m metadist.launch.torchrun --standalone --nproc_per_node=2 -m metadist.train`)
    for `--meta-steps` steps or `--train-seconds` seconds, whichever comes first (at the
    time limit the run gets SIGTERM, writes a checkpoint and stops cleanly);
 4. evaluates the meta-trained model on the held-out (meta-test) entities: adapt on each

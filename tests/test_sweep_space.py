@@ -206,6 +206,14 @@ def test_component_options_are_checked_before_the_sweep_and_base_overrides_blame
     check_space(valid)
 
 
+def test_eval_settings_in_a_sweep_are_refused_up_front(tmp_path):
+    """Trials train with --no-eval, which refuses eval.* overrides: the sweep says so
+    before anything runs (every trial failed)."""
+    settings = _settings(tmp_path, ["experiment=sinusoid_maml", "eval.inner_steps=3"])
+    with pytest.raises(ValueError, match=r"eval.inner_steps=3: a sweep's trials never "):
+        settings.validate()
+
+
 def test_a_launch_setting_among_the_overrides_is_pointed_at_slurm(tmp_path):
     """`--slurm nodes=2 gpus_per_node=4` reads gpus_per_node=4 as an override: the
     message says it is a launch setting (it said "unknown field")."""

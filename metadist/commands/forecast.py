@@ -55,7 +55,8 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--store",
         default=None,
-        help="the run's series store, if it is not where the run's data.store says",
+        help="the run's series store, where the run's inference.json finds none (it must "
+        "be the store the run was trained on)",
     )
     parser.set_defaults(func=run_cli)
 

@@ -110,6 +110,12 @@ class SweepSettings:
             key = key.lstrip("+~")
             if key in SWEEP_OWNED_KEYS:
                 raise ValueError(f"{key} is set by the sweep for every trial; remove {token!r}")
+            if key == "eval" or key.startswith("eval."):  # trials train with --no-eval
+                raise ValueError(
+                    f"{token}: a sweep's trials never evaluate the meta-test split, so eval "
+                    "settings have no effect; evaluate the chosen settings afterwards "
+                    "(metadist eval)"
+                )
             if key in LAUNCH_KEYS:  # e.g. `--slurm nodes=2 gpus_per_node=4`
                 raise ValueError(
                     f"{token} is a Slurm launch setting, not a training override: give it "

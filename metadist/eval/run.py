@@ -95,17 +95,8 @@ def evaluate_run(
     """
     started, run_dir = time.perf_counter(), Path(run_dir)
     store = current_store(run_dir) if store is None else store
-    config, state, checkpoint_path, pointer = load_run(
-        run_dir, "run_dir", store, allow_imports=allow_imports
-    )
-    if options is None:
-        options = _run_eval_options(config, run_dir, overrides, config_dir)
-    options.validate()
-    if options.checkpoint == "latest" and "metric" in pointer:  # the best was loaded
-        config, state, checkpoint_path, pointer = load_run(
-            run_dir, "run_dir", store, allow_imports=allow_imports, checkpoint="latest"
-        )
-    parts = eval_parts(config, options, state.get("store_identity"), run_dir)
+    prepared = _prepare(run_dir, store, overrides, options, config_dir, allow_imports)
+    config, state, checkpoint_path, pointer, options, parts = prepared
     learner, members = _learner(config, state, parts, options, store)
     kept = EvalCache(run_dir / "eval" if cache else None, _shared(cache and shared_cache))
     timings, shard = {"setup": time.perf_counter() - started}, shard or EvalShard()
@@ -144,11 +135,35 @@ def check_evaluation(
     """
     run_dir = Path(run_dir)
     store = current_store(run_dir) if store is None else store
-    config, state, _, _ = load_run(run_dir, "run_dir", store, allow_imports=allow_imports)
     with contextlib.redirect_stderr(io.StringIO()):  # the ranks print the notes
+        _prepare(run_dir, store, overrides, None, config_dir, allow_imports, verify_store=False)
+
+
+def _prepare(
+    run_dir: Path,
+    store: str | os.PathLike | None,
+    overrides: Iterable[str],
+    options: EvalOptions | None,
+    config_dir: str | None,
+    allow_imports: Collection[str],
+    verify_store: bool | None = None,
+) -> tuple[TrainConfig, dict[str, Any], Path, dict[str, Any], EvalOptions, EvalParts]:
+    """`(config, state, checkpoint path, pointer, options, parts)` of the run evaluated:
+    its checkpoint (the latest where `eval.checkpoint=latest`), settings (`options`, else
+    the run's with `overrides`) and the tasks they give (`eval_parts`)."""
+    config, state, checkpoint_path, pointer = load_run(
+        run_dir, "run_dir", store, allow_imports=allow_imports
+    )
+    if options is None:
         options = _run_eval_options(config, run_dir, overrides, config_dir)
-        options.validate()
-        eval_parts(config, options, state.get("store_identity"), run_dir, verify_store=False)
+    options.validate()
+    if options.checkpoint == "latest" and "metric" in pointer:  # the best was loaded
+        config, state, checkpoint_path, pointer = load_run(
+            run_dir, "run_dir", store, allow_imports=allow_imports, checkpoint="latest"
+        )
+    identity = state.get("store_identity")
+    parts = eval_parts(config, options, identity, run_dir, verify_store=verify_store)
+    return config, state, checkpoint_path, pointer, options, parts
 
 
 def _shared(use: bool) -> SharedCache | None:

@@ -101,7 +101,11 @@ def test_descendants_sees_a_process_tree():
 
 @pytest.mark.slow  # make test under 10 minutes; `make test-slow` runs it
 @pytest.mark.timeout(240)
-def test_sigterm_to_a_multi_process_train_stops_torchrun_and_every_rank(tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_of_a_multi_process_train_stops_torchrun_and_every_rank(tmp_path, signum):
+    """SIGTERM to the command (as Slurm or `kill` sends it) and SIGINT to its whole
+    process group (as Ctrl-C at a terminal sends it): every process stops, and stderr
+    says so in two lines, the checkpoint written and the command's own."""
     command = [
         sys.executable,
         "-m",
@@ -117,8 +121,9 @@ def test_sigterm_to_a_multi_process_train_stops_torchrun_and_every_rank(tmp_path
     ]
     env = dict(os.environ, WANDB_MODE="disabled")
     train = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
-    )
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        start_new_session=True,  # its own process group, as at a terminal
+    )  # fmt: skip
     try:
         below: set[int] = set()
         deadline = time.monotonic() + 150
@@ -127,7 +132,10 @@ def test_sigterm_to_a_multi_process_train_stops_torchrun_and_every_rank(tmp_path
             time.sleep(0.2)
         below |= set(descendants(train.pid))
         assert len(below) >= 3, "torchrun and two ranks never ran"  # launcher + 2 ranks
-        train.send_signal(signal.SIGTERM)
+        if signum == signal.SIGINT:
+            os.killpg(train.pid, signum)  # the terminal's Ctrl-C reaches every process
+        else:
+            train.send_signal(signum)
         out, err = train.communicate(timeout=120)
     finally:
         leftover = descendants(train.pid)  # never leave a training behind, even on failure
@@ -136,8 +144,11 @@ def test_sigterm_to_a_multi_process_train_stops_torchrun_and_every_rank(tmp_path
         for pid in leftover:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-    assert train.returncode == 128 + signal.SIGTERM, err[-2000:]
-    assert "Traceback" not in err, err[-3000:]
-    assert err.strip().splitlines()[-1].startswith("metadist train: stopped by SIGTERM; ")
+    name = signal.Signals(signum).name
+    assert train.returncode == 128 + signum, err[-2000:]
+    lines = err.strip().splitlines()[1:]  # after the run's header
+    assert len(lines) == 2, err[-3000:]  # not torchrun's warnings, nor the stop said thrice
+    assert lines[0].startswith(f"{name}: checkpoint of step "), err[-3000:]
+    assert lines[1].startswith(f"metadist train: stopped by {name}; "), err[-3000:]
     for pid in below:
         assert not alive(pid), f"process {pid} outlived metadist train"

@@ -22,7 +22,7 @@ from metadist.diskspace import OutOfSpaceError
 from metadist.eval import EvalOptions, evaluate_run
 from metadist.eval.report import markdown_report
 from metadist.eval.settings import check_periods_cover
-from metadist.launch.local_ranks import run_local_ranks
+from metadist.launch.local_ranks import run_local_ranks, stop_reported_by_owner
 from metadist.store import SeriesStore
 from metadist.train.checkpoint import CheckpointError
 from metadist.train.compose import compose_dict, load_config
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None, prog: str = "metadist train") -> int:
         )
         return 130
     if result is not None and result.stopped_by == "SIGINT":
-        if _local_rank() == 0:
+        if _local_rank() == 0 and not stop_reported_by_owner():  # else the launcher says it
             print(
                 f"{prog}: interrupted; checkpoint of step {result.step} written to "
                 f"{result.checkpoint}; run the same command again to resume",

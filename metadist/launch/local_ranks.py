@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from metadist.launch.children import OwnedChildren, StopRequested
 
 _FLAG = "--nproc-per-node"
+# set for torchrun and its ranks where a metadist command started them and reports a stop
+OWNER_ENV = "METADIST_RANKS_OWNER"
 
 
 def without_nproc_flag(argv: Sequence[str]) -> list[str]:
@@ -40,6 +42,7 @@ def run_local_ranks(
     printing `prog: <what was stopped><on_stop>` on stderr."""
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")  # torchrun's own default, without its notice
+    env[OWNER_ENV] = prog  # a stop is reported once, by this command (`stop_reported_by_owner`)
     command = [
         sys.executable,
         "-m",
@@ -56,3 +59,9 @@ def run_local_ranks(
     except StopRequested as stop:
         print(f"{prog}: {stop.summary}{on_stop}", file=sys.stderr)
         return stop.exit_status
+
+
+def stop_reported_by_owner() -> bool:
+    """Whether a metadist command started this process's torchrun (`run_local_ranks`)
+    and so reports a stop itself: torchrun and the ranks then leave it to that one line."""
+    return bool(os.environ.get(OWNER_ENV))

@@ -174,7 +174,7 @@ def collapsed(held: dict[int, list[bytes]]) -> str:
     """One line for the lost-peer reports `held`: the ranks, the first one's exception."""
     ranks = sorted(held)
     who = (
-        f"the training process of rank {ranks[0]}"
+        f"the process of rank {ranks[0]}"
         if len(ranks) == 1
         else f"the training processes of ranks {', '.join(map(str, ranks))}"
     )

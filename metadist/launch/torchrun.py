@@ -5,7 +5,9 @@ torchrun turns SIGTERM, SIGINT, SIGHUP and SIGQUIT into an exception: it stops i
 workers (which checkpoint on SIGTERM), then the exception ends the process with a
 traceback of torchrun's own frames. That is what a Slurm requeue, a preemption or
 Ctrl-C left in a job's log. Here the workers are stopped the same way; the launcher then
-says which signal stopped it and exits with 128 + the signal's number, as a shell does.
+says which signal stopped it and exits with 128 + the signal's number, as a shell does
+(where a metadist command started it, that command's own line says so instead, and
+torchrun's warnings of the signal passed on to each worker are left out either way).
 A training process that fails is named in one line too (rank and exit status; its own
 message comes before), with exit status 1, where torchrun prints a traceback and a table.
 The ranks that fail only because they lost that one (a gloo "Connection reset by peer"
@@ -15,12 +17,20 @@ in their next collective) are named in the same line, their tracebacks left out
 
 from __future__ import annotations
 
+import logging
 import signal
 import sys
 from typing import Any
 
+from metadist.launch.local_ranks import stop_reported_by_owner
 from metadist.launch.rank_reports import RankReports, collapsed, last_line, short, write_all
 
+# torchrun's warnings on a stop signal (one per worker), and the loggers they come from
+_STOP_NOTICES = ("Received %s death signal", "Sending process %s closing signal")
+_STOP_LOGGERS = (
+    "torch.distributed.elastic.agent.server.api",
+    "torch.distributed.elastic.multiprocessing.api",
+)
 # a rank's lost-peer report this close before its failure was detected (s) is that failure
 _LOST_PEER_WINDOW_S = 10.0
 
@@ -30,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import main as torchrun_main
 
+    _quiet_stop_notices()
     reports = RankReports.start()
     try:
         torchrun_main(argv)
@@ -41,16 +52,31 @@ def main(argv: list[str] | None = None) -> int:
     except SignalException as stopped:
         _finish(reports)
         number = int(stopped.sigval)
-        print(
-            f"torchrun: stopped by {signal.Signals(number).name}; its training processes "
-            "were stopped first",
-            file=sys.stderr,
-        )
+        if not stop_reported_by_owner():  # else the command that started it says so
+            print(
+                f"torchrun: stopped by {signal.Signals(number).name}; its worker processes "
+                "were stopped first",
+                file=sys.stderr,
+            )
         return 128 + number
     finally:
         if reports and not reports.finished:
             _finish(reports)
     return 0
+
+
+class _StopNotices(logging.Filter):
+    """Drops torchrun's warnings that it received a stop signal and is passing it on to
+    each worker: the one line printed on a stop says both."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(_STOP_NOTICES)
+
+
+def _quiet_stop_notices() -> None:
+    """Puts `_StopNotices` on the two torchrun loggers that warn of a stop."""
+    for name in _STOP_LOGGERS:
+        logging.getLogger(name).addFilter(_StopNotices())
 
 
 def _finish(reports: RankReports | None) -> None:
@@ -90,10 +116,10 @@ def _failure_line(
         sys.stderr.flush()
         write_all(2, b"".join(held.pop(rank)))
     if failure.exitcode < 0:
-        line = f"torchrun: the training process of rank {rank} was killed by "
+        line = f"torchrun: the process of rank {rank} was killed by "
         line += f"{failure.signal_name()}; the others were stopped"
     else:
-        line = f"torchrun: the training process of rank {rank} exited with status "
+        line = f"torchrun: the process of rank {rank} exited with status "
         line += f"{failure.exitcode} (its own message is above); the others were stopped"
     if held:
         ranks = sorted(held)

@@ -65,7 +65,9 @@ def test_sigterm_stops_the_ranks_then_says_so(tmp_path, owned):
     # the ranks ran their SIGTERM handlers before torchrun ended
     assert (tmp_path / "stopped0").exists() and (tmp_path / "stopped1").exists(), out + err
     # nothing else: torchrun's warnings of the signal passed on to each worker are left out
-    said = [] if owned else ["torchrun: stopped by SIGTERM; its worker processes were stopped first"]
+    said = (
+        [] if owned else ["torchrun: stopped by SIGTERM; its worker processes were stopped first"]
+    )
     assert err.strip().splitlines() == said, err
 
 

@@ -153,6 +153,17 @@ def test_misspelt_slurm_launch_settings_are_refused(tmp_path):
         settings.validate()
 
 
+def test_a_misspelt_metric_is_refused_before_any_trial(tmp_path):
+    settings = _settings(tmp_path, ["experiment=x"])
+    settings.metric = "query_los_after"
+    with pytest.raises(ValueError, match=re.escape("--metric query_los_after: no built-in")):
+        settings.validate()
+    settings.metric = "query_loss_after"  # the learners' own name, or one of a user's learner
+    settings.validate()
+    settings.metric = "my_learners_score"
+    settings.validate()
+
+
 @pytest.mark.parametrize(
     ("overrides", "slurm", "message"),
     [

@@ -35,6 +35,15 @@ def test_the_default_metric_follows_the_learners_loss():
     assert (chosen.metric, chosen.mode) == ("loss", "max")
 
 
+def test_a_misspelt_selection_metric_is_refused_when_the_config_is_checked():
+    with pytest.raises(
+        ValueError, match="selection.metric=query_acuracy_after: .*query_accuracy_after"
+    ):
+        SelectionConfig(metric="query_acuracy_after").validate()
+    SelectionConfig(metric="query_accuracy_after").validate()
+    SelectionConfig(metric="a_metric_of_my_learner").validate()
+
+
 def test_an_improvement_must_beat_the_best_by_min_delta():
     selection = Selection(SelectionConfig(min_delta=0.1, patience=2), "mse")
     assert selection.update(1, {"query_loss_after": 1.0}, "a")

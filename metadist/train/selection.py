@@ -10,6 +10,7 @@ checkpoint, so that a resumed run counts on exactly where the stopped one was.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import math
 import os
@@ -21,6 +22,16 @@ from metadist.options import check_min
 from metadist.train.checkpoint import best_name, checkpoint_dir, write_best
 
 _MODES = ("min", "max")
+# the meta-val metrics the built-in learners log (`loss`: the meta-objective)
+VAL_METRICS = (
+    "loss",
+    "query_loss_after",
+    "query_loss_before",
+    "support_loss_before",
+    "query_accuracy_after",
+    "query_accuracy_before",
+    "reptile_distance",
+)
 
 
 @dataclass
@@ -50,6 +61,8 @@ class SelectionConfig:
         """Raises `ValueError` naming the first bad field."""
         if self.metric is not None and (not isinstance(self.metric, str) or not self.metric):
             raise ValueError(f"selection.metric must be a metric name or null, got {self.metric!r}")
+        if self.metric is not None:
+            check_val_metric("selection.metric", self.metric)
         if self.mode is not None and self.mode not in _MODES:
             raise ValueError(f"selection.mode must be min, max or null, got {self.mode!r}")
         if self.patience is not None:
@@ -164,6 +177,26 @@ class Selection:
         return (
             f"early stop at step {step}: val {self.metric} has not improved for "
             f"{self.bad_evals} evaluations (selection.patience={self.patience}); {best}"
+        )
+
+
+def check_val_metric(flag: str, name: str) -> None:
+    """Refuses a meta-val metric `name` (given as `flag`) that is a near miss of one the
+    built-in learners log (`VAL_METRICS`), before any training: a misspelt name is
+    otherwise found at the first meta-val. A name far from all of them passes (a
+    learner of the user's may log it).
+
+    Raises:
+        ValueError: naming the close built-in name.
+    """
+    if name in VAL_METRICS:
+        return
+    close = difflib.get_close_matches(name, VAL_METRICS, n=1, cutoff=0.8)
+    if close:
+        raise ValueError(
+            f"{flag}{' ' if flag.startswith('--') else '='}{name}: no built-in learner logs "
+            f"it; did you mean {close[0]}? "
+            f"(meta-val metrics: {', '.join(VAL_METRICS)})"
         )
 
 

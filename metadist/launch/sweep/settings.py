@@ -17,6 +17,7 @@ from metadist.launch.slurm import LAUNCH_KEYS, job_from_settings, parse_settings
 from metadist.launch.sweep.space import SWEEP_OWNED_KEYS, ParamSpec, format_override
 from metadist.train.build import build_task_source, check_components
 from metadist.train.compose import load_config
+from metadist.train.selection import check_val_metric
 
 STUDY_FILE = "study.db"
 STUDY_NAME = "metadist-sweep"
@@ -92,6 +93,7 @@ class SweepSettings:
                 raise ValueError(f"{flag} must be >= 1, got {getattr(self, name)}")
         if self.base_seed < 0 or self.test_seed < 0:
             raise ValueError("--seed and --test-seed must be >= 0")
+        check_val_metric("--metric", self.metric)  # a misspelt name, before trial 0 runs
         if not any(t.partition("=")[0] == "experiment" for t in self.overrides):
             raise ValueError("experiment=NAME is required")
         # Training overrides among the launch settings would never reach the trials.

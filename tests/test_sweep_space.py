@@ -248,6 +248,11 @@ def test_best_yaml_takes_the_trials_own_overrides(tmp_path):
         "experiment=x", "optimizer.lr=0.1", "trainer.seed=3", "data.pinned_test_units=[4,7]"
     ]  # fmt: skip
     assert _trial_overrides(str(tmp_path / "missing")) is None
+    # a progress setting of the user's own stays; the sweep's (the last) goes
+    argv[4:4] = ["logging.progress=true"]
+    (tmp_path / "command.json").write_text(json.dumps({"argv": argv}))
+    assert _trial_overrides(str(tmp_path))[:2] == ["logging.progress=true", "experiment=x"]
+    assert len(_trial_overrides(str(tmp_path))) == 5
 
 
 def test_val_metric_is_read_as_the_run_writes_it(tmp_path):

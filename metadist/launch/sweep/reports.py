@@ -101,15 +101,18 @@ def _trial_overrides(run_dir: str | None, sweep_dir: Path | None = None) -> list
             continue
     else:
         return None
-    dropped = ("run_dir=", "logging.progress=")
     overrides, skip = [], False
     for token in tail:
         if skip:
             skip = False
         elif token == "--config-dir":
             skip = True  # best.yaml's config_dir
-        elif not token.startswith("--") and not token.startswith(dropped):
+        elif not token.startswith("--") and not token.startswith("run_dir="):
             overrides.append(token)
+    # the sweep's own progress setting comes last (`settings.plan_trial`); a user's stays
+    own = [i for i, token in enumerate(overrides) if token.startswith("logging.progress=")]
+    if own:
+        del overrides[own[-1]]
     return overrides
 
 

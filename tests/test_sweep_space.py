@@ -154,14 +154,16 @@ def test_misspelt_slurm_launch_settings_are_refused(tmp_path):
 
 
 def test_a_misspelt_metric_is_refused_before_any_trial(tmp_path):
-    settings = _settings(tmp_path, ["experiment=x"])
+    from metadist.launch.sweep.settings import check_space
+
+    settings = _settings(tmp_path, ["experiment=sinusoid_maml", "trainer.eval_every=10"])
     settings.metric = "query_los_after"
     with pytest.raises(ValueError, match=re.escape("--metric query_los_after: no built-in")):
-        settings.validate()
+        check_space(settings)  # with no search space too
     settings.metric = "query_loss_after"  # the learners' own name, or one of a user's learner
-    settings.validate()
+    check_space(settings)
     settings.metric = "my_learners_score"
-    settings.validate()
+    check_space(settings)
 
 
 @pytest.mark.parametrize(

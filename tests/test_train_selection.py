@@ -14,7 +14,12 @@ from metadist.train import latest_checkpoint_state, load_checkpoint, save_checkp
 from metadist.train.checkpoint import checkpoint_dir, selected_checkpoint
 from metadist.train.logging import read_metrics
 from metadist.train.resume import finished_before
-from metadist.train.selection import Selection, SelectionConfig, describe_checkpoint
+from metadist.train.selection import (
+    Selection,
+    SelectionConfig,
+    check_val_metric,
+    describe_checkpoint,
+)
 
 # Selecting the *largest* meta-val loss makes the first evaluation the best and every
 # later one (the loss falls as the run trains) no improvement: a run whose best and whose
@@ -35,13 +40,16 @@ def test_the_default_metric_follows_the_learners_loss():
     assert (chosen.metric, chosen.mode) == ("loss", "max")
 
 
-def test_a_misspelt_selection_metric_is_refused_when_the_config_is_checked():
-    with pytest.raises(
-        ValueError, match="selection.metric=query_acuracy_after: .*query_accuracy_after"
-    ):
-        SelectionConfig(metric="query_acuracy_after").validate()
-    SelectionConfig(metric="query_accuracy_after").validate()
-    SelectionConfig(metric="a_metric_of_my_learner").validate()
+def test_a_misspelt_selection_metric_of_a_built_in_learner_is_refused_before_training(tmp_path):
+    config = tiny_config(tmp_path / "run", "selection.metric=query_los_after")
+    with pytest.raises(ValueError, match="selection.metric=query_los_after: .*query_loss_after"):
+        train(config)
+    assert not (tmp_path / "run" / "checkpoints").exists()
+    # a config holding such a name still loads (a saved run of it is read back)
+    SelectionConfig(metric="query_los_after").validate()
+    check_val_metric("selection.metric", "query_loss_after", "maml")
+    check_val_metric("selection.metric", "a_metric_of_mine", "maml")
+    check_val_metric("selection.metric", "support_loss_after", "a_learner_of_mine")
 
 
 def test_an_improvement_must_beat_the_best_by_min_delta():

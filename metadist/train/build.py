@@ -45,6 +45,7 @@ from metadist.tasks import (
 from metadist.train.config import TrainConfig
 from metadist.train.distributed import DistEnv
 from metadist.train.optim import build_optimizer, scheduled_lr
+from metadist.train.selection import check_val_metric
 from metadist.train.resources import (
     available_memory,
     check_memory,
@@ -381,6 +382,7 @@ def check_components(config: TrainConfig) -> None:
         component = getattr(config, kind)
         with _naming(kind, _unknown_hint(kind, component.name, registered())):
             component.read_options(registry)
+    check_val_metric("selection.metric", config.selection.metric, config.learner.name)
 
 
 def _unknown_hint(kind: str, name: str, registered: list[str]) -> str | None:

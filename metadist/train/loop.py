@@ -46,7 +46,7 @@ from metadist.train.optim import scheduled_lr
 from metadist.train.pretrain_phase import run_pretraining
 from metadist.train.resume import check_same_run, finished_before, resume
 from metadist.train.rng import rng_state
-from metadist.train.selection import Selection
+from metadist.train.selection import Selection, check_val_metric
 from metadist.train.signals import StopRequest
 from metadist.train.step import MetaStep, resolved_check_every
 
@@ -105,6 +105,7 @@ def train(
     """
     env = read_env(config.trainer.device, config.trainer.backend)
     config.validate(env.world_size)
+    check_val_metric("selection.metric", config.selection.metric, config.learner.name)
     if is_store(config.resolved_run_dir):  # an ingest into the store would replace the run
         raise ValueError(
             f"run_dir {config.resolved_run_dir} is a series store; a run needs a directory "

@@ -61,8 +61,6 @@ class SelectionConfig:
         """Raises `ValueError` naming the first bad field."""
         if self.metric is not None and (not isinstance(self.metric, str) or not self.metric):
             raise ValueError(f"selection.metric must be a metric name or null, got {self.metric!r}")
-        if self.metric is not None:
-            check_val_metric("selection.metric", self.metric)
         if self.mode is not None and self.mode not in _MODES:
             raise ValueError(f"selection.mode must be min, max or null, got {self.mode!r}")
         if self.patience is not None:
@@ -180,16 +178,17 @@ class Selection:
         )
 
 
-def check_val_metric(flag: str, name: str) -> None:
-    """Refuses a meta-val metric `name` (given as `flag`) that is a near miss of one the
-    built-in learners log (`VAL_METRICS`), before any training: a misspelt name is
-    otherwise found at the first meta-val. A name far from all of them passes (a
-    learner of the user's may log it).
+def check_val_metric(flag: str, name: str | None, learner: str) -> None:
+    """Refuses a meta-val metric `name` (given as `flag`) of a built-in learner (its
+    registered name `learner`) that is a near miss of one the built-in learners log
+    (`VAL_METRICS`), before any training: a misspelt name is otherwise found at the
+    first meta-val. A name far from all of them passes, and any name of a learner of
+    the user's own (which may log others).
 
     Raises:
         ValueError: naming the close built-in name.
     """
-    if name in VAL_METRICS:
+    if name is None or name in VAL_METRICS or not _built_in(learner):
         return
     close = difflib.get_close_matches(name, VAL_METRICS, n=1, cutoff=0.8)
     if close:
@@ -198,6 +197,13 @@ def check_val_metric(flag: str, name: str) -> None:
             f"it; did you mean {close[0]}? "
             f"(meta-val metrics: {', '.join(VAL_METRICS)})"
         )
+
+
+def _built_in(learner: str) -> bool:
+    """Whether `learner` names a learner of this package (not one a user registered)."""
+    from metadist.learners.registry import LEARNERS
+
+    return learner in LEARNERS and LEARNERS.get(learner).__module__.startswith("metadist.learners.")
 
 
 def _record(metric: str, mode: str, value: float | None) -> dict[str, Any]:

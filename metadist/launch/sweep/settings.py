@@ -93,7 +93,6 @@ class SweepSettings:
                 raise ValueError(f"{flag} must be >= 1, got {getattr(self, name)}")
         if self.base_seed < 0 or self.test_seed < 0:
             raise ValueError("--seed and --test-seed must be >= 0")
-        check_val_metric("--metric", self.metric)  # a misspelt name, before trial 0 runs
         if not any(t.partition("=")[0] == "experiment" for t in self.overrides):
             raise ValueError("experiment=NAME is required")
         # Training overrides among the launch settings would never reach the trials.
@@ -176,13 +175,20 @@ def check_space(settings: SweepSettings) -> None:
     """Composes a trial config for every categorical choice and for both bounds of every
     range (the other parameters at their first value), before the sweep creates anything.
 
-    A typo in the space file (a key the config lacks, a group option that does not exist,
-    a value the field refuses) is reported now, not as a failed trial in a study that
+    A misspelt `--metric` (`selection.check_val_metric`) and a typo in the space file (a
+    key the config lacks, a group option that does not exist, a value the field refuses)
+    are reported now, not as a failed trial in a study that
     would then refuse the corrected command.
 
     Raises:
         ValueError: naming the parameter and value whose config is refused.
     """
+    try:  # --metric against the experiment's learner, before trial 0 runs
+        base = load_config(settings.overrides, settings.config_dir, world_size=world_size(settings))
+    except (ValueError, FileNotFoundError):
+        base = None  # the overrides' mistake: named below, or by the first trial
+    if base is not None:
+        check_val_metric("--metric", settings.metric, base.learner.name)
     first = {spec.name: spec.values()[0] for spec in settings.space}
     tried: set[str] = set()
     for spec in settings.space:

@@ -45,13 +45,13 @@ from metadist.tasks import (
 from metadist.train.config import TrainConfig
 from metadist.train.distributed import DistEnv
 from metadist.train.optim import build_optimizer, scheduled_lr
-from metadist.train.selection import check_val_metric
 from metadist.train.resources import (
     available_memory,
     check_memory,
     count_parameters,
     estimate_memory,
 )
+from metadist.train.selection import check_val_metric
 
 __all__ = ["RunParts", "TaskSource", "build_parts", "build_task_source", "scheduled_lr"]
 

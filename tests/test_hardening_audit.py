@@ -313,9 +313,11 @@ def test_a_run_resumes_from_its_store_at_a_new_path_but_not_from_another_store(r
     assert done.returncode == 1 and "is not the store" in done.stderr, done.stderr[-2000:]
 
 
-def test_sigterm_during_the_evaluation_after_training_says_the_run_is_kept(tmp_path):
-    """SIGTERM while `metadist train` evaluates the run it finished: exit 143 with a line
-    saying the training is kept and how to evaluate it (it died without a word)."""
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_during_the_evaluation_after_training_says_the_run_is_kept(tmp_path, signum):
+    """SIGTERM or Ctrl-C while `metadist train` evaluates the run it finished: exit 143
+    or 130 with a line saying the training is kept and how to evaluate it (SIGTERM: it
+    died without a word; Ctrl-C: a traceback)."""
     run_dir = tmp_path / "run"
     command = [
         sys.executable, "-m", "metadist.cli", "train", "experiment=sinusoid_maml",
@@ -323,22 +325,27 @@ def test_sigterm_during_the_evaluation_after_training_says_the_run_is_kept(tmp_p
         "logging.progress=false", "eval.scratch_steps=1000000",  # a long evaluation
     ]  # fmt: skip
     process = subprocess.Popen(
-        command, cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+        command, cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+        # Ctrl-C as at a terminal, also where the tests run in the background (SIGINT
+        # ignored there, which the child would inherit)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # fmt: skip
     try:
         deadline = time.monotonic() + 120
         while not (run_dir / "checkpoints" / "step_00000002.pt").is_file():
             assert time.monotonic() < deadline and process.poll() is None
             time.sleep(0.2)
         time.sleep(3)  # into the evaluation
-        process.send_signal(signal.SIGTERM)
+        process.send_signal(signum)
         _, err = process.communicate(timeout=60)
     finally:
         if process.poll() is None:
             process.kill()
-    assert process.returncode == 143, err[-2000:]
-    assert "SIGTERM stopped the evaluation" in err and f"metadist eval run_dir={run_dir}" in err
-    assert "Traceback" not in err
+    name = signal.Signals(signum).name
+    assert process.returncode == 128 + signum, err[-2000:]
+    assert f"{name} stopped the evaluation" in err and f"metadist eval run_dir={run_dir}" in err
+    assert "Traceback" not in err, err[-2000:]
 
 
 def test_a_run_saved_without_a_store_identity_is_its_store_by_path(tmp_path):

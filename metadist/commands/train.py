@@ -170,8 +170,9 @@ def _raise_stopped(signum: int, frame: object) -> None:
 
 def _evaluate_at_end(run_dir, options, prog: str) -> int:
     """Rank 0 evaluates the finished run on its held-out tasks (metadist.eval); the exit
-    status: 1 where the evaluation failed, 143 where SIGTERM stopped it (the training is
-    kept either way, and the message says how to evaluate it)."""
+    status: 1 where the evaluation failed, 143 or 130 where SIGTERM or SIGINT (Ctrl-C)
+    stopped it (the training is kept either way, and the message says how to evaluate
+    it)."""
     if int(os.environ.get("RANK", "0")) != 0:
         return 0
     again = f"evaluate it with `metadist eval run_dir={run_dir}`"
@@ -186,13 +187,14 @@ def _evaluate_at_end(run_dir, options, prog: str) -> int:
             file=sys.stderr,
         )
         return 1
-    except _Stopped as stop:
+    except (_Stopped, KeyboardInterrupt) as stop:
+        name = "SIGINT" if isinstance(stop, KeyboardInterrupt) else str(stop)
         print(
-            f"{prog}: {stop} stopped the evaluation; the training finished (run_dir "
+            f"{prog}: {name} stopped the evaluation; the training finished (run_dir "
             f"{run_dir}): {again}",
             file=sys.stderr,
         )
-        return 128 + signal.SIGTERM
+        return 128 + signal.Signals[name]
     finally:
         if main_thread:
             signal.signal(signal.SIGTERM, previous)

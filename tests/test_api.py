@@ -478,6 +478,16 @@ def test_local_midnight_rows_of_a_time_zone_continue_in_it_and_a_monthly_gap_is_
     table = run.forecast(history.set_column(at, SYNTHETIC_TIME, stamps.slice(0, rows)))
     got = table.column(SYNTHETIC_TIME).cast(pa.int64()).to_pylist()
     assert got == stamps.slice(rows).cast(pa.int64()).to_pylist()
+    # where the clocks skip local midnight (Havana, 2024-03-10 00:00 is 01:00), the
+    # forecast still takes each day once: that day at the first time it has
+    havana = "America/Havana"
+    wall = (np.datetime64("2024-03-08", "D") - rows + 1 + np.arange(rows)).astype("<M8[ns]")
+    stamps = pc.assume_timezone(pa.array(wall), timezone=havana, ambiguous="earliest")
+    table = run.forecast(history.set_column(at, SYNTHETIC_TIME, stamps))
+    days = pc.local_timestamp(table.column(SYNTHETIC_TIME)).to_pylist()
+    assert [d.date().isoformat() for d in days] == [
+        str(np.datetime64("2024-03-09") + k) for k in range(H)
+    ]
     # monthly rows at UTC midnight, shown in a zone, continue at UTC midnight
     utc = (np.datetime64("2010-01", "M") + np.arange(rows + H)).astype("<M8[ns]")
     stamps = pa.array(utc).cast(pa.timestamp("ns", "UTC")).cast(pa.timestamp("ns", zone))

@@ -146,9 +146,9 @@ def to_local(times: np.ndarray, zone: str) -> np.ndarray:
 
 
 def from_local(times: np.ndarray, zone: str) -> np.ndarray:
-    """The zone's wall-clock nanoseconds as UTC nanoseconds (an ambiguous or skipped
-    wall-clock time taken at its earliest, one the clocks skip at the first time after
-    the gap: a skipped local midnight is that day at 01:00, not the day before)."""
+    """The zone's wall-clock nanoseconds as UTC nanoseconds: an ambiguous wall-clock
+    time taken at its earliest, one the clocks skip at the first time after the gap (a
+    skipped local midnight is that day's first hour, not the day before)."""
     column = pa.array(times, pa.int64()).cast(pa.timestamp("ns"))
     utc = pc.assume_timezone(column, timezone=zone, ambiguous="earliest", nonexistent="latest")
     return np.asarray(utc.cast(pa.int64()).to_numpy(), np.int64)

@@ -184,3 +184,12 @@ def test_lowering_the_ways_is_noted(six_classes, capsys):
     source = build_task_source(config)
     assert source.sampler.num_ways == 3
     assert "note: sampler.options.num_ways=5 lowered to 3" in capsys.readouterr().err
+    # N above the store's 6 classes: the note names the N asked for, not the 5 the
+    # store alone allowed (and is given where the store alone lowered it, too)
+    config.sampler.options["num_ways"] = 20
+    build_task_source(config)
+    assert "note: sampler.options.num_ways=20 lowered to 3" in capsys.readouterr().err
+    config.sampler.options["num_ways"] = 8
+    config.data.fractions = [1.0, 0.0, 0.0]
+    build_task_source(config)
+    assert "note: sampler.options.num_ways=8 lowered to 6" in capsys.readouterr().err

@@ -141,7 +141,8 @@ def build_task_source(config: TrainConfig, *, verify_store: bool | None = None) 
     _note_merged_strata(partitioner, store, config.data.fractions)
     fit_ways = getattr(sampler, "fit_ways_to", None)  # N-way samplers: N the splits can give
     if fit_ways is not None:
-        asked = getattr(sampler, "num_ways", None)
+        # N as configured: the sampler may have lowered it to the store's classes already
+        asked = getattr(getattr(sampler, "options", None), "num_ways", None)
         fit_ways(partitioner)
         ways = getattr(sampler, "num_ways", None)
         if ways != asked and os.environ.get("RANK", "0") == "0":

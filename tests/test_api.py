@@ -205,6 +205,9 @@ def test_a_period_longer_than_the_history_is_noted(runs, capsys):
     assert "1 entity is too short for period 10000" in err and "Theta 2 seasons" in err
     run.forecast(history, methods=["seasonal_naive"], period=24)
     assert "too short" not in capsys.readouterr().err
+    # period 1 has no seasonality to fall back from: no note however short the history
+    run.forecast(history.slice(0, 2), methods=["naive", "theta"], period=1)
+    assert "too short" not in capsys.readouterr().err
 
 
 def test_an_ensemble_forecasts_the_mean_of_its_members(runs, tmp_path):
@@ -320,6 +323,14 @@ def test_metadist_forecast_command(runs, tmp_path):
     assert bad.returncode == 1 and "Traceback" not in bad.stderr
     assert bad.stderr.strip().endswith("combination such as adapted+theta")
     assert not (tmp_path / "x.parquet").exists()
+    # --out under a file, however deep: one line before any work (a traceback after it)
+    (tmp_path / "a_file").write_text("")
+    for place in ("a_file/x.parquet", "a_file/sub/x.parquet"):
+        bad = subprocess.run(
+            [*command, "--out", str(tmp_path / place)], capture_output=True, text=True, timeout=120
+        )
+        assert bad.returncode == 1 and "Traceback" not in bad.stderr, bad.stderr
+        assert bad.stderr.strip().endswith(f"{tmp_path / 'a_file'} is a file, not a directory")
 
 
 def test_classify_with_a_few_shot_classifier(runs, tmp_path):

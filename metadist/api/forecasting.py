@@ -364,7 +364,7 @@ def baseline_forecasts(
     for entity in entities:
         history = entity.values[:, target_columns]
         m = period_of(options, entity, period, needs_period[0]) if needs_period else 1
-        if ("theta" in methods and len(history) < 2 * m + 1) or m > len(history):
+        if m > 1 and (("theta" in methods and len(history) < 2 * m + 1) or m > len(history)):
             shorter.append((entity.key, m, len(history)))
         if "naive" in methods:
             out["naive"].append(baselines.naive_forecast(history, horizon))

@@ -68,8 +68,9 @@ def run_cli(args: argparse.Namespace) -> int:
         raise ValueError(
             f"--out {out} is a directory; name the file, e.g. {out / 'forecasts.parquet'}"
         )
-    if out.parent.exists() and not out.parent.is_dir():
-        raise ValueError(f"--out {out}: {out.parent} is a file, not a directory")
+    above = next(p for p in out.absolute().parents if p.exists())  # the nearest that is
+    if not above.is_dir():
+        raise ValueError(f"--out {out}: {above} is a file, not a directory")
     run = load_run(
         args.run_dir, ensemble=args.ensemble, store=args.store, allow_imports=args.allow_import
     )

@@ -172,6 +172,23 @@ def test_a_moved_run_forecasts_without_its_store(panel, tmp_path, monkeypatch):
     assert pq.read_table(out).equals(project["forecasts"])
 
 
+def test_an_ensemble_of_moved_runs_forecasts_without_their_store(panel, tmp_path, monkeypatch):
+    """Both runs moved, their store gone: the members are checked against each other's
+    records (the member was refused as trained on "another store", the run directory)."""
+    project = make_project(tmp_path / "project", panel)
+    with monkeypatch.context() as patch:
+        patch.chdir(project["root"])
+        train("runs/b", "data/store", "trainer.seed=1")
+        together = metadist.load_run("runs/a", ensemble=["runs/b"])
+        expected = together.forecast(project["history"], methods=["adapted"])
+    moved = tmp_path / "elsewhere"
+    shutil.move(project["root"] / "runs", moved)
+    shutil.rmtree(project["root"])  # the store is gone
+    run = metadist.load_run(moved / "a", ensemble=[moved / "b"])
+    assert isinstance(run.source.store, RecordedStore)
+    assert run.forecast(project["history"], methods=["adapted"]).equals(expected)
+
+
 def test_a_run_without_store_or_record_says_so(project, tmp_path, monkeypatch):
     copy = tmp_path / "run"
     shutil.copytree(project["root"] / "runs" / "a", copy)

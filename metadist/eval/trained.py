@@ -19,6 +19,7 @@ from torch import nn
 from metadist.learners import build_learner
 from metadist.learners.ensemble import LearnerEnsemble
 from metadist.models import build_model
+from metadist.store import SeriesStore
 from metadist.store.format import is_store
 from metadist.store.identity import check_store_identity
 from metadist.tasks import get_task_sampler
@@ -166,7 +167,9 @@ def ensemble_member(
                 f"eval.ensemble: {run_dir} was trained with {setting}={a!r}, the evaluated "
                 f"run with {b!r}; members must see the same tasks"
             )
-    if parts.store is not None:
+    # a store the run recorded (`load_run` of a run whose store is gone) holds no data to
+    # check: `api.artifact` compares the members' recorded identities instead
+    if isinstance(parts.store, SeriesStore):
         try:
             check_store_identity(
                 state.get("store_identity"), parts.store, f"eval.ensemble member {run_dir}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -155,6 +156,22 @@ def test_a_misspelt_group_choice_is_one_line_with_the_closest_names():
     # a component's option set one level too high is pointed at its place
     with pytest.raises(ValueError, match=r"a component's option is sampler.options.lookback"):
         load_config(["experiment=synthetic_maml", "sampler.lookback=200"])
+
+
+def test_a_misspelt_default_in_a_config_file_names_the_file(tmp_path):
+    """A group choice the user never typed, misspelt in an experiment file's defaults:
+    the file is named (the message read as if the user had typed `model=mlpp`)."""
+    shutil.copytree(find_experiments_dir(None), tmp_path / "exp")
+    mine = tmp_path / "exp" / "experiment" / "sinusoid_maml.yaml"
+    mine.write_text(mine.read_text().replace("override /model: mlp\n", "override /model: mlpp\n"))
+    with pytest.raises(ValueError) as caught:
+        compose_dict(["experiment=sinusoid_maml"], str(tmp_path / "exp"))
+    assert str(caught.value).startswith(
+        f"model=mlpp, in the defaults of {mine}: no such model; did you mean mlp?"
+    )
+    with pytest.raises(ValueError) as caught:  # the user's own choice is theirs
+        compose_dict(["experiment=sinusoid_maml", "model=mlpq"], str(tmp_path / "exp"))
+    assert str(caught.value).startswith("model=mlpq: no such model")
 
 
 # Learners for classification tasks are built on a classification experiment: those

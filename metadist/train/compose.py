@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -114,10 +115,13 @@ _UNKNOWN_KEY = re.compile(r"Could not override '([^']+)'")
 _MISSING_OPTION = re.compile(r"Could not find '([\w/]+)/([^'/]+)'")
 
 
-def _missing_option(directory: Path, group: str, name: str) -> str:
+def _missing_option(directory: Path, group: str, name: str, overrides: Sequence[str] = ()) -> str:
     """One line for `group=name` that names no config of `group`: the closest names and
-    where the list is (Hydra's message spans the whole search path)."""
+    where the list is (Hydra's message spans the whole search path), and the config
+    file whose defaults ask for it where the user's `overrides` do not."""
     options = sorted(p.stem for p in (directory / group).glob("*.yaml"))
+    given = {o.lstrip("+~").lstrip("/").replace(" ", "") for o in overrides}
+    source = "" if f"{group}={name}" in given else _defaults_naming(directory, group, name)
     close = difflib.get_close_matches(name, options, n=3)
     hint = f"; did you mean {' or '.join(close)}?" if close else ""
     listing = (
@@ -127,7 +131,21 @@ def _missing_option(directory: Path, group: str, name: str) -> str:
         if options
         else "none"
     )
-    return f"{group}={name}: no such {group}{hint} (the {group}s: {listing})"
+    return f"{group}={name}{source}: no such {group}{hint} (the {group}s: {listing})"
+
+
+def _defaults_naming(directory: Path, group: str, name: str) -> str:
+    """`, in the defaults of FILE` for the first config file under `directory` whose
+    defaults list has `group: name` (`override /group: name` among them), else ""."""
+    line = re.compile(rf"^\s*-\s*(override\s+)?/?{re.escape(group)}\s*:\s*{re.escape(name)}\s*$")
+    for path in sorted(directory.rglob("*.yaml")):
+        try:
+            text = path.read_text()
+        except (OSError, UnicodeDecodeError):
+            continue
+        if any(line.match(row) for row in text.splitlines()):
+            return f", in the defaults of {path}"
+    return ""
 
 
 def _compose(directory: Path, overrides: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -156,7 +174,7 @@ def _compose(directory: Path, overrides: list[str]) -> tuple[dict[str, Any], dic
         missing = _MISSING_OPTION.search(str(error))
         if missing:
             raise ValueError(
-                _missing_option(directory, missing.group(1), missing.group(2))
+                _missing_option(directory, missing.group(1), missing.group(2), overrides)
             ) from None
         raise ValueError(f"cannot compose the experiment config: {error}") from None
     return choices, values

@@ -248,6 +248,12 @@ def test_a_store_that_moved_is_named_with_store(runs, tmp_path):
     assert metadist.load_run(run_dir, store=after).forecast(history).num_rows == H
     with pytest.raises(ValueError, match="is not the store run_dir .* was trained on"):
         metadist.load_run(run_dir, store=runs["stores"]["per-entity"])
+    # a store given where there is none is named as given (the run's config was blamed)
+    from metadist.eval import evaluate_run
+
+    for call in (metadist.load_run, evaluate_run):
+        with pytest.raises(FileNotFoundError, match=rf"^store {before} \(store=PATH"):
+            call(run_dir, store=before)
     path = tmp_path / "new.parquet"
     pq.write_table(history, path)
     command = [sys.executable, "-m", "metadist.cli", "forecast", str(run_dir), str(path)]

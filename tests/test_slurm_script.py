@@ -264,5 +264,7 @@ def test_a_submission_sbatch_refuses_leaves_nothing_behind(tmp_path, monkeypatch
     run_dir = tmp_path / "runs" / "job"
     code = main(["slurm", "submit", "experiment=sinusoid_maml", f"run_dir={run_dir}"])
     assert code == 1
-    assert "no partition" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "sbatch refused the job: sbatch: error: no partition; nothing was submitted" in err
+    assert "job.sbatch" not in err  # not the script just removed
     assert not run_dir.exists()

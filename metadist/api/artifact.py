@@ -30,6 +30,7 @@ from torch import nn
 from metadist.durable import atomic_write_text
 from metadist.eval.run import load_trained
 from metadist.eval.settings import EvalOptions
+from metadist.store.format import check_given_store
 from metadist.train.artifact import (
     INFERENCE_FILE,
     read_inference,
@@ -106,6 +107,8 @@ def load_parts(
             store, or ensemble members of another store.
     """
     run_dir = Path(run_dir)
+    if store is not None:
+        check_given_store(store)
     try:
         record = read_inference(run_dir)
         problem = ""

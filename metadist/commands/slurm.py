@@ -42,11 +42,13 @@ def _cmd_submit(args: argparse.Namespace) -> int:
     script = write_script(job, logs / "job.sbatch")
     try:
         job_id = submit_script(script)
-    except (ValueError, OSError):
+    except (ValueError, OSError) as error:
         script.unlink(missing_ok=True)  # nothing was submitted: nothing is left behind
         for directory in reversed(made):
             shutil.rmtree(directory, ignore_errors=True)
-        raise
+        raise ValueError(
+            f"{error}; nothing was submitted, and nothing is left in {run_dir}"
+        ) from None
     print(f"submitted job {job_id}: run directory {run_dir}, log {run_dir}/slurm/{job_id}.out")
     return 0
 

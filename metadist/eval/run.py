@@ -32,6 +32,7 @@ from metadist.eval.shared_cache import SharedCache
 from metadist.eval.threads import eval_threads
 from metadist.eval.trained import load_run, trained_learner, with_ensemble
 from metadist.models import build_model
+from metadist.store.format import check_given_store
 from metadist.store.identity import check_store_identity
 from metadist.train.artifact import current_store
 from metadist.train.build import build_task_source
@@ -151,6 +152,8 @@ def _prepare(
     """`(config, state, checkpoint path, pointer, options, parts)` of the run evaluated:
     its checkpoint (the latest where `eval.checkpoint=latest`), settings (`options`, else
     the run's with `overrides`) and the tasks they give (`eval_parts`)."""
+    if store is not None:
+        check_given_store(store)
     config, state, checkpoint_path, pointer = load_run(
         run_dir, "run_dir", store, allow_imports=allow_imports
     )

@@ -129,3 +129,17 @@ def is_store(path: Path) -> bool:
     except (FileNotFoundError, ValueError):
         return False
     return True
+
+
+def check_given_store(path: str | os.PathLike) -> None:
+    """Refuses a store a user gave for a run (`store=PATH`, `--store PATH`) where no
+    series store is.
+
+    Raises:
+        FileNotFoundError: naming `path` as the store given (the run's config was blamed).
+    """
+    if not is_store(Path(path)):
+        raise FileNotFoundError(
+            f"store {path} (store=PATH, --store PATH): no series store there; give the "
+            "directory `metadist ingest` wrote for the run's data"
+        )

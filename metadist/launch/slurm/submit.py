@@ -33,5 +33,5 @@ def submit_script(script_path: Path, extra_args: Sequence[str] = ()) -> str:
         check=False,
     )
     if completed.returncode != 0:
-        raise ValueError(f"sbatch refused {script_path}: {completed.stderr.strip()}")
+        raise ValueError(f"sbatch refused the job: {completed.stderr.strip()}")
     return completed.stdout.strip().split(";")[0]

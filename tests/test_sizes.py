@@ -69,3 +69,17 @@ def test_the_checks_see_what_they_count(tmp_path):
     )
     assert len(_long_functions(source)) == 1
     assert len(_local_imports(source)) == 1
+
+
+def test_every_module_is_on_the_map():
+    """docs/design.md names every module of the package (its file's name, in its
+    package's line of the map or the table), so a new room is never off the map."""
+    import re
+
+    words = set(re.findall(r"\w+", (PACKAGE.parent / "docs" / "design.md").read_text()))
+    missing = [
+        str(path.relative_to(PACKAGE))
+        for path in _files()
+        if not path.stem.startswith("__") and path.stem not in words
+    ]
+    assert not missing, f"add these modules to docs/design.md's map: {missing}"

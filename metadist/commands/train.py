@@ -126,18 +126,16 @@ def main(argv: list[str] | None = None, prog: str = "metadist train") -> int:
         return 1
     except KeyboardInterrupt:
         print(
-            f"{prog}: interrupted before a checkpoint could be written; restarting "
-            "the command resumes from the run directory's latest checkpoint",
+            f"{prog}: stopped at once by a second Ctrl-C, without a checkpoint of this "
+            "stop: the steps since the run directory's latest checkpoint are lost; run the "
+            "same command again to resume from it",
             file=sys.stderr,
         )
         return 130
     if result is not None and result.stopped_by == "SIGINT":
-        if _local_rank() == 0 and not stop_reported_by_owner():  # else the launcher says it
-            print(
-                f"{prog}: interrupted; checkpoint of step {result.step} written to "
-                f"{result.checkpoint}; run the same command again to resume",
-                file=sys.stderr,
-            )
+        # the training's own line named the checkpoint; under a launcher, it says the rest
+        if _local_rank() == 0 and not stop_reported_by_owner():
+            print(f"{prog}: interrupted; run the same command again to resume", file=sys.stderr)
         return 130
     if result is None:
         return 1

@@ -5,17 +5,22 @@ before a preemption or the time limit. The handler only records the signal; the 
 loop looks at it between meta-steps, and the ranks agree on it through the per-step
 all-reduce, so that every rank stops after the same step and the checkpoint is consistent.
 A second SIGINT while the first is pending aborts at once (`KeyboardInterrupt`), without
-a checkpoint.
+a checkpoint, unless it comes within `REPEAT_S` of the first: that is the same Ctrl-C
+delivered twice (a terminal sends it to every process of its group while the parent
+command, or GNU `timeout`, passes it on as well), not a user pressing it again.
 """
 
 from __future__ import annotations
 
 import signal
 import threading
+import time
 from types import FrameType
 from typing import Any
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
+# a SIGINT this soon after the first stop signal is the same one delivered twice (s)
+REPEAT_S = 1.0
 
 
 class StopRequest:
@@ -28,6 +33,7 @@ class StopRequest:
     def __init__(self, signals: tuple[signal.Signals, ...] = STOP_SIGNALS) -> None:
         self.signals = signals
         self.signal_name: str | None = None
+        self._first_at = 0.0  # time.monotonic() of the first stop signal
         self._previous: dict[signal.Signals, Any] = {}  # the handlers signal.signal returned
 
     @property
@@ -37,7 +43,8 @@ class StopRequest:
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if self.signal_name is None:
             self.signal_name = signal.Signals(signum).name
-        elif signum == signal.SIGINT:
+            self._first_at = time.monotonic()
+        elif signum == signal.SIGINT and time.monotonic() - self._first_at > REPEAT_S:
             raise KeyboardInterrupt
 
     def __enter__(self) -> StopRequest:

@@ -546,3 +546,26 @@ def test_a_horizon_beyond_the_run_is_refused_before_anything_is_allocated(runs, 
     )
     assert done.returncode == 1 and len(done.stderr.strip().splitlines()) == 1
     assert "the run forecasts at most H=8 steps" in done.stderr
+
+
+def test_the_forecast_tables_own_columns_give_way_to_the_stores():
+    """A store whose time column is called `step` (or a target `method`): the table's
+    horizon step and method columns take other names rather than overwrite it (the
+    times were shown as `step` and the 1..H column was lost)."""
+    from types import SimpleNamespace
+
+    from metadist.api.forecasting import forecast_table
+    from metadist.api.history import Entity
+    from metadist.api.times import Step
+
+    store = SimpleNamespace(
+        metadata={"entity_col": "sid", "time_col": "step"}, column_names=["method"]
+    )
+    entity = Entity("a", np.array([10, 11, 12]), np.zeros((3, 1)), step=Step(size=1),
+                    time_type=pa.int64())  # fmt: skip
+    forecasts = {"naive": np.full((1, 2, 1), 5.0)}
+    table = forecast_table(store, [entity], [0], 2, ["naive"], forecasts)
+    assert table.column_names == ["sid", "forecast_step", "step", "forecast_method", "method"]
+    assert table.column("forecast_step").to_pylist() == [1, 2]
+    assert table.column("step").to_pylist() == [13, 14]
+    assert table.column("method").to_pylist() == [5.0, 5.0]

@@ -402,13 +402,22 @@ def forecast_table(
     times = np.stack(
         [next_times(e.key, int(e.times[-1]), e.step, horizon, time_type) for e in entities]
     )
+    targets = [store.column_names[c] for c in target_columns]
+    taken = {meta["entity_col"], meta["time_col"], *targets}
+    step, method = free_name("step", taken), free_name("method", taken)
     columns = {
         meta["entity_col"]: pa.array([e.key for e in entities]).take(index[0]),
-        "step": pa.array(index[1] + 1, pa.int64()),
+        step: pa.array(index[1] + 1, pa.int64()),
         meta["time_col"]: time_column(times[index[0], index[1]], time_type),
-        "method": pa.array(list(methods)).take(index[2]),
+        method: pa.array(list(methods)).take(index[2]),
     }
     values = np.stack([forecasts[m] for m in methods], axis=2)  # [B, horizon, M, T]
-    for t, c in enumerate(target_columns):
-        columns[store.column_names[c]] = pa.array(values[..., t].reshape(-1), pa.float64())
+    for t, name in enumerate(targets):
+        columns[name] = pa.array(values[..., t].reshape(-1), pa.float64())
     return pa.table(columns)
+
+
+def free_name(name: str, taken: set[str]) -> str:
+    """`name` for a column of the forecast table, or `forecast_<name>` where the store
+    has a column of that name (its time column called `step`)."""
+    return name if name not in taken else free_name(f"forecast_{name}", taken)

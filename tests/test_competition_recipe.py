@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -114,7 +115,7 @@ def test_which_models_take_a_seasonal_period():
 
 
 def test_a_runs_recorded_periods_replace_its_evaluation_setting(tmp_path):
-    assert series_periods({"M": 12, "Q": 4}, ["M"]) == 12
+    assert series_periods({"M": 12, "Q": 4}, ["M"]) == {"M": 12}  # a group's, by label
     assert series_periods({"M": 12, "Q": 4}, []) == {"M": 12, "Q": 4}
     assert series_periods({"A": 1, "B": 1}, []) == 1
     assert recorded_periods(tmp_path) is None
@@ -139,7 +140,7 @@ def test_each_run_records_the_period_of_the_series_its_group_forecasts(tmp_path)
     for members in ensembles.values():
         members[0].run_dir(tmp_path).mkdir(parents=True)  # trained runs
     record_periods([monthly, mixed], ensembles, tmp_path, periods)
-    assert recorded_periods(ensembles["24"][0].run_dir(tmp_path)) == 12
+    assert recorded_periods(ensembles["24"][0].run_dir(tmp_path)) == {"monthly": 12}
     assert recorded_periods(ensembles["8"][0].run_dir(tmp_path)) == {"other": 1, "quarterly": 4}
 
 
@@ -211,8 +212,8 @@ def test_a_run_trained_on_monthly_data_forecasts_theta_with_period_12(tmp_path):
     config = (run_dir / "config.yaml").read_text()
     assert "seasonal_period: 12" in config and "loss: mape" in config
     assert "- monthly" in config  # meta-trained on the monthly series alone
-    assert recorded_periods(run_dir) == 12
-    assert recorded_periods(out / "h6-m4" / "L12-mape-s1") == 4
+    assert recorded_periods(run_dir) == {"monthly": 12}
+    assert recorded_periods(out / "h6-m4" / "L12-mape-s1") == {"quarterly": 4}
     result = json.loads((run_dir / "eval" / "metrics.json").read_text())
     assert result["primary_metric"] == "mape" and result["num_tasks"] == 8
     decisions = json.loads((out / "adaptation.json").read_text())["horizons"]
@@ -231,6 +232,20 @@ def test_a_run_trained_on_monthly_data_forecasts_theta_with_period_12(tmp_path):
     ):
         got = forecast[forecast.method == method].sort_values("step")["value"].to_numpy()
         np.testing.assert_allclose(got, np.ravel(expected), rtol=1e-6)
+    # a copy of the run elsewhere still forecasts a short history as the protocol does
+    copy = tmp_path / "elsewhere" / "run"
+    shutil.copytree(run_dir, copy)
+    short = history.head(20)
+    assert (
+        metadist.load_run(copy)
+        .forecast(short, methods=("adapted",))
+        .equals(run.forecast(short, methods=("adapted",)))
+    )
+    # a series of a label the run was not made for gets no borrowed period: one line
+    other = history.assign(frequency="quarterly")
+    with pytest.raises(ValueError, match="no entry for label 'quarterly'.*pass period=M"):
+        run.forecast(other, methods=("seasonal_naive",))
+    assert run.forecast(other, methods=("seasonal_naive",), period=4).num_rows == 6
     # the experiment's own setting (1) would give the naive forecast instead
     assert not np.allclose(
         baselines.seasonal_naive_forecast(values, 6, 12), baselines.naive_forecast(values, 6)

@@ -334,13 +334,22 @@ def period_of(options: EvalOptions, entity: Entity, period: int | None, needs: s
         return int(period)
     keyed_by = options.seasonal_period_from
     known = entity.stratum if keyed_by == "stratum" else entity.label
-    if isinstance(options.seasonal_period, dict) and not known:
+    mapping = options.seasonal_period if isinstance(options.seasonal_period, dict) else None
+    if mapping is not None and not known:
+        if len(set(mapping.values())) == 1:  # the series it forecasts share one period
+            return int(next(iter(mapping.values())))
         raise ValueError(
             f"{needs} needs the seasonal period of entity {entity.key!r}: the run's "
             f"eval.seasonal_period is a mapping by {keyed_by}, which the history does not "
             "hold; pass period=M"
         )
-    return int(options.period_of(entity.stratum, entity.label) or 1)
+    try:
+        return int(options.period_of(entity.stratum, entity.label) or 1)
+    except ValueError as error:  # a label the run does not forecast
+        raise ValueError(
+            f"{needs}, entity {entity.key!r}: {error}; the run records the periods of the "
+            "series it was made to forecast: pass period=M for others"
+        ) from None
 
 
 def baseline_forecasts(

@@ -17,7 +17,7 @@ from metadist.api.artifact import load_parts
 from metadist.api.classification import Examples
 from metadist.api.history import History
 from metadist.api.protocols import AdaptingLearner
-from metadist.eval.competition_member import competition_of
+from metadist.eval.competition_member import is_competition_member
 from metadist.eval.plausibility import GUARD_FILE, recorded_guard, recorded_model
 from metadist.eval.settings import EvalOptions
 from metadist.train.build import TaskSource
@@ -178,7 +178,7 @@ class Run:
             steps=steps,
             # the band validation chose, if any
             guard_width=recorded_guard(self.run_dir) if guard else None,
-            holdout_padding=competition_of(self.run_dir) is not None,
+            holdout_padding=is_competition_member(self.run_dir),
         )
 
     def chosen_model(self) -> str | None:

@@ -13,9 +13,35 @@ import json
 import os
 from pathlib import Path
 
+from metadist.durable import atomic_write_text
+
 # the marker of a competition output: which training file, which protocol
 OUTPUT_FILE = "competition-output.json"
 MARKER_KIND = "metadist competition output"
+# the marker in each member run: it stays a member's wherever the run is copied
+MEMBER_FILE = "competition-member.json"
+MEMBER_KIND = "metadist competition member"
+
+
+def mark_member(run_dir: Path, out: Path) -> None:
+    """Marks `run_dir` as a member of the competition output `out` (`MEMBER_FILE`), so
+    that a copy of the run elsewhere still forecasts as the competition's protocol does."""
+    text = json.dumps({"kind": MEMBER_KIND, "output": str(Path(out).resolve())}) + "\n"
+    path = Path(run_dir) / MEMBER_FILE
+    if not (path.is_file() and path.read_text() == text):
+        atomic_write_text(path, text)
+
+
+def is_competition_member(run_dir: str | os.PathLike) -> bool:
+    """Whether `run_dir` was made by `metadist competition`: its own marker, or (a run
+    made before members were marked) an output's marker two directories up."""
+    try:
+        document = json.loads((Path(run_dir) / MEMBER_FILE).read_text())
+    except (OSError, ValueError):
+        document = None
+    if isinstance(document, dict) and document.get("kind") == MEMBER_KIND:
+        return True
+    return competition_of(run_dir) is not None
 
 
 def competition_of(run_dir: str | os.PathLike) -> Path | None:

@@ -27,6 +27,7 @@ from metadist.api.artifact import write_periods
 from metadist.commands.competition.eta import TrainingProgress
 from metadist.commands.competition.series import SeriesInfo
 from metadist.commands.competition.steps import METADIST
+from metadist.eval.competition_member import mark_member
 from metadist.launch.children import OwnedChildren
 from metadist.progress import Progress
 from metadist.train.compose import compose_dict
@@ -199,11 +200,14 @@ def training_overrides(
 
 
 def series_periods(periods: dict[str, int], labels: Sequence[str]) -> int | dict[str, int]:
-    """The seasonal period of the series of `labels` (of `periods`; all of them where
-    `labels` is empty): one integer where they share one, else by label."""
-    own = {k: v for k, v in periods.items() if not labels or k in labels}
-    values = sorted(set(own.values()))
-    return values[0] if len(values) == 1 else dict(sorted(own.items()))
+    """The seasonal period of the series of `labels`, by label (of `periods`), so that a
+    forecast of a series of another label is refused rather than given this group's
+    period; where `labels` is empty (every series), one integer where they share one,
+    else by label."""
+    if labels:
+        return {k: v for k, v in sorted(periods.items()) if k in labels}
+    values = sorted(set(periods.values()))
+    return values[0] if len(values) == 1 else dict(sorted(periods.items()))
 
 
 def record_periods(
@@ -213,10 +217,13 @@ def record_periods(
     periods: dict[str, int],
 ) -> None:
     """Records in every member's run the seasonal period of the series its group
-    forecasts (`periods`: every label's), for `load_run(...).forecast` (`api.artifact`)."""
+    forecasts (`periods`: every label's), for `load_run(...).forecast` (`api.artifact`),
+    and that it is a member of the competition output `out` (`mark_member`: a copy
+    elsewhere still cuts short histories as the protocol does)."""
     for group in groups:
         for member in ensembles[group.key]:
             write_periods(member.run_dir(out), series_periods(periods, group.labels))
+            mark_member(member.run_dir(out), out)
 
 
 def train_members(

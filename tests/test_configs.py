@@ -222,3 +222,20 @@ def test_every_optimizer_option_builds(optimizer):
 def test_config_round_trips_through_a_plain_dict():
     config = load_config(["experiment=sinusoid_maml"], world_size=1)
     assert build_config(config.to_dict(), world_size=1) == config
+
+
+def test_a_seasonal_period_mapping_is_given_whole_not_merged():
+    """`eval.seasonal_period={a: 12, b: 7}` for a store of strata a and b: the
+    experiment's strata do not stay beside them (they did, and were listed as the
+    store's in the next error), at training and at evaluation alike."""
+    from metadist.eval.settings import load_eval_options
+
+    given = "eval.seasonal_period={a: 12, b: 7}"
+    assert compose_dict(["experiment=synthetic_maml", given])["eval"]["seasonal_period"] == {
+        "a": 12,
+        "b": 7,
+    }
+    assert load_eval_options("synthetic_maml", [given]).seasonal_period == {"a": 12, "b": 7}
+    # one entry set on its own still changes that entry alone
+    one = load_eval_options("synthetic_maml", ["eval.seasonal_period.flow=6"]).seasonal_period
+    assert one["flow"] == 6 and one["temperature"] == 24

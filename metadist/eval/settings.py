@@ -15,7 +15,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from metadist.options import from_mapping
-from metadist.train.compose import find_experiments_dir
+from metadist.train.compose import find_experiments_dir, whole_eval_mappings
 from metadist.train.config import check_finite_numbers
 
 FORECAST_METHODS = {
@@ -360,16 +360,17 @@ def check_periods_cover(options: EvalOptions, store: Any) -> None:
     if not missing:
         return
     known = ", ".join(sorted(map(str, periods)))
+    kinds = "strata" if kind == "stratum" else f"{kind}s"
     what = (
         f"has no {kind} column"
         if missing == [""]
-        else f"has {kind}s it does not name ({', '.join(missing[:5])}"
+        else f"has {kinds} it does not name ({', '.join(missing[:5])}"
         + (" ..." if len(missing) > 5 else "")
         + ")"
     )
     example = "" if missing == [""] else f", e.g. 'eval.seasonal_period={{{missing[0]}: 12}}'"
     raise ValueError(
-        f"eval.seasonal_period gives the periods of the {kind}s {known}, but store "
+        f"eval.seasonal_period gives the periods of the {kinds} {known}, but store "
         f"{store.path} {what}: set eval.seasonal_period=M (one period for every series) "
         f"or a mapping of its {kind}s{example}"
     )
@@ -460,4 +461,5 @@ def load_eval_options(
         combined = OmegaConf.to_container(merged, resolve=True)
         assert isinstance(combined, dict)  # a mapping merged with a mapping
         values = {str(key): value for key, value in combined.items()}
+        values.update(whole_eval_mappings(dotlist))  # given whole, not merged
     return EvalOptions.from_dict(values)

@@ -45,6 +45,9 @@ def compose_dict(overrides: list[str], config_dir: str | os.PathLike | None = No
             if not (o.startswith("~") and o[1:].partition(".")[0] in foreign)
         ]
         choices, values = _compose_checked(directory, [*kept, *(f"~{s}" for s in foreign)])
+    if isinstance(values.get("eval"), dict):
+        given = [o.lstrip("+").removeprefix("eval.") for o in overrides]
+        values["eval"].update(whole_eval_mappings(given))
     choice = choices.get("experiment")
     if choice and "experiment" not in values:
         values["experiment"] = choice
@@ -212,6 +215,25 @@ def _handle_unknown_key(directory: Path, overrides: list[str], key: str) -> list
 
 
 _OPTION_SECTIONS = ("sampler", "model", "learner")
+# evaluation mappings an override gives whole (Hydra and OmegaConf would merge them into
+# the experiment's): the seasonal periods by stratum or label are a store's own
+WHOLE_EVAL_MAPPINGS = ("seasonal_period",)
+
+
+def whole_eval_mappings(dotlist: Sequence[str]) -> dict[str, Any]:
+    """`{name: mapping}` of each `NAME={...}` of `dotlist` (evaluation settings, `eval.`
+    left out) whose NAME is one of `WHOLE_EVAL_MAPPINGS`: the mapping as given, to put in
+    place of its merge with the experiment's (whose strata then stayed, and were listed
+    as the store's)."""
+    from omegaconf import OmegaConf
+
+    out: dict[str, Any] = {}
+    for item in dotlist:
+        key, sep, value = item.lstrip("+").partition("=")
+        if sep and key in WHOLE_EVAL_MAPPINGS and value.lstrip().startswith("{"):
+            parsed = OmegaConf.to_container(OmegaConf.from_dotlist([f"{key}={value}"]))
+            out[key] = parsed[key]  # type: ignore[index]
+    return out
 
 
 def replace_options(overrides: list[str]) -> list[str]:

@@ -232,7 +232,8 @@ def whole_eval_mappings(dotlist: Sequence[str]) -> dict[str, Any]:
         key, sep, value = item.lstrip("+").partition("=")
         if sep and key in WHOLE_EVAL_MAPPINGS and value.lstrip().startswith("{"):
             parsed = OmegaConf.to_container(OmegaConf.from_dotlist([f"{key}={value}"]))
-            out[key] = parsed[key]  # type: ignore[index]
+            assert isinstance(parsed, dict)  # a dotlist makes a mapping
+            out[key] = parsed[key]
     return out
 
 

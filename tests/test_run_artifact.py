@@ -148,6 +148,11 @@ def test_a_moved_run_forecasts_without_its_store(panel, tmp_path, monkeypatch):
     monkeypatch.chdir(work)
     run = metadist.load_run(moved)
     assert isinstance(run.source.store, RecordedStore) and run.kind == "forecast"
+    from metadist.eval import evaluate_run  # needs the store: says where it looked
+
+    with pytest.raises(FileNotFoundError, match=r"its store is not where its inference.json "
+                       r"records it, and data.store: no series store at 'data/store' .*--store PATH"):  # fmt: skip
+        evaluate_run(moved)
     assert run.config.data.store == "data/store"
     table = run.forecast(project["history"], methods=["adapted", "naive"])
     assert table.equals(project["forecasts"])

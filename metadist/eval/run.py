@@ -34,7 +34,7 @@ from metadist.eval.trained import load_run, trained_learner, with_ensemble
 from metadist.models import build_model
 from metadist.store.format import check_given_store
 from metadist.store.identity import check_store_identity
-from metadist.train.artifact import current_store
+from metadist.train.artifact import INFERENCE_FILE, current_store
 from metadist.train.build import build_task_source
 from metadist.train.config import TrainConfig
 from metadist.train.selection import describe_checkpoint
@@ -154,9 +154,12 @@ def _prepare(
     the run's with `overrides`) and the tasks they give (`eval_parts`)."""
     if store is not None:
         check_given_store(store)
-    config, state, checkpoint_path, pointer = load_run(
-        run_dir, "run_dir", store, allow_imports=allow_imports
-    )
+    try:
+        config, state, checkpoint_path, pointer = load_run(
+            run_dir, "run_dir", store, allow_imports=allow_imports
+        )
+    except FileNotFoundError as error:  # the config's data.store, checked as it is read
+        raise _store_not_found(run_dir, error) from None
     if options is None:
         options = _run_eval_options(config, run_dir, overrides, config_dir)
     options.validate()
@@ -167,6 +170,21 @@ def _prepare(
     identity = state.get("store_identity")
     parts = eval_parts(config, options, identity, run_dir, verify_store=verify_store)
     return config, state, checkpoint_path, pointer, options, parts
+
+
+def _store_not_found(run_dir: Path, error: FileNotFoundError) -> FileNotFoundError:
+    """The error of a run whose store is neither where its record says nor at its
+    config's `data.store` (`error`, which offered to build a store): where it looked,
+    and `--store`."""
+    said = str(error).split(" (build one")[0]
+    if not said.startswith("data.store: no series store at"):
+        return error
+    recorded = (run_dir / INFERENCE_FILE).is_file()
+    where = f"not where its {INFERENCE_FILE} records it, and " if recorded else ""
+    return FileNotFoundError(
+        f"run_dir {run_dir}: its store is {where}{said} (from the working directory); pass "
+        "--store PATH (store=PATH) where it is now"
+    )
 
 
 def _shared(use: bool) -> SharedCache | None:

@@ -260,3 +260,13 @@ def test_the_competition_recipes_fit_the_meta_batch_to_a_small_panel(experiment)
     # real loaders in test_train_config.py) instead of stopping every training
     trainer = compose_dict([f"experiment={experiment}"])["trainer"]
     assert trainer["fit_meta_batch"] is True and trainer["meta_batch_size"] == 64
+
+
+def test_a_step_run_as_a_command_is_shown_as_one_to_run_again(tmp_path, capsys):
+    from metadist.commands.competition.steps import METADIST, run_command
+
+    place = tmp_path / "a dir"
+    code = run_command("check", [*METADIST, "verify", str(place)], dict(os.environ))
+    assert code != 0  # no store there: the point is the line shown
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first == f"== check: metadist verify '{place}'"

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 import sys
 import time
@@ -27,7 +28,10 @@ def step(title: str, action: Callable[[], Any]) -> bool:
 def run_command(title: str, command: list[str], env: dict[str, str]) -> int:
     """Runs `command` (`METADIST` and its arguments) and returns its exit status; the
     end of its output is shown where it fails."""
-    print(f"== {title}: {' '.join(command[2:])}", flush=True)
+    shown = (
+        ["metadist", *command[len(METADIST) :]] if command[: len(METADIST)] == METADIST else command
+    )
+    print(f"== {title}: {shlex.join(shown)}", flush=True)  # a command one can run again
     began = time.perf_counter()
     process = OwnedChildren.popen_owned(
         command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True

@@ -205,6 +205,9 @@ def test_a_period_longer_than_the_history_is_noted(runs, capsys):
     assert "1 entity is too short for period 10000" in err and "Theta 2 seasons" in err
     run.forecast(history, methods=["seasonal_naive"], period=24)
     assert "too short" not in capsys.readouterr().err
+    for bad in (0, -1, 2.5, True):  # whatever the methods (it was taken without one)
+        with pytest.raises(ValueError, match="period must be an integer >= 1"):
+            run.forecast(history, methods=["naive"], period=bad)
     # period 1 has no seasonality to fall back from: no note however short the history
     run.forecast(history.slice(0, 2), methods=["naive", "theta"], period=1)
     assert "too short" not in capsys.readouterr().err
@@ -329,6 +332,9 @@ def test_metadist_forecast_command(runs, tmp_path):
     assert bad.returncode == 1 and "Traceback" not in bad.stderr
     assert bad.stderr.strip().endswith("combination such as adapted+theta")
     assert not (tmp_path / "x.parquet").exists()
+    bad = subprocess.run([*command, "--out", str(out), "--period", "0"], capture_output=True,
+                         text=True, timeout=120)  # fmt: skip
+    assert bad.returncode == 1 and bad.stderr.strip().endswith("--period must be >= 1, got 0")
     # --out under a file, however deep: one line before any work (a traceback after it)
     (tmp_path / "a_file").write_text("")
     for place in ("a_file/x.parquet", "a_file/sub/x.parquet"):

@@ -17,6 +17,14 @@ def test_the_demo_counts_processes_in_english():
     assert cpu_processes(2) == "2 CPU processes"
 
 
+def test_datasets_competition_help_names_the_competitions(capsys):
+    from metadist.datasets.fcomp import COMPETITIONS
+
+    with pytest.raises(SystemExit):
+        main(["datasets", "competition", "--help"])
+    assert f"which competition: {', '.join(sorted(COMPETITIONS))}" in capsys.readouterr().out
+
+
 def test_train_help_names_every_shipped_learner(capsys):
     with pytest.raises(SystemExit):
         main(["train", "--help"])

@@ -164,6 +164,10 @@ class Run:
                 f"run {self.run_dir} is a {self.kind} run; forecast() needs a forecasting "
                 "run (a sampler of forecast windows on a series store)"
             )
+        if period is not None and (
+            isinstance(period, bool) or not isinstance(period, int) or period < 1
+        ):
+            raise ValueError(f"period must be an integer >= 1, got {period!r}")
         if methods is None:
             methods = (self.chosen_model() or "adapted",)
         return forecasting.forecast(

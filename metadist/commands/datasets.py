@@ -47,7 +47,10 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
         "seasonal period, frequency and category as the package records them. Then: "
         "metadist competition OUT_DIR --validation --out runs/NAME_val.",
     )
-    competition.add_argument("name", metavar="NAME", choices=sorted(COMPETITIONS))
+    competition.add_argument(
+        "name", metavar="NAME", choices=sorted(COMPETITIONS),
+        help=f"which competition: {', '.join(sorted(COMPETITIONS))}",
+    )  # fmt: skip
     competition.add_argument("out_dir", metavar="OUT_DIR", type=Path, help="directory to create")
     competition.add_argument("--overwrite", action="store_true", help="replace a non-empty OUT_DIR")
     competition.set_defaults(func=_run_competition)

@@ -63,6 +63,8 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
 
 def run_cli(args: argparse.Namespace) -> int:
     """Loads the run, forecasts the history and writes the forecasts atomically."""
+    if args.period is not None and args.period < 1:  # before the run is loaded
+        raise ValueError(f"--period must be >= 1, got {args.period}")
     out = Path(args.out)
     if out.is_dir():  # checked before any work: the file is written last
         raise ValueError(

@@ -21,6 +21,7 @@ import sys
 from types import ModuleType
 
 from metadist import __version__
+from metadist.commands.parser import Parser
 from metadist.diskspace import OutOfSpaceError
 from metadist.options import closest
 
@@ -62,7 +63,7 @@ def build_parser(
 ) -> argparse.ArgumentParser:
     """The `metadist` parser: every command listed with its help line, and (`module`
     given) the parser(s) that `module.register_cli` adds for `command`."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="metadist", description="metadist: meta-learning across many related time series."
     )
     parser.add_argument("--version", action="version", version=f"metadist {__version__}")

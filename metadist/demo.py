@@ -29,6 +29,7 @@ import sys
 import time
 from pathlib import Path
 
+from metadist.commands.parser import Parser
 from metadist.datasets.synthetic import SYNTHETIC_INGEST_ARGS, write_synthetic_panel
 from metadist.eval import evaluate_run
 from metadist.eval.report import EVAL_DIR, FIGURE_NAME, markdown_report
@@ -55,7 +56,7 @@ DEMO_OVERRIDES = (
 
 
 def build_parser(prog: str = "metadist demo") -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog=prog,
         description=__doc__.splitlines()[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -184,5 +184,6 @@ def test_a_bad_margin_is_named_in_one_line(tmp_path, capsys, value):
     with pytest.raises(SystemExit):
         main([str(tmp_path), "--experiment-margin", value])
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1].endswith(f"argument --experiment-margin: {value!r} is not a number of "
-                            "standard errors >= 0")  # fmt: skip
+    assert len(err) == 1  # the line alone, not argparse's usage block before it
+    assert err[0].startswith(f"metadist competition: error: argument --experiment-margin: "
+                             f"{value!r} is not a number of standard errors >= 0")  # fmt: skip

@@ -31,3 +31,24 @@ def test_train_help_names_every_shipped_learner(capsys):
     text = " ".join(capsys.readouterr().out.split())
     for learner in sorted(p.stem for p in (SHIPPED / "learner").glob("*.yaml")):
         assert f" {learner}," in text or f" {learner})" in text, learner
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["competition", "d", "--horizons", "5", "trainer.meta_steps=2"],
+         "argument --horizons: 'trainer.meta_steps=2' is not a whole number; put overrides "
+         "before --horizons"),
+        (["competition", "d", "--seeds", "0"], "--seeds must be >= 1, got 0"),
+        (["competition", "d", "--jobs", "0"], "--jobs must be >= 1, got 0"),
+        (["train", "--nproc-per-node", "x"], "argument --nproc-per-node: invalid int value"),
+        (["bogus"], "argument COMMAND: invalid choice: 'bogus'"),
+    ],
+)  # fmt: skip
+def test_a_bad_argument_is_one_line_naming_it(capsys, argv, said):
+    """argparse printed its usage block (15 lines for competition) before the line."""
+    with pytest.raises(SystemExit) as stopped:
+        main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert stopped.value.code == 2 and len(err) == 1 and said in err[0], err
+    assert err[0].endswith("--help)")

@@ -13,12 +13,13 @@ import argparse
 import sys
 from pathlib import Path
 
+from metadist.commands.parser import Parser
 from metadist.eval.combine import combine_runs
 from metadist.eval.report import markdown_report, write_report
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="python -m metadist.eval.combine",
         description=__doc__.splitlines()[0],
         epilog="example: python -m metadist.eval.combine runs/all runs/yearly runs/monthly",

@@ -20,6 +20,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from metadist.commands.parser import Parser
 from metadist.diskspace import OutOfSpaceError
 from metadist.eval import evaluate_run
 from metadist.eval.competition_member import competition_of, rescore_hint
@@ -44,7 +45,7 @@ field of metadist.eval.EvalOptions can be overridden as eval.KEY=VALUE.
 
 
 def build_parser(prog: str = "metadist eval") -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog=prog,
         description=__doc__.splitlines()[0],
         epilog=EPILOG,

@@ -18,6 +18,7 @@ import threading
 
 from omegaconf import OmegaConf
 
+from metadist.commands.parser import Parser
 from metadist.diskspace import OutOfSpaceError
 from metadist.eval import EvalOptions, evaluate_run
 from metadist.eval.report import markdown_report
@@ -58,7 +59,7 @@ The configs are looked up in --config-dir, else $METADIST_EXPERIMENTS_DIR, else
 
 
 def build_parser(prog: str = "metadist train") -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog=prog,
         description="Meta-train an experiment (Hydra overrides as key=value).",
         epilog=USAGE_EPILOG,

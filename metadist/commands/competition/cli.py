@@ -8,11 +8,13 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from metadist.commands.competition.pipeline import run_pipeline
 from metadist.commands.competition.spec import ADAPTATION_FILE
 from metadist.commands.competition.switch import DEFAULT_MARGIN
+from metadist.commands.parser import Parser
 from metadist.launch.children import OwnedChildren, StopRequested
 from metadist.learners.losses import REGRESSION_LOSSES
 from metadist.models.forecaster import HEAD_INITS
@@ -53,7 +55,7 @@ RECIPE_EXPERIMENT_CANDIDATES: dict[str, tuple[str, ...]] = {
 
 
 def build_parser(prog: str = "metadist competition") -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog=prog,
         description=__doc__.splitlines()[0],
         epilog="example: metadist competition data/m3 --out runs/m3 --lookbacks 2 3 --seeds 2; "
@@ -110,7 +112,9 @@ def build_parser(prog: str = "metadist competition") -> argparse.ArgumentParser:
         default="auto",
         help="score AutoETS (statsforecast, the `ets` extra); auto: when installed",
     )
-    parser.add_argument("--horizons", type=int, nargs="+", default=None, help="only these")
+    parser.add_argument(
+        "--horizons", type=_whole("--horizons"), nargs="+", default=None, help="only these"
+    )
     parser.add_argument(
         "--evaluate-again",
         action="store_true",
@@ -168,7 +172,7 @@ def _add_loss_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--step-candidates",
-        type=int,
+        type=_whole("--step-candidates"),
         nargs="+",
         default=None,
         metavar="STEPS",
@@ -233,8 +237,11 @@ def main(argv: list[str] | None = None, prog: str = "metadist competition") -> i
     _beside_the_loss(parser, args, "step_candidates", RECIPE_STEP_CANDIDATES)
     _beside_the_loss(parser, args, "head_candidates", RECIPE_HEAD_CANDIDATES)
     _beside_the_loss(parser, args, "experiment_candidates", RECIPE_EXPERIMENT_CANDIDATES)
-    if args.seeds < 1 or args.jobs < 1 or any(k <= 0 for k in args.lookbacks):
-        parser.error("--seeds and --jobs must be >= 1, --lookbacks > 0")
+    for option, value in (("--seeds", args.seeds), ("--jobs", args.jobs)):
+        if value < 1:
+            parser.error(f"{option} must be >= 1, got {value}")
+    if any(k <= 0 for k in args.lookbacks):
+        parser.error(f"--lookbacks must be > 0, got {' '.join(f'{k:g}' for k in args.lookbacks)}")
     if any(n < 1 for n in args.step_candidates):
         parser.error("--step-candidates must be >= 1")
     try:
@@ -287,6 +294,22 @@ def _multiple(text: str) -> float:
             f"{text!r} is not a number; put overrides before --lookbacks, after another "
             "option, or after --"
         ) from None
+
+
+def _whole(option: str) -> Callable[[str], int]:
+    """The type of `option`'s whole numbers (nargs="+"): an override after them was
+    taken for one, so the message says where overrides go."""
+
+    def whole(text: str) -> int:
+        try:
+            return int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not a whole number; put overrides before {option}, after "
+                "another option, or after --"
+            ) from None
+
+    return whole
 
 
 def _margin(text: str) -> float:

@@ -177,6 +177,23 @@ def test_a_moved_run_forecasts_without_its_store(panel, tmp_path, monkeypatch):
     assert pq.read_table(out).equals(project["forecasts"])
 
 
+def test_a_store_replaced_since_the_training_is_noted(panel, tmp_path, monkeypatch, capsys):
+    """A store ingested again at the run's store path (other data): the run forecasts
+    from its record, and says why (it did so silently)."""
+    project = make_project(tmp_path / "project", panel)
+    other = tmp_path / "other_panel"
+    write_synthetic_panel(other, num_entities=20, length_range=(100, 140), seed=9,
+                          time_kind="timestamp", nan_fraction=0)  # fmt: skip
+    args = {**SYNTHETIC_INGEST_ARGS, "scaling": "global"}
+    ingest(other, project["root"] / "data" / "store", progress=False, **args)
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    run = metadist.load_run(project["root"] / "runs" / "a")
+    assert isinstance(run.source.store, RecordedStore)
+    err = capsys.readouterr().err
+    assert f"note: the store at {project['root'] / 'data' / 'store'} is not the one" in err
+
+
 def test_an_ensemble_of_moved_runs_forecasts_without_their_store(panel, tmp_path, monkeypatch):
     """Both runs moved, their store gone: the members are checked against each other's
     records (the member was refused as trained on "another store", the run directory)."""

@@ -30,7 +30,7 @@ from torch import nn
 from metadist.durable import atomic_write_text
 from metadist.eval.run import load_trained
 from metadist.eval.settings import EvalOptions
-from metadist.store.format import check_given_store
+from metadist.store.format import check_given_store, is_store
 from metadist.train.artifact import (
     INFERENCE_FILE,
     read_inference,
@@ -117,6 +117,7 @@ def load_parts(
     if store is None and record is not None and record.get("store"):
         found = recorded_store_path(run_dir, record)
         if found is None:
+            _note_replaced_stores(run_dir, record)
             path, config, learner, source, options = _from_record(
                 run_dir, record, ensemble, allow_imports
             )
@@ -137,6 +138,23 @@ def load_parts(
     _keep_record(run_dir, record, loaded)
     path, config, learner, source, options = loaded
     return path, config, learner, source, with_recorded_periods(run_dir, options)
+
+
+def _note_replaced_stores(run_dir: Path, record: dict[str, Any]) -> None:
+    """A note for each place the record names that holds a store other than the run's
+    (replaced since the training: its data changed), before the record stands in."""
+    recorded = record["store"]
+    places = [
+        Path(os.path.normpath(run_dir / recorded["path_from_run_dir"])),
+        Path(recorded["path"]),
+    ]
+    for place in dict.fromkeys(places):
+        if is_store(place):
+            print(
+                f"note: the store at {place} is not the one run_dir {run_dir} was trained "
+                f"on (its data changed since); forecasting from the run's {INFERENCE_FILE}",
+                file=sys.stderr,
+            )
 
 
 def _from_record(

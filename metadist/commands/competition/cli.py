@@ -10,6 +10,7 @@ import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from metadist.commands.competition.pipeline import run_pipeline
 from metadist.commands.competition.spec import ADAPTATION_FILE
@@ -89,7 +90,7 @@ def build_parser(prog: str = "metadist competition") -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--lookbacks",
-        type=_multiple,
+        type=_numbers("--lookbacks", float),
         nargs="+",
         default=None,
         help="lookback multiples of the horizon, one ensemble member each (default: the "
@@ -113,7 +114,7 @@ def build_parser(prog: str = "metadist competition") -> argparse.ArgumentParser:
         help="score AutoETS (statsforecast, the `ets` extra); auto: when installed",
     )
     parser.add_argument(
-        "--horizons", type=_whole("--horizons"), nargs="+", default=None, help="only these"
+        "--horizons", type=_numbers("--horizons"), nargs="+", default=None, help="only these"
     )
     parser.add_argument(
         "--evaluate-again",
@@ -172,7 +173,7 @@ def _add_loss_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--step-candidates",
-        type=_whole("--step-candidates"),
+        type=_numbers("--step-candidates"),
         nargs="+",
         default=None,
         metavar="STEPS",
@@ -285,31 +286,21 @@ def _beside_the_loss(
         )
 
 
-def _multiple(text: str) -> float:
-    """A `--lookbacks` value; an override there was taken for one (nargs="+")."""
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a number; put overrides before --lookbacks, after another "
-            "option, or after --"
-        ) from None
+def _numbers(option: str, kind: Callable[[str], Any] = int) -> Callable[[str], Any]:
+    """The type of `option`'s values (nargs="+", whole numbers or, `kind=float`, any):
+    an override after them was taken for one, so the message says where overrides go."""
+    what = "a whole number" if kind is int else "a number"
 
-
-def _whole(option: str) -> Callable[[str], int]:
-    """The type of `option`'s whole numbers (nargs="+"): an override after them was
-    taken for one, so the message says where overrides go."""
-
-    def whole(text: str) -> int:
+    def number(text: str) -> Any:
         try:
-            return int(text)
+            return kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(
-                f"{text!r} is not a whole number; put overrides before {option}, after "
-                "another option, or after --"
+                f"{text!r} is not {what}; put overrides before {option}, after another "
+                "option, or after --"
             ) from None
 
-    return whole
+    return number
 
 
 def _margin(text: str) -> float:

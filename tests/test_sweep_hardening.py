@@ -209,3 +209,102 @@ def test_a_restart_stops_a_leftover_attempt_before_queueing_it_again(tmp_path):
     assert queued.user_attrs == {"seed": 7, "run_dir": str(tmp_path / "run")}
     assert queued.system_attrs["fixed_params"] == frozen.params
     assert any("stopped the training left by the earlier driver" in m for m in messages)
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(300)
+def test_a_wave_sbatch_refuses_is_failed_trials_not_stuck_ones(tmp_path, capsys, monkeypatch):
+    """sbatch refuses a Slurm sweep's wave: one line with its reason, the wave's files
+    removed, its trials failed (they stayed `running`, and the next start said they had
+    been interrupted)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    sbatch = bin_dir / "sbatch"
+    sbatch.write_text(
+        "#!/bin/sh\necho 'sbatch: error: no config' >&2\necho 'fatal: none' >&2\nexit 1\n"
+    )
+    sbatch.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    argv = [*_sweep_cli(tmp_path, SPACE), "--launcher=slurm", "--slurm", "nodes=1"]
+    assert cli_main(argv) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert "sbatch refused the job: sbatch: error: no config; fatal: none" in err[0]
+    assert "(trials 0 recorded as failed)" in err[0]
+    assert not (tmp_path / "sweep" / "slurm" / "wave0000").exists()
+    study = open_study(
+        SweepSettings(overrides=TINY, space=[], sweep_dir=tmp_path / "sweep"), create=False
+    )
+    assert [t.state for t in study.get_trials()] == [optuna.trial.TrialState.FAIL]
+
+
+def test_a_directory_that_holds_no_sweep_is_refused_as_a_new_ones(tmp_path, capsys):
+    """A training run's directory (or another sweep's trials/ folder) is not a place for
+    a new sweep: its files would mix with the sweep's."""
+    (tmp_path / "sweep" / "checkpoints").mkdir(parents=True)
+    (tmp_path / "sweep" / "metrics.jsonl").write_text("")
+    assert cli_main(_sweep_cli(tmp_path, SPACE)) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "holds no sweep (study.db) but other files (checkpoints" in err[0]
+    assert sorted(p.name for p in (tmp_path / "sweep").iterdir()) == [
+        "checkpoints",
+        "metrics.jsonl",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("flag", "said"),
+    [
+        ("--poll-seconds=-1", "--poll-seconds must be > 0, got -1.0"),
+        ("--warmup-steps=-5", "--warmup-steps must be >= 0, got -5"),
+        ("--startup-trials=-1", "--startup-trials must be >= 0, got -1"),
+        ("--slurm=nodes=1", "--slurm nodes=1: Slurm settings apply to --launcher slurm"),
+    ],
+)
+def test_bad_sweep_settings_are_refused_before_anything_is_made(tmp_path, capsys, flag, said):
+    assert cli_main([*_sweep_cli(tmp_path, SPACE), flag]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and said in err[0], err
+    assert not (tmp_path / "sweep").exists()
+
+
+def test_a_parameter_given_twice_in_the_space_is_refused(tmp_path, capsys):
+    assert cli_main(_sweep_cli(tmp_path, SPACE + SPACE)) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "'optimizer.lr' is given twice" in err[0], err
+
+
+def test_a_pinned_split_too_long_for_a_command_line_is_refused_before_the_study(tmp_path, capsys):
+    argv = [*_sweep_cli(tmp_path, SPACE), "sampler.options.num_tasks=400000"]
+    assert cli_main(argv) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "too many for a command line" in err[0], err
+    assert not (tmp_path / "sweep").exists()
+
+
+def test_the_config_dir_is_recorded_where_it_is(tmp_path, monkeypatch):
+    """A sweep made with `--config-dir mine` continues with the same directory named
+    another way (absolute, or with a slash), and no other."""
+    import shutil
+
+    from metadist.configs import find_experiments_dir
+    from metadist.launch.sweep.study import check_meta
+
+    shutil.copytree(find_experiments_dir(None), tmp_path / "mine")
+    monkeypatch.chdir(tmp_path)
+    made = SweepSettings(overrides=TINY, space=[], sweep_dir=tmp_path / "s", config_dir="mine")
+    made.validate()
+    assert made.config_dir == str(tmp_path / "mine")
+    study = optuna.create_study()
+    check_meta(study, made)
+    again = SweepSettings(overrides=TINY, space=[], sweep_dir=tmp_path / "s", config_dir="mine/")
+    again.validate()
+    check_meta(study, again)
+    study.set_user_attr(
+        "sweep", {**study.user_attrs["sweep"], "config_dir": "mine"}
+    )  # an older record
+    check_meta(study, again)
+    with pytest.raises(FileNotFoundError, match="no experiments directory .*nowhere"):
+        SweepSettings(
+            overrides=TINY, space=[], sweep_dir=tmp_path / "s", config_dir="nowhere"
+        ).validate()

@@ -71,9 +71,9 @@ def write_script(job: SlurmJob, path: Path) -> Path:
 
 
 SCRIPT_BODY_TEMPLATE = r"""
-# Written by `metadist slurm submit`. One srun task per node runs torchrun, which starts
-# {nproc} training process(es) on that node; all of them meet at a c10d rendezvous on the
-# first node of the allocation. SIGUSR1 (sent by Slurm before the time limit, see --signal)
+# Written by metadist (`metadist slurm submit`, or a sweep's wave). One srun task per
+# node runs torchrun, which starts {nproc} training process(es) on that node; all of
+# them meet at a c10d rendezvous on the first node of the allocation. SIGUSR1 (sent by Slurm before the time limit, see --signal)
 # makes the training checkpoint and exit, then this script requeues the job; the requeued
 # job runs the same command and resumes from the run directory's latest checkpoint.
 set -uo pipefail

@@ -33,5 +33,6 @@ def submit_script(script_path: Path, extra_args: Sequence[str] = ()) -> str:
         check=False,
     )
     if completed.returncode != 0:
-        raise ValueError(f"sbatch refused the job: {completed.stderr.strip()}")
+        said = "; ".join(line.strip() for line in completed.stderr.splitlines() if line.strip())
+        raise ValueError(f"sbatch refused the job: {said}")
     return completed.stdout.strip().split(";")[0]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import shutil
 import signal
 import threading
 import time
@@ -13,7 +14,7 @@ from typing import Any
 
 from metadist.launch.sweep.metrics import read_val_metric
 from metadist.launch.sweep.reports import format_params, write_reports
-from metadist.launch.sweep.runners import LocalTrial, SlurmArrayWave
+from metadist.launch.sweep.runners import LocalTrial, SlurmArrayWave, wave_dir
 from metadist.launch.sweep.settings import (
     STUDY_FILE,
     SweepSettings,
@@ -56,7 +57,8 @@ def run_sweep(settings: SweepSettings, log=print) -> Any:
         try:
             driver.run()
         except BaseException:
-            driver.requeue_running()
+            with _sigint_deferred():  # a second Ctrl-C must not cut the requeue short
+                driver.requeue_running()
             raise
         finally:
             write_reports(study, settings)
@@ -120,7 +122,19 @@ class _Driver:
             )
 
     def submit_wave(self, plans: list[tuple[Any, TrialPlan]]) -> None:
-        array = SlurmArrayWave([plan for _, plan in plans], self.settings, self.wave)
+        """Submits the asked trials as one array job; where sbatch refuses it, they are
+        failed trials (not trials left running), the wave's files are removed, and the
+        sweep stops with sbatch's reason."""
+        from optuna.trial import TrialState
+
+        try:
+            array = SlurmArrayWave([plan for _, plan in plans], self.settings, self.wave)
+        except (ValueError, OSError) as error:
+            for trial, _ in plans:
+                self.study.tell(trial, state=TrialState.FAIL)
+            shutil.rmtree(wave_dir(self.settings, self.wave), ignore_errors=True)
+            numbers = ", ".join(str(trial.number) for trial, _ in plans)
+            raise ValueError(f"{error} (trials {numbers} recorded as failed)") from None
         self.wave += 1
         for (trial, _), runner in zip(plans, array.trials, strict=True):
             trial.set_user_attr("slurm_job", runner.element)

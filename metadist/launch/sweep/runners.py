@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from metadist.launch.slurm import job_from_settings, submit_script, write_script
@@ -146,14 +147,19 @@ class LocalTrial:
             self._log.close()
 
 
+def wave_dir(settings: SweepSettings, wave: int) -> Path:
+    """The directory of the sweep's Slurm wave number `wave` (its script, args, logs)."""
+    return settings.sweep_dir / "slurm" / f"wave{wave:04d}"
+
+
 class SlurmArrayWave:
     """Trials submitted together as one Slurm array job, one element per trial."""
 
     def __init__(self, plans: list[TrialPlan], settings: SweepSettings, wave: int) -> None:
-        wave_dir = settings.sweep_dir / "slurm" / f"wave{wave:04d}"
-        wave_dir.mkdir(parents=True, exist_ok=True)
+        directory = wave_dir(settings, wave)
+        directory.mkdir(parents=True, exist_ok=True)
         for index, plan in enumerate(plans):
-            (wave_dir / f"{index}.args").write_text("".join(f"{a}\n" for a in plan.overrides))
+            (directory / f"{index}.args").write_text("".join(f"{a}\n" for a in plan.overrides))
         experiment = next(
             t.partition("=")[2] for t in settings.overrides if t.startswith("experiment=")
         )
@@ -167,15 +173,15 @@ class SlurmArrayWave:
                 "--no-eval",
                 *(["--config-dir", settings.config_dir] if settings.config_dir else []),
             ),
-            output=str(wave_dir / "%a.out"),
+            output=str(directory / "%a.out"),
             array=f"0-{len(plans) - 1}",
-            args_file=str(wave_dir / "${SLURM_ARRAY_TASK_ID}.args"),
+            args_file=str(directory / "${SLURM_ARRAY_TASK_ID}.args"),
             job_name=f"sweep-{experiment}",
             python=settings.python,
         )
-        script = write_script(job, wave_dir / "job.sbatch")
+        script = write_script(job, directory / "job.sbatch")
         self.job_id = submit_script(script)
-        self.wave_dir = wave_dir
+        self.wave_dir = directory
         self.trials = [SlurmTrial(plan, self, index) for index, plan in enumerate(plans)]
 
 

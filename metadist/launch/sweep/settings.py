@@ -16,7 +16,7 @@ from metadist.durable import atomic_write_json
 from metadist.launch.slurm import LAUNCH_KEYS, job_from_settings, parse_settings
 from metadist.launch.sweep.space import SWEEP_OWNED_KEYS, ParamSpec, format_override
 from metadist.train.build import build_task_source, check_components
-from metadist.train.compose import load_config
+from metadist.train.compose import find_experiments_dir, load_config
 from metadist.train.selection import check_val_metric
 
 STUDY_FILE = "study.db"
@@ -91,6 +91,21 @@ class SweepSettings:
             if getattr(self, name) < 1:
                 flag = "--" + name.replace("_", "-")
                 raise ValueError(f"{flag} must be >= 1, got {getattr(self, name)}")
+        for name in ("startup_trials", "warmup_steps"):
+            if getattr(self, name) < 0:
+                flag = "--" + name.replace("_", "-")
+                raise ValueError(f"{flag} must be >= 0, got {getattr(self, name)}")
+        if not self.poll_seconds > 0:
+            raise ValueError(f"--poll-seconds must be > 0, got {self.poll_seconds}")
+        if self.slurm_settings and self.launcher != "slurm":
+            raise ValueError(
+                f"--slurm {self.slurm_settings[0]}: Slurm settings apply to --launcher slurm, "
+                f"not {self.launcher}"
+            )
+        if self.sweep_dir.exists() and not self.sweep_dir.is_dir():
+            raise ValueError(f"--sweep-dir {self.sweep_dir} is a file, not a directory")
+        if self.config_dir is not None:  # where it is, so a continued sweep finds it again
+            self.config_dir = str(find_experiments_dir(self.config_dir).resolve())
         if self.base_seed < 0 or self.test_seed < 0:
             raise ValueError("--seed and --test-seed must be >= 0")
         if not any(t.partition("=")[0] == "experiment" for t in self.overrides):
@@ -189,6 +204,9 @@ def check_space(settings: SweepSettings) -> None:
         base = None  # the overrides' mistake: named below, or by the first trial
     if base is not None:
         check_val_metric("--metric", settings.metric, base.learner.name)
+        split = compute_split(base, settings.test_seed)
+        if split["pins"]:
+            pins_override(split)  # one a command line can carry, before the study is made
     first = {spec.name: spec.values()[0] for spec in settings.space}
     tried: set[str] = set()
     for spec in settings.space:
@@ -252,19 +270,28 @@ def plan_trial(
     split = compute_split(config, settings.test_seed)
     overrides = list(base)
     if split["pins"]:
-        pins = "data.pinned_test_units=[" + ",".join(map(str, split["pins"])) + "]"
-        if len(pins) > _MAX_OVERRIDE_CHARS:
-            raise ValueError(
-                f"the pinned meta-test split has {len(split['test'])} units, too many for a "
-                "command line; set data.pinned_test_units in the experiment config instead"
-            )
-        overrides.append(pins)
+        overrides.append(pins_override(split))
     overrides += ["logging.progress=false", f"run_dir={run_dir}"]
     run_dir.mkdir(parents=True, exist_ok=True)
     _write_json(run_dir / SPLIT_FILE, {"seed": seed, "test_seed": settings.test_seed, **split})
     plan = TrialPlan(number, seed, dict(params), run_dir, overrides, config.trainer.meta_steps)
     _write_json(run_dir / COMMAND_FILE, {"argv": plan.train_command(settings)})
     return plan
+
+
+def pins_override(split: dict[str, list[int]]) -> str:
+    """The override pinning `split`'s meta-test units (`compute_split`).
+
+    Raises:
+        ValueError: one too long for a command line.
+    """
+    pins = "data.pinned_test_units=[" + ",".join(map(str, split["pins"])) + "]"
+    if len(pins) > _MAX_OVERRIDE_CHARS:
+        raise ValueError(
+            f"the pinned meta-test split has {len(split['test'])} units, too many for a "
+            "command line; set data.pinned_test_units in the experiment config instead"
+        )
+    return pins
 
 
 def compute_split(config: Any, test_seed: int) -> dict[str, list[int]]:

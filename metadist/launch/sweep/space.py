@@ -97,7 +97,7 @@ def load_search_space(path: str | os.PathLike) -> list[ParamSpec]:
     if not path.is_file():
         raise FileNotFoundError(f"search space file {path} does not exist")
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = yaml.load(path.read_text(), Loader=_unique_keys_loader())
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -109,6 +109,26 @@ def load_search_space(path: str | os.PathLike) -> list[ParamSpec]:
             "'learner.options.inner_lr: {type: float, low: 1.0e-3, high: 1.0e-1, log: true}'"
         )
     return [_parse_param(str(name), spec, path) for name, spec in raw.items()]
+
+
+def _unique_keys_loader() -> Any:
+    """A safe YAML loader that refuses a key given twice in one mapping (plain YAML keeps
+    the last, so a parameter searched twice would be searched once, silently)."""
+    import yaml
+
+    class UniqueKeys(yaml.SafeLoader):
+        def construct_mapping(self, node: Any, deep: bool = False) -> dict:
+            seen: set = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"{key!r} is given twice", key_node.start_mark
+                    )
+                seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeys
 
 
 def _parse_param(name: str, spec: Any, path: Path) -> ParamSpec:

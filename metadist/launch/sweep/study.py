@@ -16,6 +16,10 @@ from metadist.launch.sweep.settings import STUDY_FILE, STUDY_NAME, SweepSettings
 _SQLITE_HEADER = b"SQLite format 3\x00"
 
 
+# the lock a running driver holds in its sweep directory
+LOCK_FILE = ".lock"
+
+
 def open_study(settings: SweepSettings, *, create: bool = True):
     """The sweep's Optuna study (created in `<sweep_dir>/study.db`, or loaded from it;
     only loaded when not `create`).
@@ -82,6 +86,15 @@ def _check_study_file(path: Path) -> None:
             raise ValueError(
                 f"{path.parent} holds trial directories but no {STUDY_FILE}: its study was "
                 "removed; use another --sweep-dir (or remove trials/ to start over there)"
+            )
+        # a new sweep starts in a new or empty directory (its lock aside): not among a
+        # run's checkpoints or another sweep's trial directories
+        other = sorted(p.name for p in path.parent.iterdir() if p.name != LOCK_FILE)
+        if other:
+            raise ValueError(
+                f"--sweep-dir {path.parent} holds no sweep ({STUDY_FILE}) but other files "
+                f"({', '.join(other[:3])}{' ...' if len(other) > 3 else ''}); a new sweep "
+                "needs a new or empty directory"
             )
         return
     if not path.is_file():
@@ -154,14 +167,23 @@ def enqueue_trial(settings: SweepSettings, params: dict[str, Any], seed: int | N
 
 @contextlib.contextmanager
 def sweep_lock(sweep_dir: Path):
-    """Holds `<sweep_dir>/.lock`: one driver per sweep directory."""
+    """Holds `<sweep_dir>/.lock`: one driver per sweep directory. Where no study was made
+    when the driver ends (refused, or stopped at once), the lock goes, and the directory
+    too where it made it and nothing else is there."""
+    made = not sweep_dir.exists()
     sweep_dir.mkdir(parents=True, exist_ok=True)
-    with open(sweep_dir / ".lock", "w") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise ValueError(f"another sweep is running in {sweep_dir}") from None
-        yield
+    try:
+        with open(sweep_dir / LOCK_FILE, "w") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise ValueError(f"another sweep is running in {sweep_dir}") from None
+            yield
+    finally:
+        if not (sweep_dir / STUDY_FILE).exists():  # no sweep was made here: leave nothing
+            (sweep_dir / LOCK_FILE).unlink(missing_ok=True)
+            if made and not any(sweep_dir.iterdir()):
+                sweep_dir.rmdir()
 
 
 def sweep_meta(settings: SweepSettings) -> dict[str, Any]:
@@ -198,12 +220,25 @@ def check_meta(study, settings: SweepSettings) -> None:
                 "another --sweep-dir"
             )
         study.set_user_attr("sweep", meta)  # a new study (or one its driver left empty)
-    elif stored != meta:
+    elif stored != _as_recorded(meta, stored):
         raise ValueError(
             f"{settings.sweep_dir / STUDY_FILE} holds a sweep made for other settings ("
             f"{'; '.join(_differences(stored, meta))}); continue it with its own settings, "
             "or use another --sweep-dir"
         )
+
+
+def _as_recorded(meta: dict[str, Any], stored: Any) -> dict[str, Any]:
+    """`meta` with its (absolute) config directory as a study made before they were
+    resolved recorded it, relative to the working directory, where that is the same place."""
+    if not isinstance(stored, dict):
+        return meta
+    recorded, now = stored.get("config_dir"), meta.get("config_dir")
+    if not (isinstance(recorded, str) and isinstance(now, str)):
+        return meta
+    if not Path(recorded).is_absolute() and Path(recorded).resolve() == Path(now):
+        return {**meta, "config_dir": recorded}
+    return meta
 
 
 def _differences(stored: Any, meta: dict[str, Any]) -> list[str]:

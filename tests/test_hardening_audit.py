@@ -387,7 +387,7 @@ def test_an_evaluation_on_two_ranks_refuses_bad_settings_in_one_line_first(recei
     tmp = received["tmp"]
     for extra, wanted in (
         (["eval.max_taskz=2"], "eval.max_taskz: unknown field"),
-        ([f"--store={tmp / 'nope'}"], "data.store: no series store"),
+        ([f"--store={tmp / 'nope'}"], "(store=PATH, --store PATH): no series store there"),
     ):
         done = _metadist(
             "eval", "--nproc-per-node=2", f"run_dir={received['run']}", "--allow-import",

@@ -4,6 +4,7 @@ Real parts: a synthetic panel written as Parquet, ingested into stores, runs tra
 `metadist train`, forecasts compared with what evaluation computes on the same history.
 """
 
+import json
 import re
 import subprocess
 import sys
@@ -208,6 +209,7 @@ def test_a_period_longer_than_the_history_is_noted(runs, capsys):
     for bad in (0, -1, 2.5, True):  # whatever the methods (it was taken without one)
         with pytest.raises(ValueError, match="period must be an integer >= 1"):
             run.forecast(history, methods=["naive"], period=bad)
+    assert run.forecast(history, methods=["seasonal_naive"], period=np.int64(24)).num_rows == H
     # period 1 has no seasonality to fall back from: no note however short the history
     run.forecast(history.slice(0, 2), methods=["naive", "theta"], period=1)
     assert "too short" not in capsys.readouterr().err
@@ -257,6 +259,13 @@ def test_a_store_that_moved_is_named_with_store(runs, tmp_path):
     for call in (metadist.load_run, evaluate_run):
         with pytest.raises(FileNotFoundError, match=rf"^store {before} \(store=PATH"):
             call(run_dir, store=before)
+    # one that is there but unreadable says why (not "no series store there")
+    shutil.copytree(after, before)
+    meta = json.loads((before / "metadata.json").read_text())
+    (before / "metadata.json").write_text(json.dumps({**meta, "format_version": 999}))
+    with pytest.raises(ValueError, match=rf"^store {before} \(store=PATH, --store PATH\): "):
+        metadist.load_run(run_dir, store=before)
+    shutil.rmtree(before)
     path = tmp_path / "new.parquet"
     pq.write_table(history, path)
     command = [sys.executable, "-m", "metadist.cli", "forecast", str(run_dir), str(path)]

@@ -236,6 +236,9 @@ def test_a_seasonal_period_mapping_is_given_whole_not_merged():
         "b": 7,
     }
     assert load_eval_options("synthetic_maml", [given]).seasonal_period == {"a": 12, "b": 7}
+    # written as Hydra reads it elsewhere, without spaces
+    hydra = compose_dict(["experiment=synthetic_maml", "eval.seasonal_period={a:12,b:7}"])
+    assert hydra["eval"]["seasonal_period"] == {"a": 12, "b": 7}
     # one entry set on its own still changes that entry alone
     one = load_eval_options("synthetic_maml", ["eval.seasonal_period.flow=6"]).seasonal_period
     assert one["flow"] == 6 and one["temperature"] == 24

@@ -308,3 +308,31 @@ def test_the_config_dir_is_recorded_where_it_is(tmp_path, monkeypatch):
         SweepSettings(
             overrides=TINY, space=[], sweep_dir=tmp_path / "s", config_dir="nowhere"
         ).validate()
+
+
+def test_a_refused_driver_leaves_the_running_ones_lock(tmp_path):
+    from metadist.launch.sweep.study import LOCK_FILE, sweep_lock
+
+    place = tmp_path / "new"
+    with sweep_lock(place):
+        with pytest.raises(ValueError, match="another sweep is running"), sweep_lock(place):
+            pass
+        assert (place / LOCK_FILE).exists()  # still the first driver's
+    assert not place.exists()  # it made no study: nothing is left
+
+
+def test_an_older_studys_config_dir_of_the_same_place_still_matches(tmp_path, monkeypatch):
+    import shutil
+
+    from metadist.configs import find_experiments_dir
+    from metadist.launch.sweep.study import check_meta
+
+    shutil.copytree(find_experiments_dir(None), tmp_path / "mine")
+    monkeypatch.chdir(tmp_path)
+    settings = SweepSettings(overrides=TINY, space=[], sweep_dir=tmp_path / "s", config_dir="mine")
+    settings.validate()
+    study = optuna.create_study()
+    check_meta(study, settings)
+    for older in (f"{tmp_path}/mine/", f"{tmp_path}/./mine", "mine"):
+        study.set_user_attr("sweep", {**study.user_attrs["sweep"], "config_dir": older})
+        check_meta(study, settings)

@@ -308,3 +308,9 @@ def test_a_rerun_refuses_settings_of_its_own(capsys):
     assert "leave out experiment=sinusoid_maml" in capsys.readouterr().err
     assert main(["sweep", "--rerun=0"]) == 1
     assert "--rerun needs --sweep-dir" in capsys.readouterr().err
+
+
+def test_an_unhashable_key_in_the_space_is_one_line(tmp_path):
+    (tmp_path / "space.yaml").write_text("? [a, b]\n: {type: float, low: 0, high: 1}\n")
+    with pytest.raises(ValueError, match="is not valid YAML at line 1"):
+        load_search_space(tmp_path / "space.yaml")

@@ -145,10 +145,10 @@ def _note_replaced_stores(run_dir: Path, record: dict[str, Any]) -> None:
     (replaced since the training: its data changed), before the record stands in."""
     recorded = record["store"]
     places = [
-        Path(os.path.normpath(run_dir / recorded["path_from_run_dir"])),
-        Path(recorded["path"]),
+        Path(os.path.normpath(run_dir / recorded["path_from_run_dir"])).resolve(),
+        Path(recorded["path"]).resolve(),
     ]
-    for place in dict.fromkeys(places):
+    for place in dict.fromkeys(places):  # one note for one place, however it is named
         if is_store(place):
             print(
                 f"note: the store at {place} is not the one run_dir {run_dir} was trained "

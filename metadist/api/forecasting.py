@@ -126,13 +126,14 @@ def with_clipped(
     flag = np.stack(flags, axis=2)  # [B, horizon, M], the table's row order
     points = sum(int(clipped[m].sum()) for m in clipped)
     total = sum(clipped[m].size for m in clipped)
+    name = free_name("clipped", set(table.column_names))  # a store's `clipped` stays
     print(
         f"note: the run's plausibility guard (band width {width_label(width)}, chosen on "
-        f"validation) clipped {points} of {total} model forecast points (column clipped); "
+        f"validation) clipped {points} of {total} model forecast points (column {name}); "
         "guard=False (--no-guard) forecasts unguarded",
         file=sys.stderr,
     )
-    return table.append_column("clipped", pa.array(flag.reshape(-1), pa.bool_()))
+    return table.append_column(name, pa.array(flag.reshape(-1), pa.bool_()))
 
 
 def check_horizon(windows: ForecastWindows, horizon: int | None, model: bool) -> int:

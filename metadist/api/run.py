@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import operator
 import os
 import sys
 from collections.abc import Collection, Hashable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -152,6 +153,8 @@ class Run:
             `step` times the history's regular spacing, where it is regular), `method`,
             and one column per forecast target in the entity's original units; with a
             guard applied, also `clipped` (bool: the guard moved that model forecast).
+            Where the store has a column of one of those three names, that one is
+            `forecast_<name>` (`forecast_step`, ...).
 
         Raises:
             ValueError: a missing column, a duplicated time, a non-finite value the store's
@@ -164,10 +167,8 @@ class Run:
                 f"run {self.run_dir} is a {self.kind} run; forecast() needs a forecasting "
                 "run (a sampler of forecast windows on a series store)"
             )
-        if period is not None and (
-            isinstance(period, bool) or not isinstance(period, int) or period < 1
-        ):
-            raise ValueError(f"period must be an integer >= 1, got {period!r}")
+        if period is not None:
+            period = _whole_period(period)
         if methods is None:
             methods = (self.chosen_model() or "adapted",)
         return forecasting.forecast(
@@ -239,3 +240,18 @@ class Run:
             query_x,
             self.eval_options.inner_steps if steps is None else steps,
         )
+
+
+def _whole_period(period: Any) -> int:
+    """`period` as an int (a numpy integer too).
+
+    Raises:
+        ValueError: not an integer >= 1 (a bool, a float, 0).
+    """
+    try:
+        whole = operator.index(period)
+    except TypeError:
+        whole = 0
+    if isinstance(period, (bool, np.bool_)) or whole < 1:
+        raise ValueError(f"period must be an integer >= 1, got {period!r}")
+    return whole

@@ -187,6 +187,8 @@ def _evaluate_at_end(run_dir, options, prog: str) -> int:
         )
         return 1
     except (_Stopped, KeyboardInterrupt) as stop:
+        if main_thread:  # the same Ctrl-C delivered again (a parent passes it on): ignored
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
         name = "SIGINT" if isinstance(stop, KeyboardInterrupt) else str(stop)
         print(
             f"{prog}: {name} stopped the evaluation; the training finished (run_dir "

@@ -137,9 +137,15 @@ def check_given_store(path: str | os.PathLike) -> None:
 
     Raises:
         FileNotFoundError: naming `path` as the store given (the run's config was blamed).
+        ValueError: a store there that cannot be read (another format version, damaged
+            metadata), with the reason.
     """
-    if not is_store(Path(path)):
+    try:
+        read_metadata(Path(path))
+    except FileNotFoundError:
         raise FileNotFoundError(
             f"store {path} (store=PATH, --store PATH): no series store there; give the "
             "directory `metadist ingest` wrote for the run's data"
-        )
+        ) from None
+    except ValueError as error:  # a store, but not one this version reads (it says why)
+        raise ValueError(f"store {path} (store=PATH, --store PATH): {error}") from None

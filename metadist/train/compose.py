@@ -47,7 +47,7 @@ def compose_dict(overrides: list[str], config_dir: str | os.PathLike | None = No
         choices, values = _compose_checked(directory, [*kept, *(f"~{s}" for s in foreign)])
     if isinstance(values.get("eval"), dict):
         given = [o.lstrip("+").removeprefix("eval.") for o in overrides]
-        values["eval"].update(whole_eval_mappings(given))
+        values["eval"].update(whole_eval_mappings(given, hydra=True))
     choice = choices.get("experiment")
     if choice and "experiment" not in values:
         values["experiment"] = choice
@@ -220,20 +220,28 @@ _OPTION_SECTIONS = ("sampler", "model", "learner")
 WHOLE_EVAL_MAPPINGS = ("seasonal_period",)
 
 
-def whole_eval_mappings(dotlist: Sequence[str]) -> dict[str, Any]:
+def whole_eval_mappings(dotlist: Sequence[str], hydra: bool = False) -> dict[str, Any]:
     """`{name: mapping}` of each `NAME={...}` of `dotlist` (evaluation settings, `eval.`
     left out) whose NAME is one of `WHOLE_EVAL_MAPPINGS`: the mapping as given, to put in
     place of its merge with the experiment's (whose strata then stayed, and were listed
-    as the store's)."""
+    as the store's). Read as the overrides around it are: by Hydra's grammar (`hydra`,
+    the training's: `{a:12}`), else as OmegaConf's dotlist (an evaluation's)."""
     from omegaconf import OmegaConf
 
     out: dict[str, Any] = {}
     for item in dotlist:
         key, sep, value = item.lstrip("+").partition("=")
-        if sep and key in WHOLE_EVAL_MAPPINGS and value.lstrip().startswith("{"):
-            parsed = OmegaConf.to_container(OmegaConf.from_dotlist([f"{key}={value}"]))
-            assert isinstance(parsed, dict)  # a dotlist makes a mapping
-            out[key] = parsed[key]
+        if not (sep and key in WHOLE_EVAL_MAPPINGS and value.lstrip().startswith("{")):
+            continue
+        if hydra:
+            from hydra.core.override_parser.overrides_parser import OverridesParser
+
+            (parsed,) = OverridesParser.create().parse_overrides([f"{key}={value}"])
+            out[key] = parsed.value()
+        else:
+            read = OmegaConf.to_container(OmegaConf.from_dotlist([f"{key}={value}"]))
+            assert isinstance(read, dict)  # a dotlist makes a mapping
+            out[key] = read[key]
     return out
 
 

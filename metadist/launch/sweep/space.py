@@ -6,6 +6,7 @@ import json
 import math
 import os
 import re
+from collections.abc import Hashable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -121,6 +122,8 @@ def _unique_keys_loader() -> Any:
             seen: set = set()
             for key_node, _ in node.value:
                 key = self.construct_object(key_node, deep=deep)
+                if not isinstance(key, Hashable):  # the loader names it (ConstructorError)
+                    break
                 if key in seen:
                     raise yaml.constructor.ConstructorError(
                         None, None, f"{key!r} is given twice", key_node.start_mark

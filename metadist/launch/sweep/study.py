@@ -172,18 +172,18 @@ def sweep_lock(sweep_dir: Path):
     too where it made it and nothing else is there."""
     made = not sweep_dir.exists()
     sweep_dir.mkdir(parents=True, exist_ok=True)
-    try:
-        with open(sweep_dir / LOCK_FILE, "w") as handle:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                raise ValueError(f"another sweep is running in {sweep_dir}") from None
+    with open(sweep_dir / LOCK_FILE, "w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # the other driver's: nothing here is this one's to remove
+            raise ValueError(f"another sweep is running in {sweep_dir}") from None
+        try:
             yield
-    finally:
-        if not (sweep_dir / STUDY_FILE).exists():  # no sweep was made here: leave nothing
-            (sweep_dir / LOCK_FILE).unlink(missing_ok=True)
-            if made and not any(sweep_dir.iterdir()):
-                sweep_dir.rmdir()
+        finally:  # still holding the lock
+            if not (sweep_dir / STUDY_FILE).exists():  # no sweep was made: leave nothing
+                (sweep_dir / LOCK_FILE).unlink(missing_ok=True)
+                if made and not any(sweep_dir.iterdir()):
+                    sweep_dir.rmdir()
 
 
 def sweep_meta(settings: SweepSettings) -> dict[str, Any]:
@@ -229,14 +229,15 @@ def check_meta(study, settings: SweepSettings) -> None:
 
 
 def _as_recorded(meta: dict[str, Any], stored: Any) -> dict[str, Any]:
-    """`meta` with its (absolute) config directory as a study made before they were
-    resolved recorded it, relative to the working directory, where that is the same place."""
+    """`meta` with its (resolved) config directory as a study made before they were
+    resolved recorded it (relative to the working directory, with a trailing slash,
+    through a link), where that is the same place."""
     if not isinstance(stored, dict):
         return meta
     recorded, now = stored.get("config_dir"), meta.get("config_dir")
     if not (isinstance(recorded, str) and isinstance(now, str)):
         return meta
-    if not Path(recorded).is_absolute() and Path(recorded).resolve() == Path(now):
+    if Path(recorded).resolve() == Path(now):  # relative, with a slash, through a link
         return {**meta, "config_dir": recorded}
     return meta
 

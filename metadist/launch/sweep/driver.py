@@ -205,7 +205,10 @@ class _Driver:
 
     # ---- stopping ---------------------------------------------------------------------
     def requeue_running(self) -> None:
-        """The driver stops: its running trials checkpoint, exit and are queued again."""
+        """The driver stops: its running trials checkpoint, exit and are queued again
+        (all asked at once, then waited for: not one grace period after another)."""
+        for _, runner in self.running.values():
+            runner.request_stop()
         for number, (trial, runner) in self.running.items():
             runner.stop()
             with contextlib.suppress(Exception):

@@ -129,11 +129,16 @@ class LocalTrial:
         """The exit code once the training has exited, else `None`."""
         return self._process.poll()
 
-    def stop(self, grace_seconds: float = 30.0) -> None:
-        """SIGTERM to the whole group (checkpoint and exit), SIGKILL after the grace time."""
+    def request_stop(self) -> None:
+        """SIGTERM to the whole group: the training checkpoints and exits (`stop` waits)."""
         if self._process.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self._process.pid, signal.SIGTERM)
+
+    def stop(self, grace_seconds: float = 30.0) -> None:
+        """SIGTERM to the whole group (checkpoint and exit), SIGKILL after the grace time."""
+        if self._process.poll() is None:
+            self.request_stop()
             try:
                 self._process.wait(grace_seconds)
             except subprocess.TimeoutExpired:
@@ -212,6 +217,9 @@ class SlurmTrial:
         if queued.returncode == 0 or "Invalid job id" in queued.stderr:
             return 1  # left the queue without finishing (cancelled, node failure, ...)
         return None
+
+    def request_stop(self) -> None:
+        self.stop()
 
     def stop(self, grace_seconds: float = 30.0) -> None:
         subprocess.run(["scancel", self.element], capture_output=True, check=False)

@@ -308,6 +308,9 @@ def test_a_rerun_refuses_settings_of_its_own(capsys):
     assert "leave out experiment=sinusoid_maml" in capsys.readouterr().err
     assert main(["sweep", "--rerun=0"]) == 1
     assert "--rerun needs --sweep-dir" in capsys.readouterr().err
+    for flag in ("--metric=query_loss_before", "--slurm=nodes=1", "--parallel=2"):
+        assert main(["sweep", "--sweep-dir=x", "--rerun=0", flag]) == 1
+        assert f"leave out {flag.split('=')[0]}" in capsys.readouterr().err
 
 
 def test_an_unhashable_key_in_the_space_is_one_line(tmp_path):

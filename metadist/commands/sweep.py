@@ -44,7 +44,14 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     if args.rerun is not None:
         if not args.sweep_dir:
             raise ValueError("--rerun needs --sweep-dir (the sweep holding the trial)")
-        extra = [*args.overrides, *(["--space"] if args.space else [])]
+        flags = [d for d in _FLAG_FIELDS if hasattr(args, d) and d != "poll_seconds"]
+        extra = [
+            *args.overrides,
+            *(["--space"] if args.space else []),
+            *(f"--{d.replace('_', '-')}" for d in flags),
+            *(["--slurm"] if args.slurm else []),
+            *(["--config-dir"] if args.config_dir else []),
+        ]
         if extra:  # a rerun takes the trial's settings from the study, nothing else
             raise ValueError(
                 f"--rerun runs trial {args.rerun} with the settings its study recorded; "

@@ -164,6 +164,9 @@ def test_a_misspelt_metric_is_refused_before_any_trial(tmp_path):
     check_space(settings)
     settings.metric = "my_learners_score"
     check_space(settings)
+    settings.metric = "query_accuracy_after"  # logged by cross-entropy learners alone
+    with pytest.raises(ValueError, match="learner maml with loss mse logs no accuracy"):
+        check_space(settings)
 
 
 @pytest.mark.parametrize(

@@ -383,7 +383,20 @@ def check_components(config: TrainConfig) -> None:
         component = getattr(config, kind)
         with _naming(kind, _unknown_hint(kind, component.name, registered())):
             component.read_options(registry)
-    check_val_metric("selection.metric", config.selection.metric, config.learner.name)
+    check_val_metric(
+        "selection.metric", config.selection.metric, config.learner.name, learner_loss(config)
+    )
+
+
+def learner_loss(config: TrainConfig) -> str | None:
+    """The loss of the config's learner (its `loss` option, default included), or None
+    where the learner has none or its options do not read (refused where it is built)."""
+    try:
+        options = config.learner.read_options(LEARNERS)
+    except (ValueError, KeyError):
+        return None
+    loss = getattr(options, "loss", None)
+    return loss if isinstance(loss, str) else None
 
 
 def _unknown_hint(kind: str, name: str, registered: list[str]) -> str | None:

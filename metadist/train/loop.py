@@ -26,7 +26,7 @@ from metadist.data import BatchMetaDataLoader
 from metadist.runlock import RunLock
 from metadist.store.format import is_store
 from metadist.train.artifact import write_inference
-from metadist.train.build import RunParts, build_parts
+from metadist.train.build import RunParts, build_parts, learner_loss
 from metadist.train.checkpoint import checkpoint_path, save_checkpoint
 from metadist.train.config import TrainConfig, TrainerConfig
 from metadist.train.distributed import (
@@ -105,7 +105,9 @@ def train(
     """
     env = read_env(config.trainer.device, config.trainer.backend)
     config.validate(env.world_size)
-    check_val_metric("selection.metric", config.selection.metric, config.learner.name)
+    check_val_metric(
+        "selection.metric", config.selection.metric, config.learner.name, learner_loss(config)
+    )
     if is_store(config.resolved_run_dir):  # an ingest into the store would replace the run
         raise ValueError(
             f"run_dir {config.resolved_run_dir} is a series store; a run needs a directory "

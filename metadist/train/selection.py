@@ -178,23 +178,31 @@ class Selection:
         )
 
 
-def check_val_metric(flag: str, name: str | None, learner: str) -> None:
+def check_val_metric(flag: str, name: str | None, learner: str, loss: str | None = None) -> None:
     """Refuses a meta-val metric `name` (given as `flag`) of a built-in learner (its
-    registered name `learner`) that is a near miss of one the built-in learners log
-    (`VAL_METRICS`), before any training: a misspelt name is otherwise found at the
-    first meta-val. A name far from all of them passes, and any name of a learner of
-    the user's own (which may log others).
+    registered name `learner`, with the loss `loss` where known) that it does not log,
+    before any training: a near miss of one the built-in learners log (`VAL_METRICS`),
+    or an accuracy of a learner whose loss is not cross-entropy. Either is otherwise
+    found at the first meta-val. A name far from all of them passes, and any name of a
+    learner of the user's own (which may log others).
 
     Raises:
-        ValueError: naming the close built-in name.
+        ValueError: naming the close built-in name, or the loss.
     """
-    if name is None or name in VAL_METRICS or not _built_in(learner):
+    if name is None or not _built_in(learner):
+        return
+    said = f"{flag}{' ' if flag.startswith('--') else '='}{name}"
+    if "accuracy" in name and loss is not None and loss != "cross_entropy":
+        raise ValueError(
+            f"{said}: learner {learner} with loss {loss} logs no accuracy (only a "
+            "cross_entropy learner does); choose a loss metric such as query_loss_after"
+        )
+    if name in VAL_METRICS:
         return
     close = difflib.get_close_matches(name, VAL_METRICS, n=1, cutoff=0.8)
     if close:
         raise ValueError(
-            f"{flag}{' ' if flag.startswith('--') else '='}{name}: no built-in learner logs "
-            f"it; did you mean {close[0]}? "
+            f"{said}: no built-in learner logs it; did you mean {close[0]}? "
             f"(meta-val metrics: {', '.join(VAL_METRICS)})"
         )
 

@@ -15,7 +15,7 @@ from metadist.data.splits import split_protocol
 from metadist.durable import atomic_write_json
 from metadist.launch.slurm import LAUNCH_KEYS, job_from_settings, parse_settings
 from metadist.launch.sweep.space import SWEEP_OWNED_KEYS, ParamSpec, format_override
-from metadist.train.build import build_task_source, check_components
+from metadist.train.build import build_task_source, check_components, learner_loss
 from metadist.train.compose import find_experiments_dir, load_config
 from metadist.train.selection import check_val_metric
 
@@ -203,7 +203,7 @@ def check_space(settings: SweepSettings) -> None:
     except (ValueError, FileNotFoundError):
         base = None  # the overrides' mistake: named below, or by the first trial
     if base is not None:
-        check_val_metric("--metric", settings.metric, base.learner.name)
+        check_val_metric("--metric", settings.metric, base.learner.name, learner_loss(base))
         split = compute_split(base, settings.test_seed)
         if split["pins"]:
             pins_override(split)  # one a command line can carry, before the study is made

@@ -395,6 +395,31 @@ def test_classify_with_a_few_shot_classifier(runs, tmp_path):
         run.classify(examples, labels[:2], examples)
     with pytest.raises(ValueError, match=r"query_x\[0\] has 3 rows; the run reads 32"):
         run.classify(examples, labels, [examples[0][:3]])
+    # one line each, not a traceback: an empty example, a ragged one, labels as a string
+    with pytest.raises(ValueError, match=r"support_x\[0\] has shape \(0, \d+\)"):
+        run.classify([examples[0][:0], *examples[1:]], labels, examples)
+    with pytest.raises(ValueError, match=r"query_x\[0\] is not an array of numbers"):
+        run.classify(examples, labels, [[[1.0, 2.0], [3.0]]])
+    with pytest.raises(ValueError, match="support_labels is one string"):
+        run.classify(examples[:3], "abc", examples)
+    with pytest.raises(ValueError, match="steps must be an integer >= 0, got -1"):
+        run.classify(examples, labels, examples, steps=-1)
+    # a network with a row per way labels at most the ways it was trained with
+    maml_dir = tmp_path / "maml"
+    overrides = [a for a in (
+        "train", "experiment=synthetic_protonet", f"data.store={runs['stores']['per-entity']}",
+        f"run_dir={maml_dir}", "trainer.meta_steps=2", "trainer.meta_batch_size=2",
+        "trainer.checkpoint_every=2", "trainer.eval_every=0", "data.split_by=unit",
+        "sampler.options.class_by=stratum", "sampler.options.num_ways=2",
+        "sampler.options.num_query=1", "logging.wandb.mode=disabled", "logging.progress=false",
+        "--no-eval", "learner=maml", "model.output_shape=null", "learner.options.loss=cross_entropy",
+    )]  # fmt: skip
+    assert main(overrides) == 0
+    maml = metadist.load_run(maml_dir)
+    two = [e for e, label in zip(examples, labels, strict=True) if label[6] in "01"]
+    assert len(maml.classify(two, [l[:7] for l in labels if l[6] in "01"], examples)) == 6
+    with pytest.raises(ValueError, match="support_labels has 3 classes; .*trained 2-way"):
+        maml.classify(examples, [label[:7] for label in labels], examples)
 
 
 def test_bad_values_are_refused_or_handled_by_the_stores_rule_never_silently(runs, capsys):

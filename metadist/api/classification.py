@@ -32,6 +32,7 @@ def classify(
     support_labels: Sequence[Hashable],
     query_x: Examples,
     steps: int | None,
+    max_classes: int | None = None,
 ) -> np.ndarray:
     """`Run.classify` of a classifier run's parts (see there for the arguments).
 
@@ -42,6 +43,11 @@ def classify(
         ValueError: a sampler without the classification protocol
             (`metadist.tasks.inference`), and what `Run.classify` lists.
     """
+    if isinstance(support_labels, (str, bytes)):
+        raise ValueError(
+            f"support_labels is one string ({support_labels!r}); give one label per support "
+            "example, e.g. a list"
+        )
     windows = classify_windows(sampler, len(store.column_names))
     support = classifier_inputs(windows, store, support_x, "support_x")
     query = classifier_inputs(windows, store, query_x, "query_x")
@@ -53,6 +59,12 @@ def classify(
     classes = sorted(set(labels), key=str)
     if len(classes) < 2:
         raise ValueError(f"classify needs at least two classes, got {classes}")
+    if max_classes is not None and len(classes) > max_classes:
+        raise ValueError(
+            f"support_labels has {len(classes)} classes; this run's network has a row per "
+            f"way and was trained {max_classes}-way, so it labels at most {max_classes} "
+            "(a prototype learner, e.g. protonet or metabaseline, takes any number)"
+        )
     codes = torch.tensor([classes.index(label) for label in labels], dtype=torch.int64)
     learner.eval()
     device = next(learner.parameters()).device
@@ -81,7 +93,7 @@ def classifier_inputs(
     if isinstance(examples, np.ndarray) and examples.ndim in (2, 3) and examples.dtype != object:
         items = list(examples if examples.ndim == 3 else examples[None])
     else:
-        items = [np.asarray(e, dtype=np.float64) for e in examples]
+        items = [_example(e, f"{field}[{i}]") for i, e in enumerate(examples)]
     if not items:
         raise ValueError(f"{field} is empty")
     columns = np.asarray(windows.input_columns, dtype=np.int64)
@@ -94,6 +106,11 @@ def classifier_inputs(
         item = np.asarray(item, dtype=np.float64)
         if item.ndim == 1:
             item = item[:, None]
+        if item.ndim != 2 or len(item) == 0:
+            raise ValueError(
+                f"{field}[{i}] has shape {item.shape}; an example is a [T, C] (or [T]) array "
+                "of at least one row"
+            )
         if item.shape[1] != num_columns:
             raise ValueError(
                 f"{field}[{i}] has {item.shape[1]} columns; the run's store has {num_columns} "
@@ -115,6 +132,18 @@ def classifier_inputs(
             scaled = scaled[-length:]
         out.append(scaled)
     return np.ascontiguousarray(np.stack(out), dtype=np.float32)
+
+
+def _example(value: npt.ArrayLike, field: str) -> np.ndarray:
+    """One example as a float array.
+
+    Raises:
+        ValueError: one that is not numbers of one shape (ragged rows, text), named.
+    """
+    try:
+        return np.asarray(value, dtype=np.float64)
+    except (ValueError, TypeError):
+        raise ValueError(f"{field} is not an array of numbers of one shape") from None
 
 
 def resample(series: np.ndarray, length: int) -> np.ndarray:

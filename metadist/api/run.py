@@ -222,7 +222,9 @@ class Run:
 
         Raises:
             ValueError: a run that does not classify, mismatched lengths, fewer than two
-                classes, or examples too short for the run's windows.
+                classes (or more than the ways of a run whose head has a row per way:
+                MAML and the other inner-loop learners), an empty example, or labels
+                given as one string.
         """
         if self.kind != "classification":
             raise ValueError(f"run {self.run_dir} is a {self.kind} run, not a classifier")
@@ -231,6 +233,11 @@ class Run:
                 f"run {self.run_dir} has no store schema: classify reads examples in a "
                 "store's columns"
             )
+        if steps is not None and (isinstance(steps, bool) or operator.index(steps) < 0):
+            raise ValueError(f"steps must be an integer >= 0, got {steps!r}")
+        # a network whose head has a row per way (MAML and the other inner-loop learners)
+        # labels at most the ways it was trained with; a prototype learner any number
+        fixed = bool(getattr(self.learner, "has_inner_loop", False))
         return classification.classify(
             self.learner,
             self.source.sampler,
@@ -239,6 +246,7 @@ class Run:
             support_labels,
             query_x,
             self.eval_options.inner_steps if steps is None else steps,
+            max_classes=int(self.source.output_shape[-1]) if fixed else None,
         )
 
 

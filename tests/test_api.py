@@ -417,7 +417,7 @@ def test_classify_with_a_few_shot_classifier(runs, tmp_path):
     assert main(overrides) == 0
     maml = metadist.load_run(maml_dir)
     two = [e for e, label in zip(examples, labels, strict=True) if label[6] in "01"]
-    assert len(maml.classify(two, [l[:7] for l in labels if l[6] in "01"], examples)) == 6
+    assert len(maml.classify(two, [name[:7] for name in labels if name[6] in "01"], examples)) == 6
     with pytest.raises(ValueError, match="support_labels has 3 classes; .*trained 2-way"):
         maml.classify(examples, [label[:7] for label in labels], examples)
 

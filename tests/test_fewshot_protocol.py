@@ -571,5 +571,13 @@ def test_a_set_with_too_few_classes_names_the_real_levers(tmp_path):
     with pytest.raises(ValueError) as refused:
         train(config)
     message = str(refused.value)
-    assert "3 label classes in all" in message and "data.split_by=unit" in message
-    assert "lower trainer.meta_batch_size" not in message  # that cannot help here
+    # split by unit (auto, with 3 classes), each class short of examples: that lever first
+    assert message.startswith("the meta-train split cannot give tasks: ")
+    assert "3 of its classes have fewer than num_shots + num_query examples: lower " in message
+    assert "meta_batch_size" not in message and "split_by" not in message  # cannot help here
+    config.data.split_by = "label"  # class-disjoint: a split short of classes, that lever
+    config.sampler.options["num_shots"], config.sampler.options["num_query"] = 1, 1
+    with pytest.raises(ValueError) as refused:
+        train(config)
+    message = str(refused.value)
+    assert "holds 1 of the store's 3 label classes: use data.split_by=unit" in message

@@ -168,6 +168,25 @@ def test_fit_ways_lowers_n_to_what_every_split_in_use_can_give(six_classes):
     assert int(batch.support.y.max()) + 1 == 3
 
 
+def test_a_split_that_cannot_give_tasks_is_refused_before_training(six_classes, tmp_path):
+    """Class-disjoint splits whose meta-test holds one class: refused before a step (the
+    evaluation found it after the whole training), naming the split and the lever."""
+    from metadist.train import train
+    from metadist.train.compose import load_config
+
+    config = load_config(
+        ["experiment=ucr_protonet", f"data.store={six_classes.path}", "data.split_by=label",
+         "data.fractions=[0.9,0.0,0.1]", "sampler.options.fit_ways=true",
+         f"run_dir={tmp_path / 'run'}"],
+        world_size=1,
+    )  # fmt: skip
+    with pytest.raises(
+        ValueError, match="the meta-test split cannot give tasks: .*use data.split_by"
+    ):
+        train(config)
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
 def test_lowering_the_ways_is_noted(six_classes, capsys):
     """`fit_ways` lowers N where a split has fewer classes; the run says so (it was
     silent, and the header named the classes only)."""

@@ -70,6 +70,7 @@ def test_restrict_to_draws_only_from_the_pool(encoded_store):
     ("options", "match"),
     [
         ({"num_ways": 5}, "num_ways=5 but only 4 label classes"),
+        ({"num_ways": 1}, "num_ways must be >= 2"),  # scored 1.0 by every method
         ({"num_shots": 0}, "num_shots must be an integer >= 1"),
         ({"num_shots": 9}, "num_shots \\+ num_query = 10 entities"),
         ({"class_by": "colour"}, "class_by must be 'label' or 'stratum'"),

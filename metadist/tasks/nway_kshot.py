@@ -109,6 +109,11 @@ class NWayKShotSampler(TaskSampler, Configurable):
                 num_shots=self.num_shots,
                 num_query=self.num_query,
             )
+            if self.num_ways < 2:  # one class: every method scores 1.0, a task of nothing
+                raise ValueError(
+                    f"nway_kshot sampler: num_ways must be >= 2 (a task tells classes "
+                    f"apart), got {self.num_ways}"
+                )
             if self.class_by not in ("label", "stratum"):
                 raise ValueError(
                     "nway_kshot sampler: class_by must be 'label' or 'stratum', got "
@@ -301,22 +306,31 @@ class NWayKShotSampler(TaskSampler, Configurable):
 
         return examples, len(codes)
 
-    def _fewer_classes_hint(self, usable: int) -> str:
-        """What to change when a split has fewer usable classes than `num_ways`."""
+    def _fewer_classes_hint(self, usable: int, present: int) -> str:
+        """What to change when units in use have `usable` classes of K + Q examples (of
+        `present` classes there) and an N-way task needs `num_ways`: the lever that fits
+        first (meta_batch_size never does)."""
+        total = len(self.class_names)
+        if present < total and present < self.num_ways:  # a split dealt only some classes
+            first = (
+                f"this split holds {present} of the store's {total} {self.class_by} classes: "
+                f"use data.split_by=unit (every split holds every class; not class-disjoint) "
+                f"or data.split_by=auto (class-disjoint only where every split gets 2 "
+                f"classes), or give this split a larger share in data.fractions"
+            )
+        elif usable < present:  # classes there, short of examples
+            first = (
+                f"{present - usable} of its classes have fewer than num_shots + num_query "
+                "examples: lower sampler.options.num_shots / num_query"
+            )
+        else:
+            first = f"the store has {total} {self.class_by} classes in all"
         ways = (
-            f"sampler.options.num_ways={usable} (or sampler.options.fit_ways=true) or "
-            if usable >= 2
+            f"; or sampler.options.num_ways={usable} (sampler.options.fit_ways=true does it)"
+            if 2 <= usable < self.num_ways
             else ""
         )
-        return (
-            f"to fix: {ways}lower sampler.options.num_shots / num_query; the store has "
-            f"{len(self.class_names)} {self.class_by} classes in all, and data.split_by="
-            f"{self.class_by} deals whole classes out to meta-train, meta-val and meta-test, "
-            "so with few classes use data.split_by=unit (every split holds every class; not "
-            "class-disjoint), data.split_by=auto (class-disjoint only where every split gets "
-            "2 classes, else by unit) or give the split short of classes a larger share in "
-            "data.fractions (meta_batch_size does not help)"
-        )
+        return f"to fix: {first}{ways}"
 
     def _set_pool(self, units: np.ndarray) -> None:
         per_class = self.num_shots + self.num_query
@@ -330,7 +344,7 @@ class NWayKShotSampler(TaskSampler, Configurable):
                 f"{self.class_by} classes have num_shots + num_query = {per_class} entities "
                 f"among the {len(units)} entities in use (class sizes: "
                 f"{dict(zip(self.class_names[codes].tolist(), counts.tolist(), strict=True))}); "
-                f"{self._fewer_classes_hint(int(usable.sum()))}"
+                f"{self._fewer_classes_hint(int(usable.sum()), len(codes))}"
             )
         self._pool_members = units[order]
         self._class_codes = codes[usable]

@@ -144,6 +144,7 @@ def build_task_source(config: TrainConfig, *, verify_store: bool | None = None) 
         # N as configured: the sampler may have lowered it to the store's classes already
         asked = getattr(getattr(sampler, "options", None), "num_ways", None)
         fit_ways(partitioner)
+        _check_splits_give_tasks(sampler, partitioner)  # before training, and the note
         ways = getattr(sampler, "num_ways", None)
         if ways != asked and os.environ.get("RANK", "0") == "0":
             print(
@@ -386,6 +387,22 @@ def check_components(config: TrainConfig) -> None:
     check_val_metric(
         "selection.metric", config.selection.metric, config.learner.name, learner_loss(config)
     )
+
+
+def _check_splits_give_tasks(sampler: Any, partitioner: Any) -> None:
+    """Every split in use can give the N-way sampler's tasks: a meta-test split of one
+    class was found by the evaluation after the whole training.
+
+    Raises:
+        ValueError: naming the split and, from the sampler, what to change.
+    """
+    for split in ("train", "val", "test"):
+        units = np.asarray(partitioner.units(split), dtype=np.int64)
+        if len(units):
+            try:
+                sampler.confined_to(units)
+            except ValueError as error:
+                raise ValueError(f"the meta-{split} split cannot give tasks: {error}") from None
 
 
 def learner_loss(config: TrainConfig) -> str | None:

@@ -242,3 +242,11 @@ def test_a_seasonal_period_mapping_is_given_whole_not_merged():
     # one entry set on its own still changes that entry alone
     one = load_eval_options("synthetic_maml", ["eval.seasonal_period.flow=6"]).seasonal_period
     assert one["flow"] == 6 and one["temperature"] == 24
+
+
+def test_a_word_for_a_number_summed_into_another_setting_is_one_line():
+    """`trainer.meta_steps=three` on a recipe whose eval.pretrain_steps adds it: one line
+    naming the value (a multi-line interpolation error named only the derived key)."""
+    with pytest.raises(ValueError) as refused:
+        compose_dict(["experiment=ucr_protonet", "trainer.meta_steps=three"])
+    assert "\n" not in str(refused.value) and "'three' is not one" in str(refused.value)

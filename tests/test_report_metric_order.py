@@ -40,3 +40,11 @@ def test_smape_primary_keeps_the_recorded_order():
 def test_the_markdown_report_opens_with_the_primary_metric():
     text = markdown_report(_result("mape"))
     assert "| method | MAPE |" in text
+
+
+def test_an_interval_of_rounding_noise_reads_as_zero():
+    from metadist.eval.report import _format_score
+
+    assert _format_score({"value": 0.3333333, "ci95": 2.496e-17}) == "0.333 ± 0"
+    assert _format_score({"value": 0.5, "ci95": 0.012}) == "0.500 ± 0.012"
+    assert _format_score({"value": 1e6, "ci95": 5e-4}) == "1.000e+06 ± 0"

@@ -280,6 +280,8 @@ def _format_score(score: dict[str, Any]) -> str:
     half = score.get("ci95")
     if half is None or not np.isfinite(half):
         return value
+    if abs(half) <= 1e-9 * max(1.0, abs(float(score["value"] or 0.0))):
+        half = 0.0  # rounding noise of identical scores (2.5e-17), not an interval
     return f"{value} ± {_number(half)}"
 
 

@@ -162,7 +162,7 @@ def _compose(directory: Path, overrides: list[str]) -> tuple[dict[str, Any], dic
     if not OmegaConf.has_resolver("add"):
         # `${add:${pretrain.steps},${trainer.meta_steps}}`: a budget derived from others
         # (the UCR recipes' eval.pretrain_steps), so an override of either keeps it matched
-        OmegaConf.register_new_resolver("add", lambda *terms: sum(terms))
+        OmegaConf.register_new_resolver("add", _add)
     try:
         with initialize_config_dir(str(directory), version_base=None, job_name="metadist"):
             cfg = compose("config", overrides=overrides, return_hydra_config=True)
@@ -179,8 +179,17 @@ def _compose(directory: Path, overrides: list[str]) -> tuple[dict[str, Any], dic
             raise ValueError(
                 _missing_option(directory, missing.group(1), missing.group(2), overrides)
             ) from None
-        raise ValueError(f"cannot compose the experiment config: {error}") from None
+        said = "; ".join(line.strip() for line in str(error).splitlines() if line.strip())
+        raise ValueError(f"cannot compose the experiment config: {said}") from None
     return choices, values
+
+
+def _add(*terms: Any) -> Any:
+    """The `add` resolver: the sum of numbers (one that is not is named, not summed)."""
+    for term in terms:
+        if isinstance(term, bool) or not isinstance(term, (int, float)):
+            raise ValueError(f"${{add:...}} sums numbers; {term!r} is not one")
+    return sum(terms)
 
 
 def _handle_unknown_key(directory: Path, overrides: list[str], key: str) -> list[str]:

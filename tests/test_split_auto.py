@@ -152,7 +152,7 @@ def test_a_three_class_set_trains_with_the_shipped_ucr_recipe(three_classes, tmp
     assert {"adapted", "baseline_pp", "pretrained"} <= set(result["overall"])
 
 
-def test_fit_ways_lowers_n_to_what_every_split_in_use_can_give(six_classes):
+def test_fit_ways_lowers_n_to_what_every_split_in_use_can_give(six_classes, capsys):
     with pytest.raises(ValueError, match="num_ways=7 .*sampler.options.fit_ways=true"):
         _sampler(six_classes, num_ways=7)  # 6 classes: without fit_ways, an error
     sampler = _sampler(six_classes, num_ways=5, fit_ways=True)
@@ -166,6 +166,10 @@ def test_fit_ways_lowers_n_to_what_every_split_in_use_can_give(six_classes):
         np.zeros(2, dtype=np.int64), np.arange(2, dtype=np.uint64)
     )
     assert int(batch.support.y.max()) + 1 == 3
+    # evaluation settings asking for more ways than the classes give: said, not silent
+    every = np.arange(len(sampler.unit_entity))  # 6 classes in all
+    sampler.for_evaluation(every, num_ways=7, max_tasks=2)
+    assert "note: eval.sampler_options num_ways=7 lowered to 6" in capsys.readouterr().err
 
 
 def test_a_split_that_cannot_give_tasks_is_refused_before_training(six_classes, tmp_path):

@@ -26,6 +26,7 @@ in a random order per task — what torchmeta's `ClassSplitter` and learn2learn'
 from __future__ import annotations
 
 import copy
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -264,6 +265,14 @@ class NWayKShotSampler(TaskSampler, Configurable):
         if holdout is not None:
             raise ValueError("eval.holdout is for forecasting; nway_kshot has no holdout protocol")
         sampler = self.with_options(**options)
+        asked, ways = options.get("num_ways"), getattr(sampler, "num_ways", None)
+        if asked is not None and ways != int(asked):  # fit_ways lowered it
+            print(
+                f"note: eval.sampler_options num_ways={asked} lowered to {ways}: "
+                f"the store has that many {self.class_by} classes of num_shots + num_query "
+                "examples (sampler.options.fit_ways)",
+                file=sys.stderr,
+            )
         units = self.units_of_entities(units, entity_mask)
         try:
             confined = sampler.confined_to(units)

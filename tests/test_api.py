@@ -420,6 +420,12 @@ def test_classify_with_a_few_shot_classifier(runs, tmp_path):
     assert len(maml.classify(two, [name[:7] for name in labels if name[6] in "01"], examples)) == 6
     with pytest.raises(ValueError, match="support_labels has 3 classes; .*trained 2-way"):
         maml.classify(examples, [label[:7] for label in labels], examples)
+    # an ensemble of such runs too
+    second = [o if not o.startswith("run_dir=") else f"run_dir={maml_dir}2" for o in overrides]
+    assert main([*second, "trainer.seed=1"]) == 0
+    both = metadist.load_run(maml_dir, ensemble=[f"{maml_dir}2"])
+    with pytest.raises(ValueError, match="support_labels has 3 classes; .*trained 2-way"):
+        both.classify(examples, [label[:7] for label in labels], examples)
 
 
 def test_bad_values_are_refused_or_handled_by_the_stores_rule_never_silently(runs, capsys):

@@ -237,7 +237,8 @@ class Run:
             raise ValueError(f"steps must be an integer >= 0, got {steps!r}")
         # a network whose head has a row per way (MAML and the other inner-loop learners)
         # labels at most the ways it was trained with; a prototype learner any number
-        fixed = bool(getattr(self.learner, "has_inner_loop", False))
+        members = getattr(self.learner, "members", [self.learner])  # an ensemble's too
+        fixed = any(getattr(member, "has_inner_loop", False) for member in members)
         return classification.classify(
             self.learner,
             self.source.sampler,

@@ -176,7 +176,7 @@ def collapsed(held: dict[int, list[bytes]]) -> str:
     who = (
         f"the process of rank {ranks[0]}"
         if len(ranks) == 1
-        else f"the training processes of ranks {', '.join(map(str, ranks))}"
+        else f"the processes of ranks {', '.join(map(str, ranks))}"
     )
     return f"torchrun: {who} lost a peer: {short(last_line(held[ranks[0]]))} (traceback left out)"
 

@@ -30,6 +30,20 @@ def test_the_same_ctrl_c_delivered_twice_stops_once_with_a_checkpoint():
     assert stop.signal_name == "SIGINT"
 
 
+def test_the_first_ctrl_c_says_what_happens_and_how_to_abort(capsys, monkeypatch):
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    with StopRequest():
+        os.kill(os.getpid(), signal.SIGINT)
+    assert capsys.readouterr().err == (
+        "SIGINT: stopping after this meta-step, with a checkpoint (Ctrl-C again after 1 s "
+        "aborts at once, without one)\n"
+    )
+    monkeypatch.setenv("LOCAL_RANK", "0")  # a rank: its launcher speaks for it
+    with StopRequest():
+        os.kill(os.getpid(), signal.SIGINT)
+    assert capsys.readouterr().err == ""
+
+
 def test_a_second_ctrl_c_later_aborts_at_once(monkeypatch):
     monkeypatch.setattr(signals, "REPEAT_S", 0.05)
     with pytest.raises(KeyboardInterrupt), StopRequest() as stop:

@@ -12,7 +12,9 @@ command, or GNU `timeout`, passes it on as well), not a user pressing it again.
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
 import threading
 import time
 from types import FrameType
@@ -44,6 +46,13 @@ class StopRequest:
         if self.signal_name is None:
             self.signal_name = signal.Signals(signum).name
             self._first_at = time.monotonic()
+            if signum == signal.SIGINT and "LOCAL_RANK" not in os.environ:  # a terminal's
+                print(
+                    f"SIGINT: stopping after this meta-step, with a checkpoint (Ctrl-C again "
+                    f"after {REPEAT_S:g} s aborts at once, without one)",
+                    file=sys.stderr,
+                    flush=True,
+                )
         elif signum == signal.SIGINT and time.monotonic() - self._first_at > REPEAT_S:
             raise KeyboardInterrupt
 

@@ -43,6 +43,11 @@ def test_train_help_names_every_shipped_learner(capsys):
         (["competition", "d", "--jobs", "0"], "--jobs must be >= 1, got 0"),
         (["train", "--nproc-per-node", "x"], "argument --nproc-per-node: invalid int value"),
         (["bogus"], "argument COMMAND: invalid choice: 'bogus'"),
+        # an abbreviated flag is not taken for the full one (--nproc-per-nod reached each
+        # rank unremoved and every rank launched ranks, without end)
+        (["train", "--nproc-per-nod=2", "experiment=sinusoid_maml"],
+         "unrecognized arguments: --nproc-per-nod=2; did you mean --nproc-per-node?"),
+        (["eval", "--nproc=2", "run_dir=x"], "unrecognized arguments: --nproc=2"),
     ],
 )  # fmt: skip
 def test_a_bad_argument_is_one_line_naming_it(capsys, argv, said):
@@ -52,3 +57,11 @@ def test_a_bad_argument_is_one_line_naming_it(capsys, argv, said):
     err = capsys.readouterr().err.strip().splitlines()
     assert stopped.value.code == 2 and len(err) == 1 and said in err[0], err
     assert err[0].endswith("--help)")
+
+
+def test_a_rank_never_launches_ranks(monkeypatch):
+    from metadist.launch.local_ranks import OWNER_ENV, run_local_ranks
+
+    monkeypatch.setenv(OWNER_ENV, "metadist train")
+    with pytest.raises(ValueError, match="already one of the ranks of a launch"):
+        run_local_ranks("metadist.train", ["experiment=x"], 2, "metadist train")

@@ -40,6 +40,12 @@ def run_local_ranks(
     """Runs `python -m module` on `nproc` local torchrun ranks with `argv` (less the
     `--nproc-per-node` flag); returns torchrun's exit status, or the stop signal's after
     printing `prog: <what was stopped><on_stop>` on stderr."""
+    if stop_reported_by_owner() or "LOCAL_RANK" in os.environ:
+        # a rank told to launch ranks would launch them without end
+        raise ValueError(
+            f"{prog} --nproc-per-node reached a process that is already one of the ranks "
+            "of a launch; give --nproc-per-node to the command you start, spelt in full"
+        )
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")  # torchrun's own default, without its notice
     env[OWNER_ENV] = prog  # a stop is reported once, by this command (`stop_reported_by_owner`)

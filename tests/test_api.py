@@ -402,8 +402,9 @@ def test_classify_with_a_few_shot_classifier(runs, tmp_path):
         run.classify(examples, labels, [[[1.0, 2.0], [3.0]]])
     with pytest.raises(ValueError, match="support_labels is one string"):
         run.classify(examples[:3], "abc", examples)
-    with pytest.raises(ValueError, match="steps must be an integer >= 0, got -1"):
-        run.classify(examples, labels, examples, steps=-1)
+    for bad in (-1, 2.5):
+        with pytest.raises(ValueError, match=f"steps must be an integer >= 0, got {bad}"):
+            run.classify(examples, labels, examples, steps=bad)
     # a network with a row per way labels at most the ways it was trained with
     maml_dir = tmp_path / "maml"
     overrides = [a for a in (

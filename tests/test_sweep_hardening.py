@@ -4,6 +4,7 @@ refused with one line before anything is created."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -314,9 +315,9 @@ def test_a_refused_driver_leaves_the_running_ones_lock(tmp_path):
     from metadist.launch.sweep.study import LOCK_FILE, sweep_lock
 
     place = tmp_path / "new"
-    with sweep_lock(place):
-        with pytest.raises(ValueError, match="another sweep is running"), sweep_lock(place):
-            pass
+    with sweep_lock(place), contextlib.ExitStack() as second:
+        with pytest.raises(ValueError, match="another sweep is running"):
+            second.enter_context(sweep_lock(place))
         assert (place / LOCK_FILE).exists()  # still the first driver's
     assert not place.exists()  # it made no study: nothing is left
 

@@ -36,6 +36,7 @@ from metadist.train.artifact import (
     read_inference,
     recorded_source,
     recorded_store_path,
+    recorded_store_places,
     write_inference,
 )
 from metadist.train.build import TaskSource
@@ -143,11 +144,7 @@ def load_parts(
 def _note_replaced_stores(run_dir: Path, record: dict[str, Any]) -> None:
     """A note for each place the record names that holds a store other than the run's
     (replaced since the training: its data changed), before the record stands in."""
-    recorded = record["store"]
-    places = [
-        Path(os.path.normpath(run_dir / recorded["path_from_run_dir"])).resolve(),
-        Path(recorded["path"]).resolve(),
-    ]
+    places = [place.resolve() for place in recorded_store_places(run_dir, record)]
     for place in dict.fromkeys(places):  # one note for one place, however it is named
         if is_store(place):
             print(

@@ -168,7 +168,7 @@ class Run:
                 "run (a sampler of forecast windows on a series store)"
             )
         if period is not None:
-            period = _whole_period(period)
+            period = _whole("period", period, least=1)
         if methods is None:
             methods = (self.chosen_model() or "adapted",)
         return forecasting.forecast(
@@ -233,8 +233,8 @@ class Run:
                 f"run {self.run_dir} has no store schema: classify reads examples in a "
                 "store's columns"
             )
-        if steps is not None and (isinstance(steps, bool) or operator.index(steps) < 0):
-            raise ValueError(f"steps must be an integer >= 0, got {steps!r}")
+        if steps is not None:
+            steps = _whole("steps", steps, least=0)
         # a network whose head has a row per way (MAML and the other inner-loop learners)
         # labels at most the ways it was trained with; a prototype learner any number
         members = getattr(self.learner, "members", [self.learner])  # an ensemble's too
@@ -251,16 +251,16 @@ class Run:
         )
 
 
-def _whole_period(period: Any) -> int:
-    """`period` as an int (a numpy integer too).
+def _whole(name: str, value: Any, least: int) -> int:
+    """`value` as an int (a numpy integer too).
 
     Raises:
-        ValueError: not an integer >= 1 (a bool, a float, 0).
+        ValueError: not an integer >= `least` (a bool, a float, a smaller one), named.
     """
     try:
-        whole = operator.index(period)
+        whole = operator.index(value)
     except TypeError:
-        whole = 0
-    if isinstance(period, (bool, np.bool_)) or whole < 1:
-        raise ValueError(f"period must be an integer >= 1, got {period!r}")
+        whole = least - 1
+    if isinstance(value, (bool, np.bool_)) or whole < least:
+        raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
     return whole

@@ -151,15 +151,22 @@ def recorded_store_path(run_dir: str | os.PathLike, record: dict[str, Any]) -> P
     recorded = record.get("store")
     if not recorded:
         return None
-    candidates = [
-        Path(os.path.normpath(Path(run_dir) / recorded["path_from_run_dir"])),
-        Path(recorded["path"]),
-        *([Path(recorded["config_path"])] if recorded.get("config_path") else []),
-    ]
+    candidates = recorded_store_places(run_dir, record)
+    candidates += [Path(recorded["config_path"])] if recorded.get("config_path") else []
     for candidate in dict.fromkeys(candidates):
         if is_store(candidate) and _identity_of(candidate) == recorded["identity"]:
             return candidate
     return None
+
+
+def recorded_store_places(run_dir: str | os.PathLike, record: dict[str, Any]) -> list[Path]:
+    """Where the record puts the run's store: relative to the run directory (moved
+    together), and its absolute path at training."""
+    recorded = record["store"]
+    return [
+        Path(os.path.normpath(Path(run_dir) / recorded["path_from_run_dir"])),
+        Path(recorded["path"]),
+    ]
 
 
 def current_store(run_dir: str | os.PathLike) -> Path | None:

@@ -46,7 +46,9 @@ def compose_dict(overrides: list[str], config_dir: str | os.PathLike | None = No
         ]
         choices, values = _compose_checked(directory, [*kept, *(f"~{s}" for s in foreign)])
     if isinstance(values.get("eval"), dict):
-        given = [o.lstrip("+").removeprefix("eval.") for o in overrides]
+        given = [
+            o.lstrip("+")[len("eval.") :] for o in overrides if o.lstrip("+").startswith("eval.")
+        ]
         values["eval"].update(whole_eval_mappings(given, hydra=True))
     choice = choices.get("experiment")
     if choice and "experiment" not in values:

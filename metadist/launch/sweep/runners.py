@@ -199,6 +199,7 @@ class SlurmTrial:
         self.index = index
         self.element = f"{wave.job_id}_{index}"
         self.log_path = wave.wave_dir / f"{index}.out"
+        self._cancelled = False
 
     def poll(self) -> int | None:
         queued = subprocess.run(
@@ -219,10 +220,13 @@ class SlurmTrial:
         return None
 
     def request_stop(self) -> None:
-        self.stop()
+        """scancel, once: Slurm signals the element, which checkpoints."""
+        if not self._cancelled:
+            self._cancelled = True
+            subprocess.run(["scancel", self.element], capture_output=True, check=False)
 
     def stop(self, grace_seconds: float = 30.0) -> None:
-        subprocess.run(["scancel", self.element], capture_output=True, check=False)
+        self.request_stop()  # nothing to wait for: Slurm ends the element
 
     def finish(self) -> None:
         """Nothing to close: the array job's output files belong to Slurm."""

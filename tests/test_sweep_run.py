@@ -198,6 +198,7 @@ def test_a_poor_trial_is_pruned_and_its_processes_stopped(tmp_path):
     assert 2 <= pointer["step"] < 1000
     table = (tmp_path / "sweep" / "trials.md").read_text()
     assert "| 1 | pruned | 1 | [300.0, 500.0] | 100000 |" in table
+    assert "| last val step | seconds |" in table.splitlines()[4]
 
 
 @pytest.mark.integration

@@ -25,7 +25,9 @@ def write_reports(study, settings: SweepSettings) -> None:
 
     trials = study.get_trials(deepcopy=False)
     names = [p.name for p in settings.space]
-    header = ["trial", "state", "seed", *names, settings.metric, "steps", "seconds"]
+    # the last meta-step the trial validated (for an attempt cut off, not necessarily
+    # its checkpoint's: its rerun resumes from the checkpoint, in a row of its own)
+    header = ["trial", "state", "seed", *names, settings.metric, "last val step", "seconds"]
     rows = []
     for t in trials:
         value = "" if t.value is None else f"{t.value:.6g}"

@@ -78,7 +78,7 @@ def eval_parts(
     sampler's own evaluation protocol (`TaskSampler.for_evaluation`) says which episodes
     of the split are scored: every example of every episode comes from the split.
     """
-    source = build_task_source(config, verify_store=verify_store)
+    source = build_task_source(config, verify_store=verify_store, note_ways=False)
     store = source.store
     if store is not None:
         check_store_identity(recorded_identity, store, f"run_dir {run_dir}")

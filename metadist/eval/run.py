@@ -357,7 +357,7 @@ def load_trained(
     options = _run_eval_options(config, run_dir, (), None)
     recorded = source is not None
     if source is None:
-        source = build_task_source(config, verify_store=False)
+        source = build_task_source(config, verify_store=False, note_ways=False)
     if source.store is not None and not recorded:
         check_store_identity(state.get("store_identity"), source.store, f"run_dir {run_dir}")
     learner, _ = with_ensemble(

@@ -112,12 +112,16 @@ class TaskSource:
     output_shape: tuple[int, ...]
 
 
-def build_task_source(config: TrainConfig, *, verify_store: bool | None = None) -> TaskSource:
+def build_task_source(
+    config: TrainConfig, *, verify_store: bool | None = None, note_ways: bool = True
+) -> TaskSource:
     """Opens the store, builds the sampler and the run's partitioner, and reads the shapes.
 
     Args:
         verify_store: recompute the store's checksums first; `None` follows
             `data.verify_store`.
+        note_ways: say on stderr where `fit_ways` lowered N (training does; a trained
+            run's parts rebuilt for evaluation or inference said it when it trained).
 
     Raises:
         ValueError: the sampler rejects its options (naming `sampler.options.<key>`).
@@ -146,7 +150,7 @@ def build_task_source(config: TrainConfig, *, verify_store: bool | None = None) 
         fit_ways(partitioner)
         _check_splits_give_tasks(sampler, partitioner)  # before training, and the note
         ways = getattr(sampler, "num_ways", None)
-        if ways != asked and os.environ.get("RANK", "0") == "0":
+        if note_ways and ways != asked and os.environ.get("RANK", "0") == "0":
             print(
                 f"note: sampler.options.num_ways={asked} lowered to {ways}: the "
                 "split with fewest classes of K + Q examples has that many "

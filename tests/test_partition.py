@@ -214,3 +214,44 @@ def test_blocked_order_is_a_seeded_permutation_of_shuffled_windows_in_file_order
     for rank in range(3):
         per_stratum = np.bincount(STRATA[deal.units[rank]], minlength=5)
         assert np.all(np.abs(per_stratum - dealt / 3) < 1)
+
+
+@pytest.mark.parametrize(
+    ("n", "fractions"),
+    [
+        (5_000_000, (0.3333333, 0.3333333, 0.3333325)),  # the floors miss n by 3
+        (10_000_000, (0.6999995, 0.3, 0.0)),  # by 2, with a share of 0
+        (4_000_000, (0.5000005, 0.4, 0.1)),  # the floors pass n by 1
+        (137, (0.8, 0.1, 0.1)),
+        (7, (0.0000005, 0.9999995, 0.0)),
+    ],
+)
+def test_split_counts_sum_to_the_units_and_give_none_to_a_zero_share(n, fractions):
+    """Fractions summing to 1 within the 1e-6 `check_fractions` allows: every unit gets
+    a split (the floors could miss n by more than the remainders gave, leaving units to
+    uninitialised memory), and a split with share 0 gets none."""
+    from metadist.data.meta_split import check_fractions, split_counts
+
+    counts = split_counts(n, check_fractions(fractions), 0)
+    assert sum(counts) == n
+    for count, share in zip(counts, fractions, strict=True):
+        assert (count == 0) if share == 0 else (count >= 1 and abs(count - n * share) <= 3)
+
+
+def test_split_counts_are_those_of_the_largest_remainder_where_fractions_sum_to_1():
+    """The counts every existing run's split was drawn with are unchanged."""
+    from metadist.data.meta_split import split_counts
+
+    for fractions in [(0.8, 0.1, 0.1), (0.7, 0.15, 0.15), (0.6, 0.2, 0.2), (0.5, 0.0, 0.5)]:
+        for n in range(3, 400):
+            exact = [n * f for f in fractions]
+            floors = [int(np.floor(x)) for x in exact]
+            order = sorted(range(3), key=lambda i: (-(exact[i] - floors[i]), i))
+            for i in order[: n - sum(floors)]:
+                floors[i] += 1
+            for i in range(3):
+                while fractions[i] > 0 and floors[i] == 0:
+                    donor = max(range(3), key=lambda j: floors[j])
+                    floors[donor] -= 1
+                    floors[i] += 1
+            assert split_counts(n, fractions, 0) == floors, (n, fractions)

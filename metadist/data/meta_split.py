@@ -80,7 +80,7 @@ def draw_meta_split(
     """
     items = _items(split_strata, pinned, unit_groups)
     item_strata, merged = merge_small_strata(items.strata, fractions)
-    split_of_item = np.empty(len(item_strata), dtype=np.int64)
+    split_of_item = np.full(len(item_strata), -1, dtype=np.int64)
     rng = seeded_rng(seed, TAG_PARTITION)
     for code in np.unique(item_strata):
         members = np.flatnonzero(item_strata == code)
@@ -94,6 +94,8 @@ def draw_meta_split(
         split_of_item[free[: counts[0]]] = 0
         split_of_item[free[counts[0] : counts[0] + counts[1]]] = 1
         split_of_item[free[counts[0] + counts[1] : counts[0] + counts[1] + num_free_test]] = 2
+    if (split_of_item < 0).any():  # the counts of every stratum sum to its items
+        raise AssertionError("meta split: an item was given no split")
     return MetaSplit(
         split_of=split_of_item[items.item_of_unit],
         merged_strata=merged,
@@ -197,8 +199,18 @@ def split_counts(n: int, fractions: Fractions, code: int) -> list[int]:
     exact = [n * f for f in fractions]
     counts = [int(np.floor(x)) for x in exact]
     remainders = sorted(range(3), key=lambda i: (-(exact[i] - counts[i]), i))
-    for i in remainders[: n - sum(counts)]:
-        counts[i] += 1
+    # fractions may sum to 1 within 1e-6 (`check_fractions`), so the floors may miss n by
+    # more than the 3 units a remainder each can give, or pass it: the units left are
+    # dealt to the positive shares in remainder order, those over taken from the largest
+    receivers = [i for i in remainders if positive[i]]
+    whole, extra = divmod(n - sum(counts), len(receivers))
+    for rank, i in enumerate(receivers):
+        counts[i] += whole + (rank < extra)
+    while any(c < 0 for c in counts):
+        low = min(range(3), key=lambda j: counts[j])
+        donor = max(range(3), key=lambda j: counts[j])
+        counts[low] += 1
+        counts[donor] -= 1
     for i in range(3):
         while positive[i] and counts[i] == 0:
             donor = max(range(3), key=lambda j: counts[j])

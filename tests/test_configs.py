@@ -42,7 +42,7 @@ def m3_store(tmp_path_factory) -> Path:
 
     root = tmp_path_factory.mktemp("m3")
     m3 = write_m3(root / "m3")
-    ingest(m3.train_path, root / "store", **M3_INGEST_ARGS, scaling="none", progress=False)
+    ingest(m3.train_path, root / "store", **M3_INGEST_ARGS, progress=False)
     return root / "store"
 
 

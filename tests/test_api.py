@@ -616,3 +616,17 @@ def test_the_forecast_tables_own_columns_give_way_to_the_stores():
     assert table.column("forecast_step").to_pylist() == [1, 2]
     assert table.column("step").to_pylist() == [13, 14]
     assert table.column("method").to_pylist() == [5.0, 5.0]
+
+
+def test_another_store_too_small_for_the_split_is_named_as_another_store(runs, tmp_path):
+    """A store other than the run's is refused as such before anything is built from it
+    (a two-series store was blamed on data.fractions by the partitioner)."""
+    from metadist.eval import evaluate_run
+
+    panel = tmp_path / "panel"
+    write_synthetic_panel(panel, num_entities=2, length_range=(120, 200), seed=4, nan_fraction=0)
+    small = tmp_path / "small"
+    ingest(panel, small, progress=False, **SYNTHETIC_INGEST_ARGS)
+    for call in (metadist.load_run, evaluate_run):
+        with pytest.raises(ValueError, match="is not the store run_dir .* was trained on"):
+            call(runs["global"], store=small)

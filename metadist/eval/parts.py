@@ -16,7 +16,6 @@ from metadist.batch import MetaBatch
 from metadist.data.splits import describe_split
 from metadist.eval.holdout import HoldoutReader
 from metadist.eval.settings import EvalOptions, check_periods_cover
-from metadist.store.identity import check_store_identity
 from metadist.tasks.base import EvaluationTasks
 from metadist.tasks.inference import ForecastWindows, forecast_windows
 from metadist.train.build import TaskSource, build_task_source
@@ -78,10 +77,14 @@ def eval_parts(
     sampler's own evaluation protocol (`TaskSampler.for_evaluation`) says which episodes
     of the split are scored: every example of every episode comes from the split.
     """
-    source = build_task_source(config, verify_store=verify_store, note_ways=False)
+    source = build_task_source(
+        config,
+        verify_store=verify_store,
+        note_ways=False,
+        trained_on=(recorded_identity, f"run_dir {run_dir}"),
+    )
     store = source.store
     if store is not None:
-        check_store_identity(recorded_identity, store, f"run_dir {run_dir}")
         check_periods_cover(options, store)
     units = evaluated_units(source, options, config)
     train_units = np.asarray(source.partitioner.units("train"), dtype=np.int64)

@@ -33,7 +33,6 @@ from metadist.eval.threads import eval_threads
 from metadist.eval.trained import load_run, trained_learner, with_ensemble
 from metadist.models import build_model
 from metadist.store.format import check_given_store
-from metadist.store.identity import check_store_identity
 from metadist.train.artifact import INFERENCE_FILE, current_store
 from metadist.train.build import build_task_source
 from metadist.train.config import TrainConfig
@@ -355,11 +354,11 @@ def load_trained(
     """
     config, state, _, _ = load_run(run_dir, "run_dir", store, allow_imports)
     options = _run_eval_options(config, run_dir, (), None)
-    recorded = source is not None
     if source is None:
-        source = build_task_source(config, verify_store=False, note_ways=False)
-    if source.store is not None and not recorded:
-        check_store_identity(state.get("store_identity"), source.store, f"run_dir {run_dir}")
+        trained_on = (state.get("store_identity"), f"run_dir {run_dir}")
+        source = build_task_source(
+            config, verify_store=False, note_ways=False, trained_on=trained_on
+        )
     learner, _ = with_ensemble(
         trained_learner(config, state, source),
         config,

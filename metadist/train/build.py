@@ -34,7 +34,7 @@ from metadist.learners import (
 )
 from metadist.models import MODELS, build_model, registered_models
 from metadist.store import SeriesStore
-from metadist.store.identity import check_store_integrity, store_identity
+from metadist.store.identity import check_store_identity, check_store_integrity, store_identity
 from metadist.tasks import (
     SAMPLERS,
     TaskSampler,
@@ -113,7 +113,11 @@ class TaskSource:
 
 
 def build_task_source(
-    config: TrainConfig, *, verify_store: bool | None = None, note_ways: bool = True
+    config: TrainConfig,
+    *,
+    verify_store: bool | None = None,
+    note_ways: bool = True,
+    trained_on: tuple[dict[str, Any] | None, str] | None = None,
 ) -> TaskSource:
     """Opens the store, builds the sampler and the run's partitioner, and reads the shapes.
 
@@ -122,12 +126,17 @@ def build_task_source(
             `data.verify_store`.
         note_ways: say on stderr where `fit_ways` lowered N (training does; a trained
             run's parts rebuilt for evaluation or inference said it when it trained).
+        trained_on: `(identity, who)` of the store a trained run recorded: the store is
+            checked against it before anything is built from it (another store, which
+            a split or the user's sampler might refuse first, is named as such).
 
     Raises:
         ValueError: the sampler rejects its options (naming `sampler.options.<key>`).
         FileNotFoundError: `data.store` is missing.
     """
     store, identity = open_store(config, verify_store)
+    if store is not None and trained_on is not None:
+        check_store_identity(trained_on[0], store, trained_on[1])
     with _naming(
         "sampler", _unknown_hint("sampler", config.sampler.name, registered_task_samplers())
     ):

@@ -359,6 +359,18 @@ def test_an_unimportable_module_is_named(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match=r"module 'raises_xyz' failed on import: "
                        r"ZeroDivisionError: division by zero \(at .*raises_xyz.py:2\)"):  # fmt: skip
         tiny_config(tmp_path / "run", "imports=[raises_xyz]")
+    # a syntax error, and a name registered twice: the user's file and line, not metadist's
+    (tmp_path / "syntax_xyz.py").write_text("X = 1\nY = (\n")
+    with pytest.raises(ValueError, match=r"module 'syntax_xyz' failed on import: SyntaxError: "
+                       r".* \(at .*syntax_xyz.py:2\)"):  # fmt: skip
+        tiny_config(tmp_path / "run", "imports=[syntax_xyz]")
+    (tmp_path / "twice_xyz.py").write_text(
+        "from metadist.tasks import TaskSampler, register_task_sampler\n\n\n"
+        "@register_task_sampler('sinusoid')\nclass Again(TaskSampler):\n    pass\n"
+    )
+    with pytest.raises(ValueError, match=r"module 'twice_xyz' failed on import: .*already "
+                       r"registered by .* \(at .*twice_xyz.py:4\)"):  # fmt: skip
+        tiny_config(tmp_path / "run", "imports=[twice_xyz]")
 
 
 def test_num_threads_applies_while_training_and_is_restored(tmp_path):

@@ -29,6 +29,7 @@ from metadist.train.checkpoint import CheckpointError
 from metadist.train.compose import compose_dict, load_config
 from metadist.train.loop import NonFiniteLossError, train
 from metadist.train.preflight import check_before_launch
+from metadist.user_code import user_code_location
 
 USAGE_EPILOG = """\
 examples:
@@ -123,7 +124,9 @@ def main(argv: list[str] | None = None, prog: str = "metadist train") -> int:
     ) as error:
         # Under torchrun every rank meets the same error; one copy is enough.
         if _local_rank() == 0:
-            print(f"{prog}: error: {error}", file=sys.stderr)
+            # raised in the user's own code (a sampler of theirs): where, unless said
+            where = "" if " (at " in str(error) else user_code_location(error, installed=False)
+            print(f"{prog}: error: {error}{where}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(

@@ -23,7 +23,6 @@ import numpy as np
 import torch
 from torch import nn
 
-from metadist.batch import MetaBatch
 from metadist.data import BatchMetaDataLoader, StratifiedTaskPartitioner
 from metadist.learners import (
     LEARNERS,
@@ -39,9 +38,9 @@ from metadist.tasks import (
     SAMPLERS,
     TaskSampler,
     build_task_sampler,
-    derive_task_seeds,
     registered_task_samplers,
 )
+from metadist.tasks.first_batch import example_shapes, first_batch
 from metadist.train.config import TrainConfig
 from metadist.train.distributed import DistEnv
 from metadist.train.optim import build_optimizer, scheduled_lr
@@ -166,7 +165,7 @@ def build_task_source(
                 "(sampler.options.fit_ways=false refuses instead)",
                 file=sys.stderr,
             )
-    example = sampler.sample(np.zeros(1, dtype=np.int64), derive_task_seeds(seed, 0, np.zeros(1)))
+    example = first_batch(sampler, config.sampler.name, seed)
     input_shape, task_output_shape = example_shapes(example, sampler)
     output_shape = task_output_shape
     if config.model.output_shape is not None:  # e.g. the embedding of a prototypical network
@@ -447,25 +446,6 @@ def _naming(fields: str, hint: str | None = None) -> Iterator[None]:
         if message.startswith(f"{fields}."):  # it names its field path already
             raise ValueError(f"{message}{suffix}") from None
         raise ValueError(f"{fields}: {message}{suffix}") from None
-
-
-def example_shapes(
-    example: MetaBatch, sampler: TaskSampler
-) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """`(input_shape, output_shape)` of one example of the sampler's tasks.
-
-    Regression and forecasting: `x [B, K, *input_shape]`, `y [B, K, *output_shape]`.
-    Classification (integer targets `[B, N*K]`): the output is one logit per class, N
-    taken from the sampler's `num_ways`.
-    """
-    input_shape = tuple(example.support.x.shape[2:])
-    target = example.support.y
-    if target.dtype in (torch.int64, torch.int32):
-        num_ways = getattr(sampler, "num_ways", None)
-        if num_ways is None:
-            num_ways = int(target.max()) + 1
-        return input_shape, (int(num_ways),)
-    return input_shape, tuple(target.shape[2:])
 
 
 def check_run_memory(config: TrainConfig, env: DistEnv, make: Callable[[], nn.Module]) -> None:

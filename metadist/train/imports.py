@@ -5,8 +5,9 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-import traceback
 from collections.abc import Collection
+
+from metadist.user_code import user_code_location
 
 
 def import_modules(names: list[str], allowed: Collection[str] | None = None) -> None:
@@ -52,7 +53,7 @@ def import_modules(names: list[str], allowed: Collection[str] | None = None) -> 
             ):  # the module was found; something it imports was not
                 raise ValueError(
                     f"imports: module {name!r} was found but its import failed: {error}"
-                    f"{_where(error)}"
+                    f"{user_code_location(error)}"
                 ) from None
             raise ValueError(
                 f"imports: no module {name!r}; it must be importable from the working "
@@ -61,11 +62,5 @@ def import_modules(names: list[str], allowed: Collection[str] | None = None) -> 
         except Exception as error:  # noqa: BLE001 - any failure inside the user module
             raise ValueError(
                 f"imports: module {name!r} failed on import: {type(error).__name__}: {error}"
-                f"{_where(error)}"
+                f"{user_code_location(error)}"
             ) from None
-
-
-def _where(error: BaseException) -> str:
-    """` (at FILE:LINE)`: the innermost frame of `error` outside the import machinery."""
-    frames = [f for f in traceback.extract_tb(error.__traceback__) if "importlib" not in f.filename]
-    return f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""

@@ -1,0 +1,130 @@
+"""A sampler of one's own that fails or returns a batch the learners cannot take is
+refused before training in one line naming it, what is wrong and where in the user's
+code (it was a traceback from deep in a model, or a bare numpy message)."""
+
+import re
+import textwrap
+
+import pytest
+
+from metadist.cli import main
+
+MODULE = textwrap.dedent(
+    """
+    import numpy as np
+    import torch
+
+    from metadist.batch import MetaBatch, TaskSet
+    from metadist.tasks import register_task_sampler
+    from metadist.tasks.sinusoid import SinusoidSampler
+
+
+    def _batch(batch, **changes):
+        parts = {"support": batch.support, "query": batch.query}
+        parts.update(changes)
+        return MetaBatch(**parts, entity_index=batch.entity_index, stratum=batch.stratum,
+                         split_time=batch.split_time)
+
+
+    @register_task_sampler("ucs_raises")
+    class Raises(SinusoidSampler):
+        def sample(self, units, seeds):
+            raise RuntimeError("lost my data")
+
+
+    @register_task_sampler("ucs_broadcast")
+    class Broadcast(SinusoidSampler):
+        def sample(self, units, seeds):
+            np.zeros((len(units), 4)) + np.zeros(len(units) + 1)
+
+
+    @register_task_sampler("ucs_none")
+    class ReturnsNone(SinusoidSampler):
+        def sample(self, units, seeds):
+            return None
+
+
+    @register_task_sampler("ucs_float64")
+    class Float64(SinusoidSampler):
+        def sample(self, units, seeds):
+            batch = super().sample(units, seeds)
+            return _batch(batch, support=TaskSet(batch.support.x.double(), batch.support.y))
+
+
+    @register_task_sampler("ucs_one_task")
+    class OneTask(SinusoidSampler):
+        def sample(self, units, seeds):
+            return super().sample(units[:1], seeds[:1])
+
+
+    @register_task_sampler("ucs_query_longer")
+    class QueryLonger(SinusoidSampler):
+        def sample(self, units, seeds):
+            batch = super().sample(units, seeds)
+            x = torch.cat([batch.query.x, batch.query.x], dim=-1)
+            return _batch(batch, query=TaskSet(x, batch.query.y))
+    """
+)
+
+CASES = {
+    "ucs_raises": r"sampler 'ucs_raises' failed on a first batch of 2 tasks: RuntimeError: "
+    r"lost my data \(at .*my_samplers_ucs.py:\d+\)",
+    "ucs_broadcast": r"sampler 'ucs_broadcast' failed on a first batch of 2 tasks: "
+    r"ValueError: operands could not be broadcast .*\(at .*my_samplers_ucs.py:\d+\)",
+    "ucs_none": r"sampler 'ucs_none': sample\(\) returned NoneType, not a metadist.MetaBatch",
+    "ucs_float64": r"sample\(\).support.x is torch.float64; the models take torch.float32",
+    "ucs_one_task": r"sample\(\).support.x has shape \(1, \d+, 1\): its first dimension is the "
+    r"batch's tasks, 2 for the 2 units asked",
+    "ucs_query_longer": r"support.x \(2, \d+, 1\) torch.float32 and query.x \(2, \d+, 2\) "
+    r"torch.float32 differ past \[B, K\]",
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_a_users_bad_sampler_is_one_line_naming_it(name, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "my_samplers_ucs.py").write_text(MODULE)
+    code = main(
+        ["train", "experiment=sinusoid_maml", "imports=[my_samplers_ucs]", f"sampler.name={name}",
+         f"run_dir={tmp_path / 'run'}", "trainer.meta_steps=2", "logging.progress=false",
+         "logging.wandb.mode=disabled", "--no-eval"]
+    )  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 1, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert re.search(CASES[name], lines[0]), lines[0]
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_a_users_value_error_during_training_names_where(tmp_path, monkeypatch, capsys):
+    """A ValueError raised by the user's sampler after the first batch: the message says
+    where in the user's code (it read as if the configuration were wrong)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "later_ucs.py").write_text(
+        textwrap.dedent(
+            """
+            from metadist.tasks import register_task_sampler
+            from metadist.tasks.sinusoid import SinusoidSampler
+
+
+            @register_task_sampler("ucs_later")
+            class Later(SinusoidSampler):
+                calls = 0
+
+                def sample(self, units, seeds):
+                    Later.calls += 1
+                    if Later.calls > 3:
+                        raise ValueError("entity too short")
+                    return super().sample(units, seeds)
+            """
+        )
+    )
+    code = main(
+        ["train", "experiment=sinusoid_maml", "imports=[later_ucs]", "sampler.name=ucs_later",
+         f"run_dir={tmp_path / 'run'}", "trainer.meta_steps=5", "trainer.eval_every=0",
+         "logging.progress=false", "logging.wandb.mode=disabled", "--no-eval"]
+    )  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 1, err
+    assert "metadist train: error: entity too short (at " in err and "later_ucs.py:13)" in err, err

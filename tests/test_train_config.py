@@ -291,3 +291,19 @@ def test_forecast_ensemble_members_may_differ_in_training_only_sampler_options(t
         evaluate_run(
             tmp_path / "a", overrides=[*overrides, f"eval.ensemble=[{tmp_path / 'horizon'}]"]
         )
+
+
+def test_whole_options_of_a_component_named_in_place_of_the_experiments():
+    """`sampler.options={...}` is the whole mapping for another sampler too: the
+    experiment's own sampler options (synthetic_protonet's num_ways...) were merged into
+    it, and a sampler of one's own refused them as unknown."""
+    from metadist.train.compose import compose_dict
+
+    base = ["experiment=synthetic_protonet", "sampler.name=random_windows"]
+    sampler = compose_dict([*base, "sampler.options={lookback: 32}"])["sampler"]
+    assert sampler == {"name": "random_windows", "options": {"lookback": 32}}
+    sampler = compose_dict([*base, "sampler.options={lookback: 32}", "sampler.options.horizon=4"])
+    assert sampler["sampler"]["options"] == {"lookback": 32, "horizon": 4}
+    # without a whole mapping, the experiment's options stay (set one by one on top)
+    options = compose_dict([*base, "sampler.options.lookback=30"])["sampler"]["options"]
+    assert options["num_ways"] == 5 and options["lookback"] == 30

@@ -32,6 +32,7 @@ def compose_dict(overrides: list[str], config_dir: str | os.PathLike | None = No
             one of a field that does not exist, naming it and the closest existing field.
     """
     directory = find_experiments_dir(config_dir)
+    given = list(overrides)
     overrides = replace_options(overrides)
     choices, values = _compose_checked(directory, overrides)
     # A component named in place of its group's own (an experiment's `sampler: {name:
@@ -45,6 +46,7 @@ def compose_dict(overrides: list[str], config_dir: str | os.PathLike | None = No
             if not (o.startswith("~") and o[1:].partition(".")[0] in foreign)
         ]
         choices, values = _compose_checked(directory, [*kept, *(f"~{s}" for s in foreign)])
+        _keep_given_options(values, given, foreign)
     if isinstance(values.get("eval"), dict):
         given = [
             o.lstrip("+")[len("eval.") :] for o in overrides if o.lstrip("+").startswith("eval.")
@@ -254,6 +256,29 @@ def whole_eval_mappings(dotlist: Sequence[str], hydra: bool = False) -> dict[str
             assert isinstance(read, dict)  # a dotlist makes a mapping
             out[key] = read[key]
     return out
+
+
+def _keep_given_options(values: dict[str, Any], overrides: list[str], sections: list[str]) -> None:
+    """`X.options={...}` replaces the whole mapping for a component named in place of its
+    group's too: the experiment's own `X.options` (Hydra merged the given mapping into
+    them) give way to the keys given, and to those set one by one (`X.options.k=v`)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    for section in sections:
+        whole = [o for o in overrides if o.partition("=")[0].lstrip("+") == f"{section}.options"]
+        options = values.get(section, {}).get("options")
+        if not whole or not isinstance(options, dict):
+            continue
+        given = parser.parse_override(whole[-1].lstrip("+")).value()
+        keys = set(given) if isinstance(given, dict) else set()
+        prefix = f"{section}.options."
+        keys |= {
+            o.partition("=")[0].lstrip("+")[len(prefix) :].partition(".")[0]
+            for o in overrides
+            if o.lstrip("+").startswith(prefix)
+        }
+        values[section]["options"] = {k: v for k, v in options.items() if k in keys}
 
 
 def replace_options(overrides: list[str]) -> list[str]:

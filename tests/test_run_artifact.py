@@ -135,6 +135,10 @@ def test_a_copied_run_reads_the_store_copied_beside_it(project, tmp_path, monkey
     assert run.source.store.path.resolve() == (copy / "data" / "store").resolve()
     table = run.forecast(project["history"], methods=["adapted", "naive"])
     assert table.equals(project["forecasts"])
+    # through a link to the run directory: the store beside where the link points
+    (tmp_path / "link").symlink_to(copy / "runs" / "a")
+    linked = metadist.load_run(tmp_path / "link")
+    assert linked.source.store.path.resolve() == (copy / "data" / "store").resolve()
 
 
 def test_a_moved_run_forecasts_without_its_store(panel, tmp_path, monkeypatch):

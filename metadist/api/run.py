@@ -32,7 +32,8 @@ def load_run(
     store: str | os.PathLike | None = None,
     allow_imports: Collection[str] = (),
 ) -> Run:
-    """The latest checkpoint of a training run, ready to adapt and predict.
+    """A training run's checkpoint, ready to adapt and predict: the one model selection
+    kept (`checkpoints/best`, chosen on meta-val) where the run has one, else the latest.
 
     Args:
         run_dir: a run directory written by `metadist train`.

@@ -1,6 +1,7 @@
 """Evaluating a training run: rebuild it from its directory and score its held-out tasks.
 
-`evaluate_run(run_dir)` reads the run's config and latest checkpoint, rebuilds its store,
+`evaluate_run(run_dir)` reads the run's config and checkpoint (the one model selection
+kept, else the latest), rebuilds its store,
 sampler and split, confines the sampler to the evaluated split (`EvalParts`, in `parts.py`), scores it
 with `metadist.eval.scoring.evaluate_tasks` and writes the report (`metadist eval
 run_dir=...` is its command line). The learner is rebuilt in `metadist.eval.trained`.
@@ -343,7 +344,8 @@ def load_trained(
     allow_imports: Collection[str] = (),
     source: Any = None,
 ) -> tuple[Path, Any, nn.Module, Any, EvalOptions]:
-    """`(run_dir, config, learner, task source, eval options)` of a run's latest checkpoint,
+    """`(run_dir, config, learner, task source, eval options)` of a run's checkpoint (the
+    one model selection kept where there is one, else the latest),
     for adapting it to data of one's own (`metadist.load_run`).
 
     The learner (with the checkpoints of `ensemble`, default the run's `eval.ensemble`)

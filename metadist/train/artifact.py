@@ -161,12 +161,13 @@ def recorded_store_path(run_dir: str | os.PathLike, record: dict[str, Any]) -> P
 
 def recorded_store_places(run_dir: str | os.PathLike, record: dict[str, Any]) -> list[Path]:
     """Where the record puts the run's store: relative to the run directory (moved
-    together), and its absolute path at training."""
+    together; through a link to the run directory, also relative to where it points),
+    and its absolute path at training."""
     recorded = record["store"]
-    return [
-        Path(os.path.normpath(Path(run_dir) / recorded["path_from_run_dir"])),
-        Path(recorded["path"]),
-    ]
+    relative = recorded["path_from_run_dir"]
+    places = [Path(os.path.normpath(Path(run_dir) / relative))]
+    places += [Path(os.path.normpath(Path(run_dir).resolve() / relative)), Path(recorded["path"])]
+    return list(dict.fromkeys(places))
 
 
 def current_store(run_dir: str | os.PathLike) -> Path | None:

@@ -47,6 +47,7 @@ def test_pinned_test_units_stay_in_test():
         ({"fractions": (0.0, 0.5, 0.5)}, r"fractions\[0\] \(train\)"),
         ({"pinned_test_units": [1000]}, "pinned_test_units .*outside"),
         ({"pinned_test_units": np.flatnonzero(STRATA == 4)}, "stratum 4"),
+        ({"seed": 2**64}, r"seed must be below 2\*\*64"),  # task seeds keep 64 bits
     ],
 )
 def test_bad_configurations_name_the_field(kwargs, match):

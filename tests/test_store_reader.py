@@ -122,6 +122,27 @@ def test_lazy_reopen_after_pickle(store_path):
     assert list(clone.entity_ids) == list(store.entity_ids)
 
 
+def test_a_store_replaced_at_its_path_is_refused_where_a_pickle_reopens_it(tmp_path):
+    """A worker handed the store reopens its path: a store re-ingested there since (other
+    data, same path) is refused, not read beside the parent's old one."""
+    import pickle
+
+    args = dict(entity_col="entity", time_col="t", features=["a", "b"], targets=["y"],
+                scaling="per-entity", progress=False)  # fmt: skip
+    ingest(
+        write_files(make_panel(seed=1, num_entities=4), tmp_path / "one"), tmp_path / "s", **args
+    )
+    handed = pickle.dumps(SeriesStore.open(tmp_path / "s"))
+    same = pickle.loads(handed)
+    assert same.num_entities == 4  # the store it was handed: reopened as before
+    ingest(
+        write_files(make_panel(seed=2, num_entities=5), tmp_path / "two"), tmp_path / "s", **args
+    )
+    with pytest.raises(ValueError, match=r"store .*/s was replaced after this process was handed"):
+        pickle.loads(handed).series(0)
+    pickle.loads(pickle.dumps(SeriesStore(tmp_path / "s"))).series(0)  # never opened: no record
+
+
 def test_scaler_global_round_trip_and_columns():
     scaler = Scaler("global", np.array([1.0, -2.0, 10.0]), np.array([2.0, 0.5, 4.0]))
     values = np.arange(12, dtype=np.float64).reshape(4, 3)

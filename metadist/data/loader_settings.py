@@ -201,7 +201,7 @@ def ordered_dealer(
     row_bytes = sampler.store.num_columns * 4 + 8  # float32 values + int64 time
     blocked = dealer.reordered(
         "blocked",
-        unit_bytes=unit_rows[1][dealer.units] * row_bytes,
+        unit_bytes=np.asarray(unit_rows[1], dtype=np.int64)[dealer.units] * row_bytes,
         block_bytes=settings.block_bytes,
         window_blocks=settings.window_blocks,
     )

@@ -16,9 +16,12 @@ def seeded_rng(seed: int, *tags: int) -> np.random.Generator:
 
 
 def check_seed(seed: int, name: str = "seed") -> int:
-    """`seed` as an int; `ValueError` naming `name` unless it is a non-negative integer."""
+    """`seed` as an int; `ValueError` naming `name` unless it is a non-negative integer
+    below 2**64 (the task seeds keep its low 64 bits: larger seeds would alias)."""
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValueError(f"{name} must be a non-negative integer, got {seed!r}")
+    if seed >= 2**64:
+        raise ValueError(f"{name} must be below 2**64, got {seed!r}")
     return int(seed)
 
 

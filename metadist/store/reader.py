@@ -166,8 +166,9 @@ class SeriesStore(StoreColumns):
     window copies nothing until the caller gathers it. The entity index is loaded once
     (columnar, fast even for a million entities).
 
-    Pickling carries only the path: the store reopens lazily in the receiving process,
-    so it can be handed to fork or spawn workers and DataLoader workers.
+    Pickling carries the path and the checksums `metadata.json` recorded: the store
+    reopens lazily in the receiving process, so it can be handed to fork or spawn workers
+    and DataLoader workers, and one replaced at the same path since is refused there.
 
     Attributes:
         path: the store directory.
@@ -178,6 +179,7 @@ class SeriesStore(StoreColumns):
         self.path = Path(path)
         self._mapped: _Mapped | None = None
         self._fds: tuple[int, int] | None = None
+        self._expected: dict[str, Any] | None = None  # the checksums a pickle carried
 
     @classmethod
     def open(cls, path: str | Path) -> SeriesStore:
@@ -195,17 +197,29 @@ class SeriesStore(StoreColumns):
     @property
     def _m(self) -> _Mapped:
         if self._mapped is None:
-            self._mapped = _Mapped.load(self.path)
+            mapped = _Mapped.load(self.path)
+            found = mapped.metadata.get("checksums")
+            if self._expected is not None and found != self._expected:
+                raise ValueError(
+                    f"store {self.path} was replaced after this process was handed it: "
+                    f"metadata.json records other checksums ({found} against "
+                    f"{self._expected}); a store is not re-ingested under a running job"
+                )
+            self._mapped = mapped
         return self._mapped
 
-    # Pickle as the path only; the receiving process maps the files itself.
+    # Pickle as the path and its checksums; the receiving process maps the files itself.
     def __getstate__(self) -> dict[str, Any]:
-        return {"path": str(self.path)}
+        state: dict[str, Any] = {"path": str(self.path)}
+        if self._mapped is not None or self._expected is not None:
+            state["checksums"] = self.metadata.get("checksums")
+        return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.path = Path(state["path"])
         self._mapped = None
         self._fds = None
+        self._expected = state.get("checksums")
 
     def __del__(self) -> None:
         fds = getattr(self, "_fds", None)

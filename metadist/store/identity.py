@@ -90,7 +90,8 @@ def check_store_identity(recorded: dict[str, Any] | None, store: Any, what: str)
         raise ValueError(
             f"data.store {store.path} is not the store {what} was trained on: it recorded "
             f"({describe_identity(recorded)}), the store now has ({describe_identity(current)}); "
-            "point data.store at the original store, or train a new run on this one"
+            "give the original store (data.store=, or --store / store= where the run is "
+            "loaded), or train a new run on this one"
         )
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from metadist.durable import fsync_path
+from metadist.durable import fsync_path, make_directory_beside
 from metadist.store.format import is_store
 
 TEMP_MARKER = ".ingest-"
@@ -74,10 +74,14 @@ def store_target(out: Path) -> Path:
 
 def temp_sibling(out: Path) -> Path:
     """A fresh temporary directory next to the store for `out` (`store_target`), named
-    after it and this process."""
+    after it and this process.
+
+    Raises:
+        OSError: it cannot be created there (naming `out`, `make_directory_beside`).
+    """
     target = store_target(out)
     temp = target.parent / f".{target.name}{TEMP_MARKER}{os.getpid()}-{secrets.token_hex(4)}"
-    temp.mkdir()
+    make_directory_beside(temp, target)
     return temp
 
 

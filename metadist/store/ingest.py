@@ -36,6 +36,7 @@ from typing import Any
 import pyarrow as pa
 
 from metadist.diskspace import needs_space
+from metadist.durable import refuse_working_directory
 from metadist.store import sources
 from metadist.store.files import (
     RawFile,
@@ -218,6 +219,8 @@ def _check_out(out: Path) -> Path:
     Raises:
         FileExistsError: `out` exists and is not a series store.
         FileNotFoundError: its parent directory does not exist.
+        NotADirectoryError: its parent is a file.
+        ValueError: `out` is the working directory or contains it.
     """
     if out.exists() and not is_store(out):
         raise FileExistsError(
@@ -228,8 +231,11 @@ def _check_out(out: Path) -> Path:
             f"{out} is a series store that also holds a training run (checkpoints/), which "
             "replacing the store would delete; move the run out or choose another output"
         )
+    if out.parent.exists() and not out.parent.is_dir():
+        raise NotADirectoryError(f"cannot create {out}: {out.parent} is not a directory")
     if not out.parent.is_dir():
         raise FileNotFoundError(f"the parent directory of {out} does not exist")
+    refuse_working_directory(out, "OUT")
     return out
 
 

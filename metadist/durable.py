@@ -155,7 +155,7 @@ def refuse_working_directory(path: Path, what: str) -> None:
         here = Path.cwd()
     except OSError:  # the working directory was deleted: nothing to protect
         return
-    resolved = path.resolve()
+    resolved = Path(os.path.realpath(path))  # never raises, not even on a link loop
     if resolved == here or resolved in here.parents:
         raise ValueError(
             f"{what} {str(path) or '.'} is the current directory or contains it; name a new "

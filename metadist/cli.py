@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from types import ModuleType
 
 from metadist import __version__
 from metadist.commands.parser import Parser
-from metadist.diskspace import OutOfSpaceError
 from metadist.options import closest
 
 # command -> its module (imported only when that command runs). One line per command.
@@ -96,14 +96,36 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    prog = getattr(args, "prog", f"metadist {args.command}")
+    status = 0
     try:
-        return int(args.func(args) or 0)
-    except (ValueError, FileNotFoundError, FileExistsError, OutOfSpaceError) as error:
-        print(f"metadist {args.command}: error: {error}", file=sys.stderr)
+        status = int(args.func(args) or 0)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader of stdout went away (`metadist verify STORE | head -1`). Every command
+        # here prints after its work is done, so nothing failed but output no one wanted:
+        # exit with the command's status (0 where the print itself broke), never a
+        # traceback, and point stdout at /dev/null so the interpreter's last flush is quiet.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return status
+    except (ValueError, OSError) as error:  # OSError: a full disk, an unwritable path, ...
+        print(f"{prog}: error: {_one_line(error)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print(f"metadist {args.command}: interrupted", file=sys.stderr)
+        print(f"{prog}: interrupted", file=sys.stderr)
         return 130
+    return status
+
+
+def _one_line(error: Exception) -> str:
+    """The message of `error`; for an `OSError` of the system (`[Errno 13] Permission
+    denied: 'x'`), the path and the reason (`x: permission denied`)."""
+    if isinstance(error, OSError) and error.strerror and error.filename is not None:
+        reason = error.strerror[:1].lower() + error.strerror[1:]
+        if error.filename2 is not None:
+            return f"{error.filename} -> {error.filename2}: {reason}"
+        return f"{error.filename}: {reason}"
+    return str(error)
 
 
 def _is_override(token: str) -> bool:

@@ -18,6 +18,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from metadist.diskspace import is_out_of_space
+
 
 def fsync_path(path: str | os.PathLike) -> None:
     """Flushes a file, or a directory's entries, to disk."""
@@ -88,14 +90,14 @@ def atomic_directory(out_dir: str | os.PathLike, replace: bool = False) -> Itera
 
     Raises:
         FileExistsError: `out_dir` exists and `replace` is false.
+        OSError: the directory cannot be created there (`make_directory_beside`).
     """
     out_dir = Path(out_dir)
     if out_dir.exists() and not replace:
         raise FileExistsError(f"{out_dir} exists")
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
     tag = f"{os.getpid()}-{secrets.token_hex(4)}"
     partial = out_dir.parent / f".{out_dir.name}.partial-{tag}"
-    partial.mkdir()
+    make_directory_beside(partial, out_dir)
     try:
         yield partial
         for path in partial.iterdir():
@@ -112,3 +114,50 @@ def atomic_directory(out_dir: str | os.PathLike, replace: bool = False) -> Itera
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise
+
+
+def make_directory_beside(directory: Path, target: Path) -> None:
+    """Creates `directory`, a temporary sibling of `target`, and their parent where it is
+    missing. An error names `target`, the path the user gave, not the temporary name.
+
+    Raises:
+        NotADirectoryError: a file stands where a directory above `target` should be.
+        OSError: of the kind the system raised (`PermissionError`, ...), worded as
+            `cannot create TARGET: cannot write in DIR (reason)`; a lack of space as it
+            came, for `metadist.diskspace.needs_space` to word.
+    """
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        directory.mkdir()
+    except OSError as error:
+        if is_out_of_space(error):
+            raise
+        above = target.parent
+        while not os.path.lexists(above) and above != above.parent:
+            above = above.parent  # the nearest directory that exists, which refused
+        if not above.is_dir():
+            raise NotADirectoryError(
+                f"cannot create {target}: {above} is not a directory"
+            ) from None
+        reason = (error.strerror or str(error)).lower()
+        raise type(error)(f"cannot create {target}: cannot write in {above} ({reason})") from None
+
+
+def refuse_working_directory(path: Path, what: str) -> None:
+    """Refuses `path` as a directory to replace where it is the working directory or
+    contains it: `.` cannot be renamed at all, and renaming the directory a shell stands
+    in would leave the shell in a deleted one.
+
+    Raises:
+        ValueError: naming `what` (e.g. `OUT_DIR`) and `path`.
+    """
+    try:
+        here = Path.cwd()
+    except OSError:  # the working directory was deleted: nothing to protect
+        return
+    resolved = Path(os.path.realpath(path))  # never raises, not even on a link loop
+    if resolved == here or resolved in here.parents:
+        raise ValueError(
+            f"{what} {str(path) or '.'} is the current directory or contains it; name a new "
+            f"directory, e.g. {path / 'data'}"
+        )

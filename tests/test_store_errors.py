@@ -109,8 +109,8 @@ def test_missing_source(tmp_path):
 
 def test_not_parquet(tmp_path, panel):
     src = write_files(panel, tmp_path / "src")
-    (src / "notes.csv").write_text("entity,t,a\nx,1,2\n")
-    _assert_fails(tmp_path, src, "notes.csv", "not a readable Parquet file")
+    (src / "notes.parquet").write_text("entity,t,a\nx,1,2\n")  # a CSV, misnamed
+    _assert_fails(tmp_path, src, "notes.parquet", "not a readable Parquet file")
 
 
 def test_truncated_parquet(tmp_path, panel):

@@ -1,14 +1,21 @@
 """`MappedFile`: resident memory stays within its budget however far apart the written
-rows lie (input dealt among files writes every 64th row of its entities)."""
+rows lie (input dealt among files writes every 64th row of its entities). Temporary
+directories of killed ingests: which are reaped."""
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
 import sys
+import time
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
-from metadist.store import files
+from metadist.store import files, ingest
 from metadist.store.files import PAGE_BYTES, MappedFile
 
 
@@ -54,3 +61,39 @@ def test_rows_together_are_counted_by_their_bytes(tmp_path, monkeypatch):
         assert mapped._pending == 65 * PAGE_BYTES
         mapped.wrote(np.arange(0, 1 << 16, 4096))  # 16 rows, 16 pages far apart
         assert mapped._pending == 81 * PAGE_BYTES
+
+
+def test_only_this_machines_temporaries_of_dead_processes_are_reaped_at_once(tmp_path):
+    """An ingest into OUT on a shared file system never removes another node's live
+    temporary directory (its pid means nothing here), only one untouched for a week."""
+    src = tmp_path / "panel.parquet"
+    table = pa.table({"e": ["a"] * 4, "t": range(4), "v": np.arange(4, dtype=np.float64)})
+    pq.write_table(table, src)
+    dead = _dead_pid()
+    host = socket.gethostname()
+    week_ago = time.time() - 8 * 24 * 3600
+    names = {
+        f"{dead}@{host}-00000001": False,  # this machine, process gone: reaped
+        f"{os.getpid()}@{host}-00000002": True,  # this machine, alive: kept
+        f"{dead}@other-node-03-00000003": True,  # another node, written to lately: kept
+        f"{dead}@other-node-03-00000004": False,  # another node, untouched a week: reaped
+        f"{dead}-00000005": True,  # pid alone, recent: kept
+        f"{dead}-00000006": False,  # pid alone, process gone, untouched a week: reaped
+    }
+    for name in names:
+        temp = tmp_path / f".store.ingest-{name}"
+        temp.mkdir()
+        (temp / "values.bin").write_bytes(b"\0" * 64)
+        if name.endswith(("4", "6")):
+            for path in (temp / "values.bin", temp):
+                os.utime(path, (week_ago, week_ago))
+    ingest(src, tmp_path / "store", entity_col="e", time_col="t", features=["v"], progress=False)
+    for name, kept in names.items():
+        assert (tmp_path / f".store.ingest-{name}").exists() == kept, name
+
+
+def _dead_pid() -> int:
+    """The pid of a process that has ended."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid

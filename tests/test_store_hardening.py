@@ -24,6 +24,7 @@ from store_panel import make_panel, write_files
 from metadist.store import SeriesStore, ingest, sources
 from metadist.store.finish import estimated_store_bytes
 from metadist.store.format import ENTITY_STATS_FILE, INDEX_FILE, file_checksum
+from metadist.store.input_files import resolve_paths
 from metadist.store.verify import verify
 
 INT64_MAX = np.iinfo(np.int64).max
@@ -275,7 +276,7 @@ def test_the_size_estimate_covers_every_file_of_the_store(tmp_path, panel_dir, s
         src, stratum = write_files(table, tmp_path / "src"), "kind"
     store = _ingest(src, tmp_path / "store", stratum_col=stratum, scaling="per-entity")
     columns = sources.Columns("entity", "t", ("a", "b"), ("y",), stratum, None)
-    files, _ = sources.check_sources(sources.resolve_paths(src), columns)
+    files, _ = sources.check_sources(resolve_paths(src), columns)
     estimate, actual = estimated_store_bytes(files, columns), _store_size(store.path)
     assert 0.95 * actual <= estimate <= 1.2 * actual, (estimate, actual)
 

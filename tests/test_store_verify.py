@@ -6,11 +6,14 @@ import json
 import shutil
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from store_panel import make_panel, write_files
 
 from metadist.cli import main as cli_main
-from metadist.store import ingest
+from metadist.store import SeriesStore, ingest
+from metadist.store import verify as store_verify
 from metadist.store.format import file_checksum
 from metadist.store.verify import verify
 
@@ -77,3 +80,76 @@ def test_non_finite_values_are_reported(copy):
 def test_missing_store(tmp_path):
     with pytest.raises(FileNotFoundError):
         verify(tmp_path / "absent")
+
+
+class _Reads:
+    """A store's memory map that records how many rows each read takes."""
+
+    def __init__(self, array, sizes: list[int]) -> None:
+        self.array, self.sizes = array, sizes
+
+    def __getitem__(self, key):
+        rows = self.array[key]
+        self.sizes.append(len(rows))
+        return rows
+
+
+@pytest.fixture()
+def long_entity(tmp_path):
+    """A store of three entities, the middle one 50 rows long."""
+    table = pa.table(
+        {
+            "e": ["a"] * 3 + ["b"] * 50 + ["c"] * 4,
+            "t": [*range(3), *range(50), *range(4)],
+            "v": np.arange(57, dtype=np.float64),
+        }
+    )
+    pq.write_table(table, tmp_path / "panel.parquet")
+    ingest(tmp_path / "panel.parquet", tmp_path / "store", entity_col="e", time_col="t",
+           features=["v"], scaling="none", progress=False)  # fmt: skip
+    return tmp_path / "store"
+
+
+def _damage(path, name, dtype, change):
+    array = np.fromfile(path / name, dtype=dtype)
+    change(array)
+    array.tofile(path / name)
+    _reseal(path, name)
+
+
+def _verdict(path) -> str:
+    try:
+        verify(path)
+    except ValueError as error:
+        return str(error)
+    return "ok"
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 7, 16])
+def test_a_long_entity_is_read_in_slices_of_the_chunk(long_entity, monkeypatch, chunk):
+    sizes: list[int] = []
+    times = SeriesStore.times
+    monkeypatch.setattr(SeriesStore, "times", property(lambda s: _Reads(times.fget(s), sizes)))
+    monkeypatch.setattr(store_verify, "_CHUNK_ROWS", chunk)
+    assert verify(long_entity).num_rows == 57
+    assert max(sizes) <= chunk + 1  # the slice, and the row before it
+
+
+@pytest.mark.parametrize("row", [4, 7, 8, 14, 15, 16, 52])
+def test_a_boundary_inside_an_entity_is_checked_as_any_row(long_entity, monkeypatch, row):
+    """Times out of order or a NaN at `row` of the long entity `b` (rows 3..52), on each
+    side of a slice boundary of 7 rows, are found and named as with one slice."""
+    for name, dtype, change in [
+        ("times.bin", "<i8", lambda a: a.__setitem__(row, a[row - 1])),
+        ("values.bin", "<f4", lambda a: a.__setitem__(row, np.nan)),
+    ]:
+        damaged = long_entity.parent / f"damaged-{name}"
+        shutil.copytree(long_entity, damaged)
+        _damage(damaged, name, dtype, change)
+        monkeypatch.setattr(store_verify, "_CHUNK_ROWS", 1 << 20)
+        whole = _verdict(damaged)
+        assert f"row {row}" in whole and "'b'" in whole, whole
+        for chunk in (1, 2, 7):
+            monkeypatch.setattr(store_verify, "_CHUNK_ROWS", chunk)
+            assert _verdict(damaged) == whole
+        shutil.rmtree(damaged)

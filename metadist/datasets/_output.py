@@ -7,7 +7,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from metadist.durable import atomic_directory
+from metadist.diskspace import needs_space
+from metadist.durable import atomic_directory, refuse_working_directory
 
 
 class OutputDirNotEmptyError(FileExistsError):
@@ -36,10 +37,12 @@ def check_output_dir(out_dir: str | os.PathLike, overwrite: bool) -> Path:
     """Checks that `out_dir` may be written, before any work is done.
 
     Raises:
+        ValueError: `out_dir` is the working directory or contains it.
         FileExistsError: `out_dir` is a file.
         OutputDirNotEmptyError: `out_dir` is a non-empty directory and not `overwrite`.
     """
     out_dir = Path(out_dir)
+    refuse_working_directory(out_dir, "OUT_DIR")
     if out_dir.exists():
         if not out_dir.is_dir():
             raise FileExistsError(f"{out_dir} exists and is not a directory")
@@ -54,8 +57,10 @@ def atomic_output_dir(out_dir: str | os.PathLike, overwrite: bool = False) -> It
     (`metadist.durable.atomic_directory`), after `check_output_dir`.
 
     Raises:
-        FileExistsError: as `check_output_dir`.
+        ValueError, FileExistsError: as `check_output_dir`.
+        OSError: `out_dir` cannot be created there (naming it).
+        OutOfSpaceError: the disk or a file-size limit ran out (nothing is left behind).
     """
     out_dir = check_output_dir(out_dir, overwrite)
-    with atomic_directory(out_dir, replace=True) as partial:
+    with needs_space(out_dir, "the data set"), atomic_directory(out_dir, replace=True) as partial:
         yield partial

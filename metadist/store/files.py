@@ -10,17 +10,22 @@ import mmap
 import os
 import secrets
 import shutil
+import socket
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
-from metadist.durable import fsync_path
+from metadist.durable import fsync_path, make_directory_beside
 from metadist.store.format import is_store
 
 TEMP_MARKER = ".ingest-"
+# An ingest writes its temporary directory's files throughout; one whose owner cannot be
+# asked (another machine's) and that has not changed for a week was abandoned.
+_STALE_SECONDS = 7 * 24 * 3600
 _RELEASE_BYTES = 64 << 20  # unmap written pages after this much, to keep RSS flat
 PAGE_BYTES = mmap.PAGESIZE
 
@@ -74,10 +79,15 @@ def store_target(out: Path) -> Path:
 
 def temp_sibling(out: Path) -> Path:
     """A fresh temporary directory next to the store for `out` (`store_target`), named
-    after it and this process."""
+    after it, this process and this machine (`.NAME.ingest-PID@HOST-XXXXXXXX`).
+
+    Raises:
+        OSError: it cannot be created there (naming `out`, `make_directory_beside`).
+    """
     target = store_target(out)
-    temp = target.parent / f".{target.name}{TEMP_MARKER}{os.getpid()}-{secrets.token_hex(4)}"
-    temp.mkdir()
+    owner = f"{os.getpid()}@{socket.gethostname()}"  # on a shared file system, whose pid
+    temp = target.parent / f".{target.name}{TEMP_MARKER}{owner}-{secrets.token_hex(4)}"
+    make_directory_beside(temp, target)
     return temp
 
 
@@ -377,13 +387,36 @@ def publish(temp: Path, out: Path) -> None:
 
 
 def remove_stale_temps(out: Path) -> None:
-    """Removes temporary directories left by ingests into `out` that were killed."""
+    """Removes temporary directories left by ingests into `out` that were killed: this
+    machine's whose process is gone. Another machine's (`out` on a shared file system,
+    an ingest on another node) and those named by pid alone (an older metadist) cannot be
+    asked about their process: they are removed only once nothing in them has changed
+    for `_STALE_SECONDS`."""
     out = store_target(out)
     prefix = f".{out.name}{TEMP_MARKER}"
     for candidate in out.parent.glob(f"{prefix}*"):
-        pid_text = candidate.name[len(prefix) :].split("-")[0]
-        if pid_text.isdigit() and not pid_alive(int(pid_text)):
+        owner = candidate.name[len(prefix) :].rsplit("-", 1)[0]  # PID@HOST, or PID
+        pid_text, _, host = owner.partition("@")
+        if not pid_text.isdigit():
+            continue
+        if host == socket.gethostname():
+            stale = not pid_alive(int(pid_text))
+        elif host:  # another machine's
+            stale = _untouched_for(candidate, _STALE_SECONDS)
+        else:  # named by pid alone (an older metadist), on this machine or another
+            stale = not pid_alive(int(pid_text)) and _untouched_for(candidate, _STALE_SECONDS)
+        if stale:
             shutil.rmtree(candidate, ignore_errors=True)
+
+
+def _untouched_for(directory: Path, seconds: float) -> bool:
+    """Whether neither `directory` nor a file in it has changed for `seconds`."""
+    try:
+        paths = [directory, *directory.iterdir()]
+        latest = max(path.stat().st_mtime for path in paths)
+    except OSError:  # removed meanwhile, or unreadable: leave it
+        return False
+    return time.time() - latest > seconds
 
 
 def pid_alive(pid: int) -> bool:

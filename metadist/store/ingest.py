@@ -27,6 +27,7 @@ nothing. The command line, `metadist ingest`, is `metadist.commands.ingest`.
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Sequence
 from dataclasses import replace
@@ -36,6 +37,7 @@ from typing import Any
 import pyarrow as pa
 
 from metadist.diskspace import needs_space
+from metadist.durable import refuse_working_directory
 from metadist.store import sources
 from metadist.store.files import (
     RawFile,
@@ -52,6 +54,7 @@ from metadist.store.format import (
     VALUES_FILE,
     is_store,
 )
+from metadist.store.input_files import resolve_paths
 from metadist.store.order import finish_in_place, order_rows
 from metadist.store.parallel import default_workers
 from metadist.store.plan import make_plan
@@ -63,6 +66,11 @@ from metadist.store.write import write
 
 NAN_POLICIES = ("error", "ffill", "drop")
 DEFAULT_BATCH_SIZE = 65_536
+# A batch is decoded whole (about 2 per worker at once): 16M rows of a few float64
+# columns is already GBs. Each worker is a thread with its own batches; more than a few
+# hundred only queue behind the cores (the store is the same for any number).
+MAX_BATCH_SIZE = 1 << 24
+MAX_WORKERS = 256
 
 
 def ingest(
@@ -102,9 +110,10 @@ def ingest(
             last finite value forward within the entity (values before the first finite
             one take that first value), `"drop"` removes the row.
         min_length: entities with fewer rows are dropped (reported in the metadata).
-        batch_size: rows per Parquet record batch; bounds memory (about `workers * 2`
-            batches are decoded at once).
-        workers: threads that decode and process row groups (None: one per core).
+        batch_size: rows per Parquet record batch, at most `MAX_BATCH_SIZE`; bounds
+            memory (about `workers * 2` batches are decoded at once).
+        workers: threads that decode and process row groups (None: one per core), at
+            most `MAX_WORKERS`.
             The store is the same byte for byte for any number.
         memory_limit_mb: results the workers have finished and the main thread has not
             merged yet (per-batch statistics, finished chunks) are held up to this many
@@ -202,11 +211,13 @@ def _check_arguments(
         raise ValueError(f"--nan must be one of {list(NAN_POLICIES)}, not {nan!r}")
     if int(min_length) < 1:
         raise ValueError(f"--min-length must be at least 1, not {min_length}")
-    if int(batch_size) < 1:
-        raise ValueError(f"batch_size must be at least 1, not {batch_size}")
-    workers = default_workers() if workers is None else workers
-    if int(workers) < 1:
-        raise ValueError(f"--workers must be at least 1, not {workers}")
+    if not 1 <= int(batch_size) <= MAX_BATCH_SIZE:
+        raise ValueError(
+            f"--batch-size must be between 1 and {MAX_BATCH_SIZE:,} (rows), not {batch_size}"
+        )
+    workers = min(default_workers(), MAX_WORKERS) if workers is None else workers
+    if not 1 <= int(workers) <= MAX_WORKERS:
+        raise ValueError(f"--workers must be between 1 and {MAX_WORKERS} (threads), not {workers}")
     if int(memory_limit_mb) < 1:
         raise ValueError(f"--memory-limit must be at least 1 (MB), not {memory_limit_mb}")
     return feature_names, target_names, int(workers)
@@ -218,6 +229,8 @@ def _check_out(out: Path) -> Path:
     Raises:
         FileExistsError: `out` exists and is not a series store.
         FileNotFoundError: its parent directory does not exist.
+        NotADirectoryError: its parent is a file.
+        ValueError: `out` is the working directory or contains it.
     """
     if out.exists() and not is_store(out):
         raise FileExistsError(
@@ -228,8 +241,11 @@ def _check_out(out: Path) -> Path:
             f"{out} is a series store that also holds a training run (checkpoints/), which "
             "replacing the store would delete; move the run out or choose another output"
         )
+    if out.parent.exists() and not out.parent.is_dir():
+        raise NotADirectoryError(f"cannot create {out}: {out.parent} is not a directory")
     if not out.parent.is_dir():
         raise FileNotFoundError(f"the parent directory of {out} does not exist")
+    refuse_working_directory(out, "OUT")
     return out
 
 
@@ -241,10 +257,13 @@ def _read_sources(
 
     Raises:
         FileNotFoundError: `src` matches nothing.
-        ValueError: a column given two roles, files that do not fit `columns` or one
+        ValueError: `out` is `src` or holds it, a column given two roles, files that do not fit `columns` or one
             another, or no rows at all.
     """
-    paths = sources.resolve_paths(src, exclude=out)
+    source, target = Path(os.path.realpath(src)), Path(os.path.realpath(out))
+    if Path(src).exists() and (source == target or target in source.parents):
+        raise ValueError(f"OUT {out} is the input SRC {src} or holds it; write the store elsewhere")
+    paths = resolve_paths(src, exclude=out)
     columns = _spaced_names(columns, sources.open_parquet(paths[0]).schema_arrow.names)
     used = [name for name, _ in columns.roles()]
     repeated = sorted({n for n in used if used.count(n) > 1} - set(columns.targets))

@@ -254,7 +254,7 @@ class _Scanner:
             entity = keys_of(dictionary[local[row] : local[row] + 1], False)[0]
             found.late_error = (
                 f"{file.path}: row {offset + row}: column {name!r} of entity {entity!r} is "
-                f"{values[col][row]!r}, beyond {limit:.4g}: {why}"
+                f"{float(values[col][row])!r}, beyond {limit:.4g}: {why}"
             )
             return found
         if masks and settings.nan == "drop":

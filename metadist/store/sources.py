@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-import glob
 import hashlib
-import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +16,6 @@ import pyarrow.parquet as pq
 from metadist.store.arrow import to_numpy
 from metadist.store.parallel import thread_cache
 
-_GLOB_CHARS = set("*?[")
 _MAX_INTERLEAVED_FILES = 256
 _READ_BUFFER_BYTES = 1 << 20  # per column being decoded, per worker
 # A row group whose column chunks hold at most this many bytes (compressed) is read
@@ -62,76 +59,6 @@ class SourceFile:
     num_rows: int
     size: int
     mtime_ns: int
-
-
-def resolve_paths(src: str | Path, exclude: Path | None = None) -> list[Path]:
-    """Parquet files named by `src`: a file, a directory (searched recursively, skipping
-    names starting with `.` or `_`), or a glob pattern.
-
-    Args:
-        src: the input.
-        exclude: a directory whose files are never input (the store being written, when
-            it lies inside `src`).
-
-    Raises:
-        FileNotFoundError: nothing matches.
-        ValueError: `src` or a directory below it cannot be read (permissions).
-    """
-    text = str(src)
-    path = Path(text)
-    try:
-        path.stat()
-    except PermissionError:
-        raise ValueError(f"cannot read the input {text!r}: permission denied") from None
-    except OSError:
-        pass  # missing or a glob pattern: told apart below ("does not exist" or matches)
-    skipped = exclude.resolve() if exclude is not None else None
-    if path.is_file():
-        return [path]
-    if path.is_dir():
-        files = sorted(_walk(path, skipped))
-        if not files:
-            raise ValueError(f"empty input: directory {path} holds no files")
-        return files
-    if _GLOB_CHARS & set(text):
-        files = sorted(
-            Path(p)
-            for p in glob.glob(text, recursive=True)
-            if Path(p).is_file() and not _inside(Path(p), skipped)
-        )
-        if not files:
-            raise FileNotFoundError(f"no files match the pattern {text!r}")
-        return files
-    raise FileNotFoundError(f"input {text!r} does not exist")
-
-
-def _walk(root: Path, skipped: Path | None) -> Iterator[Path]:
-    """Files below `root`, skipping hidden (`.`) and private (`_`) names and `skipped`."""
-
-    def refuse(error: OSError) -> None:
-        raise ValueError(
-            f"cannot read directory {error.filename} of the input {root}: "
-            f"{error.strerror.lower() if error.strerror else error}"
-        )
-
-    for directory, subdirectories, names in os.walk(root, onerror=refuse):
-        here = Path(directory)
-        subdirectories[:] = sorted(
-            name
-            for name in subdirectories
-            if not name.startswith((".", "_")) and not _inside(here / name, skipped)
-        )
-        for name in names:
-            candidate = here / name
-            if not name.startswith((".", "_")) and candidate.is_file():
-                yield candidate
-
-
-def _inside(path: Path, directory: Path | None) -> bool:
-    if directory is None:
-        return False
-    resolved = path.resolve()
-    return resolved == directory or directory in resolved.parents
 
 
 def open_parquet(

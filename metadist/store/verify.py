@@ -46,31 +46,37 @@ def verify(path: str | Path) -> SeriesStore:
         dict.fromkeys([*meta["feature_names"], *meta["target_names"]])
     ):
         raise ValueError(f"store {store.path}: column names do not match features and targets")
-    starts, lengths = store.starts, store.lengths
-    ends = starts + lengths
-    first = 0
-    while first < store.num_entities:
-        last = max(int(np.searchsorted(ends, starts[first] + _CHUNK_ROWS, side="right")), first + 1)
-        row_a, row_b = int(starts[first]), int(ends[last - 1])
-        times = np.asarray(store.times[row_a:row_b])
-        entity = np.repeat(np.arange(first, last), lengths[first:last])
+    _check_rows(store)
+    return store
+
+
+def _check_rows(store: SeriesStore) -> None:
+    """Times increase strictly within every entity and every value is finite, read in
+    slices of `_CHUNK_ROWS` rows whatever the entities' lengths (memory stays bounded by
+    the slice, not by the longest entity). Each slice also reads the row before it, so
+    that an entity running across the boundary is compared there too."""
+    starts = store.starts
+    row_a = 0
+    while row_a < store.num_rows:
+        row_b = min(row_a + _CHUNK_ROWS, store.num_rows)
+        before = max(row_a - 1, 0)  # the previous slice's last row
+        times = np.asarray(store.times[before:row_b])
+        entity = np.searchsorted(starts, np.arange(before, row_b), side="right") - 1
         bad = np.flatnonzero((entity[1:] == entity[:-1]) & (times[1:] <= times[:-1]))
         if bad.size:
-            i = int(entity[bad[0]])
             raise ValueError(
-                f"store {store.path}: times of entity {store.entity_ids[i]!r} do not increase "
-                f"strictly (row {row_a + int(bad[0]) + 1})"
+                f"store {store.path}: times of entity {store.entity_ids[entity[bad[0]]]!r} do "
+                f"not increase strictly (row {before + int(bad[0]) + 1})"
             )
         values = np.asarray(store.values[row_a:row_b])
         finite = np.isfinite(values).all(axis=1)
         if not finite.all():
-            row = int(np.flatnonzero(~finite)[0])
+            row = row_a + int(np.flatnonzero(~finite)[0])
             raise ValueError(
-                f"store {store.path}: entity {store.entity_ids[int(entity[row])]!r} has a "
-                f"non-finite value at row {row_a + row}"
+                f"store {store.path}: entity {store.entity_ids[entity[row - before]]!r} has a "
+                f"non-finite value at row {row}"
             )
-        first = last
-    return store
+        row_a = row_b
 
 
 def _check_checksums(store: SeriesStore, names: tuple[str, ...], *, required: bool) -> None:

@@ -1,0 +1,119 @@
+"""Which files `metadist ingest` reads: SRC as a file, a directory or a glob pattern."""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from metadist.store.format import is_store
+
+_GLOB_CHARS = set("*?[")
+PARQUET_SUFFIX = ".parquet"  # what pyarrow, pandas, Spark and Dask name their files
+
+
+def resolve_paths(src: str | Path, exclude: Path | None = None) -> list[Path]:
+    """Parquet files named by `src`: a file, a directory (its `*.parquet` files, searched
+    recursively), or a glob pattern (its files, and the `*.parquet` files of the
+    directories it matches, as Spark and Dask write `data.parquet/part-0.parquet`).
+
+    Below a directory, names starting with `.` or `_` (`_SUCCESS`, `_metadata`) and
+    series stores are skipped.
+
+    Args:
+        src: the input.
+        exclude: a directory whose files are never input (the store being written, when
+            it lies inside `src`).
+
+    Raises:
+        FileNotFoundError: nothing matches.
+        ValueError: `src` or a directory below it cannot be read (permissions), or a
+            directory holds no Parquet file.
+    """
+    text = str(src)
+    path = Path(text)
+    try:
+        path.stat()
+    except PermissionError:
+        raise ValueError(f"cannot read the input {text!r}: permission denied") from None
+    except OSError:
+        pass  # missing or a glob pattern: told apart below ("does not exist" or matches)
+    skipped = exclude.resolve() if exclude is not None else None
+    if path.is_file():
+        return [path]
+    if path.is_dir():
+        return _parquet_files(path, skipped)
+    if _GLOB_CHARS & set(text):
+        files: list[Path] = []
+        for match in sorted(Path(p) for p in glob.glob(text, recursive=True)):
+            if _inside(match, skipped):
+                continue
+            if match.is_file():
+                files.append(match)
+            elif match.is_dir() and not _is_store(match):
+                files += _parquet_files(match, skipped)
+        if not files:
+            raise FileNotFoundError(f"no files match the pattern {text!r}")
+        return sorted(dict.fromkeys(files))
+    raise FileNotFoundError(f"input {text!r} does not exist")
+
+
+def _parquet_files(directory: Path, skipped: Path | None) -> list[Path]:
+    """The `*.parquet` files below `directory` (`_walk`), in order.
+
+    Raises:
+        ValueError: there are none.
+    """
+    files = sorted(_walk(directory, skipped))
+    if not files:
+        raise ValueError(
+            f"empty input: directory {directory} holds no {PARQUET_SUFFIX} files (other "
+            "files, names starting with . or _, and series stores are skipped)"
+        )
+    return files
+
+
+def _walk(root: Path, skipped: Path | None) -> Iterator[Path]:
+    """`*.parquet` files below `root`, skipping hidden (`.`) and private (`_`) names,
+    series stores and `skipped`."""
+
+    def refuse(error: OSError) -> None:
+        raise ValueError(
+            f"cannot read directory {error.filename} of the input {root}: "
+            f"{error.strerror.lower() if error.strerror else error}"
+        )
+
+    for directory, subdirectories, names in os.walk(root, onerror=refuse):
+        here = Path(directory)
+        subdirectories[:] = sorted(
+            name
+            for name in subdirectories
+            if not name.startswith((".", "_"))
+            and not _inside(here / name, skipped)
+            and not _is_store(here / name)
+        )
+        for name in names:
+            candidate = here / name
+            if (
+                name.endswith(PARQUET_SUFFIX)
+                and not name.startswith((".", "_"))
+                and candidate.is_file()
+            ):
+                yield candidate
+
+
+def _is_store(path: Path) -> bool:
+    """Whether `path` is a series store; one that cannot be read is walked (and its
+    reader names the directory)."""
+    try:
+        return is_store(path)
+    except OSError:
+        return False
+
+
+def _inside(path: Path, directory: Path | None) -> bool:
+    if directory is None:
+        return False
+    resolved = path.resolve()
+    return resolved == directory or directory in resolved.parents

@@ -150,3 +150,28 @@ def test_bad_options_name_the_field(options, field):
         learner_and_model(**options)
     with pytest.raises(ValueError, match="steps must be >= 0"):
         learner_and_model()[0].adapt(episodes().support, steps=-1)
+
+
+def test_second_order_meta_gradient_is_finite_where_a_feature_is_off_for_a_whole_task():
+    """An embedding ending in a ReLU has features that are 0 on a whole support set, so
+    their head gradients are exactly 0: sqrt's backward at v = 0 made the second-order
+    meta-gradient NaN everywhere (0 · ∞)."""
+    from torch import nn
+
+    class ReluEmbedding(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = build_model("mlp", (6, 2), (4,), hidden_sizes=(8,))
+
+        def forward(self, x):
+            return torch.relu(self.net(x))
+
+    torch.manual_seed(0)
+    model = ReluEmbedding().double()
+    batch = in_float64(episodes())
+    with torch.no_grad():
+        assert (model(batch.support.x) == 0).all(1).any()  # a feature off for a whole task
+    learner = build_learner("metabaseline_adam", model, inner_steps=3, first_order=False)
+    learner(batch).loss.backward()
+    grads = torch.cat([p.grad.flatten() for p in learner.parameters() if p.grad is not None])
+    assert torch.isfinite(grads).all() and grads.abs().sum() > 0

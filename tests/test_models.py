@@ -177,6 +177,18 @@ def test_window_norm_leaves_covariates_unscaled():
     assert not torch.allclose(model(x), model(moved), atol=1e-3)
 
 
+@pytest.mark.parametrize("mode", ["last", "mean"])
+def test_window_norm_keeps_windows_of_large_values_finite_in_float32(mode):
+    """Squares of deviations of 1e21 overflow float32: taken relative to the window's
+    reference (as the seasonal norm does), the forecast stays finite and equivariant."""
+    torch.manual_seed(0)
+    model = build_model("forecaster", (6, 1), (3, 1), window_norm=mode)
+    x = torch.randn(2, 6, 1)
+    large = model(x * 1e21 + 3e21)
+    assert torch.isfinite(large).all()
+    torch.testing.assert_close(large / 1e21, model(x) + 3.0, rtol=1e-4, atol=1e-4)
+
+
 def test_window_norm_flat_windows_forecast_their_level():
     """A constant window has no scale: the clamp keeps it finite and the forecast is ~ the level."""
     model = build_model("forecaster", (6, 1), (3, 1), window_norm="mean")

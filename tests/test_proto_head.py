@@ -126,3 +126,23 @@ def test_bad_options_name_the_field():
     model.head = torch.nn.Linear(model.head.in_features, NUM_WAYS, bias=False)
     with pytest.raises(ValueError, match="prototype_head needs the model's head 'head' to have"):
         proto_learner(model)
+
+
+@pytest.mark.parametrize("model_name", ["mlp", "tcn"])
+def test_batched_tasks_are_the_per_task_loop_on_a_model_with_its_own_batched_path(model_name):
+    """The mlp's own batched forward applied its head as a plain linear layer, without
+    the normalised input: batched logits and meta-loss differed from the loop's."""
+    batch = episodes(dtype=torch.float64)
+    results = []
+    for vectorize in (True, False):
+        model = classifier(model_name).double()
+        learner = proto_learner(model, vectorize=vectorize)
+        params = learner.adapt(batch.support, steps=1)
+        logits = learner.predict(params, batch.query.x)
+        loss = F.cross_entropy(logits.flatten(0, 1), batch.query.y.flatten())
+        grads = torch.autograd.grad(loss, list(model.parameters()))
+        results.append((logits.detach(), grads))
+    (batched, batched_grads), (loop, loop_grads) = results
+    torch.testing.assert_close(batched, loop, rtol=1e-9, atol=1e-9)
+    for a, b in zip(batched_grads, loop_grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)

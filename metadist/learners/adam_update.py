@@ -45,7 +45,11 @@ def adam_direction(
     second = beta2 * moments[1] + (1 - beta2) * gradient * gradient
     correction1 = 1 - beta1 ** (step + 1)
     correction2 = 1 - beta2 ** (step + 1)
-    denominator = second.sqrt() / math.sqrt(correction2) + eps
+    # √v with a gradient of 0 where v = 0 (a support gradient exactly 0, as a ReLU feature
+    # off for a whole task gives): sqrt's backward there is 0 · ∞, NaN in second order
+    positive = second > 0
+    root = torch.where(positive, torch.where(positive, second, 1.0).sqrt(), 0.0)
+    denominator = root / math.sqrt(correction2) + eps
     return first / correction1 / denominator, (first, second)
 
 

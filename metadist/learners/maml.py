@@ -245,6 +245,10 @@ class MAML(InnerLoopLearner):
                 "prototype_head", f"needs the model's head {name!r} to have a bias", True
             )
         head.normalise_input = True
+        # a model's own batched path applies its head as a plain linear layer on the
+        # parameters, without the normalised input: the tasks run through vmap of the
+        # model's modules instead, which calls the head
+        self._native_batching = False
         return PrototypeHead(name, num_ways, float(scale))
 
     def step_size(self, step: int, name: str) -> Tensor | float:

@@ -164,8 +164,11 @@ def normalise_window(
     target = x if identity else x[..., list(channels)]  # [..., L, T]
     level = target[..., -1, :] if mode == "last" else target.mean(dim=-2)
     deviation = target - level.unsqueeze(-2)
-    floor = 1e-5 * (1.0 + target.abs().mean(dim=-2))
-    scale = torch.sqrt(torch.maximum(deviation.pow(2).mean(dim=-2), floor.pow(2)))
+    # the RMS deviation floored at 1e-5 · reference, its squares taken relative to the
+    # reference so that values as large as float32 holds stay finite (as SeasonalNorm)
+    reference = 1.0 + target.abs().mean(dim=-2)
+    relative = (deviation / reference.unsqueeze(-2)).pow(2).mean(dim=-2)
+    scale = reference * torch.sqrt(relative.clamp_min(1e-10))
     if identity:
         return deviation / scale.unsqueeze(-2), level, scale
     # Level/scale per input feature: the target's for its channel, 0/1 for the others.

@@ -28,6 +28,7 @@ LAYERS: list[tuple[str, ...]] = [
         "durable",
         "progress",
         "runlock",
+        "user_code",
         "__version__",
     ),
     ("store",),

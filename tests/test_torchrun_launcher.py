@@ -34,6 +34,34 @@ def test_a_failed_rank_is_named_in_one_line(tmp_path):
     assert process.returncode == 1, err
     assert "torchrun: the process of rank 1 exited with status 3" in err
     assert "Traceback" not in err and "ChildFailedError" not in err, err
+    assert "failed (exitcode" not in err, err  # torchrun's own error log: the line says it
+
+
+@pytest.mark.timeout(120)
+def test_ctrl_c_in_the_rendezvous_is_one_line(tmp_path):
+    """A Ctrl-C reaches torchrun while it waits in the rendezvous (here for a second
+    node that never comes), before its own handlers: it was a KeyboardInterrupt
+    traceback of torchrun's frames."""
+    import socket
+
+    script = tmp_path / "wait.py"
+    script.write_text("import time\ntime.sleep(100)\n")
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env.pop(OWNER_ENV, None)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = [sys.executable, "-m", "metadist.launch.torchrun", "--nnodes=2",
+               "--nproc_per_node=1", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}",
+               "--rdzv-id=ctrl-c", str(script)]  # fmt: skip
+    process = subprocess.Popen(command, cwd=ROOT, stderr=subprocess.PIPE, text=True, env=env)
+    time.sleep(8)  # torch imported, the rendezvous waiting
+    assert process.poll() is None, process.stderr.read()
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 128 + signal.SIGINT, err
+    lines = err.strip().splitlines()
+    assert lines == ["torchrun: stopped by SIGINT before its worker processes started"], err
 
 
 @pytest.mark.timeout(120)

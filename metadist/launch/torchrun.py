@@ -25,8 +25,13 @@ from typing import Any
 from metadist.launch.local_ranks import stop_reported_by_owner
 from metadist.launch.rank_reports import RankReports, collapsed, last_line, short, write_all
 
-# torchrun's warnings on a stop signal (one per worker), and the loggers they come from
-_STOP_NOTICES = ("Received %s death signal", "Sending process %s closing signal")
+# torchrun's warnings on a stop signal (one per worker), its error log of a failed worker
+# (the one line of `_failure_line` says it), and the loggers they come from
+_STOP_NOTICES = (
+    "Received %s death signal",
+    "Sending process %s closing signal",
+    "failed (exitcode: %s)",
+)
 _STOP_LOGGERS = (
     "torch.distributed.elastic.agent.server.api",
     "torch.distributed.elastic.multiprocessing.api",
@@ -36,10 +41,12 @@ _LOST_PEER_WINDOW_S = 10.0
 
 
 def main(argv: list[str] | None = None) -> int:
-    from torch.distributed.elastic.multiprocessing.api import SignalException
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.run import main as torchrun_main
-
+    try:
+        from torch.distributed.elastic.multiprocessing.api import SignalException
+        from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+        from torch.distributed.run import main as torchrun_main
+    except KeyboardInterrupt:  # Ctrl-C while torch is imported
+        return _stopped_early(None)
     _quiet_stop_notices()
     reports = RankReports.start()
     try:
@@ -49,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
         lost_at = reports.lost_at if reports else {}
         print(_failure_line(failed.failures, held, lost_at), file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # a Ctrl-C before torchrun set its handlers (rendezvous)
+        return _stopped_early(reports)
     except SignalException as stopped:
         _finish(reports)
         number = int(stopped.sigval)
@@ -65,9 +74,18 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _stopped_early(reports: RankReports | None) -> int:
+    """Ctrl-C before any worker started (torch imported, rendezvous): one line, 130."""
+    _finish(reports)
+    if not stop_reported_by_owner():  # else the command that started it says so
+        print("torchrun: stopped by SIGINT before its worker processes started", file=sys.stderr)
+    return 128 + signal.SIGINT
+
+
 class _StopNotices(logging.Filter):
     """Drops torchrun's warnings that it received a stop signal and is passing it on to
-    each worker: the one line printed on a stop says both."""
+    each worker, and its error log of a failed worker: the one line printed on a stop or
+    a failure says them."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         return not str(record.msg).startswith(_STOP_NOTICES)

@@ -281,3 +281,18 @@ def test_the_written_report_time_covers_the_report_too(forecast_run):
     written = json.loads((forecast_run / "eval" / "metrics.json").read_text())
     assert written["timings"] == timings and written["settings"]["seconds"] == timings["total"]
     assert (forecast_run / "eval" / "forecasts.png").is_file()
+
+
+def test_autoets_forecasts_are_keyed_by_the_statsforecast_version(monkeypatch):
+    """AutoETS is statsforecast's: a cached forecast of another version is not reused
+    (the key held metadist's, torch's and numpy's versions only)."""
+    from metadist.eval import statistical
+
+    job = _series(1)[0]
+    keys = {}
+    for version in ("1.7.0", "2.0.0"):
+        monkeypatch.setattr(statistical, "_ets_version", lambda v=version: v)
+        for method in ("ets", "theta"):
+            keys[version, method] = StatisticalForecasts([method], workers=1).key(*job)
+    assert keys["1.7.0", "ets"] != keys["2.0.0", "ets"]
+    assert keys["1.7.0", "theta"] == keys["2.0.0", "theta"]  # no AutoETS: kept as it was

@@ -99,7 +99,10 @@ def test_relative_errors_and_weighted_forecast_handle_bad_forecasts():
     assert errors[1, 1] == errors.max()
     combined = weighted_forecast(forecasts, np.array([[0.5, 0.5], [0.5, 0.5]]))
     np.testing.assert_allclose(combined[0], 1.5)
-    np.testing.assert_allclose(combined[1], 1.0)  # the failed method left out
+    # the failed method is not quietly left out: the series' combination diverged
+    assert np.isnan(combined[1]).all()
+    # a method of weight 0 does not count
+    np.testing.assert_allclose(weighted_forecast(forecasts, np.array([[1.0, 0], [1, 0]])), 1.0)
     constant = relative_errors(truth, np.ones((2, 2, 3, 1)), np.zeros((2, 1)))
     np.testing.assert_allclose(constant, 1.0)  # every method perfect: no preference
 

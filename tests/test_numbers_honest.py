@@ -275,3 +275,14 @@ def test_values_a_store_cannot_hold_are_refused_by_name(tmp_path, value, scaling
         progress=False,
     )
     assert np.isfinite(np.asarray(store.values)).all()
+
+
+def test_a_forecast_after_a_history_of_zeros_is_not_an_explosion():
+    """A history of zeros (an intermittent or new series) put the divergence threshold
+    at 1e-6: a forecast of 0.01 turned the method's row into "diverged"."""
+    from metadist.eval.task_scores import diverged, diverged_rows
+
+    assert not diverged_rows(np.array([[0.01, 0.02]]), np.array([0.0]))[0]
+    assert not diverged(np.array([0.01]), np.zeros(5))
+    assert diverged_rows(np.array([[8.6e71]]), np.array([0.0]))[0]  # still an explosion
+    assert diverged_rows(np.array([[2e-2]]), np.array([1e-9]))[0]  # relative elsewhere

@@ -186,17 +186,18 @@ def fit_weight_model(
 
 
 def weighted_forecast(forecasts: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """`[N, H, T]` the weighted mean of `forecasts [N, M, H, T]` with `weights [N, M]`;
-    a method whose forecast of a series is not finite is left out of that series' mean
-    (the others' weights renormalised); NaN where none is finite."""
-    finite = np.isfinite(forecasts).all(axis=(2, 3))
-    kept = np.where(finite, weights, 0.0)
-    total = kept.sum(axis=1)
+    """`[N, H, T]` the weighted mean of `forecasts [N, M, H, T]` with `weights [N, M]`.
+    Where a method with a positive weight forecast a series with a value that is not
+    finite, the series' combination is NaN: reported as diverged, as the method is, not
+    quietly the other methods' mean."""
+    weighted = weights > 0
+    finite = np.isfinite(forecasts).all(axis=(2, 3)) | ~weighted
+    total = np.where(weighted, weights, 0.0).sum(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
-        share = kept / total[:, None]
+        share = np.where(weighted, weights, 0.0) / total[:, None]
     safe = np.where(np.isfinite(forecasts), forecasts, 0.0)
     out = np.einsum("nm,nmht->nht", share, safe)
-    return np.where((total > 0)[:, None, None], out, np.nan)
+    return np.where((finite.all(axis=1) & (total > 0))[:, None, None], out, np.nan)
 
 
 def _design(features: np.ndarray, mean: np.ndarray, scale: np.ndarray) -> np.ndarray:

@@ -155,7 +155,8 @@ def mean_ci(values: Sequence[float] | np.ndarray) -> tuple[float, float]:
     """Mean over tasks and the half-width of its 95% confidence interval.
 
     Uses the normal approximation `1.96 · s / √n` with the sample standard deviation s
-    (ddof = 1); nan entries are left out. One value gives a half-width of 0.
+    (ddof = 1); nan entries are left out. One value has no interval: a half-width of
+    nan (the report shows the value alone), not 0, which would read as exact.
 
     Raises:
         ValueError: no finite value to average.
@@ -166,7 +167,7 @@ def mean_ci(values: Sequence[float] | np.ndarray) -> tuple[float, float]:
         raise ValueError("mean_ci needs at least one value that is not nan")
     mean = float(values.mean())
     if values.size == 1:
-        return mean, 0.0
+        return mean, float("nan")
     return mean, float(Z_95 * values.std(ddof=1) / math.sqrt(values.size))
 
 

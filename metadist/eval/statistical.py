@@ -98,18 +98,26 @@ class StatisticalForecasts:
     ) -> None:
         # the optional baselines scored (the others always are)
         self.extra = tuple(m for m in ("ets",) if m in methods)
+        # AutoETS is statsforecast's: its forecasts are computed afresh on another version
+        self._libraries = (_ets_version(),) if self.extra else ()
         self.workers = default_workers() if workers is None else max(1, int(workers))
         self.cache = cache
         self.counter = counter
         self.done = 0
         self._pool: ProcessPoolExecutor | None = None
 
+    def key(self, history: np.ndarray, horizon: int, period: int) -> str:
+        """The cache key of one series' forecasts (statsforecast's version in it where
+        AutoETS is scored)."""
+        parts = ("statistical", CACHE_VERSION, self.extra, *self._libraries)
+        return digest(*parts, horizon, period, history)
+
     def start(self, jobs: Sequence[Job]) -> Pending:
         """Starts the forecasts of `jobs` (cached ones are taken from the cache)."""
         pending = Pending(len(jobs))
         missing = []
         for index, (history, horizon, period) in enumerate(jobs):
-            key = digest("statistical", CACHE_VERSION, self.extra, horizon, period, history)
+            key = self.key(history, horizon, period)
             pending.keys[index] = key
             found = None if self.cache is None else self.cache.get("statistical forecasts", key)
             if found is None:
@@ -166,3 +174,13 @@ class StatisticalForecasts:
         self.done += num_series
         if self.counter is not None and num_series:
             self.counter.update(self.done)
+
+
+def _ets_version() -> str | None:
+    """statsforecast's version (`None` where it is not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("statsforecast")
+    except PackageNotFoundError:
+        return None

@@ -29,7 +29,7 @@ def diverged(prediction: np.ndarray, reference: np.ndarray | float) -> bool:
     if not np.isfinite(prediction).all():
         return True
     scale = reference_scale(reference)
-    return bool(np.abs(prediction).max(initial=0.0) > DIVERGENCE_FACTOR * max(scale, 1e-12))
+    return bool(np.abs(prediction).max(initial=0.0) > DIVERGENCE_FACTOR * _floored(scale))
 
 
 def reference_scale(reference: np.ndarray | float) -> float:
@@ -44,7 +44,13 @@ def diverged_rows(predictions: np.ndarray, scales: np.ndarray) -> np.ndarray:
     flat = np.asarray(predictions, dtype=np.float64).reshape(len(scales), -1)
     finite = np.isfinite(flat)
     largest = np.abs(np.where(finite, flat, 0.0)).max(axis=1, initial=0.0)
-    return ~finite.all(axis=1) | (largest > DIVERGENCE_FACTOR * np.maximum(scales, 1e-12))
+    return ~finite.all(axis=1) | (largest > DIVERGENCE_FACTOR * _floored(scales))
+
+
+def _floored(scales):
+    """A reference of 0 (a history of zeros: an intermittent or new series) is taken as
+    1, so that a forecast of 0.01 after it is not an explosion; any other is itself."""
+    return np.where(np.asarray(scales, dtype=np.float64) > 0, scales, 1.0)
 
 
 class TaskScores:

@@ -386,6 +386,27 @@ def test_a_launch_on_two_ranks_refuses_what_its_ranks_would_in_one_line_first(
     assert not run_dir.exists()
 
 
+@pytest.mark.timeout(200)
+def test_a_rank_that_fails_speaks_as_the_command_and_torchrun_adds_one_line(received, tmp_path):
+    """A damaged store found by the ranks: each rank's line is `metadist train: error:`
+    (the ranks said `metadist-train`), then torchrun's one line, without its own error log."""
+    damaged = tmp_path / "damaged"
+    shutil.copytree(received["store"], damaged)
+    with open(damaged / "values.bin", "r+b") as values:
+        values.seek(1000)
+        byte = values.read(1)
+        values.seek(1000)
+        values.write(bytes([byte[0] ^ 255]))
+    done = _metadist(
+        "train", "--nproc-per-node=2", *_tiny(damaged, tmp_path / "run"), cwd=tmp_path, timeout=180
+    )
+    assert done.returncode == 1, done.stderr[-3000:]
+    lines = [line for line in done.stderr.strip().splitlines() if not line.startswith("note:")]
+    assert lines[0].startswith("metadist train: error: store ") and "values.bin" in lines[0]
+    assert lines[-1].startswith("torchrun: the process of rank "), done.stderr[-3000:]
+    assert len(lines) == 2 and "metadist-train" not in done.stderr, done.stderr[-3000:]
+
+
 def test_an_evaluation_on_two_ranks_refuses_bad_settings_in_one_line_first(received):
     """`metadist eval --nproc-per-node=2` checks the run, store and settings before
     torchrun starts: one line, no rank's report."""

@@ -9,6 +9,7 @@ Example:
 from __future__ import annotations
 
 import argparse
+import shlex
 import shutil
 import textwrap
 from pathlib import Path
@@ -47,7 +48,9 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     path = copy_experiments(source, args.destination, args.name)
     print(f"copied {source} to {args.destination}; edit {path} and run:")
-    print(f"  metadist train --config-dir {args.destination} experiment={args.name}")
+    print(
+        f"  metadist train --config-dir {shlex.quote(str(args.destination))} experiment={args.name}"
+    )
     return 0
 
 

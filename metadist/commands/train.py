@@ -23,7 +23,7 @@ from metadist.diskspace import OutOfSpaceError
 from metadist.eval import EvalOptions, evaluate_run
 from metadist.eval.report import markdown_report
 from metadist.eval.settings import check_periods_cover
-from metadist.launch.local_ranks import run_local_ranks, stop_reported_by_owner
+from metadist.launch.local_ranks import OWNER_ENV, run_local_ranks, stop_reported_by_owner
 from metadist.store import SeriesStore
 from metadist.train.checkpoint import CheckpointError
 from metadist.train.compose import compose_dict, load_config
@@ -88,7 +88,10 @@ def build_parser(prog: str = "metadist train") -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None, prog: str = "metadist train") -> int:
-    """Runs the command; `prog` names it in messages (the aliases keep their own name)."""
+    """Runs the command; `prog` names it in messages (the aliases keep their own name; a
+    rank of `metadist train --nproc-per-node N` speaks as that command)."""
+    if "LOCAL_RANK" in os.environ and os.environ.get(OWNER_ENV):
+        prog = os.environ[OWNER_ENV]
     args = build_parser(prog).parse_intermixed_args(argv)
     try:
         if args.print_config:

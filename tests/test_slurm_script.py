@@ -252,6 +252,23 @@ def test_array_jobs_read_each_elements_overrides(tmp_path):
         SlurmJob(train_args=("experiment=x",), output="o", array="0-1")
 
 
+@pytest.mark.parametrize(
+    ("output", "workdir", "found"),
+    [
+        ("/runs/sp ace/slurm/%j.out", "/w", "' '"),
+        ("/runs/a/slurm/%j.out", "/my work", "' '"),
+        ('/runs/"a"/slurm/%j.out', "/w", "'\"'"),
+        ("/runs/a%b/slurm/%j.out", "/w", "'%'"),
+    ],
+)
+def test_paths_a_sbatch_line_would_split_are_refused(output, workdir, found):
+    """`#SBATCH --output=/runs/sp ace/...` is split at the space by sbatch: the log and
+    the working directory went elsewhere than the training's run directory."""
+    with pytest.raises(ValueError, match=f"has {found}, which a #SBATCH line does not carry"):
+        SlurmJob(train_args=("experiment=x",), output=output, workdir=workdir)
+    SlurmJob(train_args=("experiment=x",), output="/runs/a/slurm/%j.out", workdir="/w")
+
+
 def test_a_submission_sbatch_refuses_leaves_nothing_behind(tmp_path, monkeypatch, capsys):
     """An sbatch that refuses the script: one line, and neither the script nor the run
     directory the command made is left."""

@@ -138,6 +138,8 @@ class SlurmJob:
             pattern = _SAFE_CONSTRAINT if name == "constraint" else _SAFE_VALUE
             if value is not None and not pattern.match(str(value)):
                 raise ValueError(f"{name}={value!r} has characters sbatch does not accept")
+        _check_directive_path("the job's log", self.output, patterns=True)
+        _check_directive_path("the working directory", self.workdir, patterns=False)
         if (self.array is None) != (self.args_file is None):
             raise ValueError("array and args_file go together")
         if not self.train_args and self.args_file is None:
@@ -146,3 +148,25 @@ class SlurmJob:
     def render(self) -> str:
         """The sbatch script, ready to write and submit (`script.render_script`)."""
         return render_script(self)
+
+
+_DIRECTIVE_BREAKERS = re.compile(r"[\s\"'\\]")
+
+
+def _check_directive_path(what: str, path: str, *, patterns: bool) -> None:
+    """Refuses a path an `#SBATCH` line would not carry whole: sbatch splits its lines at
+    whitespace and reads quotes and backslashes, and `%` in `--output` is a pattern
+    (`patterns`: `%j` and the like are allowed in the file name only).
+
+    Raises:
+        ValueError: naming `what`, the path and the character.
+    """
+    found = _DIRECTIVE_BREAKERS.search(path)
+    if found is None and patterns and "%" in os.path.dirname(path):
+        found = re.search("%", os.path.dirname(path))
+    if found is not None:
+        raise ValueError(
+            f"{what} {path!r} has {found.group()!r}, which a #SBATCH line does not carry "
+            "(sbatch splits at spaces, reads quotes, and % is a file-name pattern); use a "
+            "run_dir and working directory without it"
+        )

@@ -140,9 +140,14 @@ def init_distributed(env: DistEnv, timeout_s: float = 600.0) -> None:
 
 
 def destroy_distributed() -> None:
-    """Tears the process group down, if one was formed."""
+    """Tears the process group down, if one was formed. A peer gone first (its
+    connection closed: the run is over on every rank) is not an error here."""
     if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
+        try:
+            dist.destroy_process_group()
+        except RuntimeError as error:
+            if "connection" not in str(error).lower():
+                raise
 
 
 def all_reduce_sum(values: torch.Tensor, env: DistEnv) -> torch.Tensor:

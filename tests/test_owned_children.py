@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -152,3 +153,41 @@ def test_a_stop_of_a_multi_process_train_stops_torchrun_and_every_rank(tmp_path,
     assert lines[1].startswith(f"metadist train: stopped by {name}; "), err[-3000:]
     for pid in below:
         assert not alive(pid), f"process {pid} outlived metadist train"
+
+
+@pytest.mark.slow  # make test under 10 minutes; `make test-slow` runs it
+@pytest.mark.timeout(240)
+def test_a_stop_of_the_launcher_alone_is_said_by_the_command(tmp_path):
+    """SIGTERM to the torchrun launcher under `metadist train --nproc-per-node 2` (not to
+    the command): the ranks checkpoint and the command says the launcher was stopped
+    (it said nothing: the launcher left it to the command, which was never signalled)."""
+    command = [sys.executable, "-m", "metadist.cli", "train", "--nproc-per-node=2", "--no-eval",
+               "experiment=sinusoid_maml", f"run_dir={tmp_path / 'run'}",
+               "trainer.meta_steps=1000000", "trainer.meta_batch_size=4",
+               "trainer.checkpoint_every=1000000"]  # fmt: skip
+    env = dict(os.environ, WANDB_MODE="disabled")
+    train = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 150
+        while time.monotonic() < deadline and not (tmp_path / "run" / "metrics.jsonl").exists():
+            time.sleep(0.2)
+        launcher = [
+            pid for pid in descendants(train.pid)
+            if b"metadist.launch.torchrun" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        ]  # fmt: skip
+        assert launcher, "torchrun never ran"
+        os.kill(launcher[0], signal.SIGTERM)
+        _, err = train.communicate(timeout=120)
+    finally:
+        leftover = descendants(train.pid)
+        if train.poll() is None:
+            train.kill()
+        for pid in leftover:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    assert train.returncode == 128 + signal.SIGTERM, err[-2000:]
+    lines = err.strip().splitlines()
+    assert (
+        lines[-1]
+        == "metadist train: its launcher (torchrun) was stopped by SIGTERM; run the same command again to resume"
+    ), err[-2000:]

@@ -10,6 +10,7 @@ command says so in one line.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -61,10 +62,25 @@ def run_local_ranks(
     ]
     try:
         with OwnedChildren(prog) as children:
-            return children.call(command, env=env)
+            status = children.call(command, env=env)
     except StopRequested as stop:
         print(f"{prog}: {stop.summary}{on_stop}", file=sys.stderr)
         return stop.exit_status
+    stopped = _stop_signal(status)
+    if stopped is not None:  # signalled itself, not through this command: say so here
+        print(f"{prog}: its launcher (torchrun) was {stopped}{on_stop}", file=sys.stderr)
+    return status
+
+
+def _stop_signal(status: int) -> str | None:
+    """`"stopped by SIGTERM"` (or `"killed by SIGKILL"`) where torchrun's exit `status`
+    says a signal ended it (128 + n as it exits on a stop, or -n killed), else `None`."""
+    number = -status if status < 0 else status - 128 if status > 128 else 0
+    try:
+        name = signal.Signals(number).name
+    except ValueError:
+        return None
+    return f"killed by {name}" if status < 0 else f"stopped by {name}"
 
 
 def stop_reported_by_owner() -> bool:

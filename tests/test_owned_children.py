@@ -81,6 +81,55 @@ def test_a_stop_signal_stops_children_and_their_sessions(tmp_path, signum):
         assert not alive(pid), f"process {pid} outlived the command"
 
 
+POOL_COMMAND = textwrap.dedent(
+    """
+    import json, multiprocessing, sys, time
+    from concurrent.futures import ProcessPoolExecutor
+    from metadist.launch.children import OwnedChildren, StopRequested
+    try:
+        with OwnedChildren("demo-command", grace_s=5.0):
+            pool = ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("fork"))
+            futures = [pool.submit(time.sleep, 600) for _ in range(2)]
+            time.sleep(1.0)
+            with open(sys.argv[1], "w") as out:
+                json.dump({"workers": [p.pid for p in pool._processes.values()]}, out)
+            futures[0].result()
+    except StopRequested as stop:
+        print(f"demo-command: {stop.summary}", file=sys.stderr)
+        sys.exit(stop.exit_status)
+    """
+)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("group", [True, False])
+def test_a_stop_ends_a_forked_worker_pool_quietly_and_counts_it(tmp_path, group):
+    """An evaluation's worker pool (forked, so it inherits the command's stop handler):
+    a Ctrl-C to the group printed a StopRequested traceback from each worker, and the
+    stop line said "0 processes it started stopped"."""
+    record = tmp_path / "pool.json"
+    command = subprocess.Popen(
+        [sys.executable, "-c", POOL_COMMAND, str(record)], stderr=subprocess.PIPE,
+        text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        workers = _wait_for(record)["workers"]
+        if group:
+            os.killpg(command.pid, signal.SIGINT)  # a terminal's Ctrl-C
+        else:
+            command.send_signal(signal.SIGINT)
+        _, err = command.communicate(timeout=60)
+    finally:
+        if command.poll() is None:
+            command.kill()
+    assert command.returncode == 128 + signal.SIGINT, err
+    assert "Traceback" not in err, err
+    assert err.strip().splitlines() == [
+        "demo-command: stopped by SIGINT; 2 processes it started stopped"
+    ], err
+    assert not any(alive(pid) for pid in workers)
+
+
 def test_descendants_sees_a_process_tree():
     child = subprocess.Popen(
         [sys.executable, "-c", "import subprocess, sys; subprocess.run(['sleep', '30'])"]

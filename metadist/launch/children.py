@@ -129,10 +129,12 @@ class OwnedChildren:
         self._previous: dict[int, Any] = {}
         self._lock = threading.Lock()
         self._closed = False
+        self._pid = os.getpid()
 
     _active: OwnedChildren | None = None  # the block being run in this process
 
     def __enter__(self) -> OwnedChildren:
+        self._pid = os.getpid()
         for signum in STOP_SIGNALS:
             self._previous[signum] = signal.signal(signum, self._on_signal)
         OwnedChildren._active = self
@@ -158,7 +160,7 @@ class OwnedChildren:
             self._closed = True  # from now on no thread may start another child
         try:
             if isinstance(error, StopRequested):
-                count = self.stop_all(error.signum)
+                count = self.stop_all(error.signum) + self._stop_forked()
                 plural = "es" if count != 1 else ""
                 error.summary += f"; {count} process{plural} it started stopped"
             else:
@@ -223,7 +225,32 @@ class OwnedChildren:
             process.wait()
         return len(running) + len(below)
 
+    def _stop_forked(self) -> int:
+        """Sends SIGTERM to this process's other children (forked, not started through
+        the block: an evaluation's worker pool) and returns how many there were; each
+        ends quietly (`_on_signal` in a forked copy), or is killed after `grace_s`."""
+        forked = [pid for pid in descendants(self._pid) if alive(pid)]
+        for pid in forked:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + self.grace_s
+        while time.monotonic() < deadline and any(map(alive, forked)):
+            time.sleep(0.1)
+        for pid in forked:
+            if alive(pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        return len(forked)
+
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if os.getpid() != self._pid:
+            # A forked copy of the command (a worker pool's process) inherited this
+            # handler. A terminal's Ctrl-C reaches it with the command, which stops it
+            # (`_stop_forked`, SIGTERM) and counts it; any other stop ends it at once,
+            # quietly: the command reports the stop.
+            if signum != signal.SIGINT:
+                os._exit(128 + signum)
+            return
         # Only raise here: the handler may run inside `Popen.wait`, which holds a lock
         # that `stop_all` needs. The children are stopped in `__exit__`.
         for handled in STOP_SIGNALS:  # a second signal must not interrupt the stopping

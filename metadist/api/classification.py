@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-from metadist.api.history import Entity, scale_entity
+from metadist.api.history import Entity, check_magnitude, scale_entity
 from metadist.api.protocols import AdaptingLearner, StoreSchema
 from metadist.batch import TaskSet
 from metadist.tasks.inference import ClassifyWindows, classify_windows
@@ -52,6 +52,14 @@ def classify(
     support = classifier_inputs(windows, store, support_x, "support_x")
     query = classifier_inputs(windows, store, query_x, "query_x")
     labels = list(support_labels)
+    for index, label in enumerate(labels):
+        try:
+            hash(label)
+        except TypeError:  # a list or an array: it cannot name a class
+            raise ValueError(
+                f"support_labels[{index}] is a {type(label).__name__} ({label!r}); a label "
+                "must be hashable: a str, an int, a tuple ..."
+            ) from None
     if len(labels) != len(support):
         raise ValueError(
             f"support_labels has {len(labels)} labels for {len(support)} support examples"
@@ -87,17 +95,13 @@ def classifier_inputs(
         field: the argument's name, for the errors.
 
     Raises:
-        ValueError: no examples, a wrong number of columns, a non-finite value, or an
-            example shorter than the run's window.
+        ValueError: no examples, an argument or example of another shape (saying the
+            shapes taken), a wrong number of columns, a non-finite value or one beyond
+            the store's scaling, or an example shorter than the run's window.
     """
-    if isinstance(examples, np.ndarray) and examples.ndim in (2, 3) and examples.dtype != object:
-        items = list(examples if examples.ndim == 3 else examples[None])
-    else:
-        items = [_example(e, f"{field}[{i}]") for i, e in enumerate(examples)]
-    if not items:
-        raise ValueError(f"{field} is empty")
-    columns = np.asarray(windows.input_columns, dtype=np.int64)
     num_columns = len(store.column_names)
+    items = _examples(examples, field, num_columns)
+    columns = np.asarray(windows.input_columns, dtype=np.int64)
     if windows.lookback is None:
         raise ValueError("the run's sampler records no lookback: the rows of an example")
     length = windows.lookback
@@ -108,8 +112,8 @@ def classifier_inputs(
             item = item[:, None]
         if item.ndim != 2 or len(item) == 0:
             raise ValueError(
-                f"{field}[{i}] has shape {item.shape}; an example is a [T, C] (or [T]) array "
-                "of at least one row"
+                f"{field}[{i}] has shape {item.shape}; an example is a [T] or [T, C] array of "
+                f"at least one row ({accepted(field, num_columns)})"
             )
         if item.shape[1] != num_columns:
             raise ValueError(
@@ -118,7 +122,9 @@ def classifier_inputs(
             )
         if not np.isfinite(item).all():
             raise ValueError(f"{field}[{i}] has NaN or infinite values")
-        entity = scale_entity(store, Entity(str(i), np.arange(len(item)), item))
+        entity = Entity(str(i), np.arange(len(item)), item, source=f"{field}[{i}]")
+        check_magnitude(entity, list(store.column_names), store.scaler.kind)
+        entity = scale_entity(store, entity)
         assert entity.scaled is not None
         scaled = entity.scaled[:, columns]
         if windows.z_normalise:  # the whole example, before it is resampled or cut
@@ -132,6 +138,44 @@ def classifier_inputs(
             scaled = scaled[-length:]
         out.append(scaled)
     return np.ascontiguousarray(np.stack(out), dtype=np.float32)
+
+
+def _examples(examples: Examples, field: str, num_columns: int) -> list[np.ndarray]:
+    """The examples of `examples` (a list of them, or one `[N, T, C]` array).
+
+    Raises:
+        ValueError: none, or an array of another shape (one `[T]` series, a `[N, T]`
+            array of a univariate store), saying the shapes taken.
+    """
+    taken = accepted(field, num_columns)
+    if isinstance(examples, np.ndarray) and examples.dtype != object:
+        shape = examples.shape
+        # a 2-D array is one [T, C] example; [N, T] of a univariate store is not
+        if examples.ndim not in (2, 3) or (examples.ndim == 2 and shape[1] != num_columns):
+            hint = {1: " ([x] for one example x)"}
+            if num_columns == 1:  # [N, T]: N series of the store's one column
+                hint[2] = " (x[..., None] for N series x)"
+            raise ValueError(
+                f"{field} is one array of shape {shape}; {taken}{hint.get(examples.ndim, '')}"
+            )
+        items = list(examples if examples.ndim == 3 else examples[None])
+    else:
+        items = [_example(e, f"{field}[{i}]") for i, e in enumerate(examples)]
+        if items and all(item.ndim == 0 for item in items):  # one [T] series as a list
+            raise ValueError(
+                f"{field} is one series of {len(items)} numbers; {taken} ([x] for one example x)"
+            )
+    if not items:
+        raise ValueError(f"{field} is empty")
+    return items
+
+
+def accepted(field: str, num_columns: int) -> str:
+    """What an argument of examples may be, for messages."""
+    return (
+        f"{field} takes a list of [T] or [T, C] arrays, or one [N, T, C] array, of the "
+        f"store's C = {num_columns} column{'s' * (num_columns != 1)}"
+    )
 
 
 def _example(value: npt.ArrayLike, field: str) -> np.ndarray:

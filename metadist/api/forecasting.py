@@ -85,12 +85,13 @@ def forecast(
                     for b, entity in enumerate(entities)
                 ]
             )
-            if guard_width is not None:
-                unguarded = forecasts[method]
-                forecasts[method] = guarded(
-                    options, entities, target_columns, unguarded, period, guard_width
-                )
-                clipped[method] = forecasts[method] != unguarded  # NaN stays: not clipped
+        diverged_as_nan(entities, forecasts)
+        for method in model_methods if guard_width is not None else ():
+            unguarded = forecasts[method]
+            forecasts[method] = guarded(
+                options, entities, target_columns, unguarded, period, guard_width
+            )
+            clipped[method] = forecasts[method] != unguarded  # NaN stays: not clipped
     baseline_methods = [m for m in BASELINE_METHODS if m in wanted]
     if baseline_methods:
         forecasts.update(
@@ -136,6 +137,29 @@ def with_clipped(
     return table.append_column(name, pa.array(flag.reshape(-1), pa.bool_()))
 
 
+def diverged_as_nan(entities: list[Entity], forecasts: dict[str, np.ndarray]) -> None:
+    """Sets each model forecast `forecasts[method] [B, horizon, T]` of an entity that is
+    not finite anywhere (its adaptation diverged) to NaN throughout, as evaluation reports
+    a diverged method rather than a number, and says so in one line on stderr naming the
+    entities of each method."""
+    found = []
+    for method, values in forecasts.items():
+        diverged = ~np.isfinite(values).reshape(len(values), -1).all(axis=1)
+        if not diverged.any():
+            continue
+        values[diverged] = np.nan
+        keys = [repr(e.key) for e, bad in zip(entities, diverged, strict=True) if bad]
+        names = ", ".join(keys[:3]) + (" ..." if len(keys) > 3 else "")
+        found.append(
+            f"{method} of {len(keys)} {'entity' if len(keys) == 1 else 'entities'} ({names})"
+        )
+    if found:
+        print(
+            f"warning: forecast diverged (not finite; its rows are NaN): {'; '.join(found)}",
+            file=sys.stderr,
+        )
+
+
 def check_horizon(windows: ForecastWindows, horizon: int | None, model: bool) -> int:
     """The horizon to forecast (default: the run's H), checked before anything is
     allocated for it.
@@ -172,14 +196,21 @@ def check_methods(methods: Sequence[str]) -> set[str]:
     """The single methods `methods` names (`adapted+theta` names two).
 
     Raises:
-        ValueError: no methods, a string instead of a list, or an unknown method.
+        ValueError: no methods, a string instead of a list, an unknown method, or one
+            named twice (its rows would be repeated).
     """
     known = {*MODEL_METHODS, *BASELINE_METHODS}
     if isinstance(methods, str) or not methods:
         raise ValueError(f"methods must be a non-empty list of names, got {methods!r}")
     wanted: set[str] = set()
-    for method in methods:
+    for index, method in enumerate(methods):
         parts = method.split("+")
+        if method in methods[:index] or len(set(parts)) < len(parts):
+            raise ValueError(
+                f"forecast method {method!r} is named twice; name each method once"
+                if method in methods[:index]
+                else f"forecast method {method!r} combines a method with itself"
+            )
         unknown = [p for p in parts if p not in known]
         if unknown:
             raise ValueError(
@@ -402,7 +433,8 @@ def forecast_table(
     forecasts: dict[str, np.ndarray],
 ) -> pa.Table:
     """The long-format table `Run.forecast` returns: one row per entity, step and method,
-    the times continuing each entity's history in the history's time type."""
+    the entity ids in the history's entity type, the times continuing each entity's
+    history in the history's time type."""
     meta = store.metadata
     num, num_methods = len(entities), len(methods)
     shape = (num, horizon, num_methods)  # the rows, in this order
@@ -416,7 +448,7 @@ def forecast_table(
     taken = {meta["entity_col"], meta["time_col"], *targets}
     step, method = free_name("step", taken), free_name("method", taken)
     columns = {
-        meta["entity_col"]: pa.array([e.key for e in entities]).take(index[0]),
+        meta["entity_col"]: entity_column(entities).take(index[0]),
         step: pa.array(index[1] + 1, pa.int64()),
         meta["time_col"]: time_column(times[index[0], index[1]], time_type),
         method: pa.array(list(methods)).take(index[2]),
@@ -425,6 +457,13 @@ def forecast_table(
     for t, name in enumerate(targets):
         columns[name] = pa.array(values[..., t].reshape(-1), pa.float64())
     return pa.table(columns)
+
+
+def entity_column(entities: list[Entity]) -> pa.Array:
+    """The entities' ids in the history's entity column type (integers stay integers, so
+    the forecasts join back on the history)."""
+    ids = [e.key if e.id is None else e.id for e in entities]
+    return pa.array(ids, entities[0].id_type if entities[0].id is not None else None)
 
 
 def free_name(name: str, taken: set[str]) -> str:

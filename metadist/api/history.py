@@ -42,7 +42,7 @@ History: TypeAlias = str | os.PathLike | pa.Table | DataFrameLike | dict[str, An
 class Entity:
     """One entity of a history, its rows sorted by time."""
 
-    key: str
+    key: str  # the entity's id as text, for messages
     times: np.ndarray  # [m] int64
     values: np.ndarray  # [m, C] float64, original units, NaN rule applied
     stratum: str = ""  # from the store's stratum and label columns, where the history has them
@@ -52,6 +52,20 @@ class Entity:
     std: np.ndarray | None = None
     step: Step | None = None  # the spacing of its times (`metadist.api.times`)
     time_type: pa.DataType | None = None  # the history's time column type
+    id: Any = None  # the entity's id as the history holds it (None: `key`)
+    id_type: pa.DataType | None = None  # the history's entity column type
+    source: str = ""  # an example's argument (`support_x[2]`); "": a history's entity
+
+    def cell(self, row: int, column: int, names: list[str]) -> str:
+        """`<it> has <value> in column <name> at <when>`, for messages: a history's
+        entity by its id and time, an example by its argument and row."""
+        who = self.source or f"history: entity {self.key!r}"
+        when = (
+            f"row {row}" if self.source else f"time {shown_time(self.times[row], self.time_type)}"
+        )
+        return (
+            f"{who} has {float(self.values[row, column])!r} in column {names[column]!r} at {when}"
+        )
 
 
 def read_history(history: History, store: StoreSchema) -> list[Entity]:
@@ -63,8 +77,10 @@ def read_history(history: History, store: StoreSchema) -> list[Entity]:
     Raises:
         FileNotFoundError: a path with no Parquet file or directory.
         ValueError: an unreadable type, a missing column, no rows, a repeated time, a gap
-            in an entity's times (`metadist.api.times`), a non-finite value the store's
-            NaN rule does not allow, or a value the store's scaling cannot hold.
+            or irregular steps in an entity's times (`metadist.api.times`), a non-finite
+            value the store's NaN rule does not allow, an entity the `drop` rule leaves
+            with fewer than two rows or whose last rows it drops, or a value the store's
+            scaling cannot hold.
     """
     table = _table(history)
     meta = store.metadata
@@ -80,9 +96,10 @@ def read_history(history: History, store: StoreSchema) -> list[Entity]:
         raise ValueError("history has no rows")
     for name in (entity_col, time_col):
         _check_no_null(table.column(name), name)
-    keys = np.asarray(table.column(entity_col).to_pylist(), dtype=object).astype(str)
+    ids = np.asarray(table.column(entity_col).to_pylist(), dtype=object)
+    keys = ids.astype(str)
     time_type = table.schema.field(time_col).type
-    times = time_numbers(table.column(time_col), time_col)
+    times = time_numbers(table.column(time_col), time_col, table.column(entity_col))
     values = np.column_stack([_floats(table.column(name), name) for name in value_names]).astype(
         np.float64
     )
@@ -95,8 +112,9 @@ def read_history(history: History, store: StoreSchema) -> list[Entity]:
     }
     entities = []
     order = np.lexsort((times, keys))
-    keys, times, values = keys[order], times[order], values[order]
+    ids, keys, times, values = ids[order], keys[order], times[order], values[order]
     categories = {role: codes[order] for role, codes in categories.items()}
+    id_type = table.schema.field(entity_col).type
     boundaries = np.flatnonzero(keys[1:] != keys[:-1]) + 1
     for first, end in zip(
         np.concatenate(([0], boundaries)), np.concatenate((boundaries, [len(keys)])), strict=True
@@ -115,14 +133,53 @@ def read_history(history: History, store: StoreSchema) -> list[Entity]:
                 f"{shown_time(entity_times[0], time_type)}): its time step, and so the times "
                 "of its forecasts, cannot be known; give it at least two rows"
             )
+        given = len(entity_times)
         entity_values, entity_times = rule.apply(key, entity_values, entity_times)
-        _check_magnitude(key, entity_values, entity_times, rule, scaling)
+        _check_rows_left(key, entity_times, times[end - 1], given, time_col, time_type)
         entity = Entity(key, entity_times, entity_values, step=step, time_type=time_type)
+        check_magnitude(entity, value_names, scaling)
+        entity.id, entity.id_type = ids[first], id_type
         entity.stratum = str(categories["stratum"][first]) if "stratum" in categories else ""
         entity.label = str(categories["label"][first]) if "label" in categories else ""
         entities.append(entity)
     rule.note()
     return entities
+
+
+def _check_rows_left(
+    key: str,
+    kept: np.ndarray,
+    last: int,
+    given: int,
+    time_col: str,
+    time_type: pa.DataType,
+) -> None:
+    """Refuses an entity the store's NaN rule (`drop`) leaves with fewer than two rows,
+    or whose last rows it drops: its forecasts continue its last row kept, so they would
+    be given times inside its history. Rows dropped inside the history stay dropped, as
+    ingest drops them from the store training read.
+
+    Args:
+        kept: `[k]` times of the entity's rows the rule kept.
+        last: the last time of its history as given.
+        given: how many rows it was given.
+    """
+    dropped = f"once the store's --nan drop rule removes its {given - len(kept)} non-finite rows"
+    if len(kept) == 0:
+        raise ValueError(f"history: entity {key!r} has no row left {dropped}")
+    if len(kept) == 1:
+        raise ValueError(
+            f"history: entity {key!r} has one row ({time_col}={shown_time(kept[0], time_type)}) "
+            f"{dropped}: its time step, and so the times of its forecasts, cannot be known; "
+            "give it at least two rows of finite values"
+        )
+    if kept[-1] != last:
+        raise ValueError(
+            f"history: entity {key!r} ends in rows the store's --nan drop rule removes (after "
+            f"{time_col}={shown_time(kept[-1], time_type)}, up to {shown_time(last, time_type)}): "
+            "its forecasts would start inside its history; give the history up to its last "
+            "value"
+        )
 
 
 def _table(history: History) -> pa.Table:
@@ -218,18 +275,16 @@ class NanRule:
         )
 
 
-def _check_magnitude(
-    key: str, values: np.ndarray, times: np.ndarray, rule: NanRule, scaling: str
-) -> None:
-    """Refuses a value beyond what the store's scaling holds, as ingest refuses it."""
-    found = _too_large(list(values.T), scaling)
+def check_magnitude(entity: Entity, names: list[str], scaling: str) -> None:
+    """Refuses a value of `entity` beyond what the store's scaling holds (columns
+    `names`), as ingest refuses it."""
+    found = _too_large(list(entity.values.T), scaling)
     if found is None:
         return
     column, row, limit, _ = found
     raise ValueError(
-        f"history: entity {key!r} has {float(values[row, column])!r} in column {rule.names[column]!r} "
-        f"at time {shown_time(times[row], rule.time_type)}, beyond {limit:.4g}: the store's "
-        f"{scaling} scaling cannot hold it (ingest refuses such values too)"
+        f"{entity.cell(row, column, names)}, beyond {limit:.4g}: the store's {scaling} "
+        "scaling cannot hold it (ingest refuses such values too)"
     )
 
 
@@ -263,9 +318,8 @@ def _float32(entity: Entity, scaled: np.ndarray, kind: str, names: list[str]) ->
     if beyond.any():
         row, column = (int(i[0]) for i in np.nonzero(beyond))
         raise ValueError(
-            f"history: entity {entity.key!r} has {float(entity.values[row, column])!r} in column "
-            f"{names[column]!r} at time {shown_time(entity.times[row], entity.time_type)}, "
-            f"which the store's {kind} scaling puts beyond float32 ({scaled[row, column]:.4g})"
+            f"{entity.cell(row, column, names)}, which the store's {kind} scaling puts beyond "
+            f"float32 ({scaled[row, column]:.4g})"
         )
     return out
 

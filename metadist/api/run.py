@@ -105,6 +105,14 @@ class Run:
             return "forecast"
         return "other"
 
+    def _kind_named(self) -> str:
+        """What the run is, for messages: "a classification run", "a forecasting run", or
+        for another kind its sampler ("a run of the sinusoid sampler without a store")."""
+        if self.kind == "other":
+            store = "without a series store" if self.source.store is None else "on a store"
+            return f"a run of the {self.config.sampler.name} sampler {store}"
+        return "a forecasting run" if self.kind == "forecast" else "a classification run"
+
     def forecast(
         self,
         history: History,
@@ -150,22 +158,26 @@ class Run:
 
         Returns:
             A pyarrow Table in long format, one row per entity, step and method: the
-            entity column, `step` (1..horizon), the time column (the last time plus
+            entity column (in the history's type), `step` (1..horizon), the time column (the last time plus
             `step` times the history's regular spacing, where it is regular), `method`,
             and one column per forecast target in the entity's original units; with a
             guard applied, also `clipped` (bool: the guard moved that model forecast).
             Where the store has a column of one of those three names, that one is
-            `forecast_<name>` (`forecast_step`, ...).
+            `forecast_<name>` (`forecast_step`, ...). A model forecast that is not
+            finite (its adaptation diverged) is NaN in all its rows, and one line on
+            stderr names the entities of each method.
 
         Raises:
-            ValueError: a missing column, a duplicated time, a non-finite value the store's
-                NaN rule does not allow, an unknown method, or a run that does not forecast (a classifier, a run
-                without a store, or a sampler without the forecasting protocol of
-                `metadist.tasks.inference`); the message names it.
+            ValueError: a missing column, a duplicated time, irregular or gapped times, a
+                time beyond the years 1677 to 2262, a non-finite value the store's NaN
+                rule does not allow (or, under `drop`, a history that ends in dropped
+                rows), an unknown or repeated method, or a run that does not forecast (a
+                classifier, a run without a store, or a sampler without the forecasting
+                protocol of `metadist.tasks.inference`); the message names it.
         """
-        if self.kind == "classification" or self.source.store is None:
+        if self.kind != "forecast":
             raise ValueError(
-                f"run {self.run_dir} is a {self.kind} run; forecast() needs a forecasting "
+                f"run {self.run_dir} is {self._kind_named()}; forecast() needs a forecasting "
                 "run (a sampler of forecast windows on a series store)"
             )
         if period is not None:
@@ -213,7 +225,8 @@ class Run:
 
         Args:
             support_x: the labelled examples: a list of `[T, F]` (or `[T]`) arrays of the
-                store's columns in original units, or one `[N, T, F]` array.
+                store's columns in original units, or one `[N, T, F]` array (a single
+                `[T, F]` array is one example).
             support_labels: their labels (any hashable values; at least two classes).
             query_x: the examples to label, in the same form.
             steps: adaptation steps (default: the run's evaluation setting).
@@ -224,11 +237,12 @@ class Run:
         Raises:
             ValueError: a run that does not classify, mismatched lengths, fewer than two
                 classes (or more than the ways of a run whose head has a row per way:
-                MAML and the other inner-loop learners), an empty example, or labels
-                given as one string.
+                MAML and the other inner-loop learners), an empty example, an argument of
+                another shape, a value the store's scaling cannot hold, or labels given
+                as one string or unhashable (a list).
         """
         if self.kind != "classification":
-            raise ValueError(f"run {self.run_dir} is a {self.kind} run, not a classifier")
+            raise ValueError(f"run {self.run_dir} is {self._kind_named()}, not a classifier")
         if self.source.store is None:
             raise ValueError(
                 f"run {self.run_dir} has no store schema: classify reads examples in a "

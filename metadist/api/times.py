@@ -7,8 +7,10 @@ rows must be regularly spaced, as forecasting the next H *steps* presumes: a fix
 row at its month's end); with a time zone, either in UTC or in the zone's wall-clock time
 (daily or monthly rows at local midnight, which daylight saving moves in UTC). A history
 with a gap is refused in one line naming the entity and the gap (in months for monthly
-data). The forecast's times continue the history's step and come back in the time
-column's type.
+data), one whose steps are irregular (a step shorter than its usual one, or not a
+multiple of it) in one line naming the two steps and where. The forecast's times continue
+the history's step and come back in the time column's type. Times in messages are shown
+as the user wrote them: a timestamp with a time zone in that zone's wall-clock time.
 """
 
 from __future__ import annotations
@@ -47,17 +49,26 @@ class Step:
     local: bool = False  # regular in the column's time zone's wall-clock time, not in UTC
 
 
-def time_numbers(column: pa.ChunkedArray, name: str) -> np.ndarray:
+def time_numbers(
+    column: pa.ChunkedArray, name: str, entities: pa.ChunkedArray | None = None
+) -> np.ndarray:
     """`[m]` int64 times of a history's time column: integers as they are, dates as days
     and timestamps as nanoseconds since the epoch.
 
+    Args:
+        entities: the history's entity column, to name the entity of a time refused.
+
     Raises:
-        ValueError: null times or a column of another type.
+        ValueError: null times, a timestamp beyond int64 nanoseconds (the years 1677 to
+            2262, as a store holds them), or a column of another type.
     """
     if column.null_count:
         raise ValueError(f"history: column {name!r} has null times")
     if pa.types.is_timestamp(column.type):
-        column = pc.cast(column, pa.timestamp("ns")).cast(pa.int64())
+        try:
+            column = pc.cast(column, pa.timestamp("ns")).cast(pa.int64())
+        except pa.ArrowInvalid:  # a time its unit holds, nanoseconds do not
+            raise ValueError(_beyond_nanoseconds(column, name, entities)) from None
     elif pa.types.is_date(column.type):
         column = pc.cast(column, pa.date32()).cast(pa.int32()).cast(pa.int64())
     elif not pa.types.is_integer(column.type):
@@ -65,6 +76,26 @@ def time_numbers(column: pa.ChunkedArray, name: str) -> np.ndarray:
             f"history: column {name!r} must hold integers, dates or timestamps, got {column.type}"
         )
     return np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
+def _beyond_nanoseconds(
+    column: pa.ChunkedArray, name: str, entities: pa.ChunkedArray | None
+) -> str:
+    """The message for the first timestamp of `column` beyond int64 nanoseconds."""
+    per_unit = {"s": 10**9, "ms": 10**6, "us": 10**3}.get(column.type.unit, 1)
+    numbers = np.asarray(column.cast(pa.int64()).to_numpy(zero_copy_only=False), np.int64)
+    limit = 2**63 // per_unit
+    row = int(np.flatnonzero((numbers >= limit) | (numbers < -limit))[0])
+    whose = "" if entities is None else f" (entity {str(entities[row].as_py())!r})"
+    try:
+        shown = str(column[row].as_py())
+    except (ValueError, OverflowError):  # beyond what Python's datetime holds, too
+        shown = f"{int(numbers[row])} ({column.type})"
+    return (
+        f"history: row {row}{whose}: column {name!r} holds {shown}, beyond the times "
+        "metadist forecasts in (int64 nanoseconds since 1970, the years 1677 to 2262, as a "
+        "store keeps them)"
+    )
 
 
 def regular_step(key: str, times: np.ndarray, kind: pa.DataType, extra: str = "") -> Step | None:
@@ -100,10 +131,19 @@ def regular_step(key: str, times: np.ndarray, kind: pa.DataType, extra: str = ""
             return monthly
     # the gap in UTC where the rows keep a fixed step there (hours across daylight
     # saving), else in the zone's wall-clock time; shown in wall-clock time either way
-    where, usual = _first_gap(local if zone is not None and _calendar(local) else times, kind)
+    where, usual, found, gap = _first_gap(
+        local if zone is not None and _calendar(local) else times, kind
+    )
+    after = (
+        f"time {shown_time(times[where], kind)} is followed by {shown_time(times[where + 1], kind)}"
+    )
+    if not gap:  # a shorter step, or one rows added cannot make regular
+        raise ValueError(
+            f"history: entity {key!r} has irregular steps: {after}, {found} later, where its "
+            f"rows are otherwise {usual} apart; forecasts continue a history of one regular step"
+        )
     raise ValueError(
-        f"history: entity {key!r} has a gap: time {shown_time(local[where], kind)} is followed "
-        f"by {shown_time(local[where + 1], kind)}, where its rows are otherwise "
+        f"history: entity {key!r} has a gap: {after}, where its rows are otherwise "
         f"{usual} apart; forecasts continue a regular history: add the missing rows{extra}"
     )
 
@@ -114,24 +154,29 @@ def _calendar(local: np.ndarray) -> bool:
     return bool((local % _DAY == local[0] % _DAY).all())
 
 
-def _first_gap(times: np.ndarray, kind: pa.DataType) -> tuple[int, str]:
-    """`(row, usual step shown)`: where `times` first leave their usual spacing; in
-    calendar months where the rows keep one place in their months (monthly, quarterly or
-    yearly data, whose spacing in days varies), else in the time unit."""
+def _first_gap(times: np.ndarray, kind: pa.DataType) -> tuple[int, str, str, bool]:
+    """`(row, usual step shown, its step shown, gap)`: where `times` first leave their
+    usual spacing by a step that is not a multiple of it (irregular steps), else where
+    they first skip rows (`gap`); in calendar months where the rows keep one place in
+    their months (monthly, quarterly or yearly data, whose spacing in days varies), else
+    in the time unit."""
+    spacing, in_months = np.diff(times), False
     if not pa.types.is_integer(kind):
         unit = "ns" if pa.types.is_timestamp(kind) else "D"
         months = times.astype(f"datetime64[{unit}]").astype("datetime64[M]")
         starts = months.astype(f"datetime64[{unit}]").astype(np.int64)
         after_start = times - starts
         if (after_start == after_start[0]).all():
-            spacing = np.diff(months.astype(np.int64))
-            values, counts = np.unique(spacing, return_counts=True)
-            usual = int(values[np.argmax(counts)])
-            return int(np.flatnonzero(spacing != usual)[0]), f"{usual} month{'s' * (usual != 1)}"
-    spacing = np.diff(times)
+            spacing, in_months = np.diff(months.astype(np.int64)), True
     values, counts = np.unique(spacing, return_counts=True)
     usual = int(values[np.argmax(counts)])
-    return int(np.flatnonzero(spacing != usual)[0]), _shown_step(usual, kind)
+    irregular = np.flatnonzero(spacing % usual != 0)
+    row = int(irregular[0] if irregular.size else np.flatnonzero(spacing != usual)[0])
+
+    def shown(size: int) -> str:
+        return f"{size} month{'s' * (size != 1)}" if in_months else _shown_step(size, kind)
+
+    return row, shown(usual), shown(int(spacing[row])), not irregular.size
 
 
 def _zone(kind: pa.DataType) -> str | None:
@@ -222,11 +267,12 @@ def _monthly_step(times: np.ndarray, kind: pa.DataType) -> Step | None:
 
 
 def shown_time(value: int, kind: pa.DataType | None) -> str:
-    """A time (as `time_numbers` gives it) as a user wrote it, for messages."""
+    """A time (as `time_numbers` gives it) as a user wrote it, for messages: a timestamp
+    of a column with a time zone in the zone's wall-clock time, with its UTC offset."""
     if kind is None:
         return str(int(value))
-    if pa.types.is_timestamp(kind):
-        return str(pa.scalar(int(value), pa.timestamp("ns")).as_py())
+    if pa.types.is_timestamp(kind):  # in the column's time zone, with its offset
+        return str(pa.scalar(int(value), pa.timestamp("ns", kind.tz)).as_py())
     if pa.types.is_date(kind):
         return str(np.datetime64(int(value), "D"))
     return str(int(value))

@@ -73,6 +73,7 @@ def run_cli(args: argparse.Namespace) -> int:
     above = next(p for p in out.absolute().parents if p.exists())  # the nearest that is
     if not above.is_dir():
         raise ValueError(f"--out {out}: {above} is a file, not a directory")
+    _check_not_the_history(out, Path(args.history))
     run = load_run(
         args.run_dir, ensemble=args.ensemble, store=args.store, allow_imports=args.allow_import
     )
@@ -94,3 +95,23 @@ def run_cli(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return 0
+
+
+def _check_not_the_history(out: Path, history: Path) -> None:
+    """Refuses an `--out` that would replace the history it forecasts: the same file
+    (through any path or link), or a file inside a history directory.
+
+    Raises:
+        ValueError: naming both.
+    """
+    target, source = out.resolve(), history.resolve()
+    if target == source or (out.exists() and history.exists() and out.samefile(history)):
+        raise ValueError(
+            f"--out {out} is the history {history}: the forecasts would replace it; name "
+            "another file"
+        )
+    if source.is_dir() and source in target.parents:
+        raise ValueError(
+            f"--out {out} is inside the history directory {history}: the forecasts would "
+            "be read as history next time; write them elsewhere"
+        )

@@ -156,10 +156,15 @@ def ensemble_member(
     the store's recorded identity is still checked.
     """
     member, state, checkpoint_path, _ = load_run(run_dir, "eval.ensemble", store)
+    if member.sampler.name != config.sampler.name:  # before its options are compared
+        raise ValueError(
+            f"eval.ensemble: {run_dir} is a run of another kind (sampler "
+            f"{member.sampler.name!r}, the evaluated run's {config.sampler.name!r}); "
+            "members must see the same tasks"
+        )
     mine, theirs, lookback = _sampler_options(run_dir, member, config)
     for setting, a, b in (
         ("data.store", member.data.store, config.data.store),
-        ("sampler.name", member.sampler.name, config.sampler.name),
         ("sampler.options", mine, theirs),
     ):
         if a != b:

@@ -215,3 +215,28 @@ def test_the_recipes_other_experiment_is_left_out_where_it_would_not_take_the_ov
     # asked for by name: kept, whatever the overrides
     asked = candidate_experiments("competition_cpu", composed, [MLP], ["model.options.clamp=2"])
     assert asked == OTHER
+
+
+@pytest.mark.parametrize(
+    ("override", "flag"),
+    [
+        ("run_dir=/tmp/elsewhere", "--out"),
+        ("sampler.options.horizon=3", "--horizons"),
+        ("+sampler.options.lookback=9", "--lookbacks"),
+        ("learner.options.loss=mae", "--losses"),
+        ("trainer.seed=4", "--seeds"),
+        ("data.store=/tmp/st", "DATA_DIR"),
+    ],
+)
+def test_an_override_of_what_the_command_sets_is_refused_before_anything(
+    tmp_path, capsys, override, flag
+):
+    """The user's overrides came after the command's own and won unsaid (a run reported
+    as the H=6 ensemble trained at horizon 3; run_dir= trained outside --out, then
+    failed)."""
+    data = write_competition(tmp_path / "data")
+    out = tmp_path / "out"
+    code = main([str(data), override, "--ets", "no", "--out", str(out)])
+    error = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and len(error) == 1 and not out.exists(), error
+    assert "metadist competition sets" in error[0] and flag in error[0]

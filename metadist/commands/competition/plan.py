@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -160,6 +161,7 @@ def plan_run(args: argparse.Namespace) -> Plan:
     info = scan_series(data_dir / spec.train, spec)
     horizons = _horizons(info, args.horizons)
     train_overrides, eval_overrides = split_eval_overrides(args.overrides)
+    refuse_owned_overrides(train_overrides)
     # the experiment's settings, composed once for the plan (a bad override is named here)
     composed = compose_dict([f"experiment={args.experiment}", *train_overrides])
     wanted = (args.experiment_candidates or []) if args.validation else []  # checked now
@@ -355,3 +357,33 @@ def _describe(name: str, info: SeriesInfo, spec: CompetitionSpec, validation: bo
             f"   {spec.label_col} {label}: {info.counts[label]} series, horizon "
             f"{info.horizons[label]}, period {info.periods[label]}, {short}..{long} training values"
         )
+
+
+# what `members.training_overrides` sets for every training, and the flag that sets it
+OWNED_KEYS = {
+    "run_dir": "--out",
+    "data.store": "DATA_DIR",
+    "sampler.options.horizon": "--horizons",
+    "sampler.options.lookback": "--lookbacks",
+    "sampler.options.pad_inputs": "--lookbacks",
+    "sampler.options.labels": "the data set's groups",
+    "learner.options.loss": "--losses (or --loss-candidates)",
+    "trainer.seed": "--seeds",
+    "model.options.seasonal_period": "the data set's periods",
+}
+
+
+def refuse_owned_overrides(overrides: Sequence[str]) -> None:
+    """Refuses an override of what the command sets for every training (it came after
+    the command's own and won, unsaid: a run named H=6 trained at another horizon).
+
+    Raises:
+        ValueError: naming the key and what sets it.
+    """
+    for override in overrides:
+        key = override.lstrip("~+").partition("=")[0]
+        if key in OWNED_KEYS:
+            raise ValueError(
+                f"{override!r}: metadist competition sets {key} for each training, from "
+                f"{OWNED_KEYS[key]}; leave it out"
+            )

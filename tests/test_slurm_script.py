@@ -55,7 +55,7 @@ def test_dry_run_prints_a_script_with_torchrun_on_every_node(capsys, tmp_path):
         "--signal=B:USR1@300",
         "--requeue",
         "--open-mode=append",
-        f"--output={tmp_path / 'run'}/slurm/%j.out",
+        f'--output="{tmp_path / "run"}/slurm/%j.out"',
         "--job-name=metadist-sinusoid_maml",
     ):
         assert expected in directives, (expected, directives)
@@ -253,20 +253,33 @@ def test_array_jobs_read_each_elements_overrides(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("output", "workdir", "found"),
-    [
-        ("/runs/sp ace/slurm/%j.out", "/w", "' '"),
-        ("/runs/a/slurm/%j.out", "/my work", "' '"),
-        ('/runs/"a"/slurm/%j.out', "/w", "'\"'"),
-        ("/runs/a%b/slurm/%j.out", "/w", "'%'"),
-    ],
+    "place", ["/runs/sp ace", "/runs/exp#1", '/runs/"a"', "/runs/back\\slash", "/runs/it's"]
 )
-def test_paths_a_sbatch_line_would_split_are_refused(output, workdir, found):
-    """`#SBATCH --output=/runs/sp ace/...` is split at the space by sbatch: the log and
-    the working directory went elsewhere than the training's run directory."""
-    with pytest.raises(ValueError, match=f"has {found}, which a #SBATCH line does not carry"):
+def test_paths_are_quoted_whole_in_the_sbatch_lines(place):
+    """`#SBATCH --output=/runs/sp ace/...` was split at the space by sbatch, and ended at
+    a `#`: the log and the working directory went elsewhere than the run directory.
+    Quoted, with backslashes and quotes escaped, sbatch reads them as a shell would."""
+    import shlex
+
+    output, workdir = f"{place}/slurm/%j.out", f"{place}/work"
+    directives = _directives(
+        SlurmJob(train_args=("experiment=x",), output=output, workdir=workdir).render()
+    )
+    values = {d.partition("=")[0]: d.partition("=")[2] for d in directives}
+    assert shlex.split(values["--output"]) == [output]
+    assert shlex.split(values["--chdir"]) == [workdir]
+
+
+@pytest.mark.parametrize(
+    ("output", "workdir", "found"),
+    [("/runs/a%b/slurm/%j.out", "/w", "%"), ("/runs/a/slurm/%j.out", "/my\nwork", "\n")],
+)
+def test_paths_a_sbatch_line_cannot_carry_are_refused(output, workdir, found):
+    import re
+
+    wanted = re.escape(f"has {found!r}, which a #SBATCH line does not carry")
+    with pytest.raises(ValueError, match=wanted):
         SlurmJob(train_args=("experiment=x",), output=output, workdir=workdir)
-    SlurmJob(train_args=("experiment=x",), output="/runs/a/slurm/%j.out", workdir="/w")
 
 
 def test_a_submission_sbatch_refuses_leaves_nothing_behind(tmp_path, monkeypatch, capsys):

@@ -150,23 +150,21 @@ class SlurmJob:
         return render_script(self)
 
 
-_DIRECTIVE_BREAKERS = re.compile(r"[\s\"'\\]")
-
-
 def _check_directive_path(what: str, path: str, *, patterns: bool) -> None:
-    """Refuses a path an `#SBATCH` line would not carry whole: sbatch splits its lines at
-    whitespace and reads quotes and backslashes, and `%` in `--output` is a pattern
-    (`patterns`: `%j` and the like are allowed in the file name only).
+    """Refuses a path an `#SBATCH` line would not carry whole, quoted as the script
+    writes it (`script.directive_value`): a line break ends the line, and `%` in
+    `--output` is a file-name pattern (`patterns`: `%j` and the like are allowed in the
+    file name only).
 
     Raises:
         ValueError: naming `what`, the path and the character.
     """
-    found = _DIRECTIVE_BREAKERS.search(path)
-    if found is None and patterns and "%" in os.path.dirname(path):
+    found = re.search(r"[\n\r]", path)
+    if found is None and patterns:
         found = re.search("%", os.path.dirname(path))
     if found is not None:
         raise ValueError(
             f"{what} {path!r} has {found.group()!r}, which a #SBATCH line does not carry "
-            "(sbatch splits at spaces, reads quotes, and % is a file-name pattern); use a "
+            "(a line break ends it; % is a file-name pattern of the job's log); use a "
             "run_dir and working directory without it"
         )

@@ -33,8 +33,8 @@ def render_script(job: SlurmJob) -> str:
         f"--signal=B:USR1@{job.signal_before}",
         "--requeue",
         "--open-mode=append",
-        f"--output={job.output}",
-        f"--chdir={job.workdir}",
+        f"--output={directive_value(job.output)}",
+        f"--chdir={directive_value(job.workdir)}",
         *job.sbatch_args,
     ]
     if job.port is None:
@@ -61,6 +61,13 @@ def render_script(job: SlurmJob) -> str:
         )
     )
     return "\n".join(lines)
+
+
+def directive_value(value: str) -> str:
+    """`value` double-quoted for an `#SBATCH` line, `\\` and `"` escaped: sbatch splits
+    such a line at unquoted whitespace and ends it at an unquoted `#`, and reads quotes
+    and backslash escapes as a shell does."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def write_script(job: SlurmJob, path: Path) -> Path:

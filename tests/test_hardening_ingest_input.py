@@ -53,9 +53,13 @@ def test_a_directory_is_read_for_its_parquet_files_only(tmp_path):
     (src / "README.md").write_text("# the panel\n")
     (src / "part" / "_SUCCESS").write_text("")
     (src / "notes").write_text("not parquet either")
+    # Parquet by other names: other suffixes, any case, Hive's files without one
+    _panel(src / "three.PQ", ("z",))
+    _panel(src / "four.parq", ("w",))
+    _panel(src / "hive" / "000000_0", ("v",))
     store = ingest(src, tmp_path / "store", progress=False, **COLUMNS)
-    assert store.metadata["source"]["num_files"] == 2
-    assert sorted(store.entity_ids.tolist()) == ["x", "y"]
+    assert store.metadata["source"]["num_files"] == 5
+    assert sorted(store.entity_ids.tolist()) == ["v", "w", "x", "y", "z"]
 
 
 def test_a_store_inside_the_source_is_not_read(tmp_path):
@@ -71,7 +75,7 @@ def test_a_directory_without_parquet_files_is_named(tmp_path):
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "README.md").write_text("nothing here yet\n")
     line = _error(_metadist("ingest", str(tmp_path / "data"), str(tmp_path / "s"), *FLAGS))
-    assert f"directory {tmp_path / 'data'} holds no .parquet files" in line, line
+    assert f"directory {tmp_path / 'data'} holds no Parquet files" in line, line
 
 
 def test_out_equal_to_or_holding_src_is_refused(tmp_path):

@@ -10,15 +10,19 @@ from pathlib import Path
 from metadist.store.format import is_store
 
 _GLOB_CHARS = set("*?[")
-PARQUET_SUFFIX = ".parquet"  # what pyarrow, pandas, Spark and Dask name their files
+# what pyarrow, pandas, Spark and Dask name their files (any case), and others' names
+PARQUET_SUFFIXES = (".parquet", ".pq", ".parq")
+_MAGIC = b"PAR1"  # a Parquet file's first bytes (Hive writes `000000_0`, no suffix)
 
 
 def resolve_paths(src: str | Path, exclude: Path | None = None) -> list[Path]:
-    """Parquet files named by `src`: a file, a directory (its `*.parquet` files, searched
-    recursively), or a glob pattern (its files, and the `*.parquet` files of the
-    directories it matches, as Spark and Dask write `data.parquet/part-0.parquet`).
+    """Parquet files named by `src`: a file, a directory (its Parquet files, searched
+    recursively), or a glob pattern (its files, and the Parquet files of the directories
+    it matches, as Spark and Dask write `data.parquet/part-0.parquet`).
 
-    Below a directory, names starting with `.` or `_` (`_SUCCESS`, `_metadata`) and
+    Below a directory, a Parquet file is one named `*.parquet`, `*.pq` or `*.parq` (any
+    case), or any other whose first bytes are Parquet's (`PAR1`: Hive's `000000_0`);
+    other files (a README), names starting with `.` or `_` (`_SUCCESS`, `_metadata`) and
     series stores are skipped.
 
     Args:
@@ -60,7 +64,7 @@ def resolve_paths(src: str | Path, exclude: Path | None = None) -> list[Path]:
 
 
 def _parquet_files(directory: Path, skipped: Path | None) -> list[Path]:
-    """The `*.parquet` files below `directory` (`_walk`), in order.
+    """The Parquet files below `directory` (`_walk`), in order.
 
     Raises:
         ValueError: there are none.
@@ -68,15 +72,16 @@ def _parquet_files(directory: Path, skipped: Path | None) -> list[Path]:
     files = sorted(_walk(directory, skipped))
     if not files:
         raise ValueError(
-            f"empty input: directory {directory} holds no {PARQUET_SUFFIX} files (other "
-            "files, names starting with . or _, and series stores are skipped)"
+            f"empty input: directory {directory} holds no Parquet files (named *.parquet, "
+            "*.pq or *.parq, or starting with Parquet's bytes; other files, names starting "
+            "with . or _, and series stores are skipped)"
         )
     return files
 
 
 def _walk(root: Path, skipped: Path | None) -> Iterator[Path]:
-    """`*.parquet` files below `root`, skipping hidden (`.`) and private (`_`) names,
-    series stores and `skipped`."""
+    """Parquet files below `root` (`_is_parquet`), skipping hidden (`.`) and private
+    (`_`) names, series stores and `skipped`."""
 
     def refuse(error: OSError) -> None:
         raise ValueError(
@@ -95,12 +100,20 @@ def _walk(root: Path, skipped: Path | None) -> Iterator[Path]:
         )
         for name in names:
             candidate = here / name
-            if (
-                name.endswith(PARQUET_SUFFIX)
-                and not name.startswith((".", "_"))
-                and candidate.is_file()
-            ):
+            if not name.startswith((".", "_")) and candidate.is_file() and _is_parquet(candidate):
                 yield candidate
+
+
+def _is_parquet(path: Path) -> bool:
+    """Named as Parquet (any case), or starting with its bytes; one that cannot be read
+    is taken, so that its reader names it."""
+    if path.name.lower().endswith(PARQUET_SUFFIXES):
+        return True
+    try:
+        with open(path, "rb") as file:
+            return file.read(len(_MAGIC)) == _MAGIC
+    except OSError:
+        return True
 
 
 def _is_store(path: Path) -> bool:

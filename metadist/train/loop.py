@@ -151,14 +151,39 @@ def _train_parts(
 
 
 def _leave_together(env: DistEnv) -> None:
-    """The last barrier of a run whose every rank has finished (its checkpoint written):
-    a peer that, past the barrier, closed its connection before this rank read the last
-    message ("Connection reset by peer") loses nothing, and is not a failure."""
+    """The last barrier of a run. Each rank first records in the group's store that it
+    finished (its checkpoint written); a barrier that fails on a lost connection once
+    every rank has recorded it (a peer past the barrier closed its connection before
+    this rank read the last message) loses nothing and is not a failure. Any other
+    failure, or one before every rank finished (a peer crashed), raises."""
+    store = _group_store()
+    key = f"metadist/finished/{env.rank}"
+    if store is not None:
+        store.set(key, "1")
     try:
         barrier(env)
     except RuntimeError as error:  # gloo's DistBackendError is one
-        if "connection" not in str(error).lower():
+        if "connection" not in str(error).lower() or not _all_finished(store, env):
             raise
+
+
+def _group_store():
+    """The default process group's store, or `None` where there is none to reach."""
+    try:
+        return torch.distributed.distributed_c10d._get_default_store()
+    except (RuntimeError, ValueError, AttributeError):
+        return None
+
+
+def _all_finished(store, env: DistEnv) -> bool:
+    """Whether every rank recorded in `store` that it finished (`False` where the store
+    cannot be read: its host, rank 0, may be the peer that ended)."""
+    if store is None:
+        return False
+    try:
+        return bool(store.check([f"metadist/finished/{r}" for r in range(env.world_size)]))
+    except RuntimeError:
+        return False
 
 
 @dataclass

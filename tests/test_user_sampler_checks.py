@@ -128,3 +128,38 @@ def test_a_users_value_error_during_training_names_where(tmp_path, monkeypatch, 
     err = capsys.readouterr().err
     assert code == 1, err
     assert "metadist train: error: entity too short (at " in err and "later_ucs.py:13)" in err, err
+
+
+def test_a_users_error_in_a_loader_worker_is_one_line_naming_where(tmp_path, monkeypatch, capsys):
+    """The same sampler's error in a DataLoader worker (data.num_workers=1): torch's
+    "Caught ValueError in DataLoader worker process 0" and the worker's traceback were
+    printed, without the user's file and line."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "worker_ucs.py").write_text(
+        textwrap.dedent(
+            """
+            from metadist.tasks import register_task_sampler
+            from metadist.tasks.sinusoid import SinusoidSampler
+
+
+            @register_task_sampler("ucs_worker")
+            class InWorker(SinusoidSampler):
+                def sample(self, units, seeds):
+                    if len(units) == 4:  # a training batch, not the first batch of two
+                        raise ValueError("entity too short")
+                    return super().sample(units, seeds)
+            """
+        )
+    )
+    code = main(
+        ["train", "experiment=sinusoid_maml", "imports=[worker_ucs]", "sampler.name=ucs_worker",
+         f"run_dir={tmp_path / 'run'}", "trainer.meta_steps=3", "trainer.meta_batch_size=4",
+         "trainer.eval_every=0", "data.num_workers=1", "logging.progress=false",
+         "logging.wandb.mode=disabled", "--no-eval"]
+    )  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 1, err
+    last = err.strip().splitlines()[-1]  # after the run's header line
+    assert "Traceback" not in err and "DataLoader worker process" not in err, err
+    assert last.startswith("metadist train: error: in a loader worker, sampler 'ucs_worker': ")
+    assert last.endswith("ValueError: entity too short (at " + str(tmp_path / "worker_ucs.py:10)"))

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset, Sampler, get_worker_info
 
 from metadist.batch import MetaBatch
 from metadist.data.loader_settings import (
@@ -23,6 +23,7 @@ from metadist.data.orders import DEFAULT_BLOCK_BYTES, DEFAULT_WINDOW_BLOCKS
 from metadist.data.partition import StratifiedTaskPartitioner
 from metadist.data.position import position_state, read_position_state
 from metadist.tasks.base import TaskSampler, derive_task_seeds
+from metadist.user_code import user_code_location
 
 _NO_RELEASE = np.empty((0, 2), dtype=np.int64)
 
@@ -43,7 +44,19 @@ class _TaskBatches(Dataset):
 
     def __getitem__(self, key: tuple[np.ndarray, np.ndarray, np.ndarray]) -> MetaBatch:
         units, seeds, release = key
-        batch = self.sampler.sample(units, seeds)
+        try:
+            batch = self.sampler.sample(units, seeds)
+        except Exception as error:
+            if get_worker_info() is None:
+                raise  # in this process: the error as raised, with its traceback
+            # a worker's error reaches the main process as text (torch's "Caught ... in
+            # DataLoader worker process 0" and the worker's traceback): one line made
+            # here, where the user's frames are, for `_batches` to take out
+            name = getattr(self.sampler, "name", type(self.sampler).__name__)
+            where = user_code_location(error, installed=False)
+            raise ValueError(
+                f"{_WORKER_FAILED}sampler {name!r}: {type(error).__name__}: {error}{where}"
+            ) from None
         for first_row, end_row in release.tolist():
             self.sampler.store.release(first_row, end_row)
         return batch
@@ -60,6 +73,19 @@ class _PlanSampler(Sampler):
 
     def __len__(self) -> int:
         return self.loader._num_batches_left()
+
+
+_WORKER_FAILED = "in a loader worker, "
+
+
+def _worker_line(message: str) -> str | None:
+    """The one line a worker made of its sampler's error (`_TaskBatches`), out of the
+    text torch brings back from the worker; `None` where there is none."""
+    for line in reversed(message.splitlines()):
+        _, found, rest = line.partition(_WORKER_FAILED)
+        if found:
+            return f"{_WORKER_FAILED}{rest}"
+    return None
 
 
 def _identity(batch: Any) -> Any:
@@ -284,7 +310,13 @@ class BatchMetaDataLoader:
 
     def _batches(self) -> Iterator[MetaBatch]:
         if self._num_workers > 0:
-            yield from self._loader
+            try:
+                yield from self._loader
+            except ValueError as error:
+                line = _worker_line(str(error))
+                if line is None:
+                    raise
+                raise ValueError(line) from None
             return
         # In-process: the same items DataLoader would fetch, without its per-batch
         # bookkeeping (tens of microseconds, a noticeable share of a fast batch).

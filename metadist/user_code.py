@@ -2,23 +2,36 @@
 
 from __future__ import annotations
 
+import contextlib
+import site
 import sysconfig
 import traceback
 from pathlib import Path
 
 _PACKAGE = str(Path(__file__).resolve().parent)
-_LIBRARIES = tuple(
-    sorted({str(Path(sysconfig.get_paths()[key]).resolve()) for key in ("stdlib", "purelib")})
-)
+
+
+def _library_roots() -> tuple[str, ...]:
+    """The standard library's and every installed-package directory (platform, user
+    and distribution site-packages too)."""
+    paths = sysconfig.get_paths()
+    roots = [paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib")]
+    with contextlib.suppress(AttributeError):  # an old virtualenv's `site` lacks them
+        roots += [*site.getsitepackages(), site.getusersitepackages()]
+    return tuple(sorted({str(Path(root).resolve()) for root in roots if root}))
+
+
+_LIBRARIES = _library_roots()
 
 
 def user_code_location(error: BaseException, *, installed: bool = True) -> str:
     """` (at FILE:LINE)`: where `error` was raised in the user's code, or `""`.
 
     A `SyntaxError` names its own file and line. Otherwise the innermost frame of the
-    traceback outside metadist and the import machinery; with `installed=False`, also
-    outside the standard library and installed packages (an error numpy or torch raised
-    from the user's code names the user's line, one raised from metadist's names none).
+    traceback outside metadist, the import machinery, the standard library and installed
+    packages (an error numpy or json raised from the user's code names the user's line);
+    with `installed` (a module of the user's may be an installed package), where there
+    is none, the innermost frame outside metadist and the import machinery.
     """
     if isinstance(error, SyntaxError) and error.filename:
         return f" (at {error.filename}:{error.lineno})"
@@ -29,8 +42,8 @@ def user_code_location(error: BaseException, *, installed: bool = True) -> str:
         and "importlib" not in frame.filename
         and not frame.filename.startswith("<")
     ]
-    if not installed:
-        frames = [frame for frame in frames if not _under(frame.filename, _LIBRARIES)]
+    own = [frame for frame in frames if not _under(frame.filename, _LIBRARIES)]
+    frames = own if own or not installed else frames
     return f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
 
 

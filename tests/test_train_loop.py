@@ -359,6 +359,11 @@ def test_an_unimportable_module_is_named(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match=r"module 'raises_xyz' failed on import: "
                        r"ZeroDivisionError: division by zero \(at .*raises_xyz.py:2\)"):  # fmt: skip
         tiny_config(tmp_path / "run", "imports=[raises_xyz]")
+    # an error raised in the standard library by the user's line: that line
+    (tmp_path / "badjson_xyz.py").write_text("import json\nCFG = json.loads('{')\n")
+    with pytest.raises(ValueError, match=r"module 'badjson_xyz' failed on import: "
+                       r"JSONDecodeError: .* \(at .*badjson_xyz.py:2\)"):  # fmt: skip
+        tiny_config(tmp_path / "run", "imports=[badjson_xyz]")
     # a syntax error, and a name registered twice: the user's file and line, not metadist's
     (tmp_path / "syntax_xyz.py").write_text("X = 1\nY = (\n")
     with pytest.raises(ValueError, match=r"module 'syntax_xyz' failed on import: SyntaxError: "

@@ -200,8 +200,9 @@ def split_counts(n: int, fractions: Fractions, code: int) -> list[int]:
     counts = [int(np.floor(x)) for x in exact]
     remainders = sorted(range(3), key=lambda i: (-(exact[i] - counts[i]), i))
     # fractions may sum to 1 within 1e-6 (`check_fractions`), so the floors may miss n by
-    # more than the 3 units a remainder each can give, or pass it: the units left are
-    # dealt to the positive shares in remainder order, those over taken from the largest
+    # more than the 3 units a remainder each can give, or pass it: the difference is
+    # spread evenly over the positive shares, the odd units in remainder order (a count
+    # below 0 is then made up from the largest)
     receivers = [i for i in remainders if positive[i]]
     whole, extra = divmod(n - sum(counts), len(receivers))
     for rank, i in enumerate(receivers):

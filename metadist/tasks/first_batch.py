@@ -99,7 +99,7 @@ def example_shapes(
     """
     input_shape = tuple(example.support.x.shape[2:])
     target = example.support.y
-    if target.dtype in (torch.int64, torch.int32):
+    if target.dtype == torch.int64:  # class indices (`check_meta_batch` takes no other)
         num_ways = getattr(sampler, "num_ways", None)
         if num_ways is None:
             num_ways = int(target.max()) + 1

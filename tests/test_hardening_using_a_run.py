@@ -10,6 +10,7 @@ import subprocess
 import sys
 import warnings
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pyarrow as pa
@@ -92,12 +93,20 @@ def test_a_forecast_that_is_not_finite_is_nan_and_named_as_diverged(runs, capsys
     key = history.column(SYNTHETIC_ENTITY)[0].as_py()
     lines = capsys.readouterr().err.strip().splitlines()
     assert lines == [
-        f"warning: forecast diverged (not finite; its rows are NaN): adapted of 1 entity ('{key}')"
+        "warning: forecast diverged (not finite, or beyond 10^6 times the history's largest "
+        f"value; its rows are NaN): adapted of 1 entity ('{key}')"
     ]
     pq.write_table(far, tmp_path / "far.parquet")
     done = _cli(runs, tmp_path / "far.parquet", "--out", str(tmp_path / "f.parquet"))
     assert done.returncode == 0, done.stderr
     assert "adapted of 1 entity" in done.stderr and "diverged" in done.stderr
+    # evaluation's rule: a finite forecast beyond 10^6 times the history's largest value
+    from metadist.api.forecasting import diverged_as_nan
+
+    entity = SimpleNamespace(key="e", values=np.ones((10, 1)))
+    forecasts = {"adapted": np.array([[[2.0e6], [1.0]]]), "unadapted": np.ones((1, 2, 1))}
+    diverged_as_nan([entity], forecasts, [0])
+    assert np.isnan(forecasts["adapted"]).all() and not np.isnan(forecasts["unadapted"]).any()
 
 
 def test_the_drop_rule_refuses_a_history_that_ends_in_dropped_rows_or_keeps_one_row(runs, capsys):

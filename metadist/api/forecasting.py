@@ -31,6 +31,7 @@ from metadist.eval import baselines
 from metadist.eval.plausibility import guard, width_label
 from metadist.eval.scoring import _forecast
 from metadist.eval.settings import EvalOptions
+from metadist.eval.task_scores import diverged as diverged_task
 from metadist.learners.base import Params
 from metadist.tasks.inference import ForecastWindows, forecast_windows
 from metadist.tasks.series_end import SeriesEndWindows
@@ -85,7 +86,7 @@ def forecast(
                     for b, entity in enumerate(entities)
                 ]
             )
-        diverged_as_nan(entities, forecasts)
+        diverged_as_nan(entities, forecasts, target_columns)
         for method in model_methods if guard_width is not None else ():
             unguarded = forecasts[method]
             forecasts[method] = guarded(
@@ -137,14 +138,23 @@ def with_clipped(
     return table.append_column(name, pa.array(flag.reshape(-1), pa.bool_()))
 
 
-def diverged_as_nan(entities: list[Entity], forecasts: dict[str, np.ndarray]) -> None:
-    """Sets each model forecast `forecasts[method] [B, horizon, T]` of an entity that is
-    not finite anywhere (its adaptation diverged) to NaN throughout, as evaluation reports
-    a diverged method rather than a number, and says so in one line on stderr naming the
-    entities of each method."""
+def diverged_as_nan(
+    entities: list[Entity], forecasts: dict[str, np.ndarray], target_columns: list[int]
+) -> None:
+    """Sets each model forecast `forecasts[method] [B, horizon, T]` of an entity that
+    diverged (evaluation's rule, `metadist.eval.task_scores.diverged`: not finite
+    anywhere, or beyond 10⁶ times the largest value of its history's targets) to NaN
+    throughout, as evaluation reports a diverged method rather than a number, and says
+    so in one line on stderr naming the entities of each method."""
     found = []
     for method, values in forecasts.items():
-        diverged = ~np.isfinite(values).reshape(len(values), -1).all(axis=1)
+        diverged = np.array(
+            [
+                diverged_task(values[b], entity.values[:, target_columns])
+                for b, entity in enumerate(entities)
+            ],
+            dtype=bool,
+        )
         if not diverged.any():
             continue
         values[diverged] = np.nan
@@ -155,7 +165,8 @@ def diverged_as_nan(entities: list[Entity], forecasts: dict[str, np.ndarray]) ->
         )
     if found:
         print(
-            f"warning: forecast diverged (not finite; its rows are NaN): {'; '.join(found)}",
+            "warning: forecast diverged (not finite, or beyond 10^6 times the history's "
+            f"largest value; its rows are NaN): {'; '.join(found)}",
             file=sys.stderr,
         )
 

@@ -21,6 +21,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from metadist.store.sources import first_beyond_nanoseconds
+
 _INT64_MAX = np.iinfo(np.int64).max
 _DAY = 86_400 * 10**9  # nanoseconds
 # calendar units shown in messages, largest first, in nanoseconds
@@ -82,15 +84,8 @@ def _beyond_nanoseconds(
     column: pa.ChunkedArray, name: str, entities: pa.ChunkedArray | None
 ) -> str:
     """The message for the first timestamp of `column` beyond int64 nanoseconds."""
-    per_unit = {"s": 10**9, "ms": 10**6, "us": 10**3}.get(column.type.unit, 1)
-    numbers = np.asarray(column.cast(pa.int64()).to_numpy(zero_copy_only=False), np.int64)
-    limit = 2**63 // per_unit
-    row = int(np.flatnonzero((numbers >= limit) | (numbers < -limit))[0])
+    row, shown = first_beyond_nanoseconds(column)
     whose = "" if entities is None else f" (entity {str(entities[row].as_py())!r})"
-    try:
-        shown = str(column[row].as_py())
-    except (ValueError, OverflowError):  # beyond what Python's datetime holds, too
-        shown = f"{int(numbers[row])} ({column.type})"
     return (
         f"history: row {row}{whose}: column {name!r} holds {shown}, beyond the times "
         "metadist forecasts in (int64 nanoseconds since 1970, the years 1677 to 2262, as a "

@@ -467,29 +467,9 @@ def _check_time_spans(result: ScanResult, name: str) -> None:
         )
 
 
-# Nanoseconds per unit of the times `sources.to_int64_time` turns into int64 nanoseconds.
-_NS_PER_UNIT = {"s": 10**9, "ms": 10**6, "us": 10**3, "ns": 1}
-
-
 def _time_range_error(column: pa.Array, file: sources.SourceFile, offset: int, name: str) -> str:
     """The message for the first timestamp or date of a batch beyond int64 nanoseconds."""
-    if pa.types.is_dictionary(column.type):
-        column = column.dictionary_decode()
-    kind = column.type
-    if pa.types.is_date32(kind):
-        per_unit, raw = 86_400 * 10**9, pc.cast(column, pa.int32())
-    elif pa.types.is_date64(kind):
-        per_unit, raw = 10**6, pc.cast(column, pa.int64())
-    else:
-        per_unit, raw = _NS_PER_UNIT.get(getattr(kind, "unit", "ns"), 1), column.view(pa.int64())
-    numbers = raw.to_numpy(zero_copy_only=False).astype(np.int64)
-    limit = 2**63 // per_unit
-    beyond = np.flatnonzero((numbers >= limit) | (numbers < -limit))
-    row = int(beyond[0]) if beyond.size else 0
-    try:
-        shown = str(column[row].as_py())
-    except (ValueError, OverflowError):  # beyond what Python's datetime holds, too
-        shown = f"{int(numbers[row])} ({kind})"
+    row, shown = sources.first_beyond_nanoseconds(column)
     return (
         f"{file.path}: row {offset + row}: time column {name!r} holds {shown}, beyond the "
         "times a store can keep (int64 nanoseconds since 1970, the years 1677 to 2262)"

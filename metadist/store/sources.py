@@ -401,3 +401,32 @@ def to_int64_time(
     elif not pa.types.is_int64(column.type):
         column = pc.cast(column, pa.int64())
     return to_numpy(column)
+
+
+# Nanoseconds per unit of the times `to_int64_time` turns into int64 nanoseconds.
+_NS_PER_UNIT = {"s": 10**9, "ms": 10**6, "us": 10**3, "ns": 1}
+
+
+def first_beyond_nanoseconds(column: pa.Array | pa.ChunkedArray) -> tuple[int, str]:
+    """`(row, shown)`: the first timestamp or date of `column` beyond int64 nanoseconds
+    (row 0 where none is) and the value as text, for a message."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    if pa.types.is_dictionary(column.type):
+        column = column.dictionary_decode()
+    kind = column.type
+    if pa.types.is_date32(kind):
+        per_unit, raw = 86_400 * 10**9, pc.cast(column, pa.int32())
+    elif pa.types.is_date64(kind):
+        per_unit, raw = 10**6, pc.cast(column, pa.int64())
+    else:
+        per_unit, raw = _NS_PER_UNIT.get(getattr(kind, "unit", "ns"), 1), column.view(pa.int64())
+    numbers = raw.to_numpy(zero_copy_only=False).astype(np.int64)
+    limit = 2**63 // per_unit
+    beyond = np.flatnonzero((numbers >= limit) | (numbers < -limit))
+    row = int(beyond[0]) if beyond.size else 0
+    try:
+        shown = str(column[row].as_py())
+    except (ValueError, OverflowError):  # beyond what Python's datetime holds, too
+        shown = f"{int(numbers[row])} ({kind})"
+    return row, shown

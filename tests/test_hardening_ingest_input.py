@@ -57,6 +57,7 @@ def test_a_directory_is_read_for_its_parquet_files_only(tmp_path):
     _panel(src / "three.PQ", ("z",))
     _panel(src / "four.parq", ("w",))
     _panel(src / "hive" / "000000_0", ("v",))
+    (src / "one.parquet.bak").write_bytes((src / "one.parquet").read_bytes())  # a backup
     store = ingest(src, tmp_path / "store", progress=False, **COLUMNS)
     assert store.metadata["source"]["num_files"] == 5
     assert sorted(store.entity_ids.tolist()) == ["v", "w", "x", "y", "z"]

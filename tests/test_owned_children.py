@@ -89,11 +89,14 @@ POOL_COMMAND = textwrap.dedent(
     try:
         with OwnedChildren("demo-command", grace_s=5.0):
             pool = ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("fork"))
-            futures = [pool.submit(time.sleep, 600) for _ in range(2)]
-            time.sleep(1.0)
-            with open(sys.argv[1], "w") as out:
-                json.dump({"workers": [p.pid for p in pool._processes.values()]}, out)
-            futures[0].result()
+            try:  # as an evaluation closes its pool: the running tasks are waited for
+                futures = [pool.submit(time.sleep, 600) for _ in range(6)]
+                time.sleep(1.0)
+                with open(sys.argv[1], "w") as out:
+                    json.dump({"workers": [p.pid for p in pool._processes.values()]}, out)
+                futures[0].result()
+            finally:
+                pool.shutdown(wait=True, cancel_futures=True)
     except StopRequested as stop:
         print(f"demo-command: {stop.summary}", file=sys.stderr)
         sys.exit(stop.exit_status)

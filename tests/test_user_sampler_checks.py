@@ -146,7 +146,7 @@ def test_a_users_error_in_a_loader_worker_is_one_line_naming_where(tmp_path, mon
             class InWorker(SinusoidSampler):
                 def sample(self, units, seeds):
                     if len(units) == 4:  # a training batch, not the first batch of two
-                        raise ValueError("entity too short")
+                        raise ValueError("entity too short:\\n  3 rows")
                     return super().sample(units, seeds)
             """
         )
@@ -162,4 +162,6 @@ def test_a_users_error_in_a_loader_worker_is_one_line_naming_where(tmp_path, mon
     last = err.strip().splitlines()[-1]  # after the run's header line
     assert "Traceback" not in err and "DataLoader worker process" not in err, err
     assert last.startswith("metadist train: error: in a loader worker, sampler 'ucs_worker': ")
-    assert last.endswith("ValueError: entity too short (at " + str(tmp_path / "worker_ucs.py:10)"))
+    assert last.endswith(
+        "ValueError: entity too short: 3 rows (at " + str(tmp_path / "worker_ucs.py:10)")
+    )  # a message of several lines: one line, and the user's file and line still there

@@ -54,8 +54,9 @@ class _TaskBatches(Dataset):
             # here, where the user's frames are, for `_batches` to take out
             name = getattr(self.sampler, "name", type(self.sampler).__name__)
             where = user_code_location(error, installed=False)
+            said = " ".join(str(error).split())  # one line, whatever the error's
             raise ValueError(
-                f"{_WORKER_FAILED}sampler {name!r}: {type(error).__name__}: {error}{where}"
+                f"{_WORKER_FAILED}sampler {name!r}: {type(error).__name__}: {said}{where}"
             ) from None
         for first_row, end_row in release.tolist():
             self.sampler.store.release(first_row, end_row)

@@ -130,11 +130,14 @@ class OwnedChildren:
         self._lock = threading.Lock()
         self._closed = False
         self._pid = os.getpid()
+        self._before: set[int] = set()  # processes below this one before the block
+        self._forked: set[int] = set()  # those forked since, found when a stop came
 
     _active: OwnedChildren | None = None  # the block being run in this process
 
     def __enter__(self) -> OwnedChildren:
         self._pid = os.getpid()
+        self._before = set(descendants(self._pid))
         for signum in STOP_SIGNALS:
             self._previous[signum] = signal.signal(signum, self._on_signal)
         OwnedChildren._active = self
@@ -226,10 +229,12 @@ class OwnedChildren:
         return len(running) + len(below)
 
     def _stop_forked(self) -> int:
-        """Sends SIGTERM to this process's other children (forked, not started through
-        the block: an evaluation's worker pool) and returns how many there were; each
-        ends quietly (`_on_signal` in a forked copy), or is killed after `grace_s`."""
-        forked = [pid for pid in descendants(self._pid) if alive(pid)]
+        """Sends SIGTERM to the processes forked below this one during the block, not
+        started through it (an evaluation's worker pool), and returns how many there
+        were when the stop came (`_on_signal`); each ends quietly (`_on_signal` in a
+        forked copy), or is killed after `grace_s`."""
+        counted = self._forked | (set(descendants(self._pid)) - self._before)
+        forked = [pid for pid in counted if alive(pid)]
         for pid in forked:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
@@ -240,17 +245,29 @@ class OwnedChildren:
             if alive(pid):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-        return len(forked)
+        return len(counted)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         if os.getpid() != self._pid:
             # A forked copy of the command (a worker pool's process) inherited this
-            # handler. A terminal's Ctrl-C reaches it with the command, which stops it
-            # (`_stop_forked`, SIGTERM) and counts it; any other stop ends it at once,
-            # quietly: the command reports the stop.
+            # handler. A terminal's Ctrl-C reaches it with the command, whose own
+            # handler lists it and ends it with SIGTERM at once (below), so it is
+            # counted; any other stop ends it here, quietly: the command reports it.
             if signum != signal.SIGINT:
                 os._exit(128 + signum)
             return
+        # What was forked below this process during the block (not the started
+        # children's trees), as the stop finds them: counted, and told to end now, so
+        # that a pool the command closes on its way out (waiting for its tasks) is
+        # broken at once rather than waited for.
+        started = {p.pid for p in list(self._running)}
+        below = set(descendants(self._pid)) - self._before
+        for pid in started:
+            below -= {pid, *descendants(pid)}
+        self._forked = below
+        for pid in below:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
         # Only raise here: the handler may run inside `Popen.wait`, which holds a lock
         # that `stop_all` needs. The children are stopped in `__exit__`.
         for handled in STOP_SIGNALS:  # a second signal must not interrupt the stopping

@@ -21,7 +21,8 @@ def resolve_paths(src: str | Path, exclude: Path | None = None) -> list[Path]:
     it matches, as Spark and Dask write `data.parquet/part-0.parquet`).
 
     Below a directory, a Parquet file is one named `*.parquet`, `*.pq` or `*.parq` (any
-    case), or any other whose first bytes are Parquet's (`PAR1`: Hive's `000000_0`);
+    case), or one without a suffix whose first bytes are Parquet's (`PAR1`: Hive's
+    `000000_0`);
     other files (a README), names starting with `.` or `_` (`_SUCCESS`, `_metadata`) and
     series stores are skipped.
 
@@ -73,7 +74,8 @@ def _parquet_files(directory: Path, skipped: Path | None) -> list[Path]:
     if not files:
         raise ValueError(
             f"empty input: directory {directory} holds no Parquet files (named *.parquet, "
-            "*.pq or *.parq, or starting with Parquet's bytes; other files, names starting "
+            "*.pq or *.parq, or without a suffix and starting with Parquet's bytes; other "
+            "files, names starting "
             "with . or _, and series stores are skipped)"
         )
     return files
@@ -105,10 +107,13 @@ def _walk(root: Path, skipped: Path | None) -> Iterator[Path]:
 
 
 def _is_parquet(path: Path) -> bool:
-    """Named as Parquet (any case), or starting with its bytes; one that cannot be read
-    is taken, so that its reader names it."""
+    """Named as Parquet (any case), or, without any suffix (Hive's `000000_0`), starting
+    with its bytes; one of those that cannot be read is taken, so that its reader names
+    it. Other names (`part-0.parquet.bak`, a README) are not input."""
     if path.name.lower().endswith(PARQUET_SUFFIXES):
         return True
+    if "." in path.name:
+        return False
     try:
         with open(path, "rb") as file:
             return file.read(len(_MAGIC)) == _MAGIC

@@ -88,6 +88,7 @@ def forecast(
             )
         diverged_as_nan(entities, forecasts, target_columns)
         for method in model_methods if guard_width is not None else ():
+            assert guard_width is not None  # the loop runs only with a guard
             unguarded = forecasts[method]
             forecasts[method] = guarded(
                 options, entities, target_columns, unguarded, period, guard_width

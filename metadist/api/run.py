@@ -175,7 +175,8 @@ class Run:
                 classifier, a run without a store, or a sampler without the forecasting
                 protocol of `metadist.tasks.inference`); the message names it.
         """
-        if self.kind != "forecast":
+        store = self.source.store
+        if self.kind != "forecast" or store is None:
             raise ValueError(
                 f"run {self.run_dir} is {self._kind_named()}; forecast() needs a forecasting "
                 "run (a sampler of forecast windows on a series store)"
@@ -187,7 +188,7 @@ class Run:
         return forecasting.forecast(
             self.learner,
             self.source.sampler,
-            self.source.store,
+            store,
             self.eval_options,
             history,
             horizon=horizon,

@@ -68,8 +68,11 @@ def scored_rows(run: Path, entry: dict, metric: str) -> dict[str, np.ndarray]:
         "unguarded": points["model"],
         "guarded": guarded_model(points, run, parse_width(entry["guard"])),
     }
-    for column in BASELINES:
-        rows[column] = frame[column].to_numpy(np.float64)
+    for column in BASELINES:  # a run without AutoETS (`--ets no`) has no `ets` column
+        present = column in frame.columns
+        rows[column] = (
+            frame[column].to_numpy(np.float64) if present else np.full(len(frame), np.nan)
+        )
     return rows
 
 
@@ -98,7 +101,10 @@ def markdown(scores: dict[str, dict[str, float]], metric: str) -> str:
         "| --- | ---: |" + " ---: |" * len(names),
     ]
     for label, row in scores.items():
-        cells = [f"{row[k]:.2f}" for k in ("unguarded", "guarded", *BASELINES)]
+        cells = [
+            f"{row[k]:.2f}" if np.isfinite(row[k]) else "n/a"
+            for k in ("unguarded", "guarded", *BASELINES)
+        ]
         lines.append(f"| {label} | {int(row['series'])} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

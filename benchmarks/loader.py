@@ -402,6 +402,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         child(args.child, args)
         return 0
+    if args.workdir is not None:
+        Path(args.workdir).mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         base = Path(tmp)
         t0 = time.perf_counter()

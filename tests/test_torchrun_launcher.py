@@ -37,7 +37,8 @@ def test_a_failed_rank_is_named_in_one_line(tmp_path):
     assert "failed (exitcode" not in err, err  # torchrun's own error log: the line says it
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.slow  # it waits for torchrun's rendezvous to be up; `make test-slow` runs it
+@pytest.mark.timeout(180)
 def test_ctrl_c_in_the_rendezvous_is_one_line(tmp_path):
     """A Ctrl-C reaches torchrun while it waits in the rendezvous (here for a second
     node that never comes), before its own handlers: it was a KeyboardInterrupt
@@ -55,8 +56,15 @@ def test_ctrl_c_in_the_rendezvous_is_one_line(tmp_path):
                "--nproc_per_node=1", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}",
                "--rdzv-id=ctrl-c", str(script)]  # fmt: skip
     process = subprocess.Popen(command, cwd=ROOT, stderr=subprocess.PIPE, text=True, env=env)
-    time.sleep(8)  # torch imported, the rendezvous waiting
-    assert process.poll() is None, process.stderr.read()
+    deadline = time.monotonic() + 120
+    while True:  # the rendezvous is up once its store listens on the port
+        assert process.poll() is None, process.stderr.read()
+        assert time.monotonic() < deadline, "torchrun never reached its rendezvous"
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        time.sleep(0.2)
+    time.sleep(1.0)  # and waiting in it for the second node
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=60)
     assert process.returncode == 128 + signal.SIGINT, err

@@ -168,10 +168,14 @@ def test_a_failing_rank_keeps_its_traceback_and_its_lost_peer_is_one_line(tmp_pa
     assert "[rank1]: ValueError: bad value at step 50" in err
     assert "[rank0]:" not in err, err  # rank 0's gloo traceback: folded into the line
     line = err.strip().splitlines()[-1]
+    # "exited with status 1", or "failed" where torchrun's SIGTERM met rank 1 still
+    # exiting on its error (it was named "killed by SIGTERM" then, under load)
     assert line.startswith(
-        "torchrun: the process of rank 1 exited with status 1 (its own message is "
-        "above); the others were stopped"
-    ), err
+        ("torchrun: the process of rank 1 exited with status 1 (its own message is above); "
+         "the others were stopped",
+         "torchrun: the process of rank 1 failed (its own message is above); the others "
+         "were stopped")
+    ), err  # fmt: skip
 
 
 @pytest.mark.slow  # make test under 10 minutes; `make test-slow` runs it
@@ -185,3 +189,23 @@ def test_a_restarted_job_shows_the_lost_peer_in_one_line_and_finishes(tmp_path):
     assert lost[0].endswith("(traceback left out)")
     assert "Traceback" not in err and "[rank0]:" not in err, err
     assert "rank 0 done" in err and "rank 1 done" in err
+
+
+def test_a_rank_stopped_while_it_exited_on_its_own_error_is_the_failure():
+    """Under load torchrun's SIGTERM (sent once the peer that lost it failed) met rank 1
+    still exiting on its own error: the line named rank 1 "killed by SIGTERM"."""
+    from types import SimpleNamespace
+
+    from metadist.launch.torchrun import _failure_line
+
+    def failure(exitcode, timestamp):
+        return SimpleNamespace(exitcode=exitcode, timestamp=timestamp,
+                               signal_name=lambda: "SIGTERM")  # fmt: skip
+
+    failures = {0: failure(1, 100), 1: failure(-signal.SIGTERM, 101)}
+    held = {0: [b"[rank0]: RuntimeError: Connection closed by peer\n"]}
+    line = _failure_line(failures, dict(held), {0: 100.0}, {1})
+    assert line.startswith("torchrun: the process of rank 1 failed (its own message is above)")
+    assert "rank 0 had lost it" in line
+    # without a report of its own, a rank stopped by SIGTERM is still named so
+    assert "rank 1 was killed by SIGTERM" in _failure_line(failures, dict(held), {0: 100.0})

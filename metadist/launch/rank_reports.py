@@ -39,6 +39,8 @@ class RankReports:
     Attributes:
         held: the lost-peer reports not yet shown, `{rank: lines}`.
         lost_at: when each rank last reported a lost peer (`time.time()`).
+        raised: the ranks that reported an error of their own (a traceback, not a
+            lost peer's): such a rank failed, whatever signal torchrun then sent it.
         finished: `finish` was called.
     """
 
@@ -54,6 +56,7 @@ class RankReports:
         self.held: dict[int, list[bytes]] = {}
         self.held_since = 0.0
         self.lost_at: dict[int, float] = {}
+        self.raised: set[int] = set()
         self.finished = False
         self.lock = threading.Lock()
         self.thread = threading.Thread(target=self._pump, daemon=True)
@@ -162,6 +165,8 @@ class RankReports:
         lines = self.reports.pop(rank)
         del self.report_at[rank]
         if not _LOST_PEER.search(last_line(lines)):
+            if any(b"Traceback (most recent call last)" in line for line in lines):
+                self.raised.add(rank)
             write_all(self.original, b"".join(lines))
             return
         if not self.held:

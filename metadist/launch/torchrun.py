@@ -54,7 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     except ChildFailedError as failed:
         held = reports.finish() if reports else {}
         lost_at = reports.lost_at if reports else {}
-        print(_failure_line(failed.failures, held, lost_at), file=sys.stderr)
+        raised = reports.raised if reports else set()
+        print(_failure_line(failed.failures, held, lost_at, raised), file=sys.stderr)
         return 1
     except KeyboardInterrupt:  # a Ctrl-C before torchrun set its handlers (rendezvous)
         return _stopped_early(reports)
@@ -105,12 +106,17 @@ def _finish(reports: RankReports | None) -> None:
 
 
 def _failure_line(
-    failures: dict[int, Any], held: dict[int, list[bytes]], lost_at: dict[int, float]
+    failures: dict[int, Any],
+    held: dict[int, list[bytes]],
+    lost_at: dict[int, float],
+    raised: set[int] = frozenset(),  # type: ignore[assignment]
 ) -> str:
     """The one line of a run whose training processes failed: the rank that failed
     first and, briefly, the ranks that failed on losing it (`held`: their reports).
 
-    The first failure is, in this order: a rank killed by a signal other than SIGTERM
+    The first failure is, in this order: a rank that reported an error of its own
+    (`raised`: its traceback; torchrun may have sent it SIGTERM while it was exiting,
+    once a peer that lost it had failed), a rank killed by a signal other than SIGTERM
     (which torchrun stops the others with), a rank that failed otherwise, a rank
     stopped by SIGTERM, a rank that had just lost a peer (`lost_at`); the earliest, then
     the lowest rank among equals. torchrun's own choice (the earliest) often names a
@@ -120,7 +126,9 @@ def _failure_line(
 
     def order(rank: int) -> tuple[int, int, int]:
         failure = failures[rank]
-        if failure.timestamp - lost_at.get(rank, -1e18) <= _LOST_PEER_WINDOW_S:
+        if rank in raised:
+            kind = -1
+        elif failure.timestamp - lost_at.get(rank, -1e18) <= _LOST_PEER_WINDOW_S:
             kind = 3
         elif failure.exitcode == -signal.SIGTERM:
             kind = 2
@@ -133,7 +141,10 @@ def _failure_line(
     if rank in held:
         sys.stderr.flush()
         write_all(2, b"".join(held.pop(rank)))
-    if failure.exitcode < 0:
+    if failure.exitcode < 0 and rank in raised:  # stopped as it exited on its error
+        line = f"torchrun: the process of rank {rank} failed (its own message is above); "
+        line += "the others were stopped"
+    elif failure.exitcode < 0:
         line = f"torchrun: the process of rank {rank} was killed by "
         line += f"{failure.signal_name()}; the others were stopped"
     else:

@@ -122,9 +122,10 @@ def test_a_stop_ends_a_forked_worker_pool_quietly_and_counts_it(tmp_path, group)
         else:
             command.send_signal(signal.SIGINT)
         _, err = command.communicate(timeout=60)
-    finally:
-        if command.poll() is None:
-            command.kill()
+    finally:  # never leave a worker behind, even on failure: the session is theirs
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(command.pid, signal.SIGKILL)
+        command.wait()
     assert command.returncode == 128 + signal.SIGINT, err
     assert "Traceback" not in err, err
     assert err.strip().splitlines() == [

@@ -85,6 +85,7 @@ def test_a_peer_gone_after_the_last_barrier_is_not_a_failure(monkeypatch):
     monkeypatch.setattr(loop, "barrier", reset)
     with pytest.raises(RuntimeError, match="Connection reset"):
         loop._leave_together(env)  # rank 0 never recorded that it finished: it crashed
+    loop._leave_together(env, stopped=True)  # a stop all ranks agreed on: checkpointed
     store.set("metadist/finished/0", "1")
     loop._leave_together(env)  # both finished: the reset loses nothing
 

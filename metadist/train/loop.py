@@ -138,7 +138,7 @@ def _train_parts(
         if formed:
             # Every rank leaves together: a rank that tears its process group down
             # while another still writes the last checkpoint can abort at exit (gloo).
-            _leave_together(env)
+            _leave_together(env, stopped=result.stopped_by is not None)
         return result
     finally:
         if formed:
@@ -150,12 +150,15 @@ def _train_parts(
             destroy_distributed()
 
 
-def _leave_together(env: DistEnv) -> None:
+def _leave_together(env: DistEnv, stopped: bool = False) -> None:
     """The last barrier of a run. Each rank first records in the group's store that it
     finished (its checkpoint written); a barrier that fails on a lost connection once
     every rank has recorded it (a peer past the barrier closed its connection before
-    this rank read the last message) loses nothing and is not a failure. Any other
-    failure, or one before every rank finished (a peer crashed), raises."""
+    this rank read the last message) loses nothing and is not a failure. So it is after
+    a stop every rank agreed on (`stopped`: the stop signal's step, checkpointed), where
+    the launcher holding the store may itself be stopping: a peer that failed in it is
+    reported by the launcher. Any other failure, or one before every rank finished (a
+    peer crashed), raises."""
     store = _group_store()
     key = f"metadist/finished/{env.rank}"
     if store is not None:
@@ -163,7 +166,8 @@ def _leave_together(env: DistEnv) -> None:
     try:
         barrier(env)
     except RuntimeError as error:  # gloo's DistBackendError is one
-        if "connection" not in str(error).lower() or not _all_finished(store, env):
+        lost = "connection" in str(error).lower()
+        if not lost or not (stopped or _all_finished(store, env)):
             raise
 
 

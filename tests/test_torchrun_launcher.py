@@ -18,11 +18,25 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _launch(script: Path, *args: str, flags: list[str] = (), **kwargs) -> subprocess.Popen:
+    """torchrun on `script`, its temporary directory `_temporary(script)`."""
     command = [sys.executable, "-m", "metadist.launch.torchrun", "--standalone"]
     command += ["--nproc_per_node=2", *flags, str(script), *args]
+    _temporary(script).mkdir()
+    env = dict(kwargs.pop("env", os.environ), TMPDIR=str(_temporary(script)))
     return subprocess.Popen(
-        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs
-    )
+        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        **kwargs,
+    )  # fmt: skip
+
+
+def _temporary(script: Path) -> Path:
+    return script.parent / "tmp"
+
+
+def _left_behind(script: Path) -> list[str]:
+    """What the launcher left in its temporary directory (torchrun's log directory, with
+    the workers' error files, was one `torchelastic_*` tree a run)."""
+    return sorted(path.name for path in _temporary(script).iterdir())
 
 
 @pytest.mark.timeout(120)
@@ -35,6 +49,7 @@ def test_a_failed_rank_is_named_in_one_line(tmp_path):
     assert "torchrun: the process of rank 1 exited with status 3" in err
     assert "Traceback" not in err and "ChildFailedError" not in err, err
     assert "failed (exitcode" not in err, err  # torchrun's own error log: the line says it
+    assert _left_behind(script) == []
 
 
 @pytest.mark.slow  # it waits for torchrun's rendezvous to be up; `make test-slow` runs it
@@ -105,6 +120,7 @@ def test_sigterm_stops_the_ranks_then_says_so(tmp_path, owned):
         [] if owned else ["torchrun: stopped by SIGTERM; its worker processes were stopped first"]
     )
     assert err.strip().splitlines() == said, err
+    assert _left_behind(script) == []
 
 
 # A 2-rank gloo job whose rank 1 fails at step 50 (how: argv[1]) while rank 0 is in
@@ -141,6 +157,7 @@ def _run_gloo_job(tmp_path: Path, how: str, *flags: str) -> tuple[int, str]:
     # stops it (with the default 0.1 s it is a race, and the report may never come)
     process = _launch(script, how, flags=["--monitor-interval=2", *flags])
     _, err = process.communicate(timeout=100)
+    assert _left_behind(script) == [], err
     return process.returncode, err
 
 
@@ -209,3 +226,23 @@ def test_a_rank_stopped_while_it_exited_on_its_own_error_is_the_failure():
     assert "rank 0 had lost it" in line
     # without a report of its own, a rank stopped by SIGTERM is still named so
     assert "rank 1 was killed by SIGTERM" in _failure_line(failures, dict(held), {0: 100.0})
+
+
+def test_a_log_directory_named_by_the_user_is_torchruns_own(tmp_path, monkeypatch):
+    from metadist.launch.torchrun import _with_log_dir
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.delenv("PET_LOG_DIR", raising=False)
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)  # TMPDIR read again
+    for given in (["--log-dir=/logs"], ["--log_dir", "/logs"]):
+        argv = ["--standalone", *given, "-m", "metadist.train", "x=1"]
+        assert _with_log_dir(argv) == (argv, None)
+    # a script's own --log-dir is not torchrun's
+    argv = ["--standalone", "job.py", "--log-dir=/mine"]
+    changed, log_dir = _with_log_dir(argv)
+    assert Path(log_dir).parent == tmp_path and Path(log_dir).is_dir()
+    assert changed == [f"--log-dir={log_dir}", *argv]
+    monkeypatch.setenv("PET_LOG_DIR", "/logs")
+    assert _with_log_dir(["job.py"]) == (["job.py"], None)

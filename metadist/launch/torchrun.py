@@ -13,13 +13,21 @@ message comes before), with exit status 1, where torchrun prints a traceback and
 The ranks that fail only because they lost that one (a gloo "Connection reset by peer"
 in their next collective) are named in the same line, their tracebacks left out
 (`metadist.launch.rank_reports`). Every argument is torchrun's.
+
+torchrun keeps its workers' error files in a log directory which, unless `--log-dir` (or
+`PET_LOG_DIR`) names one, it makes in the temporary directory and leaves behind: one
+`torchelastic_*` tree a run. Here that directory is the launcher's own, removed when
+torchrun is done with it (after a failure is read from it).
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import shutil
 import signal
 import sys
+import tempfile
 from typing import Any
 
 from metadist.launch.local_ranks import stop_reported_by_owner
@@ -48,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # Ctrl-C while torch is imported
         return _stopped_early(None)
     _quiet_stop_notices()
+    argv, log_dir = _with_log_dir(sys.argv[1:] if argv is None else list(argv))
     reports = RankReports.start()
     try:
         torchrun_main(argv)
@@ -72,7 +81,34 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if reports and not reports.finished:
             _finish(reports)
+        if log_dir:
+            shutil.rmtree(log_dir, ignore_errors=True)
     return 0
+
+
+def _with_log_dir(argv: list[str]) -> tuple[list[str], str | None]:
+    """torchrun's arguments with `--log-dir` set to a new temporary directory of the
+    launcher's, and that directory; the arguments as they are (and None) where they or
+    the environment name a log directory already, or where none can be made."""
+    named = any(arg.split("=", 1)[0] in ("--log-dir", "--log_dir") for arg in _options(argv))
+    if named or os.environ.get("PET_LOG_DIR"):
+        return argv, None
+    try:
+        log_dir = tempfile.mkdtemp(prefix="metadist-torchrun-")
+    except OSError:  # torchrun's own choice then (it says what is wrong, if anything)
+        return argv, None
+    return [f"--log-dir={log_dir}", *argv], log_dir
+
+
+def _options(argv: list[str]) -> list[str]:
+    """torchrun's own arguments: those before the training script or module (the first
+    argument that is not an option, or `-m`'s module)."""
+    for index, arg in enumerate(argv):
+        if arg in ("-m", "--module"):
+            return argv[:index]
+        if not arg.startswith("-"):
+            return argv[:index]
+    return argv
 
 
 def _stopped_early(reports: RankReports | None) -> int:

@@ -291,7 +291,8 @@ class NWayKShotSampler(TaskSampler, Configurable):
             seed=seed,
             note=(
                 f" ({confined.num_ways}-way {confined.num_shots}-shot, {confined.num_query} "
-                f"query per class, from {len(confined._class_codes)} {self.class_by} classes)"
+                f"query per class, from {len(confined._class_codes)} {self.class_by} classes"
+                f"{confined.short_classes_note()})"
             ),
             labelled_examples=examples,
             num_classes=num_classes,
@@ -314,6 +315,20 @@ class NWayKShotSampler(TaskSampler, Configurable):
             return torch.from_numpy(x), torch.from_numpy(class_index[picks].astype(np.int64))
 
         return examples, len(codes)
+
+    def short_classes_note(self) -> str:
+        """`; left out, ...` naming the pool's classes with fewer than K + Q entities (no
+        task draws them, though the split holds them), or "" where there are none."""
+        if not self._short_classes:
+            return ""
+        named = ", ".join(
+            f"{name} ({count} entit{'ies' if count != 1 else 'y'})"
+            for name, count in self._short_classes.items()
+        )
+        return (
+            f"; left out, fewer than num_shots + num_query = "
+            f"{self.num_shots + self.num_query} entities: {named}"
+        )
 
     def _fewer_classes_hint(self, usable: int, present: int) -> str:
         """What to change when units in use have `usable` classes of K + Q examples (of
@@ -361,6 +376,10 @@ class NWayKShotSampler(TaskSampler, Configurable):
         self._class_count = counts[usable]
         self._class_slot = np.full(len(self.class_names), -1, dtype=np.int64)
         self._class_slot[self._class_codes] = np.arange(len(self._class_codes))
+        # {class name: cases} of the pool's classes too small to draw (never a way)
+        self._short_classes = dict(
+            zip(self.class_names[codes[~usable]].tolist(), counts[~usable].tolist(), strict=True)
+        )
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()

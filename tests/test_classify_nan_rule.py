@@ -109,3 +109,12 @@ def test_drop_removes_an_examples_non_finite_rows(runs):
     )
     with pytest.raises(ValueError, match=r"^query_x\[0\] has no row left once the store's --nan"):
         run.classify(support_x, support_labels, [np.full(24, np.nan)])
+
+
+def test_no_note_when_classify_refuses_the_call(runs, capsys):
+    run = metadist.load_run(runs["ffill"])
+    support_x, support_labels, query_x = _examples(runs)
+    capsys.readouterr()
+    with pytest.raises(ValueError, match="^classify needs at least two classes"):
+        run.classify(support_x, ["a"] * len(support_x), runs["holed"][1:2])
+    assert capsys.readouterr().err == ""

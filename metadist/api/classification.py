@@ -52,7 +52,6 @@ def classify(
     rule = NanRule.of_store(store, "examples")
     support = classifier_inputs(windows, store, support_x, "support_x", rule)
     query = classifier_inputs(windows, store, query_x, "query_x", rule)
-    rule.note()
     labels = list(support_labels)
     for index, label in enumerate(labels):
         try:
@@ -75,6 +74,7 @@ def classify(
             f"way and was trained {max_classes}-way, so it labels at most {max_classes} "
             "(a prototype learner, e.g. protonet or metabaseline, takes any number)"
         )
+    rule.note()  # what the store's NaN rule filled, once classify goes on
     codes = torch.tensor([classes.index(label) for label in labels], dtype=torch.int64)
     learner.eval()
     device = next(learner.parameters()).device

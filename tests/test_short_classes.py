@@ -4,6 +4,8 @@ scored as if it were."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -48,8 +50,14 @@ def test_the_sampler_names_the_classes_it_cannot_draw(store):
         .short_classes_note() == ""  # fmt: skip
 
 
-def test_the_evaluation_header_names_the_class_left_out(store, tmp_path):
+def test_training_and_the_evaluation_header_name_the_class_left_out(store, tmp_path, capsys):
     run_dir = train_tiny(store, tmp_path / "run", "experiment=ucr_protonet")
+    said = [line for line in capsys.readouterr().err.splitlines() if "never drawn" in line]
+    assert len(said) == 1 and re.fullmatch(
+        r"note: classes with fewer than num_shots \+ num_query = 6 entities in their split "
+        r"are never drawn: meta-train: 2 \((1 entity|2 entities)\)",
+        said[0],
+    ), said
     result = evaluate_run(
         run_dir, overrides=["eval.max_tasks=4", "eval.scratch_steps=1"], progress=False,
         cache=False,

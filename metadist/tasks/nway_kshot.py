@@ -316,18 +316,20 @@ class NWayKShotSampler(TaskSampler, Configurable):
 
         return examples, len(codes)
 
+    @property
+    def short_classes(self) -> dict[str, int]:
+        """`{class name: entities}` of the pool's classes with fewer than K + Q entities:
+        no task draws them, though the units in use hold them."""
+        return dict(self._short_classes)
+
     def short_classes_note(self) -> str:
-        """`; left out, ...` naming the pool's classes with fewer than K + Q entities (no
-        task draws them, though the split holds them), or "" where there are none."""
+        """`; left out, ...` naming `short_classes` with their sizes, or "" where there
+        are none."""
         if not self._short_classes:
             return ""
-        named = ", ".join(
-            f"{name} ({count} entit{'ies' if count != 1 else 'y'})"
-            for name, count in self._short_classes.items()
-        )
         return (
             f"; left out, fewer than num_shots + num_query = "
-            f"{self.num_shots + self.num_query} entities: {named}"
+            f"{self.num_shots + self.num_query} entities: {sized_classes(self._short_classes)}"
         )
 
     def _fewer_classes_hint(self, usable: int, present: int) -> str:
@@ -484,3 +486,10 @@ class NWayKShotSampler(TaskSampler, Configurable):
             picked[..., step] = np.where(repeat, top, draw)
         shuffle = np.argsort(task_uniform(seeds, n * m, stream=3).reshape(num_tasks, n, m), axis=2)
         return np.take_along_axis(picked, shuffle, axis=2)
+
+
+def sized_classes(classes: dict[str, int]) -> str:
+    """`a (3 entities), b (1 entity)`: classes named with their sizes, for messages."""
+    return ", ".join(
+        f"{name} ({count} entit{'ies' if count != 1 else 'y'})" for name, count in classes.items()
+    )

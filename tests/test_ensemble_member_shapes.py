@@ -5,24 +5,18 @@ embedding) is refused in one line naming it, not with torch's state-dict traceba
 from __future__ import annotations
 
 import pytest
-from tiny_runs import train_tiny
+from tiny_runs import train_tiny, ucr_store
 
 import metadist
 from metadist.cli import main as cli_main
-from metadist.datasets.ucr import available_ucr_sets, ucr_ingest_args, write_ucr
-from metadist.store.ingest import ingest
 
 SET = "UnitTest"  # 42 cases of 24 steps, 2 classes
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    if SET not in available_ucr_sets():
-        pytest.skip(f"the `ucr` extra (sktime or aeon) with {SET} is not installed")
     tmp = tmp_path_factory.mktemp("ensemble-shapes")
-    write_ucr(SET, tmp / "set")
-    store = ingest(tmp / "set" / "panel.parquet", tmp / "store", progress=False,
-                   **ucr_ingest_args(1))  # fmt: skip
+    store = ucr_store(tmp, SET)
     return {
         "protonet": train_tiny(store, tmp / "protonet", "experiment=ucr_protonet"),
         "protonet32": train_tiny(

@@ -6,23 +6,17 @@ from __future__ import annotations
 import json
 
 import pytest
-from tiny_runs import train_tiny
+from tiny_runs import train_tiny, ucr_store
 
-from metadist.datasets.ucr import available_ucr_sets, ucr_ingest_args, write_ucr
 from metadist.eval.run import evaluate_run
-from metadist.store.ingest import ingest
 
 SET = "UnitTest"  # 42 cases, 2 classes: its meta-test split holds 21 cases
 
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
-    if SET not in available_ucr_sets():
-        pytest.skip(f"the `ucr` extra (sktime or aeon) with {SET} is not installed")
     tmp = tmp_path_factory.mktemp("few-episodes")
-    write_ucr(SET, tmp / "set")
-    store = ingest(tmp / "set" / "panel.parquet", tmp / "store", progress=False,
-                   **ucr_ingest_args(1))  # fmt: skip
+    store = ucr_store(tmp, SET)
     return train_tiny(store, tmp / "run", "experiment=ucr_protonet")
 
 

@@ -264,7 +264,10 @@ class NWayKShotSampler(TaskSampler, Configurable):
         """
         if holdout is not None:
             raise ValueError("eval.holdout is for forecasting; nway_kshot has no holdout protocol")
-        sampler = self.with_options(**options)
+        try:
+            sampler = self.with_options(**options)
+        except ValueError as error:
+            raise ValueError(f"eval.sampler_options: {_evaluation_options(error)}") from None
         asked, ways = options.get("num_ways"), getattr(sampler, "num_ways", None)
         if asked is not None and ways != int(asked):  # fit_ways lowered it
             print(
@@ -277,7 +280,8 @@ class NWayKShotSampler(TaskSampler, Configurable):
         try:
             confined = sampler.confined_to(units)
         except ValueError as error:
-            raise ValueError(f"the {split} split: {error}") from None
+            said = _evaluation_options(error) if options else str(error)
+            raise ValueError(f"the {split} split: {said}") from None
         assert isinstance(confined, NWayKShotSampler)  # confined_to keeps the class
         examples, num_classes = None, 0
         if train_units is not None and len(train_units):
@@ -493,3 +497,9 @@ def sized_classes(classes: dict[str, int]) -> str:
     return ", ".join(
         f"{name} ({count} entit{'ies' if count != 1 else 'y'})" for name, count in classes.items()
     )
+
+
+def _evaluation_options(error: ValueError) -> str:
+    """`error`'s message with the evaluation's sampler options as the lever to change:
+    an evaluation reads `eval.sampler_options`, never the run's `sampler.options`."""
+    return str(error).replace("sampler.options.", "eval.sampler_options.")

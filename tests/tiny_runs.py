@@ -32,3 +32,19 @@ def train_tiny(store, run_dir: Path, *overrides: str) -> Path:
     ]
     assert train_main([*common, *overrides]) == 0
     return run_dir
+
+
+def ucr_store(root: Path, name: str, num_dims: int = 1):
+    """A store of the UCR/UEA set `name` as the shipped sktime/aeon files hold it
+    (`metadist datasets ucr` + ingest with the printed arguments); the test is skipped
+    where no installed package ships the set."""
+    import pytest
+
+    from metadist.datasets.ucr import available_ucr_sets, ucr_ingest_args, write_ucr
+
+    if name not in available_ucr_sets():
+        pytest.skip(f"the `ucr` extra (sktime or aeon) with {name} is not installed")
+    write_ucr(name, root / "set")
+    return ingest(
+        root / "set" / "panel.parquet", root / "store", progress=False, **ucr_ingest_args(num_dims)
+    )

@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-from metadist.api.history import Entity, check_magnitude, scale_entity
+from metadist.api.history import Entity, NanRule, check_magnitude, scale_entity
 from metadist.api.protocols import AdaptingLearner, StoreSchema
 from metadist.batch import TaskSet
 from metadist.tasks.inference import ClassifyWindows, classify_windows
@@ -49,8 +49,9 @@ def classify(
             "example, e.g. a list"
         )
     windows = classify_windows(sampler, len(store.column_names))
-    support = classifier_inputs(windows, store, support_x, "support_x")
-    query = classifier_inputs(windows, store, query_x, "query_x")
+    rule = NanRule.of_store(store, "examples")
+    support = classifier_inputs(windows, store, support_x, "support_x", rule)
+    query = classifier_inputs(windows, store, query_x, "query_x", rule)
     labels = list(support_labels)
     for index, label in enumerate(labels):
         try:
@@ -73,6 +74,7 @@ def classify(
             f"way and was trained {max_classes}-way, so it labels at most {max_classes} "
             "(a prototype learner, e.g. protonet or metabaseline, takes any number)"
         )
+    rule.note()  # what the store's NaN rule filled, once classify goes on
     codes = torch.tensor([classes.index(label) for label in labels], dtype=torch.int64)
     learner.eval()
     device = next(learner.parameters()).device
@@ -85,7 +87,11 @@ def classify(
 
 
 def classifier_inputs(
-    windows: ClassifyWindows, store: StoreSchema, examples: Examples, field: str
+    windows: ClassifyWindows,
+    store: StoreSchema,
+    examples: Examples,
+    field: str,
+    rule: NanRule | None = None,
 ) -> np.ndarray:
     """`[M, L, F]` float32 examples, scaled and cut (or resampled) as the sampler does.
 
@@ -93,13 +99,18 @@ def classifier_inputs(
         examples: a list of `[T, C]` (or `[T]`) arrays of the store's C columns, or one
             `[M, T, C]` array.
         field: the argument's name, for the errors.
+        rule: the store's NaN rule, applied to each example as ingest applied it to the
+            store's series (default: the store's own; its note is the caller's).
 
     Raises:
         ValueError: no examples, an argument or example of another shape (saying the
-            shapes taken), a wrong number of columns, a non-finite value or one beyond
+            shapes taken), a wrong number of columns, a non-finite value the store's NaN
+            rule does not allow (named by its example, column and row), a value beyond
             the store's scaling, or an example shorter than the run's window.
     """
     num_columns = len(store.column_names)
+    if rule is None:
+        rule = NanRule.of_store(store, "examples")
     items = _examples(examples, field, num_columns)
     columns = np.asarray(windows.input_columns, dtype=np.int64)
     if windows.lookback is None:
@@ -120,9 +131,13 @@ def classifier_inputs(
                 f"{field}[{i}] has {item.shape[1]} columns; the run's store has {num_columns} "
                 f"({', '.join(store.column_names)})"
             )
-        if not np.isfinite(item).all():
-            raise ValueError(f"{field}[{i}] has NaN or infinite values")
         entity = Entity(str(i), np.arange(len(item)), item, source=f"{field}[{i}]")
+        entity = rule.apply(entity)
+        if len(entity.values) == 0:
+            raise ValueError(
+                f"{field}[{i}] has no row left once the store's --nan {rule.name} rule "
+                "removes its non-finite rows"
+            )
         check_magnitude(entity, list(store.column_names), store.scaler.kind)
         entity = scale_entity(store, entity)
         assert entity.scaled is not None

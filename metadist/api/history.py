@@ -103,7 +103,7 @@ def read_history(history: History, store: StoreSchema) -> list[Entity]:
     values = np.column_stack([_floats(table.column(name), name) for name in value_names]).astype(
         np.float64
     )
-    rule = NanRule(str(meta.get("nan_policy", "error")), value_names, time_type)
+    rule = NanRule.of_store(store)
     scaling = str(meta["scaling"]["kind"])
     categories = {
         role: np.asarray(table.column(meta[f"{role}_col"]).to_pylist(), dtype=object).astype(str)
@@ -134,9 +134,10 @@ def read_history(history: History, store: StoreSchema) -> list[Entity]:
                 "of its forecasts, cannot be known; give it at least two rows"
             )
         given = len(entity_times)
-        entity_values, entity_times = rule.apply(key, entity_values, entity_times)
-        _check_rows_left(key, entity_times, times[end - 1], given, time_col, time_type)
-        entity = Entity(key, entity_times, entity_values, step=step, time_type=time_type)
+        entity = rule.apply(
+            Entity(key, entity_times, entity_values, step=step, time_type=time_type)
+        )
+        _check_rows_left(key, entity.times, times[end - 1], given, time_col, time_type)
         check_magnitude(entity, value_names, scaling)
         entity.id, entity.id_type = ids[first], id_type
         entity.stratum = str(categories["stratum"][first]) if "stratum" in categories else ""
@@ -216,52 +217,64 @@ def _floats(column: pa.ChunkedArray, name: str) -> np.ndarray:
 
 
 class NanRule:
-    """The store's NaN rule (`metadist ingest --nan`) applied to a history as ingest
-    applies it to a store: `error` refuses a NaN, inf or null, `ffill` carries the last
-    finite value forward (values before the first finite one take that one), `drop`
-    removes the row. It counts what it changed, for one note."""
+    """The store's NaN rule (`metadist ingest --nan`) applied to a history's entities (or
+    to the examples `Run.classify` takes) as ingest applies it to a store: `error` refuses
+    a NaN, inf or null, `ffill` carries the last finite value forward (values before the
+    first finite one take that one), `drop` removes the row. It counts what it changed,
+    for one note.
 
-    def __init__(self, name: str, names: list[str], time_type: pa.DataType) -> None:
-        self.name, self.names, self.time_type = name, names, time_type
+    Args:
+        name: the store's rule (`error`, `ffill` or `drop`).
+        names: the store's value columns, for messages.
+        given: what the entities are, for messages ("history", "examples").
+    """
+
+    def __init__(self, name: str, names: list[str], given: str = "history") -> None:
+        self.name, self.names, self.given = name, names, given
         self.changed = 0  # cells filled or rows dropped
         self.first = ""  # where the first one was
 
-    def apply(
-        self, key: str, values: np.ndarray, times: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """`(values, times)` of one entity with the rule applied.
+    @classmethod
+    def of_store(cls, store: StoreSchema, given: str = "history") -> NanRule:
+        """The rule `store` was built with (`error` where its metadata names none)."""
+        return cls(str(store.metadata.get("nan_policy", "error")), list(store.column_names), given)
+
+    def apply(self, entity: Entity) -> Entity:
+        """`entity` with the rule applied to its values (and, `drop`, its times).
 
         Raises:
             ValueError: a non-finite value under `error`, or a column without a finite
-                value under `ffill`.
+                value under `ffill`, named by the entity (or example), column and time
+                (or row).
         """
+        values = entity.values
         finite = np.isfinite(values)
         if finite.all():
-            return values, times
+            return entity
         column = int(np.flatnonzero(~finite.all(axis=0))[0])
         row = int(np.flatnonzero(~finite[:, column])[0])
-        where = (
-            f"entity {key!r} has {values[row, column]} in column {self.names[column]!r} at "
-            f"time {shown_time(times[row], self.time_type)}"
-        )
+        where = entity.cell(row, column, self.names)
         if self.name not in ("ffill", "drop"):
             raise ValueError(
-                f"history: {where}; the run's store was built with --nan {self.name}, so the "
-                "history must be finite"
+                f"{where}; the run's store was built with --nan {self.name}, so the "
+                f"{self.given} must be finite"
             )
         if not self.first:
-            self.first = where
+            self.first = where.removeprefix("history: ")
         if self.name == "drop":
             keep = finite.all(axis=1)
             self.changed += int((~keep).sum())
-            return values[keep], times[keep]
+            entity.values, entity.times = values[keep], entity.times[keep]
+            return entity
         if not finite.any(axis=0).all():
             empty = self.names[int(np.flatnonzero(~finite.any(axis=0))[0])]
-            raise ValueError(f"history: entity {key!r} has no finite value in column {empty!r}")
+            who = entity.source or f"history: entity {entity.key!r}"
+            raise ValueError(f"{who} has no finite value in column {empty!r}")
         self.changed += int((~finite).sum())
         filled = values.copy()
         fill_forward(filled, np.zeros(1, np.int64), np.array([len(filled)], np.int64))
-        return filled, times
+        entity.values = filled
+        return entity
 
     def note(self) -> None:
         """One line on stderr saying what the rule changed, if anything."""
@@ -269,7 +282,7 @@ class NanRule:
             return
         what = "values filled" if self.name == "ffill" else "rows dropped"
         print(
-            f"note: history: {self.changed} non-finite {what} by the store's --nan "
+            f"note: {self.given}: {self.changed} non-finite {what} by the store's --nan "
             f"{self.name} rule (the first: {self.first})",
             file=sys.stderr,
         )

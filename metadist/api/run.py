@@ -239,8 +239,10 @@ class Run:
             ValueError: a run that does not classify, mismatched lengths, fewer than two
                 classes (or more than the ways of a run whose head has a row per way:
                 MAML and the other inner-loop learners), an empty example, an argument of
-                another shape, a value the store's scaling cannot hold, or labels given
-                as one string or unhashable (a list).
+                another shape, a NaN or inf the store's NaN rule does not allow (examples
+                get the rule as ingest applied it: `ffill` fills, `drop` drops the row), a
+                value the store's scaling cannot hold, or labels given as one string or
+                unhashable (a list).
         """
         if self.kind != "classification":
             raise ValueError(f"run {self.run_dir} is {self._kind_named()}, not a classifier")

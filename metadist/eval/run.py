@@ -23,6 +23,7 @@ from torch import nn
 from metadist.eval.archive import keep_previous_evaluation
 from metadist.eval.cache import EvalCache
 from metadist.eval.cost import adaptation_steps, cost_line
+from metadist.eval.few_episodes import few_episodes_note
 from metadist.eval.parts import EvalParts, eval_parts
 from metadist.eval.pretrained_run import pretrained_backbone
 from metadist.eval.report import write_report
@@ -106,6 +107,9 @@ def evaluate_run(
         return {}  # rank 0 scores and writes this rank's share
     _describe(result, config, state, checkpoint_path, pointer, parts.description)
     result["settings"].update(parts.tasks.settings)  # e.g. the split protocol and classes
+    few = few_episodes_note(result["num_tasks"], options.max_tasks)
+    if result["kind"] == "classification" and few:
+        result["settings"]["episodes"] = few
     if options.ensemble:
         members.insert(0, f"{run_dir} ({checkpoint_path.name})")
         result["settings"]["ensemble"] = f"{options.ensemble_reduce} of " + ", ".join(members)

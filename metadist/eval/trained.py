@@ -101,9 +101,18 @@ def trained_learner(
     state: dict[str, Any],
     parts: ModelShapes,
     input_shape: tuple[int, ...] | None = None,
+    member: str = "",
 ) -> nn.Module:
     """The run's learner with the checkpoint's weights (its model taking `input_shape`,
-    default the evaluated tasks' input shape), on the evaluation device."""
+    default the evaluated tasks' input shape), on the evaluation device.
+
+    Args:
+        member: an ensemble member's run directory, for the error ("": the evaluated run).
+
+    Raises:
+        ValueError: an ensemble member whose weights do not fit the evaluated run's
+            outputs (another embedding size, or a row per way against an embedding).
+    """
     torch.manual_seed(config.trainer.seed)
     model = build_model(
         config.model.name,
@@ -112,9 +121,27 @@ def trained_learner(
         **config.model.options,
     )
     learner = build_learner(config.learner.name, model, **config.learner.options)
+    if member:
+        _check_member_shapes(learner, state["learner"], member, parts.output_shape)
     learner.load_state_dict(state["learner"])
     # Looked up on the module, so that tests can move evaluation to another device.
     return learner.to(distributed.evaluation_device(config.trainer.device))
+
+
+def _check_member_shapes(
+    learner: nn.Module, weights: dict[str, Any], member: str, output_shape: tuple[int, ...]
+) -> None:
+    """Refuses, in one line, a member whose checkpoint holds a weight of another shape
+    than its learner built for the evaluated run's outputs `output_shape`."""
+    built = learner.state_dict()
+    for name, value in weights.items():
+        if name in built and tuple(built[name].shape) != tuple(value.shape):
+            raise ValueError(
+                f"eval.ensemble: {member} does not give the evaluated run's outputs: its "
+                f"{name} is {list(value.shape)}, where outputs of shape {list(output_shape)} "
+                f"need {list(built[name].shape)} (a prototype learner's embedding of "
+                "model.output_shape, or a row per way); members must give outputs of one shape"
+            )
 
 
 def with_ensemble(
@@ -196,7 +223,8 @@ def ensemble_member(
             f"evaluated run with {config.data.store!r}; members must see the same tasks"
         )
     input_shape = None if lookback is None else (lookback, *parts.input_shape[1:])
-    return trained_learner(member, state, parts, input_shape), checkpoint_path.name, lookback
+    learner = trained_learner(member, state, parts, input_shape, member=str(run_dir))
+    return learner, checkpoint_path.name, lookback
 
 
 def _sampler_options(

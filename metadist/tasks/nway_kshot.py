@@ -264,7 +264,10 @@ class NWayKShotSampler(TaskSampler, Configurable):
         """
         if holdout is not None:
             raise ValueError("eval.holdout is for forecasting; nway_kshot has no holdout protocol")
-        sampler = self.with_options(**options)
+        try:
+            sampler = self.with_options(**options)
+        except ValueError as error:
+            raise ValueError(f"eval.sampler_options: {_evaluation_options(error)}") from None
         asked, ways = options.get("num_ways"), getattr(sampler, "num_ways", None)
         if asked is not None and ways != int(asked):  # fit_ways lowered it
             print(
@@ -277,7 +280,8 @@ class NWayKShotSampler(TaskSampler, Configurable):
         try:
             confined = sampler.confined_to(units)
         except ValueError as error:
-            raise ValueError(f"the {split} split: {error}") from None
+            said = _evaluation_options(error) if options else str(error)
+            raise ValueError(f"the {split} split: {said}") from None
         assert isinstance(confined, NWayKShotSampler)  # confined_to keeps the class
         examples, num_classes = None, 0
         if train_units is not None and len(train_units):
@@ -291,7 +295,8 @@ class NWayKShotSampler(TaskSampler, Configurable):
             seed=seed,
             note=(
                 f" ({confined.num_ways}-way {confined.num_shots}-shot, {confined.num_query} "
-                f"query per class, from {len(confined._class_codes)} {self.class_by} classes)"
+                f"query per class, from {len(confined._class_codes)} {self.class_by} classes"
+                f"{confined.short_classes_note()})"
             ),
             labelled_examples=examples,
             num_classes=num_classes,
@@ -314,6 +319,22 @@ class NWayKShotSampler(TaskSampler, Configurable):
             return torch.from_numpy(x), torch.from_numpy(class_index[picks].astype(np.int64))
 
         return examples, len(codes)
+
+    @property
+    def short_classes(self) -> dict[str, int]:
+        """`{class name: entities}` of the pool's classes with fewer than K + Q entities:
+        no task draws them, though the units in use hold them."""
+        return dict(self._short_classes)
+
+    def short_classes_note(self) -> str:
+        """`; left out, ...` naming `short_classes` with their sizes, or "" where there
+        are none."""
+        if not self._short_classes:
+            return ""
+        return (
+            f"; left out, fewer than num_shots + num_query = "
+            f"{self.num_shots + self.num_query} entities: {sized_classes(self._short_classes)}"
+        )
 
     def _fewer_classes_hint(self, usable: int, present: int) -> str:
         """What to change when units in use have `usable` classes of K + Q examples (of
@@ -361,6 +382,10 @@ class NWayKShotSampler(TaskSampler, Configurable):
         self._class_count = counts[usable]
         self._class_slot = np.full(len(self.class_names), -1, dtype=np.int64)
         self._class_slot[self._class_codes] = np.arange(len(self._class_codes))
+        # {class name: cases} of the pool's classes too small to draw (never a way)
+        self._short_classes = dict(
+            zip(self.class_names[codes[~usable]].tolist(), counts[~usable].tolist(), strict=True)
+        )
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -465,3 +490,16 @@ class NWayKShotSampler(TaskSampler, Configurable):
             picked[..., step] = np.where(repeat, top, draw)
         shuffle = np.argsort(task_uniform(seeds, n * m, stream=3).reshape(num_tasks, n, m), axis=2)
         return np.take_along_axis(picked, shuffle, axis=2)
+
+
+def sized_classes(classes: dict[str, int]) -> str:
+    """`a (3 entities), b (1 entity)`: classes named with their sizes, for messages."""
+    return ", ".join(
+        f"{name} ({count} entit{'ies' if count != 1 else 'y'})" for name, count in classes.items()
+    )
+
+
+def _evaluation_options(error: ValueError) -> str:
+    """`error`'s message with the evaluation's sampler options as the lever to change:
+    an evaluation reads `eval.sampler_options`, never the run's `sampler.options`."""
+    return str(error).replace("sampler.options.", "eval.sampler_options.")

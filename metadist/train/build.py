@@ -41,6 +41,7 @@ from metadist.tasks import (
     registered_task_samplers,
 )
 from metadist.tasks.first_batch import example_shapes, first_batch
+from metadist.tasks.nway_kshot import sized_classes
 from metadist.train.config import TrainConfig
 from metadist.train.distributed import DistEnv
 from metadist.train.optim import build_optimizer, scheduled_lr
@@ -156,7 +157,7 @@ def build_task_source(
         # N as configured: the sampler may have lowered it to the store's classes already
         asked = getattr(getattr(sampler, "options", None), "num_ways", None)
         fit_ways(partitioner)
-        _check_splits_give_tasks(sampler, partitioner)  # before training, and the note
+        short = _check_splits_give_tasks(sampler, partitioner)  # before training, and the note
         ways = getattr(sampler, "num_ways", None)
         if note_ways and ways != asked and os.environ.get("RANK", "0") == "0":
             print(
@@ -165,6 +166,8 @@ def build_task_source(
                 "(sampler.options.fit_ways=false refuses instead)",
                 file=sys.stderr,
             )
+        if note_ways and short and os.environ.get("RANK", "0") == "0":
+            print(short, file=sys.stderr)
     example = first_batch(sampler, config.sampler.name, seed)
     input_shape, task_output_shape = example_shapes(example, sampler)
     output_shape = task_output_shape
@@ -401,20 +404,35 @@ def check_components(config: TrainConfig) -> None:
     )
 
 
-def _check_splits_give_tasks(sampler: Any, partitioner: Any) -> None:
+def _check_splits_give_tasks(sampler: Any, partitioner: Any) -> str:
     """Every split in use can give the N-way sampler's tasks: a meta-test split of one
     class was found by the evaluation after the whole training.
+
+    Returns:
+        A note naming the classes of meta-train and meta-val too small to be drawn (the
+        evaluation's header names meta-test's), or "".
 
     Raises:
         ValueError: naming the split and, from the sampler, what to change.
     """
+    short = []
     for split in ("train", "val", "test"):
         units = np.asarray(partitioner.units(split), dtype=np.int64)
         if len(units):
             try:
-                sampler.confined_to(units)
+                confined = sampler.confined_to(units)
             except ValueError as error:
                 raise ValueError(f"the meta-{split} split cannot give tasks: {error}") from None
+            classes = getattr(confined, "short_classes", {})
+            if classes and split != "test":
+                short.append(f"meta-{split}: {sized_classes(classes)}")
+    if not short:
+        return ""
+    per_class = sampler.num_shots + sampler.num_query
+    return (
+        f"note: classes with fewer than num_shots + num_query = {per_class} entities in "
+        f"their split are never drawn: {'; '.join(short)}"
+    )
 
 
 def learner_loss(config: TrainConfig) -> str | None:

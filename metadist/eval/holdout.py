@@ -40,7 +40,8 @@ def read_holdout(
     Raises:
         FileNotFoundError: no file at `path`.
         ValueError: missing columns, entities the store does not know, an entity whose
-            holdout does not start after its training part, or NaN values.
+            holdout does not start after its training part or has two rows at one time,
+            or values that are not finite (NaN, inf).
     """
     import pyarrow.parquet as pq
 
@@ -66,8 +67,13 @@ def read_holdout(
     values = np.stack(
         [np.asarray(table.column(c).to_numpy(), dtype=np.float64) for c in value_cols], axis=1
     )
-    if np.isnan(values).any():
-        raise ValueError(f"holdout {path} has NaN values in {', '.join(value_cols)}")
+    bad = np.flatnonzero(~np.isfinite(values).all(axis=1))
+    if len(bad):
+        # an infinite truth would make the task's sMAPE and MAPE NaN: left out unsaid
+        raise ValueError(
+            f"holdout {path}: row {int(bad[0])} has a value that is not finite "
+            f"({values[bad[0]].tolist()} in {', '.join(value_cols)}; {len(bad)} such rows)"
+        )
     store_index = {str(name): i for i, name in enumerate(store.entity_ids)}
     unknown = sorted(set(ids.tolist()) - set(store_index))
     if unknown:
@@ -77,6 +83,13 @@ def read_holdout(
         )
     order = np.lexsort((times, ids))
     ids, times, values = ids[order], times[order], values[order]
+    repeated = np.flatnonzero((ids[1:] == ids[:-1]) & (times[1:] == times[:-1]))
+    if len(repeated):
+        # two truths of one step would score that step twice, the horizon one step longer
+        raise ValueError(
+            f"holdout {path}: entity {str(ids[repeated[0]])!r} has more than one row at "
+            f"{time_col} {int(times[repeated[0]])} ({len(repeated)} such repeated rows)"
+        )
     boundaries = np.flatnonzero(ids[1:] != ids[:-1]) + 1
     out: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     for block in np.split(np.arange(len(ids)), boundaries):

@@ -1,0 +1,52 @@
+"""A holdout file's values are each series' truth: one finite value per time step."""
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from metadist.eval.holdout import read_holdout
+from metadist.store import SeriesStore
+from metadist.store.ingest import ingest
+
+
+def _write(path, rows):
+    names, times, values = zip(*rows, strict=True)
+    pq.write_table(
+        pa.table({"series_id": list(names), "t": list(times), "value": list(values)}), path
+    )
+
+
+@pytest.fixture
+def store(tmp_path):
+    _write(tmp_path / "train.parquet", [(n, t, 10.0 + t) for n in "AB" for t in range(20)])
+    ingest(
+        tmp_path / "train.parquet", tmp_path / "store", entity_col="series_id", time_col="t",
+        features=["value"], scaling="none", progress=False,
+    )  # fmt: skip
+    return SeriesStore.open(tmp_path / "store")
+
+
+def _read(path, store):
+    return read_holdout(path, store, entity_col="series_id", time_col="t", value_cols=["value"])
+
+
+@pytest.mark.parametrize("value", [np.inf, -np.inf, np.nan])
+def test_a_holdout_value_that_is_not_finite_is_refused_naming_its_row(tmp_path, store, value):
+    """An infinite truth made the task's sMAPE and MAPE NaN, and the task was left out of
+    their means without a word; it is refused as NaN is."""
+    path = tmp_path / "holdout.parquet"
+    _write(path, [("A", 20, 1.0), ("A", 21, value), ("B", 20, 2.0)])
+    with pytest.raises(ValueError, match=r"holdout .*: row 1 has a value that is not finite"):
+        _read(path, store)
+
+
+def test_two_holdout_rows_of_one_series_at_one_time_are_refused(tmp_path, store):
+    """A repeated row was read as one more step of the horizon: that step scored twice."""
+    path = tmp_path / "holdout.parquet"
+    _write(path, [("A", 20, 1.0), ("B", 20, 2.0), ("A", 21, 3.0), ("A", 20, 1.5)])
+    with pytest.raises(ValueError, match="entity 'A' has more than one row at t 20"):
+        _read(path, store)
+    _write(path, [("A", 20, 1.0), ("B", 20, 2.0), ("A", 21, 3.0)])
+    holdout = _read(path, store)
+    assert holdout[0][0].tolist() == [20, 21] and holdout[1][1][:, 0].tolist() == [2.0]

@@ -339,9 +339,11 @@ def _score_batches(
         if shard is not None and shard.is_sharded:
             _score_sharded(shard, batches, arrays, local, scores, score, options, shown)
             return
+        done = 0  # tasks predicted: a learned combination scores them only at `finish`
         for batch in _started_ahead(_limited(batches, options.max_tasks), score):
             score(scores, batch, arrays(batch))
-            shown.update(scores.num_tasks)
+            done += batch.num_tasks
+            shown.update(done)
         if isinstance(score, ForecastScorer):
             score.finish()  # the tasks held back for the learned combination
     finally:
@@ -371,12 +373,14 @@ def _score_sharded(
     every = predict_share(shard, _limited(batches, options.max_tasks), arrays, start)
     if every is None:  # another rank's predictions are scored on rank 0
         return
+    done = 0  # as in `_score_batches`
     for index, batch in enumerate(_limited(batches, options.max_tasks)):
         predictions = every.pop(index)
         if local is not None:
             predictions.update({k: v.cpu().numpy() for k, v in local(batch).items()})
         score(scores, batch, predictions)
-        shown.update(scores.num_tasks)
+        done += batch.num_tasks
+        shown.update(done)
     if isinstance(score, ForecastScorer):
         score.finish()  # the tasks held back for the learned combination
 

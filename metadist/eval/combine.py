@@ -58,8 +58,9 @@ def combine_runs(
 
     Raises:
         ValueError: fewer than two runs (without `chosen`), a run twice, runs with
-            different methods, metrics or groupings, a task (entity) evaluated by two
-            runs, or a `chosen` that does not name one scored method per run.
+            different methods, metrics or groupings, runs evaluated on different splits
+            (`eval.split`), a task (entity) evaluated by two runs, or a `chosen` that
+            does not name one scored method per run.
         FileNotFoundError: a run without `eval/metrics.json` and `eval/tasks.parquet`.
     """
     paths = [Path(p) for p in run_dirs]
@@ -120,7 +121,8 @@ def _read_runs(paths: list[Path]) -> tuple[list[dict[str, Any]], list[dict[str, 
 def _check_alike(
     paths: list[Path], results: list[dict[str, Any]], tables: list[dict[str, list]]
 ) -> None:
-    """Refuses runs that were not evaluated alike (kind, methods, metrics, task columns).
+    """Refuses runs that were not evaluated alike (kind, methods, metrics, task columns,
+    the split evaluated where both record it).
 
     Raises:
         ValueError: naming the first run that differs from the first and how.
@@ -133,11 +135,24 @@ def _check_alike(
                     f"combine: {path} has {key} {result.get(key)!r}, {paths[0]} has "
                     f"{first.get(key)!r}; only evaluations of the same kind can be pooled"
                 )
+        split, first_split = _split(result), _split(first)
+        if split is not None and first_split is not None and split != first_split:
+            raise ValueError(
+                f"combine: {path} was evaluated on eval.split={split!r}, {paths[0]} on "
+                f"eval.split={first_split!r}; only evaluations of the same split can be pooled"
+            )
         if sorted(table) != sorted(tables[0]):
             raise ValueError(
                 f"combine: the tasks of {path} have columns {sorted(table)}, "
                 f"{paths[0]}'s has {sorted(tables[0])}"
             )
+
+
+def _split(result: dict[str, Any]) -> str | None:
+    """The split a run's evaluation (or a combine of runs of one split) scored, where it
+    records one."""
+    split = result.get("settings", {}).get("split")
+    return None if split is None else str(split)
 
 
 def _check_one_run_per_entity(paths: list[Path], tables: list[dict[str, list]]) -> None:
@@ -207,8 +222,11 @@ def _pooled(
 def _settings(
     paths: list[Path], results: list[dict[str, Any]], chosen: list[str] | None
 ) -> dict[str, Any]:
-    """The pooled result's settings: each run's own, the chosen methods, the seconds."""
+    """The pooled result's settings: the split (`_check_alike`: the same where recorded),
+    each run's own, the chosen methods, the seconds."""
+    splits = {_split(result) for result in results} - {None}
     return {
+        **({"split": splits.pop()} if len(splits) == 1 else {}),
         "runs": [
             {
                 "run_dir": str(path),

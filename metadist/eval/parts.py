@@ -15,6 +15,7 @@ import numpy as np
 from metadist.batch import MetaBatch
 from metadist.data.splits import describe_split
 from metadist.eval.holdout import HoldoutReader
+from metadist.eval.member_split import unit_keys
 from metadist.eval.settings import EvalOptions, check_periods_cover
 from metadist.tasks.base import EvaluationTasks
 from metadist.tasks.inference import ForecastWindows, forecast_windows
@@ -41,6 +42,9 @@ class EvalParts:
             pretrained-embedding baseline trains on).
         windows: the sampler's forecast windows (`None`: it has none), for the model's
             forecasts of the validation windows (`eval.learned_combination`).
+        held_out: the evaluated split's entities (units, for a sampler whose units are
+            not entities), which no `eval.ensemble` member may have trained on; `None`
+            where every unit is evaluated (`eval.split=all`).
     """
 
     store: Any
@@ -53,6 +57,7 @@ class EvalParts:
     store_identity: dict | None = None
     train_units: np.ndarray | None = None
     windows: ForecastWindows | None = None
+    held_out: np.ndarray | None = None
 
     @property
     def target_columns(self) -> list[int] | None:
@@ -120,6 +125,7 @@ def eval_parts(
         store_identity=recorded_identity,
         train_units=train_units,
         windows=_windows(source, options),
+        held_out=None if options.split == "all" else unit_keys(source.sampler, units),
     )
 
 

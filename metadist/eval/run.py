@@ -235,6 +235,7 @@ def _learner(
         options.ensemble or [],
         options.ensemble_reduce,
         store,
+        parts.held_out,
     )
 
 

@@ -50,3 +50,26 @@ def test_two_holdout_rows_of_one_series_at_one_time_are_refused(tmp_path, store)
     _write(path, [("A", 20, 1.0), ("B", 20, 2.0), ("A", 21, 3.0)])
     holdout = _read(path, store)
     assert holdout[0][0].tolist() == [20, 21] and holdout[1][1][:, 0].tolist() == [2.0]
+
+
+def test_nulls_other_types_and_other_files_are_named(tmp_path, store):
+    """A null time was read as the time NaN and scored as one more step; a null id, a
+    value or time that is not a number, and a file that is not Parquet were messages
+    that did not name the holdout, its row or its column."""
+    path = tmp_path / "holdout.parquet"
+    columns = {"series_id": ["A", "A"], "t": [20, 21], "value": [1.0, 2.0]}
+    cases = {
+        "t": (pa.array([20, None], pa.int64()), r"row 1: column 't' is null"),
+        "series_id": (pa.array([None, "A"], pa.string()), r"row 0: column 'series_id' is null"),
+        "value": (pa.array(["x", "y"]), r"column 'value' must hold numbers, not string"),
+    }
+    for name, (column, message) in cases.items():
+        pq.write_table(pa.table({**columns, name: column}), path)
+        with pytest.raises(ValueError, match=rf"holdout {path}: {message}"):
+            _read(path, store)
+    pq.write_table(pa.table({**columns, "t": pa.array(["20", "21"])}), path)
+    with pytest.raises(ValueError, match="column 't' must hold time steps"):
+        _read(path, store)
+    path.write_text("entity,t,value\n")
+    with pytest.raises(ValueError, match=rf"{path} is not a readable Parquet file"):
+        _read(path, store)

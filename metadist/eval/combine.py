@@ -91,6 +91,25 @@ def combine_runs(
     return _pooled(paths, results, columns, forecasts, methods, title, chosen)
 
 
+def check_out_dir(out_dir: str | os.PathLike, run_dirs: list[str | os.PathLike]) -> None:
+    """Refuses an output directory that would replace what is pooled: a run's own
+    evaluation (`RUN/eval`), the run directory itself (its files would then be read as
+    its evaluation) or an earlier combine given as a run; or a file.
+
+    Raises:
+        ValueError: naming the output and the run it would overwrite.
+    """
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"combine: OUT_DIR {out} is a file, not a directory")
+    for run in map(Path, run_dirs):
+        if out.resolve() in (run.resolve(), _evaluation_dir(run).resolve()):
+            raise ValueError(
+                f"combine: OUT_DIR {out} would overwrite the evaluation of {run} it pools; "
+                "write the combined table to a directory of its own"
+            )
+
+
 def _evaluation_dir(path: Path) -> Path:
     """Where a run's evaluation files are: `<run_dir>/eval`, or the directory itself for
     the output of an earlier combine (files directly inside)."""

@@ -20,6 +20,7 @@ import importlib
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -121,6 +122,7 @@ def _read_runs(paths: list[Path]) -> tuple[list[dict[str, Any]], list[dict[str, 
 
     Raises:
         FileNotFoundError: a run without either, saying how to evaluate it.
+        ValueError: either cannot be read, or the summary is not an evaluation's.
     """
     results, tables = [], []
     for path in paths:
@@ -132,9 +134,21 @@ def _read_runs(paths: list[Path]) -> tuple[list[dict[str, Any]], list[dict[str, 
                 f"{path} has no evaluation to combine ({missing} is missing); evaluate it "
                 f"first: metadist eval run_dir={path}"
             )
-        results.append(json.loads(summary.read_text()))
-        tables.append(read_tasks(tasks))
+        result = _read(summary, lambda path: json.loads(path.read_text()))
+        if not isinstance(result, dict) or not isinstance(result.get("methods"), dict):
+            raise ValueError(f"combine: {summary} is not the metrics.json of an evaluation")
+        table = _read(tasks, read_tasks)
+        results.append(result)
+        tables.append(table)
     return results, tables
+
+
+def _read(path: Path, read: Callable[[Path], Any]) -> Any:
+    """`read(path)`; its errors (JSON's, Arrow's) as one naming the file."""
+    try:
+        return read(path)
+    except (ValueError, OSError) as error:
+        raise ValueError(f"combine: {path} cannot be read ({error})") from None
 
 
 def _check_alike(

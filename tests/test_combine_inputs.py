@@ -1,4 +1,5 @@
-"""`python -m metadist.eval.combine OUT_DIR RUN ...` never writes over what it pools."""
+"""`python -m metadist.eval.combine OUT_DIR RUN ...`: what it reads is named when it cannot be
+read, and it never writes over what it pools."""
 
 import json
 
@@ -30,3 +31,24 @@ def test_an_out_dir_that_is_a_pooled_runs_evaluation_is_refused(tmp_path, capsys
     assert json.loads((tmp_path / "ab" / "metrics.json").read_text())["num_tasks"] == 12
     assert main([str(tmp_path / "ab"), str(tmp_path / "ab")]) == 1
     assert main([str(tmp_path / "again"), str(tmp_path / "ab")]) == 0
+
+
+def test_an_evaluation_that_cannot_be_read_is_named(tmp_path, capsys):
+    """A damaged metrics.json was JSON's message naming no file, one that is not a
+    mapping a traceback, a damaged tasks.parquet Arrow's message."""
+    _evaluate_parts(tmp_path, [("a", "test"), ("b", "test")])
+    summary, tasks = (
+        tmp_path / "b" / "eval" / "metrics.json",
+        tmp_path / "b" / "eval" / "tasks.parquet",
+    )
+    for path, text, message in (
+        (summary, "{", f"{summary} cannot be read (Expecting property name"),
+        (summary, "[1]", f"{summary} is not the metrics.json of an evaluation"),
+        (tasks, "xx", f"{tasks} cannot be read ("),
+    ):
+        kept = path.read_bytes()
+        path.write_text(text)
+        assert main([str(tmp_path / "out"), str(tmp_path / "a"), str(tmp_path / "b")]) == 1
+        assert message in capsys.readouterr().err
+        path.write_bytes(kept)
+    assert main([str(tmp_path / "out"), str(tmp_path / "a"), str(tmp_path / "b")]) == 0

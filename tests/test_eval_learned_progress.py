@@ -1,5 +1,6 @@
 """The tasks an evaluation has done, shown while it runs, with a learned combination too
-(whose tasks are scored only once every validation window is in)."""
+(whose tasks are scored only once every validation window is in, after its weights'
+fits, which show their own progress)."""
 
 import numpy as np
 import pytest
@@ -49,3 +50,9 @@ def test_evaluating_counts_every_task_done(tmp_path, monkeypatch, capsys, learne
     # it said 0/16 to the end where the learned combination held the tasks back
     assert evaluating[0].startswith("evaluating: 9/16 tasks"), lines
     assert evaluating[-1].startswith("evaluating: 16/16 tasks (100%)"), lines
+    # the weights' fits after the last task: 2 losses x 6 penalties on a split of the
+    # 16 validation series, then the one chosen on all (they were silent)
+    fits = [line for line in lines if line.startswith("learned combination: ")]
+    assert bool(fits) == (learned is not None), lines
+    if learned is not None:
+        assert fits[-1].startswith("learned combination: 13/13 fits (100%)"), lines

@@ -166,12 +166,13 @@ class ForecastScorer:
             self._held.append((tasks, truth, forecasts))
             self._scores = scores
 
-    def finish(self) -> None:
+    def finish(self, counter: Any = None) -> None:
         """Scores the batches held back for the learned combination, with the weights
-        learned from every task's validation window."""
+        learned from every task's validation window (`counter`: a `metadist.progress`
+        counter advanced by each of its `learned.num_fits()` fits)."""
         if self.learned is None:
             return
-        self.learned.fit(self.options.seed)
+        self.learned.fit(self.options.seed, None if counter is None else lambda: counter.advance(1))
         for tasks, truth, forecasts in self._held:
             histories = [t.history for t in tasks]
             forecasts[LEARNED] = self.learned.combine(

@@ -1,6 +1,7 @@
-"""`eval.references` and `eval.group_names` are checked with the other settings: the report
-reads them only after every task is scored, where a bad one was a traceback (and the
-markdown failed after metrics.json was written)."""
+"""Evaluation settings read late (the report's `eval.references` and `eval.group_names`,
+after every task is scored; `eval.seed`, by the task draw) are checked with the others,
+each in one line naming the field: a bad one was a traceback at the end (the markdown
+failing after metrics.json was written) or a library's message naming nothing."""
 
 import pytest
 
@@ -37,3 +38,12 @@ def test_published_figures_as_the_experiments_give_them_are_accepted():
         }
     )
     assert options.references["Theta"]["label"]["yearly"] == 16.90
+
+
+@pytest.mark.parametrize(("seed", "message"), [(-1, ">= 0"), (2**64, "a 32-bit seed")])
+def test_an_evaluation_seed_out_of_range_is_named(seed, message):
+    """A negative eval.seed with eval.max_tasks was numpy's "expected non-negative
+    integer", one too large "Overflow when unpacking long long": neither named it."""
+    with pytest.raises(ValueError, match=rf"eval.seed must be .*{message}"):
+        EvalOptions.from_dict({"seed": seed, "max_tasks": 3})
+    assert EvalOptions.from_dict({"seed": 2**32 - 1}).seed == 2**32 - 1

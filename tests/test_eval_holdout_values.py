@@ -73,3 +73,36 @@ def test_nulls_other_types_and_other_files_are_named(tmp_path, store):
     path.write_text("entity,t,value\n")
     with pytest.raises(ValueError, match=rf"{path} is not a readable Parquet file"):
         _read(path, store)
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        # bool("false") is True: a holdout lacking entities was scored in part, unasked
+        ({"partial": "false"}, "eval.holdout.partial must be true or false, got 'false'"),
+        ({"value_cols": [1]}, "eval.holdout.value_cols must be a list of column names"),
+        ({"time_col": ["t"]}, "eval.holdout.time_col must be a column name"),
+        ({"path": 3}, "eval.holdout.path must be a file path, got 3"),
+    ],
+)
+def test_a_holdout_spec_of_the_wrong_type_is_named(tmp_path, store, spec, message):
+    from metadist.eval import EvalOptions
+    from metadist.eval.parts import holdout_reader
+
+    options = EvalOptions(split="all", holdout={"path": str(tmp_path / "h.parquet"), **spec})
+    with pytest.raises(ValueError, match=message):
+        holdout_reader(store, options)
+
+
+def test_one_value_column_may_be_named_alone(tmp_path, store):
+    """`value_cols: value` was read as the columns 'v', 'a', 'l', 'u', 'e'."""
+    from metadist.eval import EvalOptions
+    from metadist.eval.parts import holdout_reader
+
+    path = tmp_path / "holdout.parquet"
+    _write(path, [("A", 20, 1.0), ("B", 20, 2.0)])
+    holdout = {"path": str(path), "entity_col": "series_id", "time_col": "t"}
+    reader = holdout_reader(
+        store, EvalOptions(split="all", holdout={**holdout, "value_cols": "value"})
+    )
+    assert reader.read(["ignored"])[1][1][:, 0].tolist() == [2.0]

@@ -7,7 +7,6 @@ where it is built; `load_eval_options` composes it with `eval.KEY=VALUE` overrid
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from metadist.eval.table_settings import check_table_names
 from metadist.options import check_range, from_mapping
 from metadist.train.compose import find_experiments_dir, whole_eval_mappings
 from metadist.train.config import check_finite_numbers
@@ -325,43 +325,6 @@ def _check_seasonal_period_from(options: EvalOptions) -> None:
         )
 
 
-def _check_table_names(options: EvalOptions) -> None:
-    """eval.group_names (stratum and label to names) and eval.references (published
-    figures: `{method: {all: X, stratum or label: {group: X}}}`), which the report reads
-    only after every task is scored."""
-    for grouping, name in options.group_names.items():
-        if grouping not in ("stratum", "label") or not isinstance(name, str) or not name:
-            raise ValueError(
-                "eval.group_names maps stratum and label to what the tables call them, e.g. "
-                f"{{label: frequency}}, got {grouping}: {name!r}"
-            )
-    for method, figures in options.references.items():
-        where = f"eval.references.{method}"
-        if not isinstance(figures, dict):
-            raise ValueError(
-                f"{where} must map all (and stratum or label) to published figures, e.g. "
-                f"{{all: 13.01, label: {{yearly: 16.9}}}}, got {figures!r}"
-            )
-        for key, value in figures.items():
-            if key == "all":
-                _check_figure(f"{where}.all", value)
-            elif not isinstance(value, dict):
-                raise ValueError(
-                    f"{where}.{key} must map each {key} to its published figure, e.g. "
-                    f"{{yearly: 16.9}}, got {value!r}"
-                )
-            else:
-                for group, figure in value.items():
-                    _check_figure(f"{where}.{key}.{group}", figure)
-
-
-def _check_figure(where: str, figure: Any) -> None:
-    """A published figure: a finite number, or null where the source gives none."""
-    number = isinstance(figure, (int, float)) and not isinstance(figure, bool)
-    if figure is not None and not (number and math.isfinite(figure)):
-        raise ValueError(f"{where} must be a number (or null), got {figure!r}")
-
-
 # The checks of `validate`, in order: it reports the first bad field it finds.
 _CHECKS = (
     _check_training_steps,
@@ -372,7 +335,7 @@ _CHECKS = (
     _check_combinations,
     _check_extra_baselines,
     _check_seasonal_period_from,
-    _check_table_names,
+    check_table_names,
 )
 
 

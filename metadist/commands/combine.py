@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from metadist.commands.parser import Parser
-from metadist.eval.combine import combine_runs
+from metadist.eval.combine import check_out_dir, combine_runs
 from metadist.eval.report import markdown_report, write_report
 
 
@@ -33,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        check_out_dir(args.out_dir, args.run_dirs)
         result = combine_runs(args.run_dirs, title=args.title)
     except (ValueError, FileNotFoundError) as error:
         print(f"metadist.eval.combine: error: {error}", file=sys.stderr)

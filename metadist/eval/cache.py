@@ -14,7 +14,9 @@ checkpoint) computes only the meta-trained model's predictions:
 
 Every entry is keyed by a SHA-256 `digest` of everything that determines it: the inputs'
 bytes (support and query tensors, a series' history), the settings, the code's version
-(`CACHE_VERSION`, metadist's, torch's and numpy's) and, for networks, the initial weights
+(`CACHE_VERSION`, metadist's source as `shared_cache.code_fingerprint` hashes it, so an
+edited metadist of the same version number computes afresh, torch's and numpy's) and,
+for networks, the initial weights
 and the device. A changed input or setting gives another key, so a stale entry is never
 used. The report says what was reused and from where (`summary`). A cache that cannot be
 written costs the next evaluation time, nothing else: a warning, and the evaluation goes on.
@@ -42,7 +44,7 @@ from metadist import __version__
 from metadist.durable import atomic_file
 from metadist.eval.packing import FORMAT as _FORMAT
 from metadist.eval.packing import pack, unpack
-from metadist.eval.shared_cache import SharedCache
+from metadist.eval.shared_cache import SharedCache, code_fingerprint
 
 # Bumped whenever a cached baseline would be computed differently.
 CACHE_VERSION = 1
@@ -53,8 +55,9 @@ _VERSIONS = (__version__, torch.__version__, np.__version__)
 
 def digest(*parts: Any) -> str:
     """SHA-256 (hex) of `parts`: arrays and tensors by dtype, shape and bytes, anything
-    else by its JSON (`str` for what JSON cannot write), with the code's versions."""
-    h = hashlib.sha256(repr(_VERSIONS).encode())
+    else by its JSON (`str` for what JSON cannot write), with the code's versions and
+    source (`code_fingerprint`)."""
+    h = hashlib.sha256(repr((*_VERSIONS, code_fingerprint())).encode())
     for part in parts:
         if isinstance(part, torch.Tensor):
             part = part.detach().to("cpu")

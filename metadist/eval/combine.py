@@ -20,6 +20,7 @@ import importlib
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -58,8 +59,9 @@ def combine_runs(
 
     Raises:
         ValueError: fewer than two runs (without `chosen`), a run twice, runs with
-            different methods, metrics or groupings, a task (entity) evaluated by two
-            runs, or a `chosen` that does not name one scored method per run.
+            different methods, metrics or groupings, runs evaluated on different splits
+            (`eval.split`), a task (entity) evaluated by two runs, or a `chosen` that
+            does not name one scored method per run.
         FileNotFoundError: a run without `eval/metrics.json` and `eval/tasks.parquet`.
     """
     paths = [Path(p) for p in run_dirs]
@@ -90,6 +92,25 @@ def combine_runs(
     return _pooled(paths, results, columns, forecasts, methods, title, chosen)
 
 
+def check_out_dir(out_dir: str | os.PathLike, run_dirs: list[str | os.PathLike]) -> None:
+    """Refuses an output directory that would replace what is pooled: a run's own
+    evaluation (`RUN/eval`), the run directory itself (its files would then be read as
+    its evaluation) or an earlier combine given as a run; or a file.
+
+    Raises:
+        ValueError: naming the output and the run it would overwrite.
+    """
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"combine: OUT_DIR {out} is a file, not a directory")
+    for run in map(Path, run_dirs):
+        if out.resolve() in (run.resolve(), _evaluation_dir(run).resolve()):
+            raise ValueError(
+                f"combine: OUT_DIR {out} would overwrite the evaluation of {run} it pools; "
+                "write the combined table to a directory of its own"
+            )
+
+
 def _evaluation_dir(path: Path) -> Path:
     """Where a run's evaluation files are: `<run_dir>/eval`, or the directory itself for
     the output of an earlier combine (files directly inside)."""
@@ -101,6 +122,7 @@ def _read_runs(paths: list[Path]) -> tuple[list[dict[str, Any]], list[dict[str, 
 
     Raises:
         FileNotFoundError: a run without either, saying how to evaluate it.
+        ValueError: either cannot be read, or the summary is not an evaluation's.
     """
     results, tables = [], []
     for path in paths:
@@ -112,15 +134,28 @@ def _read_runs(paths: list[Path]) -> tuple[list[dict[str, Any]], list[dict[str, 
                 f"{path} has no evaluation to combine ({missing} is missing); evaluate it "
                 f"first: metadist eval run_dir={path}"
             )
-        results.append(json.loads(summary.read_text()))
-        tables.append(read_tasks(tasks))
+        result = _read(summary, lambda path: json.loads(path.read_text()))
+        if not isinstance(result, dict) or not isinstance(result.get("methods"), dict):
+            raise ValueError(f"combine: {summary} is not the metrics.json of an evaluation")
+        table = _read(tasks, read_tasks)
+        results.append(result)
+        tables.append(table)
     return results, tables
+
+
+def _read(path: Path, read: Callable[[Path], Any]) -> Any:
+    """`read(path)`; its errors (JSON's, Arrow's) as one naming the file."""
+    try:
+        return read(path)
+    except (ValueError, OSError) as error:
+        raise ValueError(f"combine: {path} cannot be read ({error})") from None
 
 
 def _check_alike(
     paths: list[Path], results: list[dict[str, Any]], tables: list[dict[str, list]]
 ) -> None:
-    """Refuses runs that were not evaluated alike (kind, methods, metrics, task columns).
+    """Refuses runs that were not evaluated alike (kind, methods, metrics, task columns,
+    the split evaluated where both record it).
 
     Raises:
         ValueError: naming the first run that differs from the first and how.
@@ -133,11 +168,24 @@ def _check_alike(
                     f"combine: {path} has {key} {result.get(key)!r}, {paths[0]} has "
                     f"{first.get(key)!r}; only evaluations of the same kind can be pooled"
                 )
+        split, first_split = _split(result), _split(first)
+        if split is not None and first_split is not None and split != first_split:
+            raise ValueError(
+                f"combine: {path} was evaluated on eval.split={split!r}, {paths[0]} on "
+                f"eval.split={first_split!r}; only evaluations of the same split can be pooled"
+            )
         if sorted(table) != sorted(tables[0]):
             raise ValueError(
                 f"combine: the tasks of {path} have columns {sorted(table)}, "
                 f"{paths[0]}'s has {sorted(tables[0])}"
             )
+
+
+def _split(result: dict[str, Any]) -> str | None:
+    """The split a run's evaluation (or a combine of runs of one split) scored, where it
+    records one."""
+    split = result.get("settings", {}).get("split")
+    return None if split is None else str(split)
 
 
 def _check_one_run_per_entity(paths: list[Path], tables: list[dict[str, list]]) -> None:
@@ -207,8 +255,11 @@ def _pooled(
 def _settings(
     paths: list[Path], results: list[dict[str, Any]], chosen: list[str] | None
 ) -> dict[str, Any]:
-    """The pooled result's settings: each run's own, the chosen methods, the seconds."""
+    """The pooled result's settings: the split (`_check_alike`: the same where recorded),
+    each run's own, the chosen methods, the seconds."""
+    splits = {_split(result) for result in results} - {None}
     return {
+        **({"split": splits.pop()} if len(splits) == 1 else {}),
         "runs": [
             {
                 "run_dir": str(path),

@@ -166,12 +166,13 @@ class ForecastScorer:
             self._held.append((tasks, truth, forecasts))
             self._scores = scores
 
-    def finish(self) -> None:
+    def finish(self, counter: Any = None) -> None:
         """Scores the batches held back for the learned combination, with the weights
-        learned from every task's validation window."""
+        learned from every task's validation window (`counter`: a `metadist.progress`
+        counter advanced by each of its `learned.num_fits()` fits)."""
         if self.learned is None:
             return
-        self.learned.fit(self.options.seed)
+        self.learned.fit(self.options.seed, None if counter is None else lambda: counter.advance(1))
         for tasks, truth, forecasts in self._held:
             histories = [t.history for t in tasks]
             forecasts[LEARNED] = self.learned.combine(
@@ -205,6 +206,10 @@ class ForecastScorer:
             )
         references = np.array([reference_scale(t.history) for t in tasks])
         failed = {m: diverged_rows(forecasts[m], references) for m in scores.methods}
+        for method, members in self._members(scores.methods).items():
+            # a mean with a diverged member in it is that member averaged in, not a forecast
+            for member in members:
+                failed[method] = failed[method] | failed[member]
         scale = np.stack(
             [
                 _mase_scale(t.history, m, len(self.columns))
@@ -224,6 +229,14 @@ class ForecastScorer:
                 entity_id, task.stratum, task.label, task.history, truth[b], task_forecasts,
                 periods[b],
             )  # fmt: skip
+
+    def _members(self, methods: list[str]) -> dict[str, list[str]]:
+        """`{combination: the scored methods it averages}` of the combinations scored
+        (the learned one's candidates: every candidate weighs more than 0)."""
+        members = {combination_key(c): list(c) for c in self.options.combinations or []}
+        if self.learned is not None:
+            members[LEARNED] = list(self.learned.candidates)
+        return {k: [m for m in v if m in methods] for k, v in members.items() if k in methods}
 
     def _history(self, entity: int, split_time: Any) -> np.ndarray:
         """`[t, T]` the entity's target values before `split_time`, in original units."""

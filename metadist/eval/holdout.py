@@ -39,26 +39,28 @@ def read_holdout(
 
     Raises:
         FileNotFoundError: no file at `path`.
-        ValueError: missing columns, entities the store does not know, an entity whose
-            holdout does not start after its training part, or NaN values.
+        ValueError: a file that is not Parquet, missing columns, a null, times or values
+            of another type, entities the store does not know, an entity whose holdout
+            does not start after its training part or has two rows at one time, or values
+            that are not finite (NaN, inf).
     """
-    import pyarrow.parquet as pq
-
-    from metadist.store.sources import to_int64_time
+    from metadist.store.sources import open_parquet, to_int64_time
 
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"eval.holdout.path: no holdout file at {path}")
-    columns = [entity_col, time_col, *value_cols]
-    schema = pq.read_schema(path)
+    columns = list(dict.fromkeys([entity_col, time_col, *value_cols]))
+    parquet = open_parquet(path)  # a file that is not Parquet: named
+    schema = parquet.schema_arrow
     missing = [c for c in columns if c not in schema.names]
     if missing:
         raise ValueError(
             f"holdout {path} has no column {missing[0]!r}; its columns: {', '.join(schema.names)}"
         )
-    table = pq.read_table(path, columns=columns)
+    table = parquet.read(columns=columns)
     if table.num_rows == 0:
         raise ValueError(f"holdout {path} has no rows")
+    _check_columns(path, table, time_col, value_cols)
     ids = np.asarray(table.column(entity_col).to_pylist(), dtype=object).astype(str)
     # as the store keeps them: timestamps and dates as epoch nanoseconds, whatever unit
     # the file has (pandas writes microseconds), integers as given
@@ -66,8 +68,13 @@ def read_holdout(
     values = np.stack(
         [np.asarray(table.column(c).to_numpy(), dtype=np.float64) for c in value_cols], axis=1
     )
-    if np.isnan(values).any():
-        raise ValueError(f"holdout {path} has NaN values in {', '.join(value_cols)}")
+    bad = np.flatnonzero(~np.isfinite(values).all(axis=1))
+    if len(bad):
+        # an infinite truth would make the task's sMAPE and MAPE NaN: left out unsaid
+        raise ValueError(
+            f"holdout {path}: row {int(bad[0])} has a value that is not finite "
+            f"({values[bad[0]].tolist()} in {', '.join(value_cols)}; {len(bad)} such rows)"
+        )
     store_index = {str(name): i for i, name in enumerate(store.entity_ids)}
     unknown = sorted(set(ids.tolist()) - set(store_index))
     if unknown:
@@ -77,6 +84,13 @@ def read_holdout(
         )
     order = np.lexsort((times, ids))
     ids, times, values = ids[order], times[order], values[order]
+    repeated = np.flatnonzero((ids[1:] == ids[:-1]) & (times[1:] == times[:-1]))
+    if len(repeated):
+        # two truths of one step would score that step twice, the horizon one step longer
+        raise ValueError(
+            f"holdout {path}: entity {str(ids[repeated[0]])!r} has more than one row at "
+            f"{time_col} {int(times[repeated[0]])} ({len(repeated)} such repeated rows)"
+        )
     boundaries = np.flatnonzero(ids[1:] != ids[:-1]) + 1
     out: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     for block in np.split(np.arange(len(ids)), boundaries):
@@ -90,6 +104,37 @@ def read_holdout(
             )
         out[entity] = (times[block], values[block])
     return out
+
+
+def _check_columns(path: Path, table: Any, time_col: str, value_cols: Sequence[str]) -> None:
+    """Refuses a null in any column read (a null id became the entity `'None'`, a null
+    time a time of NaN), times that are not integers, timestamps or dates, and values
+    that are not numbers.
+
+    Raises:
+        ValueError: naming the file, the column and the first null's row.
+    """
+    import pyarrow as pa
+
+    from metadist.store.sources import first_null
+
+    for name in table.column_names:
+        row = first_null(table.column(name).combine_chunks())
+        if row is not None:
+            raise ValueError(f"holdout {path}: row {row}: column {name!r} is null")
+    kinds = {time_col: "time steps (integers, timestamps or dates)"}
+    kinds.update(dict.fromkeys(value_cols, "numbers"))
+    for name, kind in kinds.items():
+        dtype = table.schema.field(name).type
+        if pa.types.is_dictionary(dtype):
+            dtype = dtype.value_type
+        integer = pa.types.is_integer(dtype)
+        if name == time_col:
+            fits = integer or pa.types.is_timestamp(dtype) or pa.types.is_date(dtype)
+        else:
+            fits = integer or pa.types.is_floating(dtype) or pa.types.is_boolean(dtype)
+        if not fits:
+            raise ValueError(f"holdout {path}: column {name!r} must hold {kind}, not {dtype}")
 
 
 def covered_entities(

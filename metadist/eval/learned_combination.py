@@ -122,11 +122,20 @@ def _relative(error: np.ndarray, finite: np.ndarray) -> np.ndarray:
     return np.where(mean == 0, 1.0, out)
 
 
+def num_fits(num_series: int, combined: bool) -> int:
+    """How many fits `fit_weight_model` makes for `num_series` validation series
+    (`combined`: given the combined loss), for its progress."""
+    if num_series < _MIN_SPLIT:
+        return 1
+    return (2 if combined else 1) * len(PENALTIES) + 1
+
+
 def fit_weight_model(
     features: np.ndarray,
     errors: np.ndarray,
     seed: int = 0,
     combined: CombinedLoss | None = None,
+    on_fit: Callable[[], None] | None = None,
 ) -> WeightModel:
     """Learns softmax-linear weights of M methods from D features of N series.
 
@@ -143,6 +152,7 @@ def fit_weight_model(
         errors: `[N, M]` each method's (relative) validation error on each series.
         seed: seed of the split.
         combined: the combined forecast's loss on the same N series' windows.
+        on_fit: called after each fit (`num_fits` in all: progress).
 
     Raises:
         ValueError: shapes that do not match, or non-finite inputs.
@@ -166,9 +176,11 @@ def fit_weight_model(
     }
     if combined is not None:
         losses["combined"] = combined.subset
+    fitted = on_fit or (lambda: None)
     if num < _MIN_SPLIT:
         everything = np.arange(num)
         coef = _fit(design, losses["weighted"](everything), None, errors.shape[1])
+        fitted()
         return WeightModel(mean, scale, coef, float(np.inf), "weighted", {})
     order = np.random.default_rng(seed).permutation(num)
     held = order[: max(1, int(round(_HELD_OUT * num)))]
@@ -179,9 +191,11 @@ def fit_weight_model(
         for penalty in PENALTIES:
             coef = _fit(design[kept], loss(kept), penalty, errors.shape[1])
             scores[f"{name} {penalty:g}"] = judge(_softmax(design[held] @ coef))[0]
+            fitted()
     best = min(scores, key=lambda k: (scores[k], -float(k.split()[1])))
     name, penalty = best.split()[0], float(best.split()[1])
     coef = _fit(design, losses[name](np.arange(num)), penalty, errors.shape[1])
+    fitted()
     return WeightModel(mean, scale, coef, penalty, name, scores)
 
 

@@ -12,7 +12,7 @@ series' features (of its whole history).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -23,6 +23,7 @@ from metadist.eval.learned_combination import (
     METHOD,
     WeightModel,
     fit_weight_model,
+    num_fits,
     relative_errors,
     weighted_forecast,
 )
@@ -151,8 +152,13 @@ class ValidationCollector:
             features_of(kept, [p for p, r in zip(periods, rows, strict=True) if r])
         )
 
-    def fit(self, seed: int = 0) -> WeightModel:
-        """Learns the weights from every validation row added (uniform without any)."""
+    def num_fits(self) -> int:
+        """How many fits `fit` makes (`learned_combination.num_fits`)."""
+        return num_fits(self.num_rows, bool(self._windows))
+
+    def fit(self, seed: int = 0, on_fit: Callable[[], None] | None = None) -> WeightModel:
+        """Learns the weights from every validation row added (uniform without any);
+        `on_fit` is called after each of its `num_fits` fits."""
         num = len(self.candidates)
         features = np.concatenate(self._features) if self._features else np.zeros((0, NUM_FEATURES))
         errors = np.concatenate(self._errors) if self._errors else np.zeros((0, num))
@@ -160,7 +166,7 @@ class ValidationCollector:
         if self._windows:
             truth, forecasts, scale = (np.concatenate(p) for p in zip(*self._windows, strict=True))
             combined = CombinedLoss(truth, forecasts, scale)
-        self.model = fit_weight_model(features, errors, seed, combined)
+        self.model = fit_weight_model(features, errors, seed, combined, on_fit)
         return self.model
 
     @property

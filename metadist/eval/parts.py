@@ -6,6 +6,7 @@ pretrained-embedding baseline's data) and the forecast windows of a learned comb
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +16,7 @@ import numpy as np
 from metadist.batch import MetaBatch
 from metadist.data.splits import describe_split
 from metadist.eval.holdout import HoldoutReader
+from metadist.eval.member_split import unit_keys
 from metadist.eval.settings import EvalOptions, check_periods_cover
 from metadist.tasks.base import EvaluationTasks
 from metadist.tasks.inference import ForecastWindows, forecast_windows
@@ -41,6 +43,9 @@ class EvalParts:
             pretrained-embedding baseline trains on).
         windows: the sampler's forecast windows (`None`: it has none), for the model's
             forecasts of the validation windows (`eval.learned_combination`).
+        held_out: the evaluated split's entities (units, for a sampler whose units are
+            not entities), which no `eval.ensemble` member may have trained on; `None`
+            where every unit is evaluated (`eval.split=all`).
     """
 
     store: Any
@@ -53,6 +58,7 @@ class EvalParts:
     store_identity: dict | None = None
     train_units: np.ndarray | None = None
     windows: ForecastWindows | None = None
+    held_out: np.ndarray | None = None
 
     @property
     def target_columns(self) -> list[int] | None:
@@ -120,6 +126,7 @@ def eval_parts(
         store_identity=recorded_identity,
         train_units=train_units,
         windows=_windows(source, options),
+        held_out=None if options.split == "all" else unit_keys(source.sampler, units),
     )
 
 
@@ -176,12 +183,30 @@ def holdout_reader(store, options: EvalOptions):
             f"partial); "
             f"got {sorted(spec)}"
         )
-
+    partial = spec.get("partial", False)
+    if not isinstance(partial, bool):  # bool("false") is True: a partial holdout unasked
+        raise ValueError(f"eval.holdout.partial must be true or false, got {partial!r}")
+    value_cols = spec.get("value_cols")
+    if isinstance(value_cols, str):
+        value_cols = [value_cols]
+    if value_cols is not None and not (
+        isinstance(value_cols, (list, tuple))
+        and value_cols
+        and all(isinstance(c, str) and c for c in value_cols)
+    ):
+        raise ValueError(
+            f"eval.holdout.value_cols must be a list of column names, got {value_cols!r}"
+        )
+    for key in ("entity_col", "time_col"):
+        if key in spec and not (isinstance(spec[key], str) and spec[key]):
+            raise ValueError(f"eval.holdout.{key} must be a column name, got {spec[key]!r}")
+    if not isinstance(spec["path"], (str, os.PathLike)):
+        raise ValueError(f"eval.holdout.path must be a file path, got {spec['path']!r}")
     return HoldoutReader(
-        path=spec["path"],
+        path=str(spec["path"]),
         store=store,
         entity_col=spec.get("entity_col", "entity_id"),
         time_col=spec.get("time_col", store.metadata.get("time_col", "time")),
-        value_cols=spec.get("value_cols"),
-        partial=bool(spec.get("partial", False)),
+        value_cols=value_cols,
+        partial=partial,
     )

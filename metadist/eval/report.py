@@ -118,12 +118,14 @@ def markdown_report(result: dict[str, Any]) -> str:
 def metric_table(result: dict[str, Any]) -> str:
     """Rows: methods; columns: metrics, the primary metric (the data set's own) first, each
     `value ± 95% CI half-width over tasks`, and for forecasts the primary metric's mean of
-    per-series errors next to its pooled mean over all points."""
+    per-series errors next to its pooled mean over all points. A metric defined on fewer
+    tasks than were scored (MAPE of a truth with a zero, MASE of a flat history) says on
+    how many in its heading."""
     metrics = primary_first(result)
     methods = result["methods"]
     primary = str(result.get("primary_metric"))
     per_series = result.get("kind") in ("forecast", "regression") and primary in metrics
-    labels = [METRIC_LABELS.get(m, m) for m in metrics]
+    labels = [_scored_label(result, m) for m in metrics]
     if per_series:
         labels.insert(1, f"{METRIC_LABELS.get(primary, primary)}, mean per series")
     header = "| method | " + " | ".join(labels) + " |"
@@ -179,14 +181,7 @@ def group_table(
     names = list(groups) + ["all"]
     for name in names:
         if name == "all":
-            # the tasks the metric is defined on (every method has the same)
-            count = min(
-                (
-                    result["overall"][m][metric].get("num_tasks", result["num_tasks"])
-                    for m in methods
-                ),
-                default=result["num_tasks"],
-            )
+            count = _num_scored(result, metric)
             cells = [_group_cell(result["overall"][m][metric]) for m in methods]
             refs = [_number(ref.get("all")) for ref in references.values()]
             name_cell = "**all**"
@@ -203,6 +198,24 @@ def group_table(
             name_cell = name
         rows.append(f"| {name_cell} | {count} | " + " | ".join(cells + refs) + " |")
     return "\n".join(rows)
+
+
+def _num_scored(result: dict[str, Any], metric: str) -> int | None:
+    """The tasks `metric` is defined on (every method has the same); None where the
+    result does not say."""
+    total = result.get("num_tasks")
+    counts = [result["overall"][m][metric].get("num_tasks", total) for m in result["methods"]]
+    return min((c for c in counts if c is not None), default=total)
+
+
+def _scored_label(result: dict[str, Any], metric: str) -> str:
+    """`metric`'s column heading, with the tasks it is defined on where those are fewer
+    than the tasks scored (its mean is over them alone)."""
+    label = METRIC_LABELS.get(metric, metric)
+    count, total = _num_scored(result, metric), result.get("num_tasks")
+    if total is None or count is None or count >= total:
+        return label
+    return f"{label} ({count} of {total} tasks)"
 
 
 # How `plot_forecasts` draws each forecast (history and a combination are drawn apart).

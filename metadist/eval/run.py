@@ -239,6 +239,7 @@ def _learner(
         options.ensemble or [],
         options.ensemble_reduce,
         store,
+        parts.held_out,
     )
 
 

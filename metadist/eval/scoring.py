@@ -338,12 +338,19 @@ def _score_batches(
     try:
         if shard is not None and shard.is_sharded:
             _score_sharded(shard, batches, arrays, local, scores, score, options, shown)
-            return
-        for batch in _started_ahead(_limited(batches, options.max_tasks), score):
-            score(scores, batch, arrays(batch))
-            shown.update(scores.num_tasks)
-        if isinstance(score, ForecastScorer):
-            score.finish()  # the tasks held back for the learned combination
+        else:
+            done = 0  # tasks predicted: a learned combination scores them only at `finish`
+            for batch in _started_ahead(_limited(batches, options.max_tasks), score):
+                score(scores, batch, arrays(batch))
+                done += batch.num_tasks
+                shown.update(done)
+        if isinstance(score, ForecastScorer) and (shard is None or shard.is_main):
+            # the tasks held back for the learned combination, once its weights are fitted
+            learned = score.learned
+            fits = None if learned is None else learned.num_fits()
+            score.finish(
+                None if fits is None else display.counter("learned combination", fits, "fits")
+            )
     finally:
         display.close()
         learner.train(was_training)
@@ -371,14 +378,14 @@ def _score_sharded(
     every = predict_share(shard, _limited(batches, options.max_tasks), arrays, start)
     if every is None:  # another rank's predictions are scored on rank 0
         return
+    done = 0  # as in `_score_batches`
     for index, batch in enumerate(_limited(batches, options.max_tasks)):
         predictions = every.pop(index)
         if local is not None:
             predictions.update({k: v.cpu().numpy() for k, v in local(batch).items()})
         score(scores, batch, predictions)
-        shown.update(scores.num_tasks)
-    if isinstance(score, ForecastScorer):
-        score.finish()  # the tasks held back for the learned combination
+        done += batch.num_tasks
+        shown.update(done)
 
 
 def _limited(batches: Iterable[MetaBatch], max_tasks: int | None) -> Iterator[MetaBatch]:

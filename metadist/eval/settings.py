@@ -14,7 +14,8 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from metadist.options import from_mapping
+from metadist.eval.table_settings import check_table_names
+from metadist.options import check_range, from_mapping
 from metadist.train.compose import find_experiments_dir, whole_eval_mappings
 from metadist.train.config import check_finite_numbers
 
@@ -223,7 +224,8 @@ def _check_seasonal_periods(options: EvalOptions) -> None:
 
 
 def _check_task_selection(options: EvalOptions) -> None:
-    """eval.batch_size, max_tasks, tasks_per_unit, num_examples, split and checkpoint."""
+    """eval.batch_size, max_tasks, tasks_per_unit, num_examples, split, seed and
+    checkpoint."""
     if options.checkpoint not in ("best", "latest"):
         raise ValueError(f"eval.checkpoint must be 'best' or 'latest', got {options.checkpoint!r}")
     if options.batch_size < 1:
@@ -242,6 +244,8 @@ def _check_task_selection(options: EvalOptions) -> None:
         raise ValueError(f"eval.num_examples must be >= 0, got {options.num_examples}")
     if options.split not in ("test", "val", "all"):
         raise ValueError(f"eval.split must be 'test', 'val' or 'all', got {options.split!r}")
+    # the tasks' streams take it as trainer.seed (seed * 2**32 in 64 bits)
+    check_range("eval.seed", options.seed, 0, 2**32 - 1, "a 32-bit seed, as trainer.seed")
 
 
 def _check_tables(options: EvalOptions) -> None:
@@ -331,6 +335,7 @@ _CHECKS = (
     _check_combinations,
     _check_extra_baselines,
     _check_seasonal_period_from,
+    check_table_names,
 )
 
 

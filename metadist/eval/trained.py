@@ -13,9 +13,11 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any, Protocol
 
+import numpy as np
 import torch
 from torch import nn
 
+from metadist.eval.member_split import check_member_held_out
 from metadist.learners import build_learner
 from metadist.learners.ensemble import LearnerEnsemble
 from metadist.models import build_model
@@ -151,13 +153,17 @@ def with_ensemble(
     member_dirs: list[str],
     reduce: str,
     store: Any = None,
+    held_out: np.ndarray | None = None,
 ) -> tuple[nn.Module, list[str]]:
     """`learner` joined by the latest checkpoints of the runs `member_dirs` in a
     `LearnerEnsemble` (`reduce`: mean or median), and `"<member_dir> (<checkpoint>)"` of
-    each member; `learner` itself and `[]` without members. `store` as in `load_run`.
+    each member; `learner` itself and `[]` without members. `store` as in `load_run`;
+    `held_out`: the evaluated split's units (`EvalParts.held_out`), which no member may
+    have trained on (`None`: nothing is evaluated, or every unit is).
 
     Raises:
-        ValueError: a member trained on other data or tasks (`ensemble_member`).
+        ValueError: a member trained on other data or tasks (`ensemble_member`), or on
+            units of the evaluated split (`member_split.check_member_held_out`).
     """
     if not member_dirs:
         return learner, []
@@ -165,7 +171,7 @@ def with_ensemble(
     lookbacks: list[int | None] = [None]
     names = []
     for member_dir in member_dirs:
-        member, name, lookback = ensemble_member(Path(member_dir), config, parts, store)
+        member, name, lookback = ensemble_member(Path(member_dir), config, parts, store, held_out)
         learners.append(member)
         lookbacks.append(lookback)
         names.append(f"{member_dir} ({name})")
@@ -173,14 +179,19 @@ def with_ensemble(
 
 
 def ensemble_member(
-    run_dir: Path, config: TrainConfig, parts: ModelShapes, store: Any = None
+    run_dir: Path,
+    config: TrainConfig,
+    parts: ModelShapes,
+    store: Any = None,
+    held_out: np.ndarray | None = None,
 ) -> tuple[nn.Module, str, int | None]:
     """(learner, checkpoint name, lookback or None) of the ensemble member `run_dir`.
 
     It must have been trained on the evaluated run's store with the same sampler, up to
     a lookback no longer than the evaluated run's, so that it can forecast its tasks.
     `store` (a store that moved since training) replaces the member's `data.store` too;
-    the store's recorded identity is still checked.
+    the store's recorded identity is still checked, and (given `held_out`) that its own
+    split kept the evaluated units out of its training.
     """
     member, state, checkpoint_path, _ = load_run(run_dir, "eval.ensemble", store)
     if member.sampler.name != config.sampler.name:  # before its options are compared
@@ -222,6 +233,7 @@ def ensemble_member(
             f"eval.ensemble: {run_dir} was trained with data.store={trained!r}, the "
             f"evaluated run with {config.data.store!r}; members must see the same tasks"
         )
+    check_member_held_out(run_dir, member, held_out)
     input_shape = None if lookback is None else (lookback, *parts.input_shape[1:])
     learner = trained_learner(member, state, parts, input_shape, member=str(run_dir))
     return learner, checkpoint_path.name, lookback

@@ -51,6 +51,7 @@ from metadist.train.resources import (
     estimate_memory,
 )
 from metadist.train.selection import check_val_metric
+from metadist.user_code import user_code_location
 
 __all__ = ["RunParts", "TaskSource", "build_parts", "build_task_source", "scheduled_lr"]
 
@@ -436,13 +437,23 @@ def _unknown_hint(kind: str, name: str, registered: list[str]) -> str | None:
 @contextmanager
 def _naming(fields: str, hint: str | None = None) -> Iterator[None]:
     """Prefixes a component's `ValueError` with the config fields that caused it, and
-    appends `hint` (what to change) when given."""
+    appends `hint` (what to change) when given. An error raised in the user's own code
+    (a sampler, model or learner of theirs, built or asked for its tasks) is one
+    `ValueError` too, whatever its type, naming its file and line; any other error of
+    another type is passed on as it is (metadist's own)."""
     try:
         yield
-    except ValueError as error:
-        # a component that says what to fix itself gets no generic hint after it
-        suffix = f"; {hint}" if hint and "to fix:" not in str(error) else ""
+    except Exception as error:  # noqa: BLE001 - the user's component, whatever it raised
+        where = user_code_location(error, installed=False)
         message = str(error)
+        if not isinstance(error, ValueError):
+            if not where:
+                raise
+            message = f"{type(error).__name__}: {message}"
+        if " (at " not in message:
+            message += where
+        # a component that says what to fix itself gets no generic hint after it
+        suffix = f"; {hint}" if hint and "to fix:" not in message else ""
         if message.startswith(f"{fields}."):  # it names its field path already
             raise ValueError(f"{message}{suffix}") from None
         raise ValueError(f"{fields}: {message}{suffix}") from None

@@ -1,7 +1,8 @@
 """A sampler or model of one's own whose constructor fails, with any error type: the
 training, and a trained run loaded again (`metadist eval`, `load_run`), stop in one line
 naming the error and the file and line in the user's code (an `AttributeError` or
-`KeyError` there was a traceback; a `ValueError` named no place)."""
+`KeyError` there was a traceback; a `ValueError` named no place). So does one its
+`confined_to` raises when the loaders are built."""
 
 import os
 import re
@@ -32,6 +33,13 @@ MODULE = textwrap.dedent(
             if os.environ.get("UCB_BREAK") == "value":
                 raise ValueError("no amplitudes given")
 
+        draws_across_units = True
+
+        def confined_to(self, units):
+            if os.environ.get("UCB_BREAK") == "confined":
+                units.unit_list()
+            return self
+
 
     @register_model("ucb_model")
     class Model(MLP):
@@ -45,6 +53,7 @@ RAISING = {
     "attribute": "self.amplitude = self.amplitude_table",
     "value": 'raise ValueError("no amplitudes given")',
     "model": '{}["hidden"]',
+    "confined": "units.unit_list()",
 }
 LINES = {  # the line of MODULE that raises each
     broken: next(n for n, line in enumerate(MODULE.splitlines(), 1) if line.strip() == code)
@@ -76,6 +85,9 @@ def train(tmp_path, *extra):
                       r"'amplitude_table'"),
         ("value", r"sampler: no amplitudes given"),
         ("model", r"model: KeyError: 'hidden'"),
+        # the loader's split (no hint to change the batch size: no setting is at fault)
+        ("confined", r"sampler: AttributeError: 'numpy.ndarray' object has no attribute "
+                     r"'unit_list'"),
     ],
 )  # fmt: skip
 def test_a_users_component_that_fails_to_build_is_one_line_naming_where(

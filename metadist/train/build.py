@@ -263,7 +263,7 @@ def build_loaders(
         f"trainer.meta_batch_size={config.trainer.meta_batch_size} over {env.world_size} "
         f"rank(s), data.fractions={list(config.data.fractions)}"
     )
-    with _naming(batch_fields, _TRAIN_HINT):
+    with _naming(batch_fields, _TRAIN_HINT, component="sampler"):
         train_loader = BatchMetaDataLoader(sampler, partitioner, split="train", **options)
     if len(train_loader) < 1:
         raise ValueError(
@@ -288,7 +288,9 @@ def build_loaders(
     # can give) is still monitored, in smaller batches.
     val_options = dict(options)
     val_options["batch_size"] = _fitted_batch(partitioner, "val", env, options["batch_size"])
-    with _naming(f"{batch_fields} (meta-val, trainer.eval_every > 0)", _VAL_HINT):
+    with _naming(
+        f"{batch_fields} (meta-val, trainer.eval_every > 0)", _VAL_HINT, component="sampler"
+    ):
         val_loader = BatchMetaDataLoader(sampler, partitioner, split="val", **val_options)
     return train_loader, val_loader
 
@@ -435,11 +437,12 @@ def _unknown_hint(kind: str, name: str, registered: list[str]) -> str | None:
 
 
 @contextmanager
-def _naming(fields: str, hint: str | None = None) -> Iterator[None]:
+def _naming(fields: str, hint: str | None = None, component: str | None = None) -> Iterator[None]:
     """Prefixes a component's `ValueError` with the config fields that caused it, and
-    appends `hint` (what to change) when given. An error raised in the user's own code
-    (a sampler, model or learner of theirs, built or asked for its tasks) is one
-    `ValueError` too, whatever its type, naming its file and line; any other error of
+    appends `hint` (what to change) when given. An error of another type raised in the
+    user's own code (a sampler, model or learner of theirs, built or asked for its tasks)
+    is one `ValueError` too, naming the `component` (default: `fields`), the error and
+    the file and line, without the hint (it is no setting's fault); any other error of
     another type is passed on as it is (metadist's own)."""
     try:
         yield
@@ -449,7 +452,9 @@ def _naming(fields: str, hint: str | None = None) -> Iterator[None]:
         if not isinstance(error, ValueError):
             if not where:
                 raise
-            message = f"{type(error).__name__}: {message}"
+            raise ValueError(
+                f"{component or fields}: {type(error).__name__}: {message}{where}"
+            ) from None
         if " (at " not in message:
             message += where
         # a component that says what to fix itself gets no generic hint after it

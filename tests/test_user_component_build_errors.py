@@ -2,7 +2,8 @@
 training, and a trained run loaded again (`metadist eval`, `load_run`), stop in one line
 naming the error and the file and line in the user's code (an `AttributeError` or
 `KeyError` there was a traceback; a `ValueError` named no place). So does one its
-`confined_to` raises when the loaders are built."""
+`unit_strata` raises when the run is split, or its `confined_to` when the loaders are
+built."""
 
 import os
 import re
@@ -35,6 +36,11 @@ MODULE = textwrap.dedent(
 
         draws_across_units = True
 
+        def unit_strata(self):
+            if os.environ.get("UCB_BREAK") == "strata":
+                return self.strata_table
+            return super().unit_strata()
+
         def confined_to(self, units):
             if os.environ.get("UCB_BREAK") == "confined":
                 units.unit_list()
@@ -54,6 +60,7 @@ RAISING = {
     "value": 'raise ValueError("no amplitudes given")',
     "model": '{}["hidden"]',
     "confined": "units.unit_list()",
+    "strata": "return self.strata_table",
 }
 LINES = {  # the line of MODULE that raises each
     broken: next(n for n, line in enumerate(MODULE.splitlines(), 1) if line.strip() == code)
@@ -88,6 +95,8 @@ def train(tmp_path, *extra):
         # the loader's split (no hint to change the batch size: no setting is at fault)
         ("confined", r"sampler: AttributeError: 'numpy.ndarray' object has no attribute "
                      r"'unit_list'"),
+        ("strata", r"sampler: AttributeError: 'Sampler' object has no attribute "
+                   r"'strata_table'"),
     ],
 )  # fmt: skip
 def test_a_users_component_that_fails_to_build_is_one_line_naming_where(

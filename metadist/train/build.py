@@ -142,7 +142,9 @@ def build_task_source(
     ):
         options = config.sampler.read_options(SAMPLERS)
         sampler = build_task_sampler(config.sampler.name, store, options=options)
-    if sampler.num_units == 0:  # before the partitioner blames data.fractions for it
+    with _users_errors("sampler"):  # the user's code too, where the sampler is theirs
+        num_units = sampler.num_units
+    if num_units == 0:  # before the partitioner blames data.fractions for it
         where = f" of store {store.path}" if store is not None else ""
         raise ValueError(
             f"sampler {config.sampler.name!r} has no units (tasks) to draw from{where} with "
@@ -150,7 +152,8 @@ def build_task_source(
             "a window longer than every series)"
         )
     seed = config.trainer.seed
-    partitioner = config.data.partitioner(sampler, store, seed)
+    with _users_errors("sampler"):  # its unit_strata
+        partitioner = config.data.partitioner(sampler, store, seed)
     _note_merged_strata(partitioner, store, config.data.fractions)
     fit_ways = getattr(sampler, "fit_ways_to", None)  # N-way samplers: N the splits can give
     if fit_ways is not None:
@@ -445,23 +448,39 @@ def _naming(fields: str, hint: str | None = None, component: str | None = None) 
     the file and line, without the hint (it is no setting's fault); any other error of
     another type is passed on as it is (metadist's own)."""
     try:
-        yield
-    except Exception as error:  # noqa: BLE001 - the user's component, whatever it raised
-        where = user_code_location(error, installed=False)
+        with _users_errors(component or fields):
+            yield
+    except _UserCodeError:
+        raise  # one line already, naming the component: no field or hint is at fault
+    except ValueError as error:
         message = str(error)
-        if not isinstance(error, ValueError):
-            if not where:
-                raise
-            raise ValueError(
-                f"{component or fields}: {type(error).__name__}: {message}{where}"
-            ) from None
         if " (at " not in message:
-            message += where
+            message += user_code_location(error, installed=False)
         # a component that says what to fix itself gets no generic hint after it
         suffix = f"; {hint}" if hint and "to fix:" not in message else ""
         if message.startswith(f"{fields}."):  # it names its field path already
             raise ValueError(f"{message}{suffix}") from None
         raise ValueError(f"{fields}: {message}{suffix}") from None
+
+
+class _UserCodeError(ValueError):
+    """An error of the user's code, made one line by `_users_errors`."""
+
+
+@contextmanager
+def _users_errors(component: str) -> Iterator[None]:
+    """An error of another type than `ValueError` raised in the user's own code (a
+    sampler, model or learner of theirs) becomes one `ValueError` naming `component`, the
+    error and the file and line; metadist's own errors pass as they are."""
+    try:
+        yield
+    except ValueError:
+        raise
+    except Exception as error:  # noqa: BLE001 - the user's component, whatever it raised
+        where = user_code_location(error, installed=False)
+        if not where:
+            raise
+        raise _UserCodeError(f"{component}: {type(error).__name__}: {error}{where}") from None
 
 
 def check_run_memory(config: TrainConfig, env: DistEnv, make: Callable[[], nn.Module]) -> None:

@@ -101,18 +101,31 @@ def trained_learner(
     state: dict[str, Any],
     parts: ModelShapes,
     input_shape: tuple[int, ...] | None = None,
+    who: str = "the run",
 ) -> nn.Module:
     """The run's learner with the checkpoint's weights (its model taking `input_shape`,
-    default the evaluated tasks' input shape), on the evaluation device."""
+    default the evaluated tasks' input shape), on the evaluation device.
+
+    Raises:
+        ValueError: weights that do not fit the model built for the tasks' shapes (the
+            sampler's windows changed since training), naming `who` and the first
+            parameter that differs.
+    """
     torch.manual_seed(config.trainer.seed)
-    model = build_model(
-        config.model.name,
-        input_shape or parts.input_shape,
-        parts.output_shape,
-        **config.model.options,
-    )
+    shape = input_shape or parts.input_shape
+    model = build_model(config.model.name, shape, parts.output_shape, **config.model.options)
     learner = build_learner(config.learner.name, model, **config.learner.options)
-    learner.load_state_dict(state["learner"])
+    try:
+        learner.load_state_dict(state["learner"])
+    except RuntimeError as error:  # torch's many-line "Error(s) in loading state_dict"
+        lines = [line.strip() for line in str(error).splitlines()[1:] if line.strip()]
+        first = (lines[0] if lines else str(error)).rstrip(".")
+        raise ValueError(
+            f"{who}: its checkpoint's weights do not fit the model built for its tasks "
+            f"(inputs {list(shape)}, outputs {list(parts.output_shape)}): {first}; its "
+            "sampler cuts other windows than in training (a sampler of your own changed "
+            "since, or the run's record of its shapes was edited)"
+        ) from None
     # Looked up on the module, so that tests can move evaluation to another device.
     return learner.to(distributed.evaluation_device(config.trainer.device))
 
@@ -196,7 +209,8 @@ def ensemble_member(
             f"evaluated run with {config.data.store!r}; members must see the same tasks"
         )
     input_shape = None if lookback is None else (lookback, *parts.input_shape[1:])
-    return trained_learner(member, state, parts, input_shape), checkpoint_path.name, lookback
+    learner = trained_learner(member, state, parts, input_shape, f"eval.ensemble member {run_dir}")
+    return learner, checkpoint_path.name, lookback
 
 
 def _sampler_options(

@@ -201,3 +201,45 @@ def test_a_users_error_of_another_type_during_training_names_where(tmp_path, mon
         "metadist train: error: AttributeError: 'LaterOther' object has no attribute "
         f"'cached_batch' (at {tmp_path / 'later_other_ucs.py'}:10)"
     )
+
+
+def test_a_users_error_of_another_type_in_evaluation_names_where(tmp_path, monkeypatch, capsys):
+    """The same in `metadist eval`: the user's `for_evaluation` raising an AttributeError
+    is one line with where in the user's code (it was a traceback)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "eval_other_ucs.py").write_text(
+        textwrap.dedent(
+            """
+            import os
+
+            from metadist.tasks import register_task_sampler
+            from metadist.tasks.sinusoid import SinusoidSampler
+
+
+            @register_task_sampler("ucs_eval_other")
+            class EvalOther(SinusoidSampler):
+                def for_evaluation(self, units, *args, **kwargs):
+                    if os.environ.get("UCS_EVAL_OTHER"):
+                        return self.evaluation_tasks
+                    return super().for_evaluation(units, *args, **kwargs)
+            """
+        )
+    )
+    monkeypatch.delenv("UCS_EVAL_OTHER", raising=False)
+    code = main(
+        ["train", "experiment=sinusoid_maml", "imports=[eval_other_ucs]",
+         "sampler.name=ucs_eval_other", "run_dir=run", "trainer.meta_steps=2",
+         "trainer.eval_every=0", "logging.progress=false", "logging.wandb.mode=disabled",
+         "--no-eval"]
+    )  # fmt: skip
+    assert code == 0, capsys.readouterr().err
+    capsys.readouterr()
+    monkeypatch.setenv("UCS_EVAL_OTHER", "1")
+    code = main(["eval", "run_dir=run", "--allow-import", "eval_other_ucs", "eval.max_tasks=4"])
+    err = capsys.readouterr().err
+    assert code == 1, err
+    assert "Traceback" not in err, err
+    assert err.strip().splitlines()[-1] == (
+        "metadist eval: error: AttributeError: 'EvalOther' object has no attribute "
+        f"'evaluation_tasks' (at {tmp_path / 'eval_other_ucs.py'}:12)"
+    )

@@ -94,7 +94,8 @@ class Run:
         elif hasattr(store, "entity_ids"):  # the store itself
             where = f", store {str(store.path)!r}"
         else:  # its record in the run (`RecordedStore`)
-            where = ", store gone: forecasts from its record"
+            use = {"forecast": "forecasts", "classification": "classifies"}.get(self.kind)
+            where = f", store gone: {use} from its record" if use else ", store gone"
         return (
             f"Run({str(self.run_dir)!r}, {self.kind}: {self.config.learner.name} on "
             f"{self.config.model.name}, sampler {self.config.sampler.name}{where})"

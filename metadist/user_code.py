@@ -53,3 +53,11 @@ def _under(filename: str, roots: tuple[str, ...]) -> bool:
     except (OSError, ValueError):
         return False
     return any(path == root or path.startswith(root + "/") for root in roots)
+
+
+def user_error_line(error: BaseException) -> str | None:
+    """`TYPE: MESSAGE (at FILE:LINE)` for an error raised in the user's own code (a
+    sampler, model or learner of theirs), for a command's one-line report; `None` for one
+    of metadist's own, whose traceback is the report."""
+    where = user_code_location(error, installed=False)
+    return f"{type(error).__name__}: {error}{where}" if where else None

@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+from tiny_runs import tiny_store, train_tiny
 
 import metadist
 from metadist.datasets.synthetic import (
@@ -266,3 +267,19 @@ def test_a_run_moved_away_from_its_store_loads_and_evaluates_again_and_again(
     (moved / INFERENCE_FILE).unlink()  # no record: the config's data.store, from here
     assert main(["eval", f"run_dir={moved}", *quick]) == 1
     assert main(["eval", f"run_dir={moved}", *quick, f"--store={store}"]) == 0
+
+
+def test_a_classifier_without_its_store_says_it_classifies(tmp_path, monkeypatch):
+    """Its repr said "forecasts from its record" of a run that cannot forecast."""
+    store = tiny_store(tmp_path, num_entities=40, seed=4)
+    train_tiny(
+        store, tmp_path / "run", "experiment=synthetic_protonet", "sampler.options.num_ways=2",
+        "data.split_by=unit", "sampler.options.lookback=16", "sampler.options.num_query=1",
+    )  # fmt: skip
+    moved = tmp_path / "elsewhere"
+    shutil.copytree(tmp_path / "run", moved)
+    shutil.rmtree(tmp_path / "store")
+    monkeypatch.chdir(tmp_path)
+    run = metadist.load_run(moved)
+    assert run.kind == "classification"
+    assert repr(run).endswith(", store gone: classifies from its record)")

@@ -165,3 +165,81 @@ def test_a_users_error_in_a_loader_worker_is_one_line_naming_where(tmp_path, mon
     assert last.endswith(
         "ValueError: entity too short: 3 rows (at " + str(tmp_path / "worker_ucs.py:10)")
     )  # a message of several lines: one line, and the user's file and line still there
+
+
+def test_a_users_error_of_another_type_during_training_names_where(tmp_path, monkeypatch, capsys):
+    """An AttributeError the user's sampler raises after the first batch (in the training
+    process): one line with where in the user's code, as for a ValueError (it was a
+    traceback)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "later_other_ucs.py").write_text(
+        textwrap.dedent(
+            """
+            from metadist.tasks import register_task_sampler
+            from metadist.tasks.sinusoid import SinusoidSampler
+
+
+            @register_task_sampler("ucs_later_other")
+            class LaterOther(SinusoidSampler):
+                def sample(self, units, seeds):
+                    if len(units) == 4:  # a training batch, not the first batch of two
+                        return self.cached_batch
+                    return super().sample(units, seeds)
+            """
+        )
+    )
+    code = main(
+        ["train", "experiment=sinusoid_maml", "imports=[later_other_ucs]",
+         "sampler.name=ucs_later_other", f"run_dir={tmp_path / 'run'}", "trainer.meta_steps=3",
+         "trainer.meta_batch_size=4", "trainer.eval_every=0", "logging.progress=false",
+         "logging.wandb.mode=disabled", "--no-eval"]
+    )  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 1, err
+    assert "Traceback" not in err, err
+    assert err.strip().splitlines()[-1] == (
+        "metadist train: error: AttributeError: 'LaterOther' object has no attribute "
+        f"'cached_batch' (at {tmp_path / 'later_other_ucs.py'}:10)"
+    )
+
+
+def test_a_users_error_of_another_type_in_evaluation_names_where(tmp_path, monkeypatch, capsys):
+    """The same in `metadist eval`: the user's `for_evaluation` raising an AttributeError
+    is one line with where in the user's code (it was a traceback)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "eval_other_ucs.py").write_text(
+        textwrap.dedent(
+            """
+            import os
+
+            from metadist.tasks import register_task_sampler
+            from metadist.tasks.sinusoid import SinusoidSampler
+
+
+            @register_task_sampler("ucs_eval_other")
+            class EvalOther(SinusoidSampler):
+                def for_evaluation(self, units, *args, **kwargs):
+                    if os.environ.get("UCS_EVAL_OTHER"):
+                        return self.evaluation_tasks
+                    return super().for_evaluation(units, *args, **kwargs)
+            """
+        )
+    )
+    monkeypatch.delenv("UCS_EVAL_OTHER", raising=False)
+    code = main(
+        ["train", "experiment=sinusoid_maml", "imports=[eval_other_ucs]",
+         "sampler.name=ucs_eval_other", "run_dir=run", "trainer.meta_steps=2",
+         "trainer.eval_every=0", "logging.progress=false", "logging.wandb.mode=disabled",
+         "--no-eval"]
+    )  # fmt: skip
+    assert code == 0, capsys.readouterr().err
+    capsys.readouterr()
+    monkeypatch.setenv("UCS_EVAL_OTHER", "1")
+    code = main(["eval", "run_dir=run", "--allow-import", "eval_other_ucs", "eval.max_tasks=4"])
+    err = capsys.readouterr().err
+    assert code == 1, err
+    assert "Traceback" not in err, err
+    assert err.strip().splitlines()[-1] == (
+        "metadist eval: error: AttributeError: 'EvalOther' object has no attribute "
+        f"'evaluation_tasks' (at {tmp_path / 'eval_other_ucs.py'}:12)"
+    )

@@ -129,8 +129,14 @@ def load_parts(
     except FileNotFoundError as error:
         if store is not None or not str(error).startswith("data.store"):
             raise
+        if problem:  # the record, not the store the config names, is what to fix
+            raise FileNotFoundError(
+                f"{problem}; without it run_dir {run_dir} needs its store, which is not "
+                "where its config's data.store leads: copy the run again, or pass "
+                "store=PATH (metadist forecast --store PATH) to load it from its store"
+            ) from None
         # A relative data.store is relative to where the run was trained.
-        why = f" ({problem})" if problem else f" and has no {INFERENCE_FILE} (a record of it)"
+        why = f" and has no {INFERENCE_FILE} (a record of it)"
         raise FileNotFoundError(
             f"{error}; run_dir {run_dir} reads the store its config names (relative paths "
             f"from where it was trained){why}: pass store=PATH (metadist forecast --store "

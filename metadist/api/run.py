@@ -13,7 +13,7 @@ from typing import Any, cast
 import numpy as np
 import pyarrow as pa
 
-from metadist.api import classification, forecasting
+from metadist.api import arguments, classification, forecasting
 from metadist.api.artifact import load_parts
 from metadist.api.classification import Examples
 from metadist.api.history import History
@@ -38,7 +38,8 @@ def load_run(
     Args:
         run_dir: a run directory written by `metadist train`.
         ensemble: other runs of the same data and sampler to average with it (as
-            `eval.ensemble`); default: the run's own evaluation settings.
+            `eval.ensemble`; one path is one run); default: the run's own evaluation
+            settings.
         store: the series store to read the scaling rule and columns from, if it moved
             since training (default: where the run's `inference.json` says it is,
             relative to the run directory, else the run's `data.store`). Without a
@@ -46,14 +47,18 @@ def load_run(
             store is needed only to evaluate the run on its held-out split.
         allow_imports: modules the run's config lists in `imports` that may be imported:
             a loaded run is data, not code, and imports nothing else (a module already
-            imported needs no allowing).
+            imported needs no allowing); one name is one module.
 
     Raises:
         FileNotFoundError: no run, no checkpoint, or neither its store nor its record.
-        ValueError: a run whose store no longer matches its checkpoint.
+        ValueError: a run whose store no longer matches its checkpoint, or an argument
+            of the wrong type (naming it).
     """
     path, config, learner, source, options = load_parts(
-        run_dir, ensemble=ensemble, store=store, allow_imports=allow_imports
+        arguments.run_path("run_dir", run_dir),
+        ensemble=arguments.run_paths("ensemble", ensemble),
+        store=None if store is None else arguments.run_path("store", store),
+        allow_imports=arguments.module_names("allow_imports", allow_imports),
     )
     # a Learner or a LearnerEnsemble: both adapt and predict
     return Run(path, config, cast(AdaptingLearner, learner), source, options)
@@ -89,7 +94,8 @@ class Run:
         elif hasattr(store, "entity_ids"):  # the store itself
             where = f", store {str(store.path)!r}"
         else:  # its record in the run (`RecordedStore`)
-            where = ", store gone: forecasts from its record"
+            use = {"forecast": "forecasts", "classification": "classifies"}.get(self.kind)
+            where = f", store gone: {use} from its record" if use else ", store gone"
         return (
             f"Run({str(self.run_dir)!r}, {self.kind}: {self.config.learner.name} on "
             f"{self.config.model.name}, sampler {self.config.sampler.name}{where})"

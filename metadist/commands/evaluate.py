@@ -28,6 +28,7 @@ from metadist.eval.report import markdown_report
 from metadist.eval.run import check_evaluation
 from metadist.eval.shard import EvalShard
 from metadist.launch.local_ranks import run_local_ranks
+from metadist.user_code import user_error_line
 
 EPILOG = """\
 examples:
@@ -156,6 +157,13 @@ def _evaluate(run_dir: str, overrides: list[str], args: argparse.Namespace, prog
     except (ValueError, FileNotFoundError, OutOfSpaceError) as error:
         if shard is None or shard.is_main:
             print(f"{prog}: error: {error}", file=sys.stderr)
+        return 1
+    except Exception as error:  # noqa: BLE001 - only the user's own code's, below
+        line = user_error_line(error)  # a sampler of the user's failing in the evaluation
+        if line is None:
+            raise  # metadist's own: its traceback is the report
+        if shard is None or shard.is_main:
+            print(f"{prog}: error: {line}", file=sys.stderr)
         return 1
     finally:
         if shard is not None:

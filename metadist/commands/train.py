@@ -29,7 +29,7 @@ from metadist.train.checkpoint import CheckpointError
 from metadist.train.compose import compose_dict, load_config
 from metadist.train.loop import NonFiniteLossError, train
 from metadist.train.preflight import check_before_launch
-from metadist.user_code import user_code_location
+from metadist.user_code import user_code_location, user_error_line
 
 USAGE_EPILOG = """\
 examples:
@@ -139,6 +139,15 @@ def main(argv: list[str] | None = None, prog: str = "metadist train") -> int:
             file=sys.stderr,
         )
         return 130
+    except Exception as error:  # noqa: BLE001 - only the user's own code's, below
+        # a sampler, model or learner of the user's that fails in training with an error
+        # of another type: one line with where in their code, as for a ValueError
+        line = user_error_line(error)
+        if line is None:
+            raise  # metadist's own: its traceback is the report
+        if _local_rank() == 0:
+            print(f"{prog}: error: {line}", file=sys.stderr)
+        return 1
     if result is not None and result.stopped_by == "SIGINT":
         # the training's own line named the checkpoint; under a launcher, it says the rest
         if _local_rank() == 0 and not stop_reported_by_owner():

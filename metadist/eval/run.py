@@ -99,7 +99,7 @@ def evaluate_run(
     store = current_store(run_dir) if store is None else store
     prepared = _prepare(run_dir, store, overrides, options, config_dir, allow_imports)
     config, state, checkpoint_path, pointer, options, parts = prepared
-    learner, members = _learner(config, state, parts, options, store)
+    learner, members = _learner(config, state, parts, options, store, run_dir)
     kept = EvalCache(run_dir / "eval" if cache else None, _shared(cache and shared_cache))
     timings, shard = {"setup": time.perf_counter() - started}, shard or EvalShard()
     result, examples = _score(learner, config, options, parts, progress, kept, timings, shard)
@@ -228,12 +228,13 @@ def _learner(
     parts: EvalParts,
     options: EvalOptions,
     store: str | os.PathLike | None,
+    run_dir: Path,
 ) -> tuple[nn.Module, list[str]]:
     """The run's meta-trained learner (with `eval.ensemble`'s checkpoints joined to it,
     read with the run's `store` where it was named or found) and the ensemble's other
     members, as the report names them."""
     return with_ensemble(
-        trained_learner(config, state, parts),
+        trained_learner(config, state, parts, who=f"run_dir {run_dir}"),
         config,
         parts,
         options.ensemble or [],
@@ -367,7 +368,7 @@ def load_trained(
             config, verify_store=False, note_ways=False, trained_on=trained_on
         )
     learner, _ = with_ensemble(
-        trained_learner(config, state, source),
+        trained_learner(config, state, source, who=f"run_dir {run_dir}"),
         config,
         source,
         list(options.ensemble or []) if ensemble is None else list(ensemble),

@@ -104,28 +104,39 @@ def trained_learner(
     parts: ModelShapes,
     input_shape: tuple[int, ...] | None = None,
     member: str = "",
+    who: str = "the run",
 ) -> nn.Module:
     """The run's learner with the checkpoint's weights (its model taking `input_shape`,
     default the evaluated tasks' input shape), on the evaluation device.
 
     Args:
         member: an ensemble member's run directory, for the error ("": the evaluated run).
+        who: the run named in an error of weights that do not fit.
 
     Raises:
         ValueError: an ensemble member whose weights do not fit the evaluated run's
-            outputs (another embedding size, or a row per way against an embedding).
+            outputs (another embedding size, or a row per way against an embedding);
+            weights that do not fit the model built for the tasks' shapes (the
+            sampler's windows changed since training), naming `who` and the first
+            parameter that differs.
     """
     torch.manual_seed(config.trainer.seed)
-    model = build_model(
-        config.model.name,
-        input_shape or parts.input_shape,
-        parts.output_shape,
-        **config.model.options,
-    )
+    shape = input_shape or parts.input_shape
+    model = build_model(config.model.name, shape, parts.output_shape, **config.model.options)
     learner = build_learner(config.learner.name, model, **config.learner.options)
     if member:
         _check_member_shapes(learner, state["learner"], member, parts.output_shape)
-    learner.load_state_dict(state["learner"])
+    try:
+        learner.load_state_dict(state["learner"])
+    except RuntimeError as error:  # torch's many-line "Error(s) in loading state_dict"
+        lines = [line.strip() for line in str(error).splitlines()[1:] if line.strip()]
+        first = (lines[0] if lines else str(error)).rstrip(".")
+        raise ValueError(
+            f"{who}: its checkpoint's weights do not fit the model built for its tasks "
+            f"(inputs {list(shape)}, outputs {list(parts.output_shape)}): {first}; its "
+            "sampler cuts other windows than in training (a sampler of your own changed "
+            "since, or the run's record of its shapes was edited)"
+        ) from None
     # Looked up on the module, so that tests can move evaluation to another device.
     return learner.to(distributed.evaluation_device(config.trainer.device))
 
@@ -235,7 +246,10 @@ def ensemble_member(
         )
     check_member_held_out(run_dir, member, held_out)
     input_shape = None if lookback is None else (lookback, *parts.input_shape[1:])
-    learner = trained_learner(member, state, parts, input_shape, member=str(run_dir))
+    learner = trained_learner(
+        member, state, parts, input_shape, member=str(run_dir),
+        who=f"eval.ensemble member {run_dir}",
+    )  # fmt: skip
     return learner, checkpoint_path.name, lookback
 
 

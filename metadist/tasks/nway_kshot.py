@@ -42,6 +42,7 @@ from metadist.tasks.base import (
     repeated_unit_tasks,
     task_uniform,
 )
+from metadist.tasks.class_messages import evaluation_options, sized_classes
 from metadist.tasks.options import check_positive, resolve_columns
 from metadist.tasks.registry import register_task_sampler
 from metadist.tasks.windows import WindowGatherer
@@ -267,7 +268,7 @@ class NWayKShotSampler(TaskSampler, Configurable):
         try:
             sampler = self.with_options(**options)
         except ValueError as error:
-            raise ValueError(f"eval.sampler_options: {_evaluation_options(error)}") from None
+            raise ValueError(f"eval.sampler_options: {evaluation_options(error)}") from None
         asked, ways = options.get("num_ways"), getattr(sampler, "num_ways", None)
         if asked is not None and ways != int(asked):  # fit_ways lowered it
             print(
@@ -280,7 +281,7 @@ class NWayKShotSampler(TaskSampler, Configurable):
         try:
             confined = sampler.confined_to(units)
         except ValueError as error:
-            said = _evaluation_options(error) if options else str(error)
+            said = evaluation_options(error) if options else str(error)
             raise ValueError(f"the {split} split: {said}") from None
         assert isinstance(confined, NWayKShotSampler)  # confined_to keeps the class
         examples, num_classes = None, 0
@@ -490,16 +491,3 @@ class NWayKShotSampler(TaskSampler, Configurable):
             picked[..., step] = np.where(repeat, top, draw)
         shuffle = np.argsort(task_uniform(seeds, n * m, stream=3).reshape(num_tasks, n, m), axis=2)
         return np.take_along_axis(picked, shuffle, axis=2)
-
-
-def sized_classes(classes: dict[str, int]) -> str:
-    """`a (3 entities), b (1 entity)`: classes named with their sizes, for messages."""
-    return ", ".join(
-        f"{name} ({count} entit{'ies' if count != 1 else 'y'})" for name, count in classes.items()
-    )
-
-
-def _evaluation_options(error: ValueError) -> str:
-    """`error`'s message with the evaluation's sampler options as the lever to change:
-    an evaluation reads `eval.sampler_options`, never the run's `sampler.options`."""
-    return str(error).replace("sampler.options.", "eval.sampler_options.")

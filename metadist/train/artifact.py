@@ -33,6 +33,7 @@ from metadist.store.schema import StoreColumns
 from metadist.tasks.inference import protocol_attributes
 from metadist.train.build import TaskSource
 from metadist.train.config import TrainConfig
+from metadist.train.record_check import check_record
 
 INFERENCE_FILE = "inference.json"
 FORMAT_NAME = "metadist-run-inference"
@@ -123,8 +124,9 @@ def read_inference(run_dir: str | os.PathLike) -> dict[str, Any] | None:
     """The run's `inference.json`, or `None` where it has none.
 
     Raises:
-        ValueError: a file that is not valid JSON, not a run's inference record, or of a
-            newer format (naming the file).
+        ValueError: a file that is not valid JSON, not a run's inference record, of a
+            newer format, or damaged (a field missing or of the wrong type), naming the
+            file (and the field).
     """
     path = Path(run_dir) / INFERENCE_FILE
     if not path.is_file():
@@ -140,6 +142,7 @@ def read_inference(run_dir: str | os.PathLike) -> dict[str, Any] | None:
             f"{path} has format version {record.get('format_version')!r}; this metadist reads "
             f"version {FORMAT_VERSION}"
         )
+    check_record(path, record)
     return record
 
 

@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,8 +39,9 @@ from metadist.tasks import (
     build_task_sampler,
     registered_task_samplers,
 )
+from metadist.tasks.class_messages import sized_classes
 from metadist.tasks.first_batch import example_shapes, first_batch
-from metadist.tasks.nway_kshot import sized_classes
+from metadist.train.component_errors import naming, users_errors
 from metadist.train.config import TrainConfig
 from metadist.train.distributed import DistEnv
 from metadist.train.optim import build_optimizer, scheduled_lr
@@ -137,12 +137,14 @@ def build_task_source(
     store, identity = open_store(config, verify_store)
     if store is not None and trained_on is not None:
         check_store_identity(trained_on[0], store, trained_on[1])
-    with _naming(
+    with naming(
         "sampler", _unknown_hint("sampler", config.sampler.name, registered_task_samplers())
     ):
         options = config.sampler.read_options(SAMPLERS)
         sampler = build_task_sampler(config.sampler.name, store, options=options)
-    if sampler.num_units == 0:  # before the partitioner blames data.fractions for it
+    with users_errors("sampler"):  # the user's code too, where the sampler is theirs
+        num_units = sampler.num_units
+    if num_units == 0:  # before the partitioner blames data.fractions for it
         where = f" of store {store.path}" if store is not None else ""
         raise ValueError(
             f"sampler {config.sampler.name!r} has no units (tasks) to draw from{where} with "
@@ -150,7 +152,8 @@ def build_task_source(
             "a window longer than every series)"
         )
     seed = config.trainer.seed
-    partitioner = config.data.partitioner(sampler, store, seed)
+    with users_errors("sampler"):  # its unit_strata
+        partitioner = config.data.partitioner(sampler, store, seed)
     _note_merged_strata(partitioner, store, config.data.fractions)
     fit_ways = getattr(sampler, "fit_ways_to", None)  # N-way samplers: N the splits can give
     if fit_ways is not None:
@@ -265,7 +268,7 @@ def build_loaders(
         f"trainer.meta_batch_size={config.trainer.meta_batch_size} over {env.world_size} "
         f"rank(s), data.fractions={list(config.data.fractions)}"
     )
-    with _naming(batch_fields, _TRAIN_HINT):
+    with naming(batch_fields, _TRAIN_HINT, component="sampler"):
         train_loader = BatchMetaDataLoader(sampler, partitioner, split="train", **options)
     if len(train_loader) < 1:
         raise ValueError(
@@ -290,7 +293,9 @@ def build_loaders(
     # can give) is still monitored, in smaller batches.
     val_options = dict(options)
     val_options["batch_size"] = _fitted_batch(partitioner, "val", env, options["batch_size"])
-    with _naming(f"{batch_fields} (meta-val, trainer.eval_every > 0)", _VAL_HINT):
+    with naming(
+        f"{batch_fields} (meta-val, trainer.eval_every > 0)", _VAL_HINT, component="sampler"
+    ):
         val_loader = BatchMetaDataLoader(sampler, partitioner, split="val", **val_options)
     return train_loader, val_loader
 
@@ -342,7 +347,7 @@ def build_run_learner(config: TrainConfig, env: DistEnv, source: TaskSource) -> 
         ValueError: an unknown model or learner, or options they reject (naming the field).
     """
     torch.manual_seed(config.trainer.seed)
-    with _naming("model", _unknown_hint("model", config.model.name, registered_models())):
+    with naming("model", _unknown_hint("model", config.model.name, registered_models())):
         options = config.model.read_options(MODELS)
 
         def make() -> nn.Module:
@@ -352,7 +357,7 @@ def build_run_learner(config: TrainConfig, env: DistEnv, source: TaskSource) -> 
 
         check_run_memory(config, env, make)
         model = make()
-    with _naming("learner", _unknown_hint("learner", config.learner.name, registered_learners())):
+    with naming("learner", _unknown_hint("learner", config.learner.name, registered_learners())):
         config.learner.read_options(LEARNERS)
         learner = build_learner(config.learner.name, model, **config.learner.options)
     learner.to(env.device)
@@ -397,7 +402,7 @@ def check_components(config: TrainConfig) -> None:
         ("learner", LEARNERS, registered_learners),
     ):
         component = getattr(config, kind)
-        with _naming(kind, _unknown_hint(kind, component.name, registered())):
+        with naming(kind, _unknown_hint(kind, component.name, registered())):
             component.read_options(registry)
     check_val_metric(
         "selection.metric", config.selection.metric, config.learner.name, learner_loss(config)
@@ -449,21 +454,6 @@ def learner_loss(config: TrainConfig) -> str | None:
 def _unknown_hint(kind: str, name: str, registered: list[str]) -> str | None:
     """What to do about a component name no module has registered."""
     return None if name in registered else _IMPORTS_HINT.format(kind=kind)[2:]
-
-
-@contextmanager
-def _naming(fields: str, hint: str | None = None) -> Iterator[None]:
-    """Prefixes a component's `ValueError` with the config fields that caused it, and
-    appends `hint` (what to change) when given."""
-    try:
-        yield
-    except ValueError as error:
-        # a component that says what to fix itself gets no generic hint after it
-        suffix = f"; {hint}" if hint and "to fix:" not in str(error) else ""
-        message = str(error)
-        if message.startswith(f"{fields}."):  # it names its field path already
-            raise ValueError(f"{message}{suffix}") from None
-        raise ValueError(f"{fields}: {message}{suffix}") from None
 
 
 def check_run_memory(config: TrainConfig, env: DistEnv, make: Callable[[], nn.Module]) -> None:

@@ -256,7 +256,9 @@ def test_a_directory_that_holds_no_sweep_is_refused_as_a_new_ones(tmp_path, caps
 @pytest.mark.parametrize(
     ("flag", "said"),
     [
-        ("--poll-seconds=-1", "--poll-seconds must be > 0, got -1.0"),
+        ("--poll-seconds=-1", "--poll-seconds must be > 0 and <= 86400, got -1.0"),
+        ("--poll-seconds=inf", "--poll-seconds must be > 0 and <= 86400, got inf"),
+        ("--poll-seconds=1e300", "--poll-seconds must be > 0 and <= 86400, got 1e+300"),
         ("--warmup-steps=-5", "--warmup-steps must be >= 0, got -5"),
         ("--startup-trials=-1", "--startup-trials must be >= 0, got -1"),
         ("--slurm=nodes=1", "--slurm nodes=1: Slurm settings apply to --launcher slurm"),

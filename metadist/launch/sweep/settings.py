@@ -27,6 +27,7 @@ SPLIT_FILE = "split.json"
 COMMAND_FILE = "command.json"
 LOG_FILE = "train.log"
 _MAX_OVERRIDE_CHARS = 100_000
+_MAX_POLL_SECONDS = 86_400.0  # a day; `time.sleep` overflows on far larger values
 
 
 @dataclass
@@ -95,8 +96,10 @@ class SweepSettings:
             if getattr(self, name) < 0:
                 flag = "--" + name.replace("_", "-")
                 raise ValueError(f"{flag} must be >= 0, got {getattr(self, name)}")
-        if not self.poll_seconds > 0:
-            raise ValueError(f"--poll-seconds must be > 0, got {self.poll_seconds}")
+        if not 0 < self.poll_seconds <= _MAX_POLL_SECONDS:  # NaN too; `sleep` refuses inf
+            raise ValueError(
+                f"--poll-seconds must be > 0 and <= {_MAX_POLL_SECONDS:g}, got {self.poll_seconds}"
+            )
         if self.slurm_settings and self.launcher != "slurm":
             raise ValueError(
                 f"--slurm {self.slurm_settings[0]}: Slurm settings apply to --launcher slurm, "

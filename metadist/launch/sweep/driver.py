@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from metadist.launch.sweep.metrics import read_val_metric
+from metadist.launch.sweep.outcome import trial_failure
 from metadist.launch.sweep.reports import format_params, write_reports
 from metadist.launch.sweep.runners import LocalTrial, SlurmArrayWave, wave_dir
 from metadist.launch.sweep.settings import (
@@ -191,7 +192,7 @@ class _Driver:
     def finish(self, number: int, trial, runner, exit_code: int, points) -> None:
         from optuna.trial import TrialState
 
-        reason = _failure(exit_code, points, runner.plan.num_steps, self.settings.metric)
+        reason = trial_failure(runner.plan, self.settings, exit_code, points)
         if reason is None:
             final = points[-1][1]
             self.study.tell(trial, final)
@@ -214,18 +215,6 @@ class _Driver:
             with contextlib.suppress(Exception):
                 run_again_later(self.study, trial)
             self.log(f"trial {number} stopped; it runs again when the sweep is continued")
-
-
-def _failure(exit_code: int, points, num_steps: int, metric: str) -> str | None:
-    """Why a trial that exited did not complete, or `None` if it did."""
-    last_step, final = points[-1] if points else (0, float("nan"))
-    if exit_code != 0:
-        return f"exit status {exit_code}"
-    if last_step != num_steps:
-        return f"stopped at step {last_step} of {num_steps}"
-    if not math.isfinite(final):
-        return f"val {metric} is {final}"
-    return None
 
 
 def _plan_asked_trial(study, trial, settings: SweepSettings) -> TrialPlan:

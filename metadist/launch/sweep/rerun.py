@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 from metadist.launch.sweep.metrics import read_val_metric
+from metadist.launch.sweep.outcome import trial_failure
 from metadist.launch.sweep.runners import LocalTrial
 from metadist.launch.sweep.settings import (
     LOG_FILE,
@@ -73,8 +74,11 @@ def rerun_trial(
         time.sleep(settings.poll_seconds)
     runner.finish()
     points = read_val_metric(run_dir, settings.metric)
-    if runner.poll() != 0 or not points or points[-1][0] != plan.num_steps:
-        raise ValueError(f"the rerun of trial {number} failed; see {run_dir / LOG_FILE}")
+    exit_code = runner.poll()
+    assert exit_code is not None  # waited for above
+    reason = trial_failure(plan, settings, exit_code, points)
+    if reason is not None:
+        raise ValueError(f"the rerun of trial {number} failed ({reason}); see {run_dir / LOG_FILE}")
     log(
         f"trial {number}: recorded {settings.metric}={frozen.value!r}, rerun {points[-1][1]!r} "
         f"({run_dir})"

@@ -1,0 +1,65 @@
+"""How a sweep judges a trial whose training exited: completed (all its meta-steps, or
+stopped early by `selection.patience`) or failed, and why."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+
+from metadist.cli import main as cli_main
+from metadist.launch.sweep import read_val_metric
+
+TINY = [
+    "experiment=sinusoid_maml",
+    "trainer.meta_batch_size=4",
+    "trainer.eval_batches=1",
+    "trainer.checkpoint_every=100000",
+    "learner.options.eval_inner_steps=1",
+    "model.options.hidden_sizes=[8]",
+    "sampler.options.num_tasks=200",
+    "logging.wandb.mode=disabled",
+    "trainer.meta_steps=40",
+    "trainer.eval_every=2",
+]
+SPACE = "optimizer.lr: {type: float, low: 1e-4, high: 1e-2, log: true}\n"
+
+
+def _sweep(tmp_path: Path, *extra: str) -> list[str]:
+    (tmp_path / "space.yaml").write_text(SPACE)
+    return [
+        "sweep",
+        *TINY,
+        *extra,
+        f"--space={tmp_path / 'space.yaml'}",
+        f"--sweep-dir={tmp_path / 'sweep'}",
+        "--poll-seconds=0.2",
+        "--pruner=none",
+    ]
+
+
+def _study(sweep_dir: Path) -> optuna.Study:
+    return optuna.load_study(study_name="metadist-sweep", storage=f"sqlite:///{sweep_dir}/study.db")
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(300)
+def test_a_trial_stopped_early_by_its_patience_completes(tmp_path, capsys):
+    # no evaluation improves on the first by 1000: patience 1 stops every run at step 4
+    argv = _sweep(tmp_path, "selection.patience=1", "selection.min_delta=1000", "--trials=1")
+    assert cli_main(argv) == 0, capsys.readouterr().err
+    sweep_dir = tmp_path / "sweep"
+    (trial,) = _study(sweep_dir).get_trials()
+    assert trial.state == optuna.trial.TrialState.COMPLETE
+    run_dir = Path(trial.user_attrs["run_dir"])
+    assert "early stop at step 4" in (run_dir / "train.log").read_text()
+    # its score is its last meta-val value, as for a trial that trains all its steps
+    assert read_val_metric(run_dir, "loss")[-1] == (4, trial.value)
+    best = yaml.safe_load((sweep_dir / "best.yaml").read_text())
+    assert best["trial"] == 0 and best["value"] == trial.value
+
+    # its rerun stops early at the same step, with the same value
+    assert cli_main(["sweep", f"--sweep-dir={sweep_dir}", "--rerun=0", "--poll-seconds=0.2"]) == 0
+    assert "trial 0 reproduced exactly" in capsys.readouterr().out

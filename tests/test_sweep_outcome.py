@@ -27,8 +27,8 @@ TINY = [
 SPACE = "optimizer.lr: {type: float, low: 1e-4, high: 1e-2, log: true}\n"
 
 
-def _sweep(tmp_path: Path, *extra: str) -> list[str]:
-    (tmp_path / "space.yaml").write_text(SPACE)
+def _sweep(tmp_path: Path, *extra: str, space: str = SPACE) -> list[str]:
+    (tmp_path / "space.yaml").write_text(space)
     return [
         "sweep",
         *TINY,
@@ -63,3 +63,23 @@ def test_a_trial_stopped_early_by_its_patience_completes(tmp_path, capsys):
     # its rerun stops early at the same step, with the same value
     assert cli_main(["sweep", f"--sweep-dir={sweep_dir}", "--rerun=0", "--poll-seconds=0.2"]) == 0
     assert "trial 0 reproduced exactly" in capsys.readouterr().out
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(300)
+def test_a_failed_trial_is_named_by_the_trainings_own_error(tmp_path, capsys):
+    """A trial whose meta-loss is not finite fails with the training's line saying so,
+    not a bare exit status to look up in its log."""
+    huge = (
+        "optimizer.lr: {type: float, low: 1.0e+3, high: 1.0e+5, log: true}\n"
+        "learner.options.inner_lr: {type: float, low: 1.0e+3, high: 1.0e+5, log: true}\n"
+    )
+    argv = _sweep(tmp_path, "--trials=1", "--max-failures=1", space=huge)
+    assert cli_main(argv) == 1
+    captured = capsys.readouterr()
+    said = "exit status 1: the meta-loss is not finite at step 1"
+    assert f"trial 0 failed: {said}" in captured.out
+    (line,) = captured.err.strip().splitlines()
+    assert f"1 trials failed: trial 0 ({said}" in line and "train.log)" in line, line
+    (trial,) = _study(tmp_path / "sweep").get_trials()
+    assert trial.state == optuna.trial.TrialState.FAIL

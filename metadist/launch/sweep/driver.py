@@ -192,7 +192,9 @@ class _Driver:
     def finish(self, number: int, trial, runner, exit_code: int, points) -> None:
         from optuna.trial import TrialState
 
-        reason = trial_failure(runner.plan, self.settings, exit_code, points)
+        reason = trial_failure(
+            runner.plan, self.settings, exit_code, points, runner.log_path, runner.log_offset
+        )
         if reason is None:
             final = points[-1][1]
             self.study.tell(trial, final)

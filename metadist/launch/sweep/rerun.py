@@ -76,7 +76,7 @@ def rerun_trial(
     points = read_val_metric(run_dir, settings.metric)
     exit_code = runner.poll()
     assert exit_code is not None  # waited for above
-    reason = trial_failure(plan, settings, exit_code, points)
+    reason = trial_failure(plan, settings, exit_code, points, runner.log_path, runner.log_offset)
     if reason is not None:
         raise ValueError(f"the rerun of trial {number} failed ({reason}); see {run_dir / LOG_FILE}")
     log(

@@ -110,6 +110,7 @@ class LocalTrial:
         self.plan = plan
         self.log_path = plan.run_dir / LOG_FILE
         self._log = open(self.log_path, "ab")  # noqa: SIM115 (closed in finish)
+        self.log_offset = self._log.tell()  # where this attempt's lines start in the log
         self._process = subprocess.Popen(
             plan.train_command(settings),
             stdout=self._log,
@@ -199,6 +200,7 @@ class SlurmTrial:
         self.index = index
         self.element = f"{wave.job_id}_{index}"
         self.log_path = wave.wave_dir / f"{index}.out"
+        self.log_offset = 0  # a wave's output files are new
         self._cancelled = False
 
     def poll(self) -> int | None:

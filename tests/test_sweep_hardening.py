@@ -339,3 +339,56 @@ def test_an_older_studys_config_dir_of_the_same_place_still_matches(tmp_path, mo
     for older in (f"{tmp_path}/mine/", f"{tmp_path}/./mine", "mine"):
         study.set_user_attr("sweep", {**study.user_attrs["sweep"], "config_dir": older})
         check_meta(study, settings)
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_a_driver_stopped_by_sigterm_stops_and_queues_its_trial_as_ctrl_c_does(tmp_path, signum):
+    """A sweep stopped by SIGTERM (a job's time limit, `kill`) or SIGHUP (its terminal
+    closed) died at once: no word, `trials.md` stale, the trial still RUNNING in the study
+    until a restart. It now stops as on Ctrl-C: the trial checkpoints, exits and is queued
+    again, the reports are rewritten, and one line says what stopped it."""
+    sweep_dir = tmp_path / "sweep"
+    argv = _sweep_cli(tmp_path, SPACE)
+    argv[argv.index("trainer.meta_steps=4")] = "trainer.meta_steps=1000000"
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "metadist.cli", *argv],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        metrics = sweep_dir / "trials" / "0000" / "metrics.jsonl"
+        deadline = time.monotonic() + 120
+        # the training runs: a meta-step is logged once its stop handlers are set
+        while '"val"' not in _text(metrics) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert '"val"' in _text(metrics)
+        driver.send_signal(signum)
+        out, err = driver.communicate(timeout=120)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(driver.pid, signal.SIGKILL)
+    name = signal.Signals(signum).name
+    assert driver.returncode == 128 + signum, out + err
+    assert err.strip().splitlines() == [
+        f"metadist sweep: stopped by {name} (run the same command again to continue the sweep)"
+    ]
+    assert "trial 0 stopped; it runs again when the sweep is continued" in out
+    storage = f"sqlite:///{sweep_dir}/study.db"
+    cut, queued = optuna.load_study(study_name="metadist-sweep", storage=storage).get_trials()
+    assert (cut.state.name, queued.state.name) == ("FAIL", "WAITING")
+    assert not _running(cut.user_attrs["process"]["pid"])  # the training is gone
+    assert "SIGTERM: checkpoint of step" in (metrics.parent / "train.log").read_text()
+    table = (sweep_dir / "trials.md").read_text()
+    assert "| 0 | fail |" in table and "| 1 | waiting |" in table
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return ""

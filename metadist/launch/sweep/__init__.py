@@ -30,7 +30,7 @@ The package, one room per concern: `space` (the search space file), `settings` (
 sweep's settings, a trial's config, split and command), `study` (the Optuna study, its
 lock and interrupted trials), `runners` (local process groups, Slurm array elements),
 `metrics` (reading a trial's meta-val metric), `outcome` (completed or failed, and
-why), `driver` (`run_sweep`), `reports`
+why), `stops` (the stop signals a driver takes), `driver` (`run_sweep`), `reports`
 (`trials.md`, `best.yaml`) and `rerun`. The command line, `metadist sweep`, is
 `metadist.commands.sweep`.
 """

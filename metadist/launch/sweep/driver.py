@@ -5,10 +5,7 @@ from __future__ import annotations
 import contextlib
 import math
 import shutil
-import signal
-import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +20,7 @@ from metadist.launch.sweep.settings import (
     check_space,
     plan_trial,
 )
+from metadist.launch.sweep.stops import stops_deferred, stops_raised
 from metadist.launch.sweep.study import (
     check_meta,
     open_study,
@@ -56,9 +54,10 @@ def run_sweep(settings: SweepSettings, log=print) -> Any:
         recover_interrupted(study, log)
         driver = _Driver(settings, study, log)
         try:
-            driver.run()
+            with stops_raised():  # SIGTERM and SIGHUP stop it as Ctrl-C does
+                driver.run()
         except BaseException:
-            with _sigint_deferred():  # a second Ctrl-C must not cut the requeue short
+            with stops_deferred(deliver=False):  # a second one must not cut the requeue short
                 driver.requeue_running()
             raise
         finally:
@@ -104,9 +103,9 @@ class _Driver:
         if self.settings.launcher == "slurm" and self.running:
             free = 0  # a wave is finished before the next one is submitted
         plans = []
-        # Ctrl-C waits until the trials being started are tracked, so that none is left
+        # a stop signal waits until the trials being started are tracked, so that none is left
         # running unseen.
-        with _sigint_deferred():
+        with stops_deferred():
             for _ in range(max(0, min(free, wanted))):
                 trial = self.study.ask()
                 plan = _plan_asked_trial(self.study, trial, self.settings)
@@ -240,19 +239,3 @@ def _plan_asked_trial(study, trial, settings: SweepSettings) -> TrialPlan:
     except (ValueError, FileNotFoundError):
         study.tell(trial, state=TrialState.FAIL)
         raise
-
-
-@contextlib.contextmanager
-def _sigint_deferred() -> Iterator[None]:
-    """Holds SIGINT back inside the block and delivers it after (main thread only)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    received: list[int] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    if received:
-        signal.raise_signal(signal.SIGINT)

@@ -262,6 +262,13 @@ def test_a_directory_that_holds_no_sweep_is_refused_as_a_new_ones(tmp_path, caps
         ("--warmup-steps=-5", "--warmup-steps must be >= 0, got -5"),
         ("--startup-trials=-1", "--startup-trials must be >= 0, got -1"),
         ("--slurm=nodes=1", "--slurm nodes=1: Slurm settings apply to --launcher slurm"),
+        # an accuracy minimised (the default direction) would make the worst trial the best
+        (
+            "--metric=query_accuracy_after",
+            "--metric query_accuracy_after is better higher, but the sweep would minimize it "
+            "(the best trial would be the worst); give --direction maximize",
+        ),
+        ("--direction=maximize", "--metric loss is better lower, but the sweep would maximize"),
     ],
 )
 def test_bad_sweep_settings_are_refused_before_anything_is_made(tmp_path, capsys, flag, said):

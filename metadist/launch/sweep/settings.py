@@ -17,7 +17,7 @@ from metadist.launch.slurm import LAUNCH_KEYS, job_from_settings, parse_settings
 from metadist.launch.sweep.space import SWEEP_OWNED_KEYS, ParamSpec, format_override
 from metadist.train.build import build_task_source, check_components, learner_loss
 from metadist.train.compose import find_experiments_dir, load_config
-from metadist.train.selection import check_val_metric
+from metadist.train.selection import VAL_METRICS, SelectionConfig, check_val_metric
 
 STUDY_FILE = "study.db"
 STUDY_NAME = "metadist-sweep"
@@ -84,6 +84,7 @@ class SweepSettings:
             raise ValueError(f"--trials must be >= 1, got {self.num_trials}")
         if self.direction not in ("minimize", "maximize"):
             raise ValueError(f"--direction must be minimize or maximize, got {self.direction!r}")
+        _check_direction(self.metric, self.direction)
         if self.launcher not in ("local", "slurm"):
             raise ValueError(f"--launcher must be local or slurm, got {self.launcher!r}")
         if self.pruner not in ("median", "none"):
@@ -142,6 +143,24 @@ class SweepSettings:
                 )
             if key in searched:
                 raise ValueError(f"{key} is both searched (--space) and fixed ({token!r})")
+
+
+def _check_direction(metric: str, direction: str) -> None:
+    """Refuses optimising a meta-val loss or accuracy the built-in learners log the wrong
+    way (an accuracy minimised: the default direction): the best trial would be the worst.
+
+    Raises:
+        ValueError: naming the direction to give.
+    """
+    if metric not in VAL_METRICS or not ("loss" in metric or "accuracy" in metric):
+        return  # a learner's own metric, or one with no better side by its name
+    wanted = "maximize" if SelectionConfig().resolved_mode(metric) == "max" else "minimize"
+    if direction != wanted:
+        better = "higher" if wanted == "maximize" else "lower"
+        raise ValueError(
+            f"--metric {metric} is better {better}, but the sweep would {direction} it (the "
+            f"best trial would be the worst); give --direction {wanted}"
+        )
 
 
 @dataclass

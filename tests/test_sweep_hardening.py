@@ -399,3 +399,45 @@ def _text(path: Path) -> str:
         return path.read_text()
     except FileNotFoundError:
         return ""
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(300)
+def test_a_rerun_stopped_by_sigterm_stops_its_training_and_says_so(tmp_path):
+    """`--rerun` stopped by SIGTERM died without a word, its training left to the
+    parent-death signal; it now stops the training (it checkpoints) and says so."""
+    from metadist.launch.sweep.study import check_meta
+
+    settings = _settings(tmp_path)
+    settings.overrides = [*TINY, "trainer.meta_steps=1000000", "trainer.eval_every=2"]
+    settings.sweep_dir.mkdir()
+    study = open_study(settings)
+    check_meta(study, settings)
+    trial = study.ask()
+    settings.space[0].suggest(trial)
+    trial.set_user_attr("seed", 0)
+    study.tell(trial, 0.5)  # a completed trial, whose rerun trains a long time
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "metadist.cli", "sweep", f"--sweep-dir={settings.sweep_dir}"]
+        + ["--rerun=0", "--poll-seconds=0.2"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        metrics = settings.sweep_dir / "reruns" / "0000-0" / "metrics.jsonl"
+        deadline = time.monotonic() + 120
+        while '"val"' not in _text(metrics) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert '"val"' in _text(metrics)
+        driver.send_signal(signal.SIGTERM)
+        out, err = driver.communicate(timeout=120)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(driver.pid, signal.SIGKILL)
+    assert driver.returncode == 128 + signal.SIGTERM, out + err
+    assert err.strip().splitlines() == ["metadist sweep: stopped by SIGTERM (the rerun of trial 0)"]
+    # the training was stopped (and waited for) before the command ended
+    assert "SIGTERM: checkpoint of step" in (metrics.parent / "train.log").read_text()

@@ -59,7 +59,13 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
                 f"leave out {extra[0]}"
             )
         poll = getattr(args, "poll_seconds", SweepSettings.poll_seconds)
-        recorded, rerun = rerun_trial(args.sweep_dir, args.rerun, poll)
+        try:
+            recorded, rerun = rerun_trial(args.sweep_dir, args.rerun, poll)
+        except StopRequested as stop:  # SIGTERM or SIGHUP; the rerun's training stopped
+            print(
+                f"metadist sweep: {stop.summary} (the rerun of trial {args.rerun})", file=sys.stderr
+            )
+            return stop.exit_status
         if recorded != rerun:
             print(
                 f"trial {args.rerun} did not reproduce: {recorded!r} != {rerun!r}", file=sys.stderr

@@ -17,6 +17,7 @@ from metadist.launch.sweep.settings import (
     plan_trial,
 )
 from metadist.launch.sweep.space import ParamSpec
+from metadist.launch.sweep.stops import stops_deferred, stops_raised
 from metadist.launch.sweep.study import open_study
 
 
@@ -69,9 +70,16 @@ def rerun_trial(
     run_dir = reruns / f"{number:04d}-{attempt}"
     params = decode_params(settings, frozen.params)
     plan = plan_trial(settings, number, frozen.user_attrs["seed"], params, run_dir)
-    runner = LocalTrial(plan, settings)
-    while runner.poll() is None:
-        time.sleep(settings.poll_seconds)
+    with stops_deferred():  # a stop signal waits until the training is tracked
+        runner = LocalTrial(plan, settings)
+    try:
+        with stops_raised():  # SIGTERM and SIGHUP stop it as Ctrl-C does
+            while runner.poll() is None:
+                time.sleep(settings.poll_seconds)
+    except BaseException:
+        with stops_deferred(deliver=False):  # the training checkpoints and exits
+            runner.stop()
+        raise
     runner.finish()
     points = read_val_metric(run_dir, settings.metric)
     exit_code = runner.poll()

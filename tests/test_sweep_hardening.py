@@ -390,8 +390,12 @@ def test_a_driver_stopped_by_sigterm_stops_and_queues_its_trial_as_ctrl_c_does(t
     assert (cut.state.name, queued.state.name) == ("FAIL", "WAITING")
     assert not _running(cut.user_attrs["process"]["pid"])  # the training is gone
     assert "SIGTERM: checkpoint of step" in (metrics.parent / "train.log").read_text()
-    table = (sweep_dir / "trials.md").read_text()
-    assert "| 0 | fail |" in table and "| 1 | waiting |" in table
+    rows = (sweep_dir / "trials.md").read_text().splitlines()
+    (cut_row,) = [r for r in rows if r.startswith("| 0 | fail |")]
+    assert cut_row.endswith("| cut off; resumed as trial 1 |"), cut_row
+    # the queued trial's row shows the parameters it will run with
+    lr = f"{cut.params['optimizer.lr']:.4g}"
+    assert any(r.startswith(f"| 1 | waiting | 0 | {lr} |") for r in rows), rows
 
 
 def _text(path: Path) -> str:

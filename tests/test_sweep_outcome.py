@@ -83,3 +83,8 @@ def test_a_failed_trial_is_named_by_the_trainings_own_error(tmp_path, capsys):
     assert f"1 trials failed: trial 0 ({said}" in line and "train.log)" in line, line
     (trial,) = _study(tmp_path / "sweep").get_trials()
     assert trial.state == optuna.trial.TrialState.FAIL
+    # trials.md says it too, in the failed trial's row
+    (row,) = [
+        r for r in (tmp_path / "sweep" / "trials.md").read_text().splitlines() if "| 0 |" in r
+    ]
+    assert "| fail |" in row and f"| {said}" in row, row

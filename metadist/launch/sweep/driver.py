@@ -131,6 +131,7 @@ class _Driver:
             array = SlurmArrayWave([plan for _, plan in plans], self.settings, self.wave)
         except (ValueError, OSError) as error:
             for trial, _ in plans:
+                trial.set_user_attr("failure", f"not submitted: {error}")
                 self.study.tell(trial, state=TrialState.FAIL)
             shutil.rmtree(wave_dir(self.settings, self.wave), ignore_errors=True)
             numbers = ", ".join(str(trial.number) for trial, _ in plans)
@@ -199,6 +200,7 @@ class _Driver:
             self.study.tell(trial, final)
             self.log(f"trial {number} finished: {self.settings.metric}={final:.6g}")
             return
+        trial.set_user_attr("failure", reason)  # for trials.md
         self.study.tell(trial, state=TrialState.FAIL)
         self.failures.append(f"trial {number} ({reason}, see {runner.log_path})")
         self.log(f"trial {number} failed: {reason}; log {runner.log_path}")
@@ -236,6 +238,7 @@ def _plan_asked_trial(study, trial, settings: SweepSettings) -> TrialPlan:
     trial.set_user_attr("run_dir", str(run_dir))
     try:
         return plan_trial(settings, trial.number, seed, params, Path(run_dir))
-    except (ValueError, FileNotFoundError):
+    except (ValueError, FileNotFoundError) as error:
+        trial.set_user_attr("failure", " ".join(str(error).split()))
         study.tell(trial, state=TrialState.FAIL)
         raise

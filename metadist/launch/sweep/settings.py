@@ -200,12 +200,17 @@ def trial_config(settings: SweepSettings, seed: int, params: dict[str, Any]) -> 
     overrides = [*settings.overrides, *param_overrides, f"trainer.seed={seed}"]
     config = load_config(overrides, settings.config_dir, world_size=world_size(settings))
     check_components(config)  # their options, as the trial's training would read them
+    _check_scored(config)
+    return overrides, config
+
+
+def _check_scored(config: Any) -> None:
+    """Refuses a trial config without meta-val evaluation: nothing to score it on."""
     if config.trainer.eval_every <= 0:
         raise ValueError(
             "trainer.eval_every must be > 0 in a sweep: the trials are scored and pruned "
             "on their meta-val metric (add e.g. trainer.eval_every=50)"
         )
-    return overrides, config
 
 
 def check_space(settings: SweepSettings) -> None:
@@ -259,6 +264,7 @@ def _base_refused(settings: SweepSettings) -> str | None:
             settings.overrides, settings.config_dir, world_size=world_size(settings)
         )
         check_components(config)
+        _check_scored(config)
     except (ValueError, FileNotFoundError) as error:
         return " ".join(line.strip() for line in str(error).splitlines())
     return None

@@ -348,7 +348,12 @@ def _study_state(path: Path) -> tuple:
             "space: learner.options.inner_lr only now",
         ),
         (SWEEP, LR_SPACE, ["--metric=mse"], "metric: recorded 'loss', now 'mse'"),
-        (SWEEP, LR_SPACE, ["--direction=maximize"], "direction: recorded 'minimize'"),
+        (  # (a loss maximised is refused before the study is read: an accuracy here)
+            SWEEP,
+            LR_SPACE,
+            ["--metric=query_accuracy_after", "--direction=maximize"],
+            "metric: recorded 'loss', now 'query_accuracy_after'; direction: recorded 'minimize'",
+        ),
     ],
     ids=["experiment", "space-range", "space-param", "metric", "direction"],
 )

@@ -256,10 +256,19 @@ def test_a_directory_that_holds_no_sweep_is_refused_as_a_new_ones(tmp_path, caps
 @pytest.mark.parametrize(
     ("flag", "said"),
     [
-        ("--poll-seconds=-1", "--poll-seconds must be > 0, got -1.0"),
+        ("--poll-seconds=-1", "--poll-seconds must be > 0 and <= 86400, got -1.0"),
+        ("--poll-seconds=inf", "--poll-seconds must be > 0 and <= 86400, got inf"),
+        ("--poll-seconds=1e300", "--poll-seconds must be > 0 and <= 86400, got 1e+300"),
         ("--warmup-steps=-5", "--warmup-steps must be >= 0, got -5"),
         ("--startup-trials=-1", "--startup-trials must be >= 0, got -1"),
         ("--slurm=nodes=1", "--slurm nodes=1: Slurm settings apply to --launcher slurm"),
+        # an accuracy minimised (the default direction) would make the worst trial the best
+        (
+            "--metric=query_accuracy_after",
+            "--metric query_accuracy_after is better higher, but the sweep would minimize it "
+            "(the best trial would be the worst); give --direction maximize",
+        ),
+        ("--direction=maximize", "--metric loss is better lower, but the sweep would maximize"),
     ],
 )
 def test_bad_sweep_settings_are_refused_before_anything_is_made(tmp_path, capsys, flag, said):
@@ -337,3 +346,102 @@ def test_an_older_studys_config_dir_of_the_same_place_still_matches(tmp_path, mo
     for older in (f"{tmp_path}/mine/", f"{tmp_path}/./mine", "mine"):
         study.set_user_attr("sweep", {**study.user_attrs["sweep"], "config_dir": older})
         check_meta(study, settings)
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_a_driver_stopped_by_sigterm_stops_and_queues_its_trial_as_ctrl_c_does(tmp_path, signum):
+    """A sweep stopped by SIGTERM (a job's time limit, `kill`) or SIGHUP (its terminal
+    closed) died at once: no word, `trials.md` stale, the trial still RUNNING in the study
+    until a restart. It now stops as on Ctrl-C: the trial checkpoints, exits and is queued
+    again, the reports are rewritten, and one line says what stopped it."""
+    sweep_dir = tmp_path / "sweep"
+    argv = _sweep_cli(tmp_path, SPACE)
+    argv[argv.index("trainer.meta_steps=4")] = "trainer.meta_steps=1000000"
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "metadist.cli", *argv],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        metrics = sweep_dir / "trials" / "0000" / "metrics.jsonl"
+        deadline = time.monotonic() + 120
+        # the training runs: a meta-step is logged once its stop handlers are set
+        while '"val"' not in _text(metrics) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert '"val"' in _text(metrics)
+        driver.send_signal(signum)
+        out, err = driver.communicate(timeout=120)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(driver.pid, signal.SIGKILL)
+    name = signal.Signals(signum).name
+    assert driver.returncode == 128 + signum, out + err
+    assert err.strip().splitlines() == [
+        f"metadist sweep: stopped by {name} (run the same command again to continue the sweep)"
+    ]
+    assert "trial 0 stopped; it runs again when the sweep is continued" in out
+    storage = f"sqlite:///{sweep_dir}/study.db"
+    cut, queued = optuna.load_study(study_name="metadist-sweep", storage=storage).get_trials()
+    assert (cut.state.name, queued.state.name) == ("FAIL", "WAITING")
+    assert not _running(cut.user_attrs["process"]["pid"])  # the training is gone
+    assert "SIGTERM: checkpoint of step" in (metrics.parent / "train.log").read_text()
+    rows = (sweep_dir / "trials.md").read_text().splitlines()
+    (cut_row,) = [r for r in rows if r.startswith("| 0 | fail |")]
+    assert cut_row.endswith("| cut off; resumed as trial 1 |"), cut_row
+    # the queued trial's row shows the parameters it will run with
+    lr = f"{cut.params['optimizer.lr']:.4g}"
+    assert any(r.startswith(f"| 1 | waiting | 0 | {lr} |") for r in rows), rows
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return ""
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(300)
+def test_a_rerun_stopped_by_sigterm_stops_its_training_and_says_so(tmp_path):
+    """`--rerun` stopped by SIGTERM died without a word, its training left to the
+    parent-death signal; it now stops the training (it checkpoints) and says so."""
+    from metadist.launch.sweep.study import check_meta
+
+    settings = _settings(tmp_path)
+    settings.overrides = [*TINY, "trainer.meta_steps=1000000", "trainer.eval_every=2"]
+    settings.sweep_dir.mkdir()
+    study = open_study(settings)
+    check_meta(study, settings)
+    trial = study.ask()
+    settings.space[0].suggest(trial)
+    trial.set_user_attr("seed", 0)
+    study.tell(trial, 0.5)  # a completed trial, whose rerun trains a long time
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "metadist.cli", "sweep", f"--sweep-dir={settings.sweep_dir}"]
+        + ["--rerun=0", "--poll-seconds=0.2"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        metrics = settings.sweep_dir / "reruns" / "0000-0" / "metrics.jsonl"
+        deadline = time.monotonic() + 120
+        while '"val"' not in _text(metrics) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert '"val"' in _text(metrics)
+        driver.send_signal(signal.SIGTERM)
+        out, err = driver.communicate(timeout=120)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(driver.pid, signal.SIGKILL)
+    assert driver.returncode == 128 + signal.SIGTERM, out + err
+    assert err.strip().splitlines() == ["metadist sweep: stopped by SIGTERM (the rerun of trial 0)"]
+    # the training was stopped (and waited for) before the command ended
+    assert "SIGTERM: checkpoint of step" in (metrics.parent / "train.log").read_text()

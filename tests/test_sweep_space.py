@@ -214,6 +214,10 @@ def test_component_options_are_checked_before_the_sweep_and_base_overrides_blame
     with pytest.raises(ValueError, match=r"the sweep's overrides give an invalid config: "
                        r"learner.options.inner_lrr: unknown option"):  # fmt: skip
         check_space(_settings(tmp_path, [*base, "learner.options.inner_lrr=0.1"], space))
+    # a sweep without meta-val evaluation: the overrides' mistake, not the space's
+    with pytest.raises(ValueError, match=r"the sweep's overrides give an invalid config: "
+                       r"trainer.eval_every must be > 0 in a sweep"):  # fmt: skip
+        check_space(_settings(tmp_path, [*base, "trainer.eval_every=0"], space))
     assert list(tmp_path.iterdir()) == []
     # a base that is invalid alone but fixed by every trial's parameters is a valid sweep
     space = [ParamSpec("trainer.meta_batch_size", "categorical", choices=(16, 32))]

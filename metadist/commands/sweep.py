@@ -7,6 +7,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
+from metadist.launch.children import StopRequested
 from metadist.launch.sweep import (
     BEST_FILE,
     TABLE_FILE,
@@ -58,7 +59,13 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
                 f"leave out {extra[0]}"
             )
         poll = getattr(args, "poll_seconds", SweepSettings.poll_seconds)
-        recorded, rerun = rerun_trial(args.sweep_dir, args.rerun, poll)
+        try:
+            recorded, rerun = rerun_trial(args.sweep_dir, args.rerun, poll)
+        except StopRequested as stop:  # SIGTERM or SIGHUP; the rerun's training stopped
+            print(
+                f"metadist sweep: {stop.summary} (the rerun of trial {args.rerun})", file=sys.stderr
+            )
+            return stop.exit_status
         if recorded != rerun:
             print(
                 f"trial {args.rerun} did not reproduce: {recorded!r} != {rerun!r}", file=sys.stderr
@@ -67,7 +74,14 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         print(f"trial {args.rerun} reproduced exactly")
         return 0
     settings = _settings_from_args(args)
-    study = run_sweep(settings)
+    try:
+        study = run_sweep(settings)
+    except StopRequested as stop:  # SIGTERM or SIGHUP; its running trials were queued again
+        print(
+            f"metadist sweep: {stop.summary} (run the same command again to continue the sweep)",
+            file=sys.stderr,
+        )
+        return stop.exit_status
     print(f"trials: {settings.sweep_dir / TABLE_FILE}")
     if (settings.sweep_dir / BEST_FILE).exists():
         best = study.best_trial

@@ -9,6 +9,7 @@ it).
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -181,19 +182,22 @@ def check_same_store_path(state: dict, store: str | None, run_dir: Path) -> None
         )
 
 
-def finished_before(overrides: list[str], run_dir: Path) -> bool:
-    """Whether `run_dir` holds a finished run of the training `overrides` describe: all
-    its meta-steps, the same settings and the same store, as the training command itself
-    would find before saying "nothing to train". Checked in a fraction of a second,
-    where starting the training for it takes seconds (`metadist competition`, the demo).
-    Any doubt answers False: the training then runs, and it resumes the run or says what
-    is wrong."""
+def finished_before(
+    overrides: list[str], run_dir: Path, config_dir: str | os.PathLike | None = None
+) -> bool:
+    """Whether `run_dir` holds a finished run of the training `overrides` describe (in
+    the experiments of `config_dir`, where given): all its meta-steps or stopped early,
+    the same settings and the same store, as the training command itself would find
+    before saying "nothing to train". Checked in a fraction of a second, where starting
+    the training for it takes seconds (`metadist competition`, the demo; a sweep asks it
+    of a trial that exited before its last step). Any doubt answers False: the training
+    then runs, and it resumes the run or says what is wrong."""
     try:
         found = latest_checkpoint(run_dir)
         if found is None:
             return False
         path, pointer = found
-        config = load_config(overrides)
+        config = load_config(overrides, config_dir)
         state = load_checkpoint(path, pointer)  # the pointer's size and SHA-256 checked
         finished = int(state.get("step", -1)) >= config.trainer.meta_steps
         loss = str(getattr(config.learner.read_options(LEARNERS), "loss", ""))

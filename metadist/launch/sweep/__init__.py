@@ -29,7 +29,8 @@ run as elements of an array job, one element per trial.
 The package, one room per concern: `space` (the search space file), `settings` (the
 sweep's settings, a trial's config, split and command), `study` (the Optuna study, its
 lock and interrupted trials), `runners` (local process groups, Slurm array elements),
-`metrics` (reading a trial's meta-val metric), `driver` (`run_sweep`), `reports`
+`metrics` (reading a trial's meta-val metric), `outcome` (completed or failed, and
+why), `stops` (the stop signals a driver takes), `driver` (`run_sweep`), `reports`
 (`trials.md`, `best.yaml`) and `rerun`. The command line, `metadist sweep`, is
 `metadist.commands.sweep`.
 """

@@ -5,14 +5,12 @@ from __future__ import annotations
 import contextlib
 import math
 import shutil
-import signal
-import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from metadist.launch.sweep.metrics import read_val_metric
+from metadist.launch.sweep.outcome import trial_failure
 from metadist.launch.sweep.reports import format_params, write_reports
 from metadist.launch.sweep.runners import LocalTrial, SlurmArrayWave, wave_dir
 from metadist.launch.sweep.settings import (
@@ -22,6 +20,7 @@ from metadist.launch.sweep.settings import (
     check_space,
     plan_trial,
 )
+from metadist.launch.sweep.stops import stops_deferred, stops_raised
 from metadist.launch.sweep.study import (
     check_meta,
     open_study,
@@ -55,9 +54,10 @@ def run_sweep(settings: SweepSettings, log=print) -> Any:
         recover_interrupted(study, log)
         driver = _Driver(settings, study, log)
         try:
-            driver.run()
+            with stops_raised():  # SIGTERM and SIGHUP stop it as Ctrl-C does
+                driver.run()
         except BaseException:
-            with _sigint_deferred():  # a second Ctrl-C must not cut the requeue short
+            with stops_deferred(deliver=False):  # a second one must not cut the requeue short
                 driver.requeue_running()
             raise
         finally:
@@ -103,9 +103,9 @@ class _Driver:
         if self.settings.launcher == "slurm" and self.running:
             free = 0  # a wave is finished before the next one is submitted
         plans = []
-        # Ctrl-C waits until the trials being started are tracked, so that none is left
+        # a stop signal waits until the trials being started are tracked, so that none is left
         # running unseen.
-        with _sigint_deferred():
+        with stops_deferred():
             for _ in range(max(0, min(free, wanted))):
                 trial = self.study.ask()
                 plan = _plan_asked_trial(self.study, trial, self.settings)
@@ -131,6 +131,7 @@ class _Driver:
             array = SlurmArrayWave([plan for _, plan in plans], self.settings, self.wave)
         except (ValueError, OSError) as error:
             for trial, _ in plans:
+                trial.set_user_attr("failure", f"not submitted: {error}")
                 self.study.tell(trial, state=TrialState.FAIL)
             shutil.rmtree(wave_dir(self.settings, self.wave), ignore_errors=True)
             numbers = ", ".join(str(trial.number) for trial, _ in plans)
@@ -191,12 +192,15 @@ class _Driver:
     def finish(self, number: int, trial, runner, exit_code: int, points) -> None:
         from optuna.trial import TrialState
 
-        reason = _failure(exit_code, points, runner.plan.num_steps, self.settings.metric)
+        reason = trial_failure(
+            runner.plan, self.settings, exit_code, points, runner.log_path, runner.log_offset
+        )
         if reason is None:
             final = points[-1][1]
             self.study.tell(trial, final)
             self.log(f"trial {number} finished: {self.settings.metric}={final:.6g}")
             return
+        trial.set_user_attr("failure", reason)  # for trials.md
         self.study.tell(trial, state=TrialState.FAIL)
         self.failures.append(f"trial {number} ({reason}, see {runner.log_path})")
         self.log(f"trial {number} failed: {reason}; log {runner.log_path}")
@@ -214,18 +218,6 @@ class _Driver:
             with contextlib.suppress(Exception):
                 run_again_later(self.study, trial)
             self.log(f"trial {number} stopped; it runs again when the sweep is continued")
-
-
-def _failure(exit_code: int, points, num_steps: int, metric: str) -> str | None:
-    """Why a trial that exited did not complete, or `None` if it did."""
-    last_step, final = points[-1] if points else (0, float("nan"))
-    if exit_code != 0:
-        return f"exit status {exit_code}"
-    if last_step != num_steps:
-        return f"stopped at step {last_step} of {num_steps}"
-    if not math.isfinite(final):
-        return f"val {metric} is {final}"
-    return None
 
 
 def _plan_asked_trial(study, trial, settings: SweepSettings) -> TrialPlan:
@@ -246,22 +238,7 @@ def _plan_asked_trial(study, trial, settings: SweepSettings) -> TrialPlan:
     trial.set_user_attr("run_dir", str(run_dir))
     try:
         return plan_trial(settings, trial.number, seed, params, Path(run_dir))
-    except (ValueError, FileNotFoundError):
+    except (ValueError, FileNotFoundError) as error:
+        trial.set_user_attr("failure", " ".join(str(error).split()))
         study.tell(trial, state=TrialState.FAIL)
         raise
-
-
-@contextlib.contextmanager
-def _sigint_deferred() -> Iterator[None]:
-    """Holds SIGINT back inside the block and delivers it after (main thread only)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    received: list[int] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    if received:
-        signal.raise_signal(signal.SIGINT)

@@ -28,6 +28,11 @@ def write_reports(study, settings: SweepSettings) -> None:
     # the last meta-step the trial validated (for an attempt cut off, not necessarily
     # its checkpoint's: its rerun resumes from the checkpoint, in a row of its own)
     header = ["trial", "state", "seed", *names, settings.metric, "last val step", "seconds"]
+    header.append("note")
+    # a cut-off attempt's run directory is the one its rerun resumes in
+    by_dir: dict[Any, list[int]] = {}
+    for t in trials:
+        by_dir.setdefault(t.user_attrs.get("run_dir"), []).append(t.number)
     rows = []
     for t in trials:
         value = "" if t.value is None else f"{t.value:.6g}"
@@ -35,7 +40,9 @@ def write_reports(study, settings: SweepSettings) -> None:
         seconds = ""
         if t.datetime_start and t.datetime_complete:
             seconds = f"{(t.datetime_complete - t.datetime_start).total_seconds():.1f}"
-        decoded = decode_params(settings, t.params)
+        # a queued trial's parameters are fixed, not yet suggested
+        stored = t.params or t.system_attrs.get("fixed_params") or {}
+        decoded = decode_params(settings, stored)
         params = [_cell(decoded.get(name, "")) for name in names]
         rows.append(
             [
@@ -46,6 +53,7 @@ def write_reports(study, settings: SweepSettings) -> None:
                 value,
                 str(steps),
                 seconds,
+                _cell(_note(t, by_dir)),
             ]
         )
     lines = [
@@ -116,6 +124,19 @@ def _trial_overrides(run_dir: str | None, sweep_dir: Path | None = None) -> list
     if own:
         del overrides[own[-1]]
     return overrides
+
+
+def _note(trial, by_dir: dict[Any, list[int]]) -> str:
+    """Why a failed trial failed (as the sweep said it), or which trial resumed a cut-off
+    attempt (the next one in its run directory)."""
+    from optuna.trial import TrialState
+
+    if trial.state != TrialState.FAIL:
+        return ""
+    if "failure" in trial.user_attrs:
+        return str(trial.user_attrs["failure"])
+    later = [n for n in by_dir.get(trial.user_attrs.get("run_dir"), []) if n > trial.number]
+    return f"cut off; resumed as trial {min(later)}" if later else "cut off"
 
 
 def _cell(value: Any) -> str:

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 from metadist.launch.sweep.metrics import read_val_metric
+from metadist.launch.sweep.outcome import trial_failure
 from metadist.launch.sweep.runners import LocalTrial
 from metadist.launch.sweep.settings import (
     LOG_FILE,
@@ -16,6 +17,7 @@ from metadist.launch.sweep.settings import (
     plan_trial,
 )
 from metadist.launch.sweep.space import ParamSpec
+from metadist.launch.sweep.stops import stops_deferred, stops_raised
 from metadist.launch.sweep.study import open_study
 
 
@@ -68,13 +70,23 @@ def rerun_trial(
     run_dir = reruns / f"{number:04d}-{attempt}"
     params = decode_params(settings, frozen.params)
     plan = plan_trial(settings, number, frozen.user_attrs["seed"], params, run_dir)
-    runner = LocalTrial(plan, settings)
-    while runner.poll() is None:
-        time.sleep(settings.poll_seconds)
+    with stops_deferred():  # a stop signal waits until the training is tracked
+        runner = LocalTrial(plan, settings)
+    try:
+        with stops_raised():  # SIGTERM and SIGHUP stop it as Ctrl-C does
+            while runner.poll() is None:
+                time.sleep(settings.poll_seconds)
+    except BaseException:
+        with stops_deferred(deliver=False):  # the training checkpoints and exits
+            runner.stop()
+        raise
     runner.finish()
     points = read_val_metric(run_dir, settings.metric)
-    if runner.poll() != 0 or not points or points[-1][0] != plan.num_steps:
-        raise ValueError(f"the rerun of trial {number} failed; see {run_dir / LOG_FILE}")
+    exit_code = runner.poll()
+    assert exit_code is not None  # waited for above
+    reason = trial_failure(plan, settings, exit_code, points, runner.log_path, runner.log_offset)
+    if reason is not None:
+        raise ValueError(f"the rerun of trial {number} failed ({reason}); see {run_dir / LOG_FILE}")
     log(
         f"trial {number}: recorded {settings.metric}={frozen.value!r}, rerun {points[-1][1]!r} "
         f"({run_dir})"

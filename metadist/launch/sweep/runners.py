@@ -10,39 +10,18 @@ before that happens, so a trial never runs twice at once.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from metadist.launch.children import stop_with_parent_hook
 from metadist.launch.slurm import job_from_settings, submit_script, write_script
 from metadist.launch.sweep.settings import LOG_FILE, SweepSettings, TrialPlan
-
-_PR_SET_PDEATHSIG = 1
-
-
-def die_with_parent():
-    """A `preexec_fn`: the child gets SIGTERM when this process (its parent) dies.
-
-    Linux only (`prctl(PR_SET_PDEATHSIG)`); elsewhere it does nothing.
-    """
-    if not sys.platform.startswith("linux"):
-        return None
-    libc = ctypes.CDLL(None, use_errno=True)
-    parent = os.getpid()
-
-    def preexec() -> None:
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-        if os.getppid() != parent:  # the parent died before the signal was armed
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    return preexec
 
 
 def process_start_time(pid: int) -> int | None:
@@ -110,13 +89,14 @@ class LocalTrial:
         self.plan = plan
         self.log_path = plan.run_dir / LOG_FILE
         self._log = open(self.log_path, "ab")  # noqa: SIM115 (closed in finish)
+        self.log_offset = self._log.tell()  # where this attempt's lines start in the log
         self._process = subprocess.Popen(
             plan.train_command(settings),
             stdout=self._log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
-            preexec_fn=die_with_parent(),
+            preexec_fn=stop_with_parent_hook(),  # SIGTERM when the driver ends
         )
 
     @property
@@ -199,6 +179,7 @@ class SlurmTrial:
         self.index = index
         self.element = f"{wave.job_id}_{index}"
         self.log_path = wave.wave_dir / f"{index}.out"
+        self.log_offset = 0  # a wave's output files are new
         self._cancelled = False
 
     def poll(self) -> int | None:

@@ -17,7 +17,7 @@ from metadist.launch.slurm import LAUNCH_KEYS, job_from_settings, parse_settings
 from metadist.launch.sweep.space import SWEEP_OWNED_KEYS, ParamSpec, format_override
 from metadist.train.build import build_task_source, check_components, learner_loss
 from metadist.train.compose import find_experiments_dir, load_config
-from metadist.train.selection import check_val_metric
+from metadist.train.selection import VAL_METRICS, SelectionConfig, check_val_metric
 
 STUDY_FILE = "study.db"
 STUDY_NAME = "metadist-sweep"
@@ -27,6 +27,7 @@ SPLIT_FILE = "split.json"
 COMMAND_FILE = "command.json"
 LOG_FILE = "train.log"
 _MAX_OVERRIDE_CHARS = 100_000
+_MAX_POLL_SECONDS = 86_400.0  # a day; `time.sleep` overflows on far larger values
 
 
 @dataclass
@@ -83,6 +84,7 @@ class SweepSettings:
             raise ValueError(f"--trials must be >= 1, got {self.num_trials}")
         if self.direction not in ("minimize", "maximize"):
             raise ValueError(f"--direction must be minimize or maximize, got {self.direction!r}")
+        _check_direction(self.metric, self.direction)
         if self.launcher not in ("local", "slurm"):
             raise ValueError(f"--launcher must be local or slurm, got {self.launcher!r}")
         if self.pruner not in ("median", "none"):
@@ -95,8 +97,10 @@ class SweepSettings:
             if getattr(self, name) < 0:
                 flag = "--" + name.replace("_", "-")
                 raise ValueError(f"{flag} must be >= 0, got {getattr(self, name)}")
-        if not self.poll_seconds > 0:
-            raise ValueError(f"--poll-seconds must be > 0, got {self.poll_seconds}")
+        if not 0 < self.poll_seconds <= _MAX_POLL_SECONDS:  # NaN too; `sleep` refuses inf
+            raise ValueError(
+                f"--poll-seconds must be > 0 and <= {_MAX_POLL_SECONDS:g}, got {self.poll_seconds}"
+            )
         if self.slurm_settings and self.launcher != "slurm":
             raise ValueError(
                 f"--slurm {self.slurm_settings[0]}: Slurm settings apply to --launcher slurm, "
@@ -141,6 +145,24 @@ class SweepSettings:
                 raise ValueError(f"{key} is both searched (--space) and fixed ({token!r})")
 
 
+def _check_direction(metric: str, direction: str) -> None:
+    """Refuses optimising a meta-val loss or accuracy the built-in learners log the wrong
+    way (an accuracy minimised: the default direction): the best trial would be the worst.
+
+    Raises:
+        ValueError: naming the direction to give.
+    """
+    if metric not in VAL_METRICS or not ("loss" in metric or "accuracy" in metric):
+        return  # a learner's own metric, or one with no better side by its name
+    wanted = "maximize" if SelectionConfig().resolved_mode(metric) == "max" else "minimize"
+    if direction != wanted:
+        better = "higher" if wanted == "maximize" else "lower"
+        raise ValueError(
+            f"--metric {metric} is better {better}, but the sweep would {direction} it (the "
+            f"best trial would be the worst); give --direction {wanted}"
+        )
+
+
 @dataclass
 class TrialPlan:
     """How one trial runs: its overrides, seed, directory and length in meta-steps."""
@@ -178,12 +200,17 @@ def trial_config(settings: SweepSettings, seed: int, params: dict[str, Any]) -> 
     overrides = [*settings.overrides, *param_overrides, f"trainer.seed={seed}"]
     config = load_config(overrides, settings.config_dir, world_size=world_size(settings))
     check_components(config)  # their options, as the trial's training would read them
+    _check_scored(config)
+    return overrides, config
+
+
+def _check_scored(config: Any) -> None:
+    """Refuses a trial config without meta-val evaluation: nothing to score it on."""
     if config.trainer.eval_every <= 0:
         raise ValueError(
             "trainer.eval_every must be > 0 in a sweep: the trials are scored and pruned "
             "on their meta-val metric (add e.g. trainer.eval_every=50)"
         )
-    return overrides, config
 
 
 def check_space(settings: SweepSettings) -> None:
@@ -237,6 +264,7 @@ def _base_refused(settings: SweepSettings) -> str | None:
             settings.overrides, settings.config_dir, world_size=world_size(settings)
         )
         check_components(config)
+        _check_scored(config)
     except (ValueError, FileNotFoundError) as error:
         return " ".join(line.strip() for line in str(error).splitlines())
     return None

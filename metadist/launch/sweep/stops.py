@@ -1,0 +1,61 @@
+"""Stop signals reaching a sweep's driver: Ctrl-C raises `KeyboardInterrupt`, SIGTERM and
+SIGHUP raise `StopRequested` (`launch.children`), so that either way the driver stops its
+running trials and queues them again; and all three are held back while trials are
+being started or queued again, so that none is left untracked or half-queued."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
+from types import FrameType
+
+from metadist.launch.children import STOP_SIGNALS, StopRequested
+
+
+def _in_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+@contextlib.contextmanager
+def stops_raised() -> Iterator[None]:
+    """Inside the block SIGTERM and SIGHUP raise `StopRequested` (main thread only;
+    SIGINT keeps its `KeyboardInterrupt`)."""
+    if not _in_main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        raise StopRequested(signum)
+
+    taken = [s for s in STOP_SIGNALS if s != signal.SIGINT]
+    previous = {signum: signal.signal(signum, stop) for signum in taken}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+@contextlib.contextmanager
+def stops_deferred(deliver: bool = True) -> Iterator[None]:
+    """Holds SIGINT, SIGTERM and SIGHUP back inside the block and delivers the first one
+    received after it (main thread only); with `deliver` false, drops them (the driver
+    is stopping already)."""
+    if not _in_main_thread():
+        yield
+        return
+    received: list[int] = []
+
+    def hold(signum: int, frame: FrameType | None) -> None:
+        received.append(signum)
+
+    previous = {signum: signal.signal(signum, hold) for signum in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    if received and deliver:
+        signal.raise_signal(received[0])

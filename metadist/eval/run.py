@@ -37,6 +37,7 @@ from metadist.models import build_model
 from metadist.store.format import check_given_store
 from metadist.train.artifact import INFERENCE_FILE, current_store
 from metadist.train.build import build_task_source
+from metadist.train.checkpoint_use import USE
 from metadist.train.config import TrainConfig
 from metadist.train.selection import describe_checkpoint
 
@@ -360,7 +361,7 @@ def load_trained(
     recorded parts, `metadist.train.artifact.recorded_source`, when its store is gone)
     replaces the store's; the caller then checks the ensemble members' stores.
     """
-    config, state, _, _ = load_run(run_dir, "run_dir", store, allow_imports)
+    config, state, _, _ = load_run(run_dir, "run_dir", store, allow_imports, use=USE)
     options = _run_eval_options(config, run_dir, (), None)
     if source is None:
         trained_on = (state.get("store_identity"), f"run_dir {run_dir}")
@@ -374,6 +375,7 @@ def load_trained(
         list(options.ensemble or []) if ensemble is None else list(ensemble),
         options.ensemble_reduce,
         store,
+        use=USE,
     )
     learner.eval()
     return run_dir, config, learner, source, options

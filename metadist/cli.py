@@ -7,7 +7,9 @@ top. A command module is one of two kinds:
 
 - it defines `register_cli(subparsers)`, which adds its parser(s) with
   `set_defaults(func=callable(args) -> int)`; this module parses the arguments and turns
-  `ValueError`, `FileNotFoundError`, … into one line `metadist COMMAND: error: …`;
+  `ValueError`, `FileNotFoundError`, … into one line `metadist COMMAND: error: …`, as
+  it does an error of any type raised in the user's own code (a sampler or model of
+  theirs that `metadist forecast` runs: `user_code.user_error_line`);
 - or it is a workflow (`metadist train`, `eval`, `demo`, `competition`) that owns its whole
   argument list (Hydra overrides, its own `--help`): everything after the command name goes
   to its `main(argv, prog=...)`.
@@ -24,6 +26,7 @@ from types import ModuleType
 from metadist import __version__
 from metadist.commands.parser import Parser
 from metadist.options import closest
+from metadist.user_code import user_error_line
 
 # command -> its module (imported only when that command runs). One line per command.
 COMMANDS = {
@@ -114,6 +117,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
+    except Exception as error:  # noqa: BLE001 - only the user's own code's, below
+        line = user_error_line(error)  # a sampler or model of the user's that a run uses
+        if line is None:
+            raise  # metadist's own: its traceback is the report
+        print(f"{prog}: error: {line}", file=sys.stderr)
+        return 1
     return status
 
 

@@ -29,6 +29,7 @@ LAYERS: list[tuple[str, ...]] = [
         "progress",
         "runlock",
         "user_code",
+        "natural_order",
         "__version__",
     ),
     ("store",),

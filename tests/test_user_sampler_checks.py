@@ -5,9 +5,13 @@ code (it was a traceback from deep in a model, or a bare numpy message)."""
 import re
 import textwrap
 
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
+from tiny_runs import tiny_store
 
 from metadist.cli import main
+from metadist.datasets.synthetic import SYNTHETIC_ENTITY
 
 MODULE = textwrap.dedent(
     """
@@ -243,3 +247,68 @@ def test_a_users_error_of_another_type_in_evaluation_names_where(tmp_path, monke
         "metadist eval: error: AttributeError: 'EvalOther' object has no attribute "
         f"'evaluation_tasks' (at {tmp_path / 'eval_other_ucs.py'}:12)"
     )
+
+
+def test_a_users_error_of_another_type_in_forecast_names_where(tmp_path, monkeypatch, capsys):
+    """The same in `metadist forecast`: a property of the forecasting protocol of the
+    user's sampler raising a KeyError (read after the run is built, for the windows it
+    forecasts from) is one line with where in the user's code (it was a traceback), and
+    no forecasts are written."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "forecast_other_ucs.py").write_text(
+        textwrap.dedent(
+            """
+            import os
+
+            from metadist.tasks import register_task_sampler
+            from metadist.tasks.forecast import ForecastSampler
+            from metadist.tasks.series_end import SeriesEndWindows
+
+
+            @register_task_sampler("ucs_forecast_other")
+            class Lookup(ForecastSampler):
+                @property
+                def pad_inputs(self):
+                    if os.environ.get("UCS_FORECAST_OTHER"):
+                        return self.settings["pad_inputs"]
+                    return self._pad_inputs
+
+                @pad_inputs.setter
+                def pad_inputs(self, value):
+                    self._pad_inputs, self.settings = value, {}
+
+                @property
+                def end_windows(self):
+                    return SeriesEndWindows(
+                        self.lookback, self.horizon, self.num_support, self.stride,
+                        padding="inputs", pad_inputs=self._pad_inputs,
+                    )
+            """
+        )
+    )
+    store = tiny_store(tmp_path, num_entities=12, seed=2)
+    panel = pq.read_table(tmp_path / "panel")
+    entity = panel.column(SYNTHETIC_ENTITY)[0]
+    pq.write_table(panel.filter(pc.equal(panel[SYNTHETIC_ENTITY], entity)), "history.parquet")
+    monkeypatch.delenv("UCS_FORECAST_OTHER", raising=False)
+    code = main(
+        ["train", "experiment=synthetic_maml", "imports=[forecast_other_ucs]",
+         "sampler.name=ucs_forecast_other", f"data.store={store.path}", "run_dir=run",
+         "trainer.meta_steps=2", "trainer.meta_batch_size=2", "trainer.eval_every=0",
+         "logging.progress=false", "logging.wandb.mode=disabled", "--no-eval"]
+    )  # fmt: skip
+    assert code == 0, capsys.readouterr().err
+    capsys.readouterr()
+    monkeypatch.setenv("UCS_FORECAST_OTHER", "1")
+    code = main(
+        ["forecast", "run", "history.parquet", "--out", "forecasts.parquet",
+         "--allow-import", "forecast_other_ucs"]
+    )  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 1, err
+    assert "Traceback" not in err, err
+    assert err.strip().splitlines()[-1] == (
+        "metadist forecast: error: KeyError: 'pad_inputs' "
+        f"(at {tmp_path / 'forecast_other_ucs.py'}:14)"
+    )
+    assert not (tmp_path / "forecasts.parquet").exists()

@@ -15,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
+from metadist.api.class_labels import class_labels
 from metadist.api.history import Entity, NanRule, check_magnitude, scale_entity
 from metadist.api.protocols import AdaptingLearner, StoreSchema
 from metadist.batch import TaskSet
@@ -43,29 +44,16 @@ def classify(
         ValueError: a sampler without the classification protocol
             (`metadist.tasks.inference`), and what `Run.classify` lists.
     """
-    if isinstance(support_labels, (str, bytes)):
-        raise ValueError(
-            f"support_labels is one string ({support_labels!r}); give one label per support "
-            "example, e.g. a list"
-        )
+    labels = class_labels(support_labels)
     windows = classify_windows(sampler, len(store.column_names))
     rule = NanRule.of_store(store, "examples")
     support = classifier_inputs(windows, store, support_x, "support_x", rule)
     query = classifier_inputs(windows, store, query_x, "query_x", rule)
-    labels = list(support_labels)
-    for index, label in enumerate(labels):
-        try:
-            hash(label)
-        except TypeError:  # a list or an array: it cannot name a class
-            raise ValueError(
-                f"support_labels[{index}] is a {type(label).__name__} ({label!r}); a label "
-                "must be hashable: a str, an int, a tuple ..."
-            ) from None
     if len(labels) != len(support):
         raise ValueError(
             f"support_labels has {len(labels)} labels for {len(support)} support examples"
         )
-    classes = sorted(set(labels), key=str)
+    classes = sorted(set(labels), key=str)  # no two print alike (`class_labels`)
     if len(classes) < 2:
         raise ValueError(f"classify needs at least two classes, got {classes}")
     if max_classes is not None and len(classes) > max_classes:

@@ -30,6 +30,7 @@ import numpy as np
 
 from metadist.data.meta_split import split_counts
 from metadist.data.partition import StratifiedTaskPartitioner
+from metadist.natural_order import natural_key
 
 SPLIT_BY = ("unit", "entity", "label", "stratum", "auto")
 # Fewest label classes every split with a positive share needs for `auto` to split by class.
@@ -164,7 +165,10 @@ def describe_split(sampler: Any, store: Any, partitioner: Any, data: Any) -> dic
     name = _PROTOCOL_NAMES[protocol]
     out: dict[str, Any] = {"split protocol": f"auto, {name}" if data.split_by == "auto" else name}
     codes = split_classes(partitioner, unit_classes())
-    out["classes"] = {f"meta-{split}": [str(names[c]) for c in codes[split]] for split in codes}
+    out["classes"] = {  # numbers as numbers: [2, 10], not [10, 2]
+        f"meta-{split}": sorted((str(names[c]) for c in codes[split]), key=natural_key)
+        for split in codes
+    }
     if not float(data.fractions[1]) > 0:
         # Selecting on held-out cases of the meta-train classes would pick the checkpoint
         # that knows those classes best, not the one that learns new classes best.

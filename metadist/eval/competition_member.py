@@ -65,8 +65,10 @@ def rescore_hint(out: Path) -> str:
     try:
         document = json.loads((out / OUTPUT_FILE).read_text())
     except (OSError, ValueError):
+        document = None
+    if not isinstance(document, dict):  # a marker edited or damaged: the placeholders
         document = {}
-    data = document.get("data") if isinstance(document, dict) else None
-    data_dir = str(Path(data).parent) if data else "DATA_DIR"
+    data = document.get("data")
+    data_dir = str(Path(data).parent) if isinstance(data, str) and data else "DATA_DIR"
     validation = " --validation" if document.get("protocol") == "validation" else ""
     return f"metadist competition {data_dir}{validation} --out {out}"

@@ -40,17 +40,13 @@ def learned_methods(options: EvalOptions, scored: Sequence[str], kind: str) -> l
     """`["fforma"]` where `eval.learned_combination` asks for it, else `[]`.
 
     Raises:
-        ValueError: asked for tasks other than forecasts on a store, or a candidate
-            that is not scored.
+        ValueError: a candidate that is not scored.
     """
     candidates = options.learned_combination
     if candidates is None:
         return []
     if kind != "forecast":
-        raise ValueError(
-            "eval.learned_combination weighs forecasts in original units, so it needs "
-            "forecast tasks on a store; set it to null for this experiment"
-        )
+        return []  # refused before any work (`forecast_only.check_forecast_only`)
     unsupported = [m for m in candidates if m in ("scratch", "unadapted")]
     if unsupported:
         raise ValueError(

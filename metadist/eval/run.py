@@ -24,10 +24,11 @@ from metadist.eval.archive import keep_previous_evaluation
 from metadist.eval.cache import EvalCache
 from metadist.eval.cost import adaptation_steps, cost_line
 from metadist.eval.few_episodes import few_episodes_note
+from metadist.eval.forecast_only import check_forecast_only
 from metadist.eval.parts import EvalParts, eval_parts
 from metadist.eval.pretrained_run import pretrained_backbone
 from metadist.eval.report import write_report
-from metadist.eval.scoring import evaluate_tasks
+from metadist.eval.scoring import evaluate_tasks, task_kind
 from metadist.eval.settings import EvalOptions, eval_settings_file, load_eval_options
 from metadist.eval.shard import EvalShard, Reiterable
 from metadist.eval.shared_cache import SharedCache
@@ -37,6 +38,7 @@ from metadist.models import build_model
 from metadist.store.format import check_given_store
 from metadist.train.artifact import INFERENCE_FILE, current_store
 from metadist.train.build import build_task_source
+from metadist.train.checkpoint_use import USE
 from metadist.train.config import TrainConfig
 from metadist.train.selection import describe_checkpoint
 
@@ -281,7 +283,12 @@ def _score(
     sharded), with the from-scratch and (classification) pretrained-embedding baselines
     the run's model allows, all on `eval_threads`; `timings` gets each phase's seconds."""
     classification = getattr(learner, "loss", "mse") == "cross_entropy"
+    store = parts.store if parts.target_columns is not None else None
+    # forecasting's settings, met by other tasks: refused or noted before any work
+    notes = check_forecast_only(options, task_kind(learner, store, parts.target_columns))
     progress = progress if shard.is_main else False
+    for note in notes if shard.is_main else ():
+        print(note, file=sys.stderr)
     build_fresh = _fresh_model_builder(config, parts)
     # From scratch, a classifier gets one output per way (an embedding network, e.g. of
     # protonet, gets that head in place of its embedding); a forecasting embedding network
@@ -315,7 +322,7 @@ def _score(
             options=options,
             # forecasts are scored in original units when the sampler names their store
             # columns; other tasks are scored as sampled
-            store=parts.store if parts.target_columns is not None else None,
+            store=store,
             target_columns=parts.target_columns,
             fresh_model=fresh_model,
             progress=progress,
@@ -360,7 +367,7 @@ def load_trained(
     recorded parts, `metadist.train.artifact.recorded_source`, when its store is gone)
     replaces the store's; the caller then checks the ensemble members' stores.
     """
-    config, state, _, _ = load_run(run_dir, "run_dir", store, allow_imports)
+    config, state, _, _ = load_run(run_dir, "run_dir", store, allow_imports, use=USE)
     options = _run_eval_options(config, run_dir, (), None)
     if source is None:
         trained_on = (state.get("store_identity"), f"run_dir {run_dir}")
@@ -374,6 +381,7 @@ def load_trained(
         list(options.ensemble or []) if ensemble is None else list(ensemble),
         options.ensemble_reduce,
         store,
+        use=USE,
     )
     learner.eval()
     return run_dir, config, learner, source, options

@@ -28,6 +28,7 @@ from metadist.batch import MetaBatch
 from metadist.eval.cache import EvalCache
 from metadist.eval.classification_scoring import classification_baselines, score_classification
 from metadist.eval.cost import adaptation_steps, adaptation_steps_by_shots
+from metadist.eval.forecast_only import check_forecast_only
 from metadist.eval.forecast_scoring import ForecastScorer
 from metadist.eval.learned_scoring import learned_methods
 from metadist.eval.predictions import Predictor, ScratchBaseline
@@ -142,7 +143,7 @@ def evaluate_tasks(
             store, missing target columns), or bad options.
     """
     options.validate()
-    kind = _task_kind(learner, store, target_columns)
+    kind = task_kind(learner, store, target_columns)
     if options.scratch_steps == 0:
         fresh_model = None  # with no steps, that row would be an untrained network
     methods = _methods(learner, options, kind, fresh_model is not None, pretrained)
@@ -184,7 +185,7 @@ def _scorer(
     the `ForecastScorer` it is (with the statistical baselines, on every core)."""
     if kind != "forecast":
         return _SCORERS[kind], None
-    assert target_columns is not None  # `_task_kind` checks it
+    assert target_columns is not None  # `task_kind` checks it
     statistical = StatisticalForecasts(methods, cache=cache)
     forecasts = ForecastScorer(
         store, target_columns, options, methods, statistical, learner, windows
@@ -238,7 +239,7 @@ def _scratch(
     return ScratchBaseline(fresh_model, options, loss, device, cache)
 
 
-def _task_kind(learner: nn.Module, store: Any, target_columns: list[int] | None) -> str:
+def task_kind(learner: nn.Module, store: Any, target_columns: list[int] | None) -> str:
     """`classification` (a cross-entropy learner), `forecast` (other tasks on a store) or
     `regression` (scored as sampled).
 
@@ -260,9 +261,10 @@ def _methods(
     """The methods scored on tasks of `kind`, in the report's order.
 
     Raises:
-        ValueError: `eval.combinations` for tasks other than forecasts on a store, or a
-            combination of a method that is not scored.
+        ValueError: forecasting's methods for other tasks (`check_forecast_only`, whose
+            notes `evaluate_run` printed), or a combination of a method that is not scored.
     """
+    check_forecast_only(options, kind)
     methods = [m for m in MODEL_METHODS if m != "scratch" or scratch]
     if not getattr(learner, "has_inner_loop", True):
         methods.remove("unadapted")  # nothing to compare adaptation with
@@ -271,11 +273,6 @@ def _methods(
             ["pretrained", "baseline_pp"] if pretrained else []
         )
     combinations = [list(c) for c in options.combinations or []]
-    if combinations and kind != "forecast":
-        raise ValueError(
-            "eval.combinations averages forecasts in original units, so it needs forecast "
-            "tasks on a store; set it to null for this experiment"
-        )
     if kind == "forecast":
         methods += ["naive", "seasonal_naive", "naive2", "theta", *options.extra_baselines]
         for combination in combinations:

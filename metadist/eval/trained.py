@@ -27,6 +27,7 @@ from metadist.store.identity import check_store_identity
 from metadist.tasks import get_task_sampler
 from metadist.train import distributed
 from metadist.train.checkpoint import LATEST, checkpoint_dir, load_checkpoint, selected_checkpoint
+from metadist.train.checkpoint_use import EVALUATION, CheckpointUse
 from metadist.train.config import TrainConfig, build_config, without_nulls
 
 
@@ -50,22 +51,24 @@ def load_run(
     store: Any = None,
     allow_imports: Collection[str] = (),
     checkpoint: str = "best",
+    use: CheckpointUse = EVALUATION,
 ) -> tuple[TrainConfig, dict[str, Any], Path, dict[str, Any]]:
     """(config, checkpoint state, checkpoint path, pointer) of a run's best checkpoint on
     meta-val where it has one, else its latest (`checkpoint="latest"`: the latest);
     `store` replaces the config's `data.store` (a store that moved since training). The
-    run's `imports` are imported only if in `allow_imports` or already imported.
+    run's `imports` are imported only if in `allow_imports` or already imported. `use`
+    (who reads the run) words the remedies of a damaged or missing checkpoint.
 
     Raises:
         FileNotFoundError: no directory at `run_dir` (named as `field`), or no checkpoint.
     """
     if not run_dir.is_dir():
         raise FileNotFoundError(f"{field}: no run directory at {run_dir}")
-    found = selected_checkpoint(run_dir, checkpoint)
+    found = selected_checkpoint(run_dir, checkpoint, use)
     if found is None:
-        raise _no_checkpoint_error(run_dir)
+        raise _no_checkpoint_error(run_dir, use)
     checkpoint_path, pointer = found
-    state = load_checkpoint(checkpoint_path, pointer)
+    state = load_checkpoint(checkpoint_path, pointer, use)
     if store is not None:
         saved = state["config"]
         state["trained_store"] = saved.get("data", {}).get("store")  # for messages
@@ -74,7 +77,7 @@ def load_run(
     return config, state, checkpoint_path, pointer
 
 
-def _no_checkpoint_error(run_dir: Path) -> FileNotFoundError:
+def _no_checkpoint_error(run_dir: Path, use: CheckpointUse) -> FileNotFoundError:
     """The error for a run_dir without a checkpoint, pointing at run directories inside it."""
     if is_store(run_dir):
         return FileNotFoundError(
@@ -90,7 +93,7 @@ def _no_checkpoint_error(run_dir: Path) -> FileNotFoundError:
         runs = ", ".join(f"run_dir={sub}" for sub in inside)
         return FileNotFoundError(
             f"run_dir {run_dir} has no checkpoint, but it contains a run that has: "
-            f"evaluate that instead ({runs})"
+            f"{use.verb} that instead ({runs})"
         )
     return FileNotFoundError(
         f"run_dir {run_dir} has no checkpoint yet; train first "
@@ -165,12 +168,14 @@ def with_ensemble(
     reduce: str,
     store: Any = None,
     held_out: np.ndarray | None = None,
+    use: CheckpointUse = EVALUATION,
 ) -> tuple[nn.Module, list[str]]:
     """`learner` joined by the latest checkpoints of the runs `member_dirs` in a
     `LearnerEnsemble` (`reduce`: mean or median), and `"<member_dir> (<checkpoint>)"` of
     each member; `learner` itself and `[]` without members. `store` as in `load_run`;
     `held_out`: the evaluated split's units (`EvalParts.held_out`), which no member may
-    have trained on (`None`: nothing is evaluated, or every unit is).
+    have trained on (`None`: nothing is evaluated, or every unit is). `use` as in
+    `load_run`.
 
     Raises:
         ValueError: a member trained on other data or tasks (`ensemble_member`), or on
@@ -182,7 +187,9 @@ def with_ensemble(
     lookbacks: list[int | None] = [None]
     names = []
     for member_dir in member_dirs:
-        member, name, lookback = ensemble_member(Path(member_dir), config, parts, store, held_out)
+        member, name, lookback = ensemble_member(
+            Path(member_dir), config, parts, store, held_out, use
+        )
         learners.append(member)
         lookbacks.append(lookback)
         names.append(f"{member_dir} ({name})")
@@ -195,6 +202,7 @@ def ensemble_member(
     parts: ModelShapes,
     store: Any = None,
     held_out: np.ndarray | None = None,
+    use: CheckpointUse = EVALUATION,
 ) -> tuple[nn.Module, str, int | None]:
     """(learner, checkpoint name, lookback or None) of the ensemble member `run_dir`.
 
@@ -204,7 +212,7 @@ def ensemble_member(
     the store's recorded identity is still checked, and (given `held_out`) that its own
     split kept the evaluated units out of its training.
     """
-    member, state, checkpoint_path, _ = load_run(run_dir, "eval.ensemble", store)
+    member, state, checkpoint_path, _ = load_run(run_dir, "eval.ensemble", store, use=use)
     if member.sampler.name != config.sampler.name:  # before its options are compared
         raise ValueError(
             f"eval.ensemble: {run_dir} is a run of another kind (sampler "

@@ -44,6 +44,7 @@ import torch
 from metadist.diskspace import needs_space
 from metadist.durable import atomic_write_bytes
 from metadist.store.files import pid_alive
+from metadist.train.checkpoint_use import TRAINING, CheckpointUse
 
 CHECKPOINT_FORMAT = "metadist-checkpoint"
 CHECKPOINT_VERSION = 1
@@ -130,31 +131,36 @@ def save_checkpoint(
     return path
 
 
-def latest_checkpoint(run_dir: str | os.PathLike) -> tuple[Path, dict] | None:
+def latest_checkpoint(
+    run_dir: str | os.PathLike, use: CheckpointUse = TRAINING
+) -> tuple[Path, dict] | None:
     """`(path, pointer)` of the run's latest checkpoint, or `None` if it has none.
 
     When `latest` is missing, a dangling or looping link, or cannot be read while
     checkpoints exist, the newest checkpoint that verifies is returned instead (a note on
-    stderr says so), with a pointer holding its size and SHA-256.
+    stderr says so), with a pointer holding its size and SHA-256. `use` (who reads it)
+    words the note and the errors' remedies.
 
     Raises:
         CheckpointError: `latest` is not a pointer or points at a missing file;
             `checkpoints` is not a directory; no checkpoint verifies where `latest` is
             gone; the newest checkpoint is another run's.
     """
-    directory = _directory(run_dir, create=False)
+    directory = _directory(run_dir, create=False, use=use)
     if directory is None:
         return None
     remove_stale_temporaries(run_dir)
     pointer_path = directory / LATEST
     gone = _absence(pointer_path)
     if gone is not None:
-        return _newest_verified(directory, f"{pointer_path} {gone}")
-    _check_pointer_is_a_file(pointer_path)
+        return _newest_verified(directory, f"{pointer_path} {gone}", use)
+    remedy = use.latest_damaged if _checkpoint_names(directory) else use.nothing_left
+    _check_pointer_is_a_file(pointer_path, remedy)
     try:
-        return read_pointer(pointer_path, _remedy(directory))
+        return read_pointer(pointer_path, remedy)
     except OSError as error:
-        return _newest_verified(directory, f"{pointer_path} cannot be read ({error.strerror})")
+        why = f"{pointer_path} cannot be read ({error.strerror})"
+        return _newest_verified(directory, why, use)
 
 
 def read_pointer(pointer_path: Path, remedy: str) -> tuple[Path, dict]:
@@ -174,22 +180,22 @@ def read_pointer(pointer_path: Path, remedy: str) -> tuple[Path, dict]:
 
 
 def selected_checkpoint(
-    run_dir: str | os.PathLike, which: str = "best"
+    run_dir: str | os.PathLike, which: str = "best", use: CheckpointUse = TRAINING
 ) -> tuple[Path, dict] | None:
-    """`(path, pointer)` of the checkpoint a run is evaluated with: its best on meta-val
-    where `which` is "best" and it has one (`checkpoints/best`), else its latest
-    (`latest_checkpoint`); `None` without a checkpoint. `CheckpointError` where `best`
-    cannot be read, is no pointer or its file is gone, and as in `latest_checkpoint`."""
+    """`(path, pointer)` of the checkpoint a run is evaluated or used with: its best on
+    meta-val where `which` is "best" and it has one (`checkpoints/best`), else its latest
+    (`latest_checkpoint`, worded for `use`); `None` without a checkpoint.
+    `CheckpointError` where `best` cannot be read, is no pointer or its file is gone, and
+    as in `latest_checkpoint`."""
     pointer_path = checkpoint_dir(run_dir) / BEST
     if which != "best" or not (pointer_path.exists() or pointer_path.is_symlink()):
-        return latest_checkpoint(run_dir)
-    _check_pointer_is_a_file(pointer_path)
-    remedy = "remove it to evaluate the latest checkpoint instead (or eval.checkpoint=latest)"
+        return latest_checkpoint(run_dir, use)
+    _check_pointer_is_a_file(pointer_path, use.best_damaged)
     try:
-        return read_pointer(pointer_path, remedy)
+        return read_pointer(pointer_path, use.best_damaged)
     except OSError as error:
         raise CheckpointError(
-            f"{pointer_path} cannot be read ({error.strerror}); {remedy}"
+            f"{pointer_path} cannot be read ({error.strerror}); {use.best_damaged}"
         ) from None
 
 
@@ -209,13 +215,16 @@ def best_name(directory: Path) -> str | None:
         return None
 
 
-def load_checkpoint(path: str | os.PathLike, pointer: dict | None = None) -> dict[str, Any]:
+def load_checkpoint(
+    path: str | os.PathLike, pointer: dict | None = None, use: CheckpointUse = TRAINING
+) -> dict[str, Any]:
     """Reads a checkpoint written by `save_checkpoint` (tensors on the CPU).
 
     Args:
         path: the checkpoint file.
         pointer: the `latest` record for it; its size and SHA-256 are checked. Without
             it, the CRC-32 of every record of the file's zip archive is.
+        use: who reads it, for the remedy of a checkpoint of another run.
 
     Raises:
         FileNotFoundError: no such file.
@@ -253,7 +262,7 @@ def load_checkpoint(path: str | os.PathLike, pointer: dict | None = None) -> dic
             f"checkpoint {path} has format version {payload['version']}; this metadist "
             f"reads up to {CHECKPOINT_VERSION}"
         )
-    _check_belongs(path, payload)
+    _check_belongs(path, payload, use)
     return payload
 
 
@@ -271,15 +280,14 @@ def _check_archive(path: Path, data: bytes) -> None:
         raise CheckpointError(f"checkpoint {path} is corrupt: the CRC-32 of {bad} does not match")
 
 
-def _check_belongs(path: Path, payload: dict[str, Any]) -> None:
+def _check_belongs(path: Path, payload: dict[str, Any], use: CheckpointUse) -> None:
     """Refuses a checkpoint whose `run_id` is not the one its directory's `run.json` records."""
     run_id = payload.get("run_id")
     recorded = _recorded_run(path.parent)
     if recorded is not None and isinstance(run_id, str) and run_id and run_id != recorded:
         raise ForeignCheckpointError(
             f"checkpoint {path} belongs to run {run_id}, but {path.parent / RUN_RECORD} "
-            f"records run {recorded}: it was copied in from another run; move it away, or "
-            "use another run_dir"
+            f"records run {recorded}: it was copied in from another run; {use.foreign}"
         )
 
 
@@ -318,7 +326,9 @@ def _claim_needed(directory: Path, run_id: str) -> bool:
     return True
 
 
-def _directory(run_dir: str | os.PathLike, *, create: bool) -> Path | None:
+def _directory(
+    run_dir: str | os.PathLike, *, create: bool, use: CheckpointUse = TRAINING
+) -> Path | None:
     """The run's checkpoint directory (created with `create`), or `None` if there is none.
 
     Raises:
@@ -329,12 +339,11 @@ def _directory(run_dir: str | os.PathLike, *, create: bool) -> Path | None:
         if path.is_symlink() and not path.exists():
             raise CheckpointError(
                 f"{path} is a dangling symbolic link: it must be a directory holding {what}; "
-                "remove it or use another run_dir"
+                f"{use.misplaced}"
             )
         if path.exists() and not path.is_dir():
             raise CheckpointError(
-                f"{path} is not a directory: it must hold {what}; move it away or use "
-                "another run_dir"
+                f"{path} is not a directory: it must hold {what}; {use.misplaced}"
             )
     if create:
         directory.mkdir(parents=True, exist_ok=True)
@@ -356,9 +365,10 @@ def _absence(pointer_path: Path) -> str | None:
     return None
 
 
-def _newest_verified(directory: Path, why: str) -> tuple[Path, dict] | None:
+def _newest_verified(directory: Path, why: str, use: CheckpointUse) -> tuple[Path, dict] | None:
     """`(path, pointer)` of the newest checkpoint in `directory` that loads and verifies,
-    where `latest` is gone (`why`); `None` where there is no checkpoint at all.
+    where `latest` is gone (`why`; its note and error worded for `use`); `None` where
+    there is no checkpoint at all.
 
     Raises:
         CheckpointError: none verifies, or the newest that loads is another run's.
@@ -370,7 +380,7 @@ def _newest_verified(directory: Path, why: str) -> tuple[Path, dict] | None:
     for name in reversed(names):
         path = directory / name
         try:
-            payload = load_checkpoint(path)
+            payload = load_checkpoint(path, use=use)
             data = path.read_bytes()
         except ForeignCheckpointError:
             raise
@@ -386,22 +396,14 @@ def _newest_verified(directory: Path, why: str) -> tuple[Path, dict] | None:
         if os.environ.get("RANK", "0") == "0":
             passed = f" (skipped {'; '.join(skipped)})" if skipped else ""
             print(
-                f"note: {why}; resuming from {path}, the newest checkpoint that verifies{passed}",
+                f"note: {why}; {use.reading} {path}, the newest checkpoint that verifies{passed}",
                 file=sys.stderr,
             )
         return path, pointer
     raise CheckpointError(
         f"{why}, and none of the {len(names)} checkpoint(s) in {directory} verifies "
-        f"({skipped[0]}); move them away to start the run afresh, or use another run_dir"
+        f"({skipped[0]}); {use.none_verifies}"
     )
-
-
-def _remedy(directory: Path) -> str:
-    if _checkpoint_names(directory):
-        return (
-            "remove it to resume from the newest checkpoint that verifies, or use another run_dir"
-        )
-    return "remove it or use another run_dir"
 
 
 def _first_line(error: BaseException) -> str:
@@ -409,11 +411,11 @@ def _first_line(error: BaseException) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
-def _check_pointer_is_a_file(pointer_path: Path) -> None:
+def _check_pointer_is_a_file(pointer_path: Path, remedy: str = TRAINING.misplaced) -> None:
     if pointer_path.exists() and not pointer_path.is_file():
         raise CheckpointError(
             f"{pointer_path} is not a file: it must be the pointer to the {pointer_path.name} "
-            "checkpoint (JSON); remove it or use another run_dir"
+            f"checkpoint (JSON); {remedy}"
         )
 
 

@@ -1,0 +1,50 @@
+"""`metadist competition` refuses, in one line and before anything is written, inputs a
+new user can get wrong: another data set's validation output given to
+`--adaptation-from`, a holdout that does not continue its series' steps, a
+competition.yaml horizon that is not a whole number, a holdout file that is not
+Parquet."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from competition_data import write_competition
+
+from metadist.commands.competition import main as competition
+from metadist.commands.competition.output import claim_output
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    return write_competition(tmp_path_factory.mktemp("competition") / "data")
+
+
+def _copy(data_dir: Path, to: Path) -> Path:
+    shutil.copytree(data_dir, to)
+    return to
+
+
+def _refused(args: list[str], out: Path, capsys) -> str:
+    """Runs the command, which must refuse in one line, writing nothing at `out`."""
+    # a short training, where the old code would not refuse
+    assert competition([*args, "--out", str(out), "--ets", "no", "trainer.meta_steps=2"]) == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert not out.exists()
+    return lines[0]
+
+
+@pytest.mark.timeout(120)
+def test_adaptation_from_another_data_sets_validation_run_is_refused(data_dir, tmp_path, capsys):
+    other = _copy(data_dir, tmp_path / "other")
+    val_out = tmp_path / "other_val"
+    claim_output(val_out, other / "train.parquet", validation=True)
+    choices = {h: {"metric": "smape", "choice": "adapted"} for h in ("4", "13", "24")}
+    (val_out / "adaptation.json").write_text(
+        json.dumps({"protocol": "validation", "horizons": choices})
+    )
+    line = _refused([str(data_dir), "--adaptation-from", str(val_out)], tmp_path / "out", capsys)
+    assert "--adaptation-from" in line and str(other.resolve() / "train.parquet") in line

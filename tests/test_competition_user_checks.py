@@ -10,6 +10,9 @@ import json
 import shutil
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 from competition_data import write_competition
 
@@ -48,3 +51,22 @@ def test_adaptation_from_another_data_sets_validation_run_is_refused(data_dir, t
     )
     line = _refused([str(data_dir), "--adaptation-from", str(val_out)], tmp_path / "out", capsys)
     assert "--adaptation-from" in line and str(other.resolve() / "train.parquet") in line
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("shift", ["gap", "repeated"])
+def test_a_holdout_that_does_not_continue_its_series_is_refused(data_dir, tmp_path, capsys, shift):
+    data = _copy(data_dir, tmp_path / "data")
+    table = pq.read_table(data / "test.parquet")
+    series = table.column("series_id")[0].as_py()
+    own = pc.equal(table.column("series_id"), series).to_numpy(zero_copy_only=False)
+    times = table.column("t").to_numpy().copy()
+    if shift == "gap":
+        times[own] += 5  # starts 5 steps late
+    else:
+        rows = own.nonzero()[0]
+        times[rows[-1]] = times[rows[-2]]  # its last step given twice
+    table = table.set_column(table.schema.get_field_index("t"), "t", pa.array(times))
+    pq.write_table(table, data / "test.parquet")
+    line = _refused([str(data)], tmp_path / "out", capsys)
+    assert repr(series) in line and "continues its series' steps" in line

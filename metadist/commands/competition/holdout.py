@@ -35,13 +35,19 @@ from metadist.durable import atomic_directory
 
 
 def check_holdout(
-    path: Path, spec: CompetitionSpec, info: SeriesInfo, horizons: Sequence[int], partial: bool
+    path: Path,
+    spec: CompetitionSpec,
+    info: SeriesInfo,
+    horizons: Sequence[int],
+    partial: bool,
+    continues: bool = True,
 ) -> None:
     """Checks the holdout file before anything is trained, for everything the
     evaluation would refuse after it: its columns are there, with no nulls or NaN
     values; every series of `horizons` has exactly its horizon's number of holdout values
-    (none where `partial`), starting after its training part; and every series of the
-    holdout is in the training file.
+    (none where `partial`), the steps right after its training part (last + 1, last + 2,
+    ...; where `continues`: the validation split's holdout follows whatever steps the
+    training part has); and every series of the holdout is in the training file.
 
     Raises:
         ValueError: naming the first series (or row) that differs and how many do.
@@ -68,6 +74,45 @@ def check_holdout(
                 f"not after its training part (last {spec.time_col} {last}); the holdout "
                 "would overlap the data used for adaptation"
             )
+    if continues:
+        _check_continues(path, spec, info, ids, times)
+
+
+def _check_continues(
+    path: Path, spec: CompetitionSpec, info: SeriesInfo, ids: np.ndarray, times: np.ndarray
+) -> None:
+    """Each series' holdout times (`ids`, `times`: `[N]`, one per row) are the steps
+    right after its training part, without a gap or a repeated step: the evaluation
+    scores the holdout as the h steps that follow the history.
+
+    Raises:
+        ValueError: naming the first series that does not and how many do not.
+    """
+    order = np.lexsort((times, ids))
+    ids, times = ids[order], times[order]
+    starts = np.r_[0, np.flatnonzero(ids[1:] != ids[:-1]) + 1]
+    rank = np.arange(len(ids)) - np.repeat(starts, np.diff(np.r_[starts, len(ids)]))
+    last = np.array([info.last_times.get(str(series), 0) for series in ids], dtype=np.int64)
+    wrong = ids[times != last + 1 + rank]
+    if len(wrong):
+        series = str(wrong[0])
+        found = times[ids == series].tolist()
+        expected = info.last_times[series] + 1
+        raise ValueError(
+            f"{path}: series {series!r} has holdout {spec.time_col} {_steps(found)}, not "
+            f"{_steps(list(range(expected, expected + len(found))))} "
+            f"({len(set(wrong.tolist()))} of {len(set(ids.tolist()))} series differ); each "
+            "holdout continues its series' "
+            f"steps after its training part (last {spec.time_col} {expected - 1})"
+        )
+
+
+def _steps(steps: list[int]) -> str:
+    """`[1, 2, 3]` as `1..3`, others listed (the first 6)."""
+    if steps == list(range(steps[0], steps[0] + len(steps))):
+        return f"{steps[0]}..{steps[-1]}"
+    shown = ", ".join(map(str, steps[:6]))
+    return shown + (", ..." if len(steps) > 6 else "")
 
 
 def _read_holdout(path: Path, spec: CompetitionSpec) -> pa.Table:

@@ -202,7 +202,8 @@ def plan_run(args: argparse.Namespace) -> Plan:
     if not test_path.is_file():
         raise FileNotFoundError(f"no holdout file at {test_path}")
     _describe(name, info, spec, args.validation)
-    check_holdout(test_path, spec, info, horizons, bool(holdout.get("partial")))
+    partial = bool(holdout.get("partial"))
+    check_holdout(test_path, spec, info, horizons, partial, not args.validation)
     losses = tuple(args.losses or [training_loss(spec.metric)])
     losses, candidates, choices = _loss_plan(args, spec, groups, losses, eval_overrides)
     step_candidates = candidate_lengths(args, composed) if candidates else ()

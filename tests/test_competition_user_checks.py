@@ -70,3 +70,16 @@ def test_a_holdout_that_does_not_continue_its_series_is_refused(data_dir, tmp_pa
     pq.write_table(table, data / "test.parquet")
     line = _refused([str(data)], tmp_path / "out", capsys)
     assert repr(series) in line and "continues its series' steps" in line
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("value", ["six", "13.5", "true"])
+def test_a_horizon_that_is_not_a_whole_number_is_named(data_dir, tmp_path, capsys, value):
+    data = _copy(data_dir, tmp_path / "data")
+    table = pq.read_table(data / "train.parquet").drop(["horizon"])
+    pq.write_table(table, data / "train.parquet")
+    (data / "competition.yaml").write_text(
+        f"horizon_col: null\nhorizons: {{ANNUAL: 4, WEEKLY: {value}, MONTHLY: 24}}\n"
+    )
+    line = _refused([str(data)], tmp_path / "out", capsys)
+    assert "competition.yaml.horizons.WEEKLY must be an integer" in line

@@ -83,3 +83,12 @@ def test_a_horizon_that_is_not_a_whole_number_is_named(data_dir, tmp_path, capsy
     )
     line = _refused([str(data)], tmp_path / "out", capsys)
     assert "competition.yaml.horizons.WEEKLY must be an integer" in line
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("part", ["train", "test"])
+def test_a_data_file_that_is_not_parquet_is_named(data_dir, tmp_path, capsys, part):
+    data = _copy(data_dir, tmp_path / "data")
+    (data / f"{part}.parquet").write_text("not parquet\n")
+    line = _refused([str(data)], tmp_path / "out", capsys)
+    assert f"{data / part}.parquet is not a readable Parquet file" in line

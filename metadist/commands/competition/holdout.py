@@ -32,6 +32,7 @@ from metadist.commands.competition.spec import (
 )
 from metadist.commands.competition.steps import step
 from metadist.durable import atomic_directory
+from metadist.store.sources import open_parquet
 
 
 def check_holdout(
@@ -122,7 +123,7 @@ def _read_holdout(path: Path, spec: CompetitionSpec) -> pa.Table:
     Raises:
         ValueError: naming the missing column (and its setting) or the first bad row.
     """
-    names = pq.read_schema(path).names
+    names = open_parquet(path).schema_arrow.names  # a file that is not Parquet: named
     for key in ("entity_col", "time_col", "value_col"):
         column = getattr(spec, key)
         if column not in names:

@@ -92,3 +92,20 @@ def test_a_data_file_that_is_not_parquet_is_named(data_dir, tmp_path, capsys, pa
     (data / f"{part}.parquet").write_text("not parquet\n")
     line = _refused([str(data)], tmp_path / "out", capsys)
     assert f"{data / part}.parquet is not a readable Parquet file" in line
+
+
+@pytest.mark.timeout(120)
+def test_a_holdout_series_under_another_label_is_refused(data_dir, tmp_path, capsys):
+    data = _copy(data_dir, tmp_path / "data")
+    table = pq.read_table(data / "test.parquet")
+    series = table.column("series_id")[0].as_py()
+    own = pc.equal(table.column("series_id"), series).to_numpy(zero_copy_only=False)
+    label = table.column("frequency")[0].as_py()
+    other = next(v for v in table.column("frequency").to_pylist() if v != label)
+    before = table.column("frequency").to_pylist()
+    labels = [other if mine else v for mine, v in zip(own, before, strict=True)]
+    index = table.schema.get_field_index("frequency")
+    table = table.set_column(index, "frequency", pa.array(labels, table.schema.field(index).type))
+    pq.write_table(table, data / "test.parquet")
+    line = _refused([str(data)], tmp_path / "out", capsys)
+    assert f"series {series!r} has frequency {other!r} there but {label!r}" in line

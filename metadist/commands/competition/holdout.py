@@ -48,7 +48,8 @@ def check_holdout(
     values; every series of `horizons` has exactly its horizon's number of holdout values
     (none where `partial`), the steps right after its training part (last + 1, last + 2,
     ...; where `continues`: the validation split's holdout follows whatever steps the
-    training part has); and every series of the holdout is in the training file.
+    training part has); every series of the holdout is in the training file, with the
+    same label where the holdout has the label column.
 
     Raises:
         ValueError: naming the first series (or row) that differs and how many do.
@@ -65,6 +66,7 @@ def check_holdout(
             f"{path}: series {unknown[0]!r} has holdout values but no training part "
             f"({len(unknown)} such series); every holdout series must be in {spec.train}"
         )
+    _check_labels(path, spec, info, ids)
     _check_counts(path, spec, info, horizons, partial, found)
     starts = np.minimum.reduceat(times[order], starts_at)
     for series, start in zip(names.tolist(), starts.tolist(), strict=True):
@@ -77,6 +79,32 @@ def check_holdout(
             )
     if continues:
         _check_continues(path, spec, info, ids, times)
+
+
+def _check_labels(path: Path, spec: CompetitionSpec, info: SeriesInfo, ids: np.ndarray) -> None:
+    """Where the holdout has the label column, each row's label (`ids`: `[N]` its
+    series) is its series' label in the training file (nulls aside): the horizon,
+    period and scores are the training label's, so another one means mismatched files.
+
+    Raises:
+        ValueError: naming the first series whose labels differ and how many do.
+    """
+    if spec.label_col not in open_parquet(path).schema_arrow.names:
+        return
+    column = pq.read_table(path, columns=[spec.label_col]).column(spec.label_col)
+    labels = column.to_pylist()
+    wrong = {
+        str(series): str(label)
+        for series, label in zip(ids.tolist(), labels, strict=True)
+        if label is not None and str(label) != info.series[str(series)]
+    }
+    if wrong:
+        series, label = next(iter(wrong.items()))
+        raise ValueError(
+            f"{path}: series {series!r} has {spec.label_col} {label!r} there but "
+            f"{info.series[series]!r} in {spec.train} ({len(wrong)} series differ); each "
+            "holdout series needs its training part's label"
+        )
 
 
 def _check_continues(

@@ -32,16 +32,24 @@ from metadist.commands.competition.spec import (
 )
 from metadist.commands.competition.steps import step
 from metadist.durable import atomic_directory
+from metadist.store.sources import open_parquet
 
 
 def check_holdout(
-    path: Path, spec: CompetitionSpec, info: SeriesInfo, horizons: Sequence[int], partial: bool
+    path: Path,
+    spec: CompetitionSpec,
+    info: SeriesInfo,
+    horizons: Sequence[int],
+    partial: bool,
+    continues: bool = True,
 ) -> None:
     """Checks the holdout file before anything is trained, for everything the
     evaluation would refuse after it: its columns are there, with no nulls or NaN
     values; every series of `horizons` has exactly its horizon's number of holdout values
-    (none where `partial`), starting after its training part; and every series of the
-    holdout is in the training file.
+    (none where `partial`), the steps right after its training part (last + 1, last + 2,
+    ...; where `continues`: the validation split's holdout follows whatever steps the
+    training part has); every series of the holdout is in the training file, with the
+    same label where the holdout has the label column.
 
     Raises:
         ValueError: naming the first series (or row) that differs and how many do.
@@ -58,6 +66,7 @@ def check_holdout(
             f"{path}: series {unknown[0]!r} has holdout values but no training part "
             f"({len(unknown)} such series); every holdout series must be in {spec.train}"
         )
+    _check_labels(path, spec, info, ids)
     _check_counts(path, spec, info, horizons, partial, found)
     starts = np.minimum.reduceat(times[order], starts_at)
     for series, start in zip(names.tolist(), starts.tolist(), strict=True):
@@ -68,6 +77,71 @@ def check_holdout(
                 f"not after its training part (last {spec.time_col} {last}); the holdout "
                 "would overlap the data used for adaptation"
             )
+    if continues:
+        _check_continues(path, spec, info, ids, times)
+
+
+def _check_labels(path: Path, spec: CompetitionSpec, info: SeriesInfo, ids: np.ndarray) -> None:
+    """Where the holdout has the label column, each row's label (`ids`: `[N]` its
+    series) is its series' label in the training file (nulls aside): the horizon,
+    period and scores are the training label's, so another one means mismatched files.
+
+    Raises:
+        ValueError: naming the first series whose labels differ and how many do.
+    """
+    if spec.label_col not in open_parquet(path).schema_arrow.names:
+        return
+    column = pq.read_table(path, columns=[spec.label_col]).column(spec.label_col)
+    labels = column.to_pylist()
+    wrong = {
+        str(series): str(label)
+        for series, label in zip(ids.tolist(), labels, strict=True)
+        if label is not None and str(label) != info.series[str(series)]
+    }
+    if wrong:
+        series, label = next(iter(wrong.items()))
+        raise ValueError(
+            f"{path}: series {series!r} has {spec.label_col} {label!r} there but "
+            f"{info.series[series]!r} in {spec.train} ({len(wrong)} series differ); each "
+            "holdout series needs its training part's label"
+        )
+
+
+def _check_continues(
+    path: Path, spec: CompetitionSpec, info: SeriesInfo, ids: np.ndarray, times: np.ndarray
+) -> None:
+    """Each series' holdout times (`ids`, `times`: `[N]`, one per row) are the steps
+    right after its training part, without a gap or a repeated step: the evaluation
+    scores the holdout as the h steps that follow the history.
+
+    Raises:
+        ValueError: naming the first series that does not and how many do not.
+    """
+    order = np.lexsort((times, ids))
+    ids, times = ids[order], times[order]
+    starts = np.r_[0, np.flatnonzero(ids[1:] != ids[:-1]) + 1]
+    rank = np.arange(len(ids)) - np.repeat(starts, np.diff(np.r_[starts, len(ids)]))
+    last = np.array([info.last_times.get(str(series), 0) for series in ids], dtype=np.int64)
+    wrong = ids[times != last + 1 + rank]
+    if len(wrong):
+        series = str(wrong[0])
+        found = times[ids == series].tolist()
+        expected = info.last_times[series] + 1
+        raise ValueError(
+            f"{path}: series {series!r} has holdout {spec.time_col} {_steps(found)}, not "
+            f"{_steps(list(range(expected, expected + len(found))))} "
+            f"({len(set(wrong.tolist()))} of {len(set(ids.tolist()))} series differ); each "
+            "holdout continues its series' "
+            f"steps after its training part (last {spec.time_col} {expected - 1})"
+        )
+
+
+def _steps(steps: list[int]) -> str:
+    """`[1, 2, 3]` as `1..3`, others listed (the first 6)."""
+    if steps == list(range(steps[0], steps[0] + len(steps))):
+        return f"{steps[0]}..{steps[-1]}"
+    shown = ", ".join(map(str, steps[:6]))
+    return shown + (", ..." if len(steps) > 6 else "")
 
 
 def _read_holdout(path: Path, spec: CompetitionSpec) -> pa.Table:
@@ -77,7 +151,7 @@ def _read_holdout(path: Path, spec: CompetitionSpec) -> pa.Table:
     Raises:
         ValueError: naming the missing column (and its setting) or the first bad row.
     """
-    names = pq.read_schema(path).names
+    names = open_parquet(path).schema_arrow.names  # a file that is not Parquet: named
     for key in ("entity_col", "time_col", "value_col"):
         column = getattr(spec, key)
         if column not in names:

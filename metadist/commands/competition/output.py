@@ -15,7 +15,7 @@ from metadist.durable import atomic_write_json
 from metadist.eval.competition_member import MARKER_KIND as _KIND
 from metadist.eval.competition_member import OUTPUT_FILE
 
-__all__ = ["OUTPUT_FILE", "check_output", "claim_output"]
+__all__ = ["OUTPUT_FILE", "check_adaptation_source", "check_output", "claim_output"]
 
 
 def check_output(out: Path, train: Path, validation: bool) -> None:
@@ -55,6 +55,36 @@ def check_output(out: Path, train: Path, validation: bool) -> None:
         raise ValueError(
             f"--out {out} is the output of a {recorded.get('protocol')} run, this is a "
             f"{wanted['protocol']} run; give another --out"
+        )
+
+
+def check_adaptation_source(val_out: Path, train: Path) -> None:
+    """Refuses `--adaptation-from val_out` where its marker says it is the output of
+    another training file than `train` (another data set's validation run): its
+    choices were made on other series. An output without a marker (an earlier version's)
+    is left to the adaptation file's own checks.
+
+    Raises:
+        ValueError: one line naming both training files.
+    """
+    marker = val_out / OUTPUT_FILE
+    if not marker.is_file():
+        return
+    try:
+        document = json.loads(marker.read_text())
+    except (OSError, ValueError):
+        document = None
+    if not isinstance(document, dict) or document.get("kind") != _KIND:
+        raise ValueError(
+            f"--adaptation-from {val_out}: {OUTPUT_FILE} there is not the marker metadist "
+            "competition writes"
+        )
+    wanted = _marker(train, validation=True)["data"]
+    if document.get("data") != wanted:
+        raise ValueError(
+            f"--adaptation-from {val_out} is the output of {document.get('data')}, not of "
+            f"{wanted}: give the validation run of this data set (metadist competition "
+            "DATA_DIR --validation)"
         )
 
 

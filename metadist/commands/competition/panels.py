@@ -43,6 +43,7 @@ from metadist.commands.competition.spec import (
 )
 from metadist.commands.competition.steps import METADIST, run_command, step
 from metadist.durable import atomic_directory
+from metadist.store.sources import open_parquet
 
 # under OUT: each other set's validation split (the validation protocol)
 PANELS_DIR = "panels"
@@ -131,7 +132,7 @@ def _check_numbers(path: Path, spec: CompetitionSpec, data_dir: Path) -> None:
     """
     if not path.is_file():
         raise FileNotFoundError(f"--train-with {data_dir}: no training file at {path}")
-    schema = pq.read_schema(path)
+    schema = open_parquet(path).schema_arrow  # a file that is not Parquet: named
     for column in (spec.value_col, spec.time_col):
         if column not in schema.names:
             continue  # the scan names a missing column with the setting that names it

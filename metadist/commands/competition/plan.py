@@ -21,7 +21,11 @@ from metadist.commands.competition.choice import candidate_losses, read_choices
 from metadist.commands.competition.evaluation import evaluation_overrides, want_ets
 from metadist.commands.competition.holdout import check_holdout, validation_split
 from metadist.commands.competition.members import Group, groups_of
-from metadist.commands.competition.output import check_output, claim_output
+from metadist.commands.competition.output import (
+    check_adaptation_source,
+    check_output,
+    claim_output,
+)
 from metadist.commands.competition.panels import (
     Panel,
     check_train_with,
@@ -176,6 +180,7 @@ def plan_run(args: argparse.Namespace) -> Plan:
     if args.adaptation_from is not None:
         if args.validation:
             raise ValueError("--adaptation-from chooses for a test run; leave out --validation")
+        check_adaptation_source(args.adaptation_from, source)
         chosen = read_adaptation_choice(
             args.adaptation_from, [g.key for g in groups], _primary_metric(args, eval_overrides)
         )
@@ -197,7 +202,8 @@ def plan_run(args: argparse.Namespace) -> Plan:
     if not test_path.is_file():
         raise FileNotFoundError(f"no holdout file at {test_path}")
     _describe(name, info, spec, args.validation)
-    check_holdout(test_path, spec, info, horizons, bool(holdout.get("partial")))
+    partial = bool(holdout.get("partial"))
+    check_holdout(test_path, spec, info, horizons, partial, not args.validation)
     losses = tuple(args.losses or [training_loss(spec.metric)])
     losses, candidates, choices = _loss_plan(args, spec, groups, losses, eval_overrides)
     step_candidates = candidate_lengths(args, composed) if candidates else ()

@@ -12,7 +12,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from metadist.commands.competition.spec import SPEC_FILE, CompetitionSpec
-from metadist.store.sources import to_int64_time
+from metadist.store.sources import open_parquet, to_int64_time
 
 
 @dataclass(frozen=True)
@@ -191,7 +191,7 @@ def _wanted_columns(path: Path, spec: CompetitionSpec) -> dict[str, str]:
     Raises:
         ValueError: a missing column, naming the setting that names it.
     """
-    names = pq.read_schema(path).names
+    names = open_parquet(path).schema_arrow.names  # a file that is not Parquet: named
     wanted = {"entity_col": spec.entity_col, "label_col": spec.label_col}
     for key in ("stratum_col", "horizon_col", "period_col"):
         value = getattr(spec, key)

@@ -75,7 +75,8 @@ def load_spec(data_dir: Path) -> CompetitionSpec:
     """`DATA_DIR/competition.yaml` read (defaults where it is absent).
 
     Raises:
-        ValueError: an unknown key (naming the closest) or a value of the wrong type.
+        ValueError: an unknown key (naming the closest) or a value of the wrong type
+            (a horizon or period that is not an integer included).
     """
     path = data_dir / SPEC_FILE
     values: dict[str, Any] = {}
@@ -88,6 +89,10 @@ def load_spec(data_dir: Path) -> CompetitionSpec:
             raise ValueError(f"{path} must hold a mapping of settings")
         values = {str(k): v for k, v in (loaded or {}).items()}
     spec = from_mapping(CompetitionSpec, values, str(path))
+    for key in ("horizons", "periods"):  # from_mapping checks a mapping, not its values
+        for label, value in getattr(spec, key).items():
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"{path}.{key}.{label} must be an integer, got {value!r}")
     if spec.metric not in FORECAST_METRICS:
         raise ValueError(
             f"{path}: metric must be one of {', '.join(FORECAST_METRICS)}, got {spec.metric!r}"

@@ -234,7 +234,11 @@ def _run(config: TrainConfig, env: DistEnv, parts: RunParts, on_eval) -> TrainRe
         run_pretraining(config, env, parts, logger.message)
     selection = None
     if parts.val_loader is not None:
-        selection = Selection(config.selection, parts.learner.loss)
+        # the same tasks at every evaluation (`evaluate`): as many as its batches give
+        val_tasks = min(config.trainer.eval_batches, len(parts.val_loader))
+        selection = Selection(
+            config.selection, parts.learner.loss, val_tasks * parts.val_loader.tasks_per_step
+        )
         note = selection.restore(selected)
         if note is not None:
             logger.message(note)

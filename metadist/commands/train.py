@@ -19,7 +19,7 @@ import threading
 from omegaconf import OmegaConf
 
 from metadist.commands.parser import Parser
-from metadist.diskspace import OutOfSpaceError
+from metadist.diskspace import OutOfSpaceError, UnwritableError
 from metadist.eval import EvalOptions, evaluate_run
 from metadist.eval.report import markdown_report
 from metadist.eval.settings import check_periods_cover
@@ -125,6 +125,7 @@ def main(argv: list[str] | None = None, prog: str = "metadist train") -> int:
         CheckpointError,
         NonFiniteLossError,
         OutOfSpaceError,
+        UnwritableError,
     ) as error:
         # Under torchrun every rank meets the same error; one copy is enough.
         if _local_rank() == 0:

@@ -84,7 +84,11 @@ def main(argv: list[str] | None = None) -> int:
     command = argv[0] if argv and argv[0] in COMMANDS else None
     module = None
     if command is not None:
-        module = importlib.import_module(COMMANDS[command])
+        try:
+            module = importlib.import_module(COMMANDS[command])
+        except KeyboardInterrupt:  # Ctrl-C while the command loads (torch takes seconds)
+            print(f"metadist {command}: interrupted", file=sys.stderr)
+            return 130
         if not hasattr(module, "register_cli"):  # a workflow: it parses its own arguments
             return int(module.main(argv[1:], prog=f"metadist {command}") or 0)
     parser = build_parser(command, module)

@@ -2,7 +2,9 @@
 
 `OSError: [Errno 28] No space left on device` says neither which file nor what the space
 was for; `needs_space` turns it into an `OutOfSpaceError` that says both. The writers
-it wraps are atomic already, so nothing half-written is left behind.
+it wraps are atomic already, so nothing half-written is left behind. `may_write` does the
+same for a directory the system refuses to write to (read-only, no permission):
+`UnwritableError`.
 """
 
 from __future__ import annotations
@@ -22,6 +24,37 @@ class OutOfSpaceError(OSError):
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else "out of space"
+
+
+# EROFS: a read-only file system; EACCES, EPERM: no permission
+_REFUSED = {errno.EROFS, errno.EACCES, errno.EPERM}
+
+
+class UnwritableError(OSError):
+    """A write the system refused (read-only, no permission); the message names the
+    directory and what was written."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "cannot write"
+
+
+@contextlib.contextmanager
+def may_write(directory: str | os.PathLike, what: str) -> Iterator[None]:
+    """Turns a write refused inside the block into an `UnwritableError` naming `directory`
+    and `what` (the system's own error names a temporary file, if any).
+
+    Raises:
+        UnwritableError: the file system is read-only, or permission is denied.
+    """
+    try:
+        yield
+    except OSError as error:
+        if isinstance(error, (OutOfSpaceError, UnwritableError)) or error.errno not in _REFUSED:
+            raise
+        raise UnwritableError(
+            f"cannot write {what} in {directory}: {os.strerror(error.errno).lower()}; make "
+            "it writable, or use another run_dir (nothing half-written was kept)"
+        ) from None
 
 
 def is_out_of_space(error: BaseException) -> bool:

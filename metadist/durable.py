@@ -14,7 +14,7 @@ import os
 import secrets
 import shutil
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +56,9 @@ def atomic_file(path: str | os.PathLike, durable: bool = True) -> Iterator[Path]
             fsync_path(temporary)
         os.replace(temporary, path)
     finally:
-        temporary.unlink(missing_ok=True)
+        # never in place of the write's own error (a read-only directory refuses both)
+        with suppress(OSError):
+            temporary.unlink(missing_ok=True)
     if durable:
         fsync_path(path.parent)
 

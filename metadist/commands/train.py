@@ -19,7 +19,7 @@ import threading
 from omegaconf import OmegaConf
 
 from metadist.commands.parser import Parser
-from metadist.diskspace import OutOfSpaceError
+from metadist.diskspace import OutOfSpaceError, UnwritableError
 from metadist.eval import EvalOptions, evaluate_run
 from metadist.eval.report import markdown_report
 from metadist.eval.settings import check_periods_cover
@@ -29,6 +29,7 @@ from metadist.train.checkpoint import CheckpointError
 from metadist.train.compose import compose_dict, load_config
 from metadist.train.loop import NonFiniteLossError, train
 from metadist.train.preflight import check_before_launch
+from metadist.train.signals import SecondInterrupt
 from metadist.user_code import user_code_location, user_error_line
 
 USAGE_EPILOG = """\
@@ -124,6 +125,7 @@ def main(argv: list[str] | None = None, prog: str = "metadist train") -> int:
         CheckpointError,
         NonFiniteLossError,
         OutOfSpaceError,
+        UnwritableError,
     ) as error:
         # Under torchrun every rank meets the same error; one copy is enough.
         if _local_rank() == 0:
@@ -131,13 +133,24 @@ def main(argv: list[str] | None = None, prog: str = "metadist train") -> int:
             where = "" if " (at " in str(error) else user_code_location(error, installed=False)
             print(f"{prog}: error: {error}{where}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
+    except SecondInterrupt:
         print(
             f"{prog}: stopped at once by a second Ctrl-C, without a checkpoint of this "
             "stop: the steps since the run directory's latest checkpoint are lost; run the "
             "same command again to resume from it",
             file=sys.stderr,
         )
+        return 130
+    except KeyboardInterrupt:
+        # a first Ctrl-C outside the meta-steps (starting up, resuming, pre-training,
+        # finishing), where no meta-step is under way to finish and checkpoint
+        if _local_rank() == 0 and not stop_reported_by_owner():
+            print(
+                f"{prog}: interrupted before the meta-steps began or after they ended, where "
+                "Ctrl-C stops at once: the run directory keeps its latest checkpoint, if any; "
+                "run the same command again to resume from it",
+                file=sys.stderr,
+            )
         return 130
     except Exception as error:  # noqa: BLE001 - only the user's own code's, below
         # a sampler, model or learner of the user's that fails in training with an error

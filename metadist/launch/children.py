@@ -1,8 +1,8 @@
 """Processes a command starts, stopped with it: a stop signal reaches every one.
 
 `metadist train --nproc-per-node`, `metadist competition` and the demo start torchrun or
-trainings of their own. Stopped by SIGTERM or Ctrl-C, the command forwards the signal to
-each child (torchrun stops its ranks, a training checkpoints), waits a grace period, then
+trainings of their own. Stopped by SIGTERM, SIGUSR1 (as SIGTERM, which torchrun passes
+on) or Ctrl-C, the command forwards the signal to each child (torchrun stops its ranks, a training checkpoints), waits a grace period, then
 kills whatever of the children and their descendants is still alive — ranks run in
 sessions of their own, so they are found through `/proc`, not by process group. The
 command then says in one line what it stopped and exits with 128 + the signal's number.
@@ -31,7 +31,15 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+# SIGUSR1: what Slurm sends before a preemption (`--signal=USR1@120`); by default it would
+# end this command at once, its children left unreported (they are sent SIGTERM for it)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1)
+
+
+def forwarded(signum: int) -> int:
+    """The signal a child is sent for the stop signal `signum`: SIGUSR1 as SIGTERM (the
+    same stop to a training, and one torchrun passes on to its ranks), others as they are."""
+    return signal.SIGTERM if signum == signal.SIGUSR1 else signum
 
 
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -163,7 +171,7 @@ class OwnedChildren:
             self._closed = True  # from now on no thread may start another child
         try:
             if isinstance(error, StopRequested):
-                count = self.stop_all(error.signum) + self._stop_forked()
+                count = self.stop_all(forwarded(error.signum)) + self._stop_forked()
                 plural = "es" if count != 1 else ""
                 error.summary += f"; {count} process{plural} it started stopped"
             else:

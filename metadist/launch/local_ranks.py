@@ -1,10 +1,11 @@
 """A command run again under torchrun on N processes of this machine.
 
 `metadist train --nproc-per-node N` and `metadist eval --nproc-per-node N` both start
-`python -m metadist.launch.torchrun --standalone --nproc_per_node=N -m MODULE ARGS`
-with the command's own arguments (less `--nproc-per-node`), as children the command owns
-(`launch.children.OwnedChildren`): a stop signal reaches torchrun and every rank, and the
-command says so in one line.
+`python -m metadist.launch.torchrun --standalone --nproc_per_node=N -m
+metadist.launch.rank_entry MODULE ARGS` (each rank runs `python -m MODULE ARGS`, quiet
+where a Ctrl-C reaches it while it loads) with the command's own arguments (less
+`--nproc-per-node`), as children the command owns (`launch.children.OwnedChildren`): a
+stop signal reaches torchrun and every rank, and the command says so in one line.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ def run_local_ranks(
         "--standalone",
         f"--nproc_per_node={nproc}",
         "-m",
+        "metadist.launch.rank_entry",  # a Ctrl-C while a rank loads: no traceback
         module,
         *without_nproc_flag(argv),
     ]

@@ -23,11 +23,12 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from metadist.data import BatchMetaDataLoader
+from metadist.diskspace import may_write
 from metadist.runlock import RunLock
 from metadist.store.format import is_store
 from metadist.train.artifact import write_inference
 from metadist.train.build import RunParts, build_parts, learner_loss
-from metadist.train.checkpoint import checkpoint_path, save_checkpoint
+from metadist.train.checkpoint import checkpoint_dir, checkpoint_path, save_checkpoint
 from metadist.train.config import TrainConfig, TrainerConfig
 from metadist.train.distributed import (
     DistEnv,
@@ -234,7 +235,11 @@ def _run(config: TrainConfig, env: DistEnv, parts: RunParts, on_eval) -> TrainRe
         run_pretraining(config, env, parts, logger.message)
     selection = None
     if parts.val_loader is not None:
-        selection = Selection(config.selection, parts.learner.loss)
+        # the same tasks at every evaluation (`evaluate`): as many as its batches give
+        val_tasks = min(config.trainer.eval_batches, len(parts.val_loader))
+        selection = Selection(
+            config.selection, parts.learner.loss, val_tasks * parts.val_loader.tasks_per_step
+        )
         note = selection.restore(selected)
         if note is not None:
             logger.message(note)
@@ -466,6 +471,8 @@ def _save(ctx: _Context, step: int, window: MetricsWindow, *, best: bool = False
         "selection": ctx.selection.state() if ctx.selection is not None else None,
     }
     record = ctx.selection.record() if best and ctx.selection is not None else None
-    return save_checkpoint(
-        config.resolved_run_dir, step, state, keep=config.trainer.keep_checkpoints, best=record
-    )
+    directory = checkpoint_dir(config.resolved_run_dir)
+    with may_write(directory, f"the checkpoint of step {step}"):  # `latest` stays whole
+        return save_checkpoint(
+            config.resolved_run_dir, step, state, keep=config.trainer.keep_checkpoints, best=record
+        )

@@ -4,8 +4,9 @@ any process starts, rather than that line from a rank and torchrun's report afte
 
 `check_before_launch` reads the components' options, builds the task source (store,
 sampler, split) and the meta-train and meta-val loaders of rank 0 at the launch's world
-size, and confirms that the run directory is not a store and holds no run of other
-settings. Its notes are left to the ranks, which print them again.
+size, and confirms that the run directory is not a store, holds no run of other settings
+and is not in use by another training (`RunLock`). Its notes are left to the ranks, which
+print them again.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import contextlib
 import gc
 import io
 
+from metadist.runlock import RunLock
 from metadist.store.format import is_store
 from metadist.train.build import build_loaders, build_task_source, check_components
 from metadist.train.checkpoint import latest_checkpoint, load_checkpoint
@@ -35,6 +37,9 @@ def check_before_launch(config: TrainConfig, world_size: int) -> None:
             f"run_dir {run_dir} is a series store; a run needs a directory of its own, "
             "e.g. run_dir=runs/NAME"
         )
+    if run_dir.is_dir():  # another training writes to it: refused now, not by rank 0
+        with RunLock(run_dir):
+            pass
     check_components(config)
     with contextlib.redirect_stderr(io.StringIO()):  # the ranks print the notes
         source = build_task_source(config, verify_store=False)

@@ -44,6 +44,9 @@ _RUN_IDENTITY = (
     ("pretrain",),
 )
 
+# What every checkpoint a training writes holds, and a resume restores.
+_TRAINING_STATE = ("learner", "optimizer", "loader")
+
 # Sections added to the identity after runs were saved without them: a saved run lacking
 # one had its defaults.
 _ADDED_SECTIONS: dict[tuple[str, ...], type] = {("pretrain",): PretrainConfig}
@@ -110,6 +113,12 @@ def resume(config: TrainConfig, env: DistEnv, parts: RunParts) -> Resumed:
         return Resumed(0, run_id, None, None)
     path, pointer = found
     state = load_checkpoint(path, pointer)
+    missing = [key for key in _TRAINING_STATE if key not in state]
+    if missing:  # written by save_checkpoint, but not by a training
+        raise CheckpointError(
+            f"checkpoint {path} holds no training state to resume ({', '.join(missing)} "
+            "missing): move it away, or use another run_dir"
+        )
     check_same_run(state.get("config", {}), config.to_dict(), run_dir)
     check_same_store_path(state, config.data.store, run_dir)
     if parts.store is not None:

@@ -87,11 +87,16 @@ class Selection:
     Args:
         config: the `selection` section.
         loss: the learner's loss (`cross_entropy` selects on accuracy by default).
+        val_tasks: how many meta-val tasks each evaluation scores (all ranks together):
+            values over another number of tasks (a run resumed with another
+            `trainer.eval_batches` or `trainer.meta_batch_size`) are not compared with
+            this run's. `None`: not known, not checked.
     """
 
-    def __init__(self, config: SelectionConfig, loss: str) -> None:
+    def __init__(self, config: SelectionConfig, loss: str, val_tasks: int | None = None) -> None:
         self.metric = config.resolved_metric(loss)
         self.mode = config.resolved_mode(self.metric)
+        self.val_tasks = val_tasks
         self.patience = config.patience
         self.min_delta = float(config.min_delta)
         self.best_value: float | None = None
@@ -143,17 +148,27 @@ class Selection:
             "best_step": self.best_step,
             "best_checkpoint": self.best_checkpoint,
             "bad_evals": self.bad_evals,
+            "val_tasks": self.val_tasks,
         }
 
     def restore(self, state: dict[str, Any] | None) -> str | None:
         """Continues the record of a checkpoint; a note when it cannot (another metric or
-        mode than the checkpoint's: the record starts afresh), else `None`."""
+        mode than the checkpoint's, or values over another number of meta-val tasks: the
+        record starts afresh), else `None`."""
         if not state:
             return None
         if (state.get("metric"), state.get("mode")) != (self.metric, self.mode):
             return (
                 f"note: the run selected on {state.get('mode')} val {state.get('metric')}, "
                 f"this command on {self.mode} val {self.metric}: the best so far is forgotten"
+            )
+        saved_tasks = state.get("val_tasks")
+        if None not in (saved_tasks, self.val_tasks) and saved_tasks != self.val_tasks:
+            return (
+                f"note: the run selected on val {self.metric} over {saved_tasks} meta-val "
+                f"tasks, this command evaluates {self.val_tasks} (trainer.eval_batches or "
+                "trainer.meta_batch_size changed): its values are not comparable, so the "
+                "best so far is forgotten"
             )
         value = state.get("best_value")
         self.best_value = None if value is None else float(value)

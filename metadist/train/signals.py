@@ -4,8 +4,8 @@ Schedulers stop jobs with SIGTERM, and Slurm sends SIGUSR1 (`--signal=USR1@120`)
 before a preemption or the time limit. The handler only records the signal; the training
 loop looks at it between meta-steps, and the ranks agree on it through the per-step
 all-reduce, so that every rank stops after the same step and the checkpoint is consistent.
-A second SIGINT while the first is pending aborts at once (`KeyboardInterrupt`), without
-a checkpoint, unless it comes within `REPEAT_S` of the first: that is the same Ctrl-C
+A second SIGINT while the first is pending aborts at once (`SecondInterrupt`, a
+`KeyboardInterrupt`), without a checkpoint, unless it comes within `REPEAT_S` of the first: that is the same Ctrl-C
 delivered twice (a terminal sends it to every process of its group while the parent
 command, or GNU `timeout`, passes it on as well), not a user pressing it again.
 """
@@ -23,6 +23,12 @@ from typing import Any
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 # a SIGINT this soon after the first stop signal is the same one delivered twice (s)
 REPEAT_S = 1.0
+
+
+class SecondInterrupt(KeyboardInterrupt):
+    """A second Ctrl-C while a stop was pending: the run aborts at once, without a
+    checkpoint of this stop (a plain `KeyboardInterrupt` is a first Ctrl-C outside the
+    meta-steps, where no `StopRequest` catches it)."""
 
 
 class StopRequest:
@@ -54,7 +60,7 @@ class StopRequest:
                     flush=True,
                 )
         elif signum == signal.SIGINT and time.monotonic() - self._first_at > REPEAT_S:
-            raise KeyboardInterrupt
+            raise SecondInterrupt
 
     def __enter__(self) -> StopRequest:
         # Handlers can only be installed from the main thread; elsewhere (a test calling

@@ -285,7 +285,9 @@ def test_a_damaged_best_pointer_says_how_to_evaluate_the_latest(tmp_path):
     train(config)
     directory = checkpoint_dir(config.resolved_run_dir)
     (directory / "step_00000002.pt").unlink()
-    with pytest.raises(CheckpointError, match="best points at 'step_00000002.pt', which does not exist"):
+    with pytest.raises(
+        CheckpointError, match="best points at 'step_00000002.pt', which does not exist"
+    ):
         selected_checkpoint(config.resolved_run_dir)
     (directory / "best").write_text("{")
     with pytest.raises(CheckpointError, match="not a metadist checkpoint pointer"):

@@ -133,25 +133,8 @@ def main(argv: list[str] | None = None, prog: str = "metadist train") -> int:
             where = "" if " (at " in str(error) else user_code_location(error, installed=False)
             print(f"{prog}: error: {error}{where}", file=sys.stderr)
         return 1
-    except SecondInterrupt:
-        print(
-            f"{prog}: stopped at once by a second Ctrl-C, without a checkpoint of this "
-            "stop: the steps since the run directory's latest checkpoint are lost; run the "
-            "same command again to resume from it",
-            file=sys.stderr,
-        )
-        return 130
-    except KeyboardInterrupt:
-        # a first Ctrl-C outside the meta-steps (starting up, resuming, pre-training,
-        # finishing), where no meta-step is under way to finish and checkpoint
-        if _local_rank() == 0 and not stop_reported_by_owner():
-            print(
-                f"{prog}: interrupted before the meta-steps began or after they ended, where "
-                "Ctrl-C stops at once: the run directory keeps its latest checkpoint, if any; "
-                "run the same command again to resume from it",
-                file=sys.stderr,
-            )
-        return 130
+    except KeyboardInterrupt as interrupt:
+        return _interrupted(interrupt, prog)
     except Exception as error:  # noqa: BLE001 - only the user's own code's, below
         # a sampler, model or learner of the user's that fails in training with an error
         # of another type: one line with where in their code, as for a ValueError
@@ -171,6 +154,28 @@ def main(argv: list[str] | None = None, prog: str = "metadist train") -> int:
     if result.stopped_by is None and eval_options is not None:
         return _evaluate_at_end(result.run_dir, eval_options, prog)
     return 0
+
+
+def _interrupted(interrupt: KeyboardInterrupt, prog: str) -> int:
+    """Says how a Ctrl-C that ended the command outside the meta-steps' own stop left the
+    run; returns the command's status (130)."""
+    if isinstance(interrupt, SecondInterrupt):
+        print(
+            f"{prog}: stopped at once by a second Ctrl-C, without a checkpoint of this "
+            "stop: the steps since the run directory's latest checkpoint are lost; run the "
+            "same command again to resume from it",
+            file=sys.stderr,
+        )
+    elif _local_rank() == 0 and not stop_reported_by_owner():
+        # a first Ctrl-C outside the meta-steps (starting up, resuming, pre-training,
+        # finishing), where no meta-step is under way to finish and checkpoint
+        print(
+            f"{prog}: interrupted before the meta-steps began or after they ended, where "
+            "Ctrl-C stops at once: the run directory keeps its latest checkpoint, if any; "
+            "run the same command again to resume from it",
+            file=sys.stderr,
+        )
+    return 130
 
 
 def _launch(argv: list[str], nproc: int, prog: str) -> int:

@@ -50,25 +50,20 @@ TRAINING = CheckpointUse(
     misplaced="remove it or use another run_dir",
 )
 
-EVALUATION = CheckpointUse(
-    verb="evaluate",
-    reading="evaluating",
-    latest_damaged="remove it to evaluate the newest checkpoint that verifies",
-    nothing_left="the run has no checkpoint left to evaluate: train it again",
-    none_verifies="the run has no checkpoint left to evaluate: restore them or train it again",
-    foreign="move it away to evaluate this run's own checkpoints",
-    best_damaged="remove it to evaluate the latest checkpoint instead",
-    misplaced="it is not a run a training wrote: give the run directory of a training",
-)
 
-# `metadist forecast`, `metadist.load_run`
-USE = CheckpointUse(
-    verb="use",
-    reading="using",
-    latest_damaged="remove it to use the newest checkpoint that verifies",
-    nothing_left="the run has no checkpoint left to use: train it again",
-    none_verifies="the run has no checkpoint left to use: restore them or train it again",
-    foreign="move it away to use this run's own checkpoints",
-    best_damaged="remove it to use the latest checkpoint instead",
-    misplaced="it is not a run a training wrote: give the run directory of a training",
-)
+def _reader(verb: str, reading: str) -> CheckpointUse:
+    """The wording for a command that reads a trained run's checkpoints to `verb` them."""
+    return CheckpointUse(
+        verb=verb,
+        reading=reading,
+        latest_damaged=f"remove it to {verb} the newest checkpoint that verifies",
+        nothing_left=f"the run has no checkpoint left to {verb}: train it again",
+        none_verifies=f"the run has no checkpoint left to {verb}: restore them or train it again",
+        foreign=f"move it away to {verb} this run's own checkpoints",
+        best_damaged=f"remove it to {verb} the latest checkpoint instead",
+        misplaced="it is not a run a training wrote: give the run directory of a training",
+    )
+
+
+EVALUATION = _reader("evaluate", "evaluating")  # `metadist eval`
+USE = _reader("use", "using")  # `metadist forecast`, `metadist.load_run`

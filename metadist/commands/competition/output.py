@@ -44,7 +44,7 @@ def check_output(out: Path, train: Path, validation: bool) -> None:
             f"--out {out} is a non-empty directory that is not an output of metadist "
             f"competition (it has no {OUTPUT_FILE}); give a new or empty directory"
         )
-    recorded = _read_marker(marker)
+    recorded = _read_marker(marker, f"--out {out}", "; give another --out")
     wanted = _marker(train, validation)
     if recorded.get("data") != wanted["data"]:
         raise ValueError(
@@ -70,15 +70,7 @@ def check_adaptation_source(val_out: Path, train: Path) -> None:
     marker = val_out / OUTPUT_FILE
     if not marker.is_file():
         return
-    try:
-        document = json.loads(marker.read_text())
-    except (OSError, ValueError):
-        document = None
-    if not isinstance(document, dict) or document.get("kind") != _KIND:
-        raise ValueError(
-            f"--adaptation-from {val_out}: {OUTPUT_FILE} there is not the marker metadist "
-            "competition writes"
-        )
+    document = _read_marker(marker, f"--adaptation-from {val_out}")
     wanted = _marker(train, validation=True)["data"]
     if document.get("data") != wanted:
         raise ValueError(
@@ -111,15 +103,16 @@ def _marker(train: Path, validation: bool) -> dict[str, str]:
     }
 
 
-def _read_marker(marker: Path) -> dict[str, str]:
+def _read_marker(marker: Path, option: str, hint: str = "") -> dict[str, str]:
+    """The marker's fields; one line naming `option` (the argument that led to it) where
+    it is not a marker this command writes."""
     try:
         document = json.loads(marker.read_text())
     except (OSError, ValueError):
         document = None
     if not isinstance(document, dict) or document.get("kind") != _KIND:
         raise ValueError(
-            f"--out {marker.parent}: {OUTPUT_FILE} there is not the marker metadist "
-            "competition writes; give another --out"
+            f"{option}: {OUTPUT_FILE} there is not the marker metadist competition writes{hint}"
         )
     return {str(k): str(v) for k, v in document.items()}
 

@@ -18,6 +18,7 @@ from metadist.data.orders import DEFAULT_BLOCK_BYTES, DEFAULT_WINDOW_BLOCKS, ORD
 from metadist.data.partition import StratifiedTaskPartitioner
 from metadist.tasks.base import TaskSampler
 from metadist.tasks.registry import build_task_sampler
+from metadist.tasks.units import checked_num_units, checked_unit_strata
 
 DEFAULT_READ_AHEAD = 4
 
@@ -108,20 +109,19 @@ def resolve_dealer(
         ValueError: a partitioner built for another number of units, an unknown split,
             or units outside the sampler's.
     """
+    num_units = checked_num_units(sampler)
     if isinstance(partitioner_or_units, StratifiedTaskPartitioner):
-        if partitioner_or_units.num_units != sampler.num_units:
+        if partitioner_or_units.num_units != num_units:
             raise ValueError(
                 f"the partitioner deals {partitioner_or_units.num_units} units but the "
-                f"sampler has {sampler.num_units}; build it from sampler.unit_strata()"
+                f"sampler has {num_units}; build it from sampler.unit_strata()"
             )
         return partitioner_or_units.dealer(split)
     units = np.asarray(partitioner_or_units, dtype=np.int64).reshape(-1)
-    bad = units[(units < 0) | (units >= sampler.num_units)]
+    bad = units[(units < 0) | (units >= num_units)]
     if len(bad):
-        raise ValueError(
-            f"units {bad[:5].tolist()} are outside the sampler's 0..{sampler.num_units - 1}"
-        )
-    return UnitDealer(units, sampler.unit_strata()[units], seed=seed)
+        raise ValueError(f"units {bad[:5].tolist()} are outside the sampler's 0..{num_units - 1}")
+    return UnitDealer(units, checked_unit_strata(sampler)[units], seed=seed)
 
 
 def check_batch_fits(num_units: int, settings: LoaderSettings) -> None:

@@ -31,6 +31,7 @@ import numpy as np
 from metadist.data.meta_split import split_counts
 from metadist.data.partition import StratifiedTaskPartitioner
 from metadist.natural_order import natural_key
+from metadist.tasks.units import checked_unit_strata
 
 SPLIT_BY = ("unit", "entity", "label", "stratum", "auto")
 # Fewest label classes every split with a positive share needs for `auto` to split by class.
@@ -72,7 +73,7 @@ def build_partitioner(
         raise ValueError(
             f"data.stratify_by must be one of {', '.join(STRATIFY_BY)}, got {stratify_by!r}"
         )
-    strata = sampler.unit_strata()
+    strata = checked_unit_strata(sampler)
     entities = sampler.unit_entities()
     if split_by == "auto":
         split_by = split_protocol(sampler, store, fractions, split_by)

@@ -41,6 +41,7 @@ from metadist.tasks import (
 )
 from metadist.tasks.class_messages import sized_classes
 from metadist.tasks.first_batch import example_shapes, first_batch
+from metadist.tasks.units import checked_num_units
 from metadist.train.component_errors import naming, users_errors
 from metadist.train.config import TrainConfig
 from metadist.train.distributed import DistEnv
@@ -143,7 +144,7 @@ def build_task_source(
         options = config.sampler.read_options(SAMPLERS)
         sampler = build_task_sampler(config.sampler.name, store, options=options)
     with users_errors("sampler"):  # the user's code too, where the sampler is theirs
-        num_units = sampler.num_units
+        num_units = checked_num_units(sampler)
     if num_units == 0:  # before the partitioner blames data.fractions for it
         where = f" of store {store.path}" if store is not None else ""
         raise ValueError(

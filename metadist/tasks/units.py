@@ -1,0 +1,54 @@
+"""A sampler's units as the partitioner and the loader read them, checked.
+
+`num_units` and `unit_strata()` are the two things every sampler of one's own must get
+right before any task is drawn. Read here, a float count or strata of the wrong length or
+type is one `ValueError` naming the sampler and the method, instead of a numpy traceback
+or a message that blames the split's settings.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from metadist.tasks.base import TaskSampler
+
+
+def _named(sampler: TaskSampler) -> str:
+    return f"sampler {sampler.name or type(sampler).__name__!r} ({type(sampler).__name__})"
+
+
+def checked_num_units(sampler: TaskSampler) -> int:
+    """`sampler.num_units` as an `int`.
+
+    Raises:
+        ValueError: it is not a whole number >= 0 (a float, a bool, negative).
+    """
+    value = sampler.num_units
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise ValueError(
+            f"{_named(sampler)}: num_units is {value!r} ({type(value).__name__}); it must "
+            "be a whole number >= 0 (an int)"
+        )
+    return int(value)
+
+
+def checked_unit_strata(sampler: TaskSampler) -> np.ndarray:
+    """`[num_units]` int64: `sampler.unit_strata()`, checked against `num_units`.
+
+    Raises:
+        ValueError: `num_units` is not a whole number, or `unit_strata()` is not a 1-d
+            array of `num_units` integer codes.
+    """
+    num_units = checked_num_units(sampler)
+    strata = np.asarray(sampler.unit_strata())
+    if strata.ndim != 1 or (len(strata) and not np.issubdtype(strata.dtype, np.integer)):
+        raise ValueError(
+            f"{_named(sampler)}: unit_strata() returned shape {strata.shape} dtype "
+            f"{strata.dtype}; it must be [num_units] integer stratum codes"
+        )
+    if len(strata) != num_units:
+        raise ValueError(
+            f"{_named(sampler)}: unit_strata() returned {len(strata)} codes for its "
+            f"{num_units} units (num_units); it must give one per unit"
+        )
+    return strata.astype(np.int64)

@@ -22,6 +22,7 @@ from metadist.data.loader_settings import (
 from metadist.data.orders import DEFAULT_BLOCK_BYTES, DEFAULT_WINDOW_BLOCKS
 from metadist.data.partition import StratifiedTaskPartitioner
 from metadist.data.position import position_state, read_position_state
+from metadist.data.worker_start import check_sampler_reaches_workers
 from metadist.tasks.base import TaskSampler, derive_task_seeds
 from metadist.user_code import user_code_location
 
@@ -218,6 +219,9 @@ class BatchMetaDataLoader:
         self.dealer, self._block_rows = ordered_dealer(dealer, settings, sampler, unit_rows)
         check_batch_fits(self.dealer.num_units, settings)
         self.sampler = confined_sampler(sampler, self.dealer.units, split)
+        check_sampler_reaches_workers(
+            self.sampler, settings.num_workers, settings.multiprocessing_context
+        )
         self.epoch = 0
         self.tasks_consumed = 0
         self._deal_cache: tuple[tuple[int, int, int], np.ndarray, np.ndarray] | None = None

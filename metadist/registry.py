@@ -181,7 +181,12 @@ class Registry(Generic[T]):
             # own arithmetic: one line naming the options and the place, not a traceback
             where = path or f"{self.kind}.options"
             frames = traceback.extract_tb(error.__traceback__)[1:]  # below this call
-            at = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+            if not frames:  # the call itself: an abstract method left out, a signature
+                raise ValueError(
+                    f"{self.label} {name!r} ({getattr(cls, '__name__', cls)}) could not be "
+                    f"built from {where} {keywords}: {error}"
+                ) from None
+            at = f" at {frames[-1].filename}:{frames[-1].lineno}"
             raise ValueError(
                 f"{self.label} {name!r} could not be built from {where} {keywords}: "
                 f"{error}{at} (an option of the wrong type? annotate the options with "

@@ -8,6 +8,7 @@ of `LoaderSettings`, a frozen dataclass that checks itself when built.
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,8 +36,9 @@ class LoaderSettings:
     blocked order's `UnitDealer`.
 
     Raises:
-        ValueError: batch_size < 1, world_size < 1, rank outside 0..world_size-1, a
-            negative seed, an unknown order, or a negative read_ahead.
+        ValueError: a count that is not an integer, batch_size < 1, world_size < 1, rank
+            outside 0..world_size-1, a negative seed or num_workers, an unknown order, or
+            a negative read_ahead.
     """
 
     batch_size: int
@@ -56,6 +58,12 @@ class LoaderSettings:
     release: bool = False
 
     def __post_init__(self) -> None:
+        for name in ("batch_size", "seed", "rank", "world_size", "num_workers"):
+            value = getattr(self, name)
+            if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+                raise ValueError(f"{name} must be an integer, got {value!r}")
+        if int(self.num_workers) < 0:
+            raise ValueError(f"num_workers must be >= 0, got {self.num_workers}")
         if isinstance(self.batch_size, bool) or int(self.batch_size) < 1:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
         if isinstance(self.world_size, bool) or int(self.world_size) < 1:
@@ -117,7 +125,13 @@ def resolve_dealer(
                 f"sampler has {num_units}; build it from sampler.unit_strata()"
             )
         return partitioner_or_units.dealer(split)
-    units = np.asarray(partitioner_or_units, dtype=np.int64).reshape(-1)
+    given = np.asarray(partitioner_or_units)
+    if given.size and not np.issubdtype(given.dtype, np.integer):
+        raise ValueError(
+            f"units must be integer unit indices (or a StratifiedTaskPartitioner), got "
+            f"dtype {given.dtype}"
+        )
+    units = given.astype(np.int64).reshape(-1)
     bad = units[(units < 0) | (units >= num_units)]
     if len(bad):
         raise ValueError(f"units {bad[:5].tolist()} are outside the sampler's 0..{num_units - 1}")

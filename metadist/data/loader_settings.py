@@ -146,6 +146,11 @@ def check_batch_fits(num_units: int, settings: LoaderSettings) -> None:
             a rank gets per epoch.
     """
     world_size, batch_size, split = settings.world_size, settings.batch_size, settings.split
+    if num_units == 0:
+        raise ValueError(
+            f"split {split!r} has no units to deal tasks from: the partitioner's fractions "
+            "give it no share, or the unit array is empty"
+        )
     if world_size > num_units:
         raise ValueError(
             f"world_size={world_size} is larger than the {num_units} tasks of split {split!r}"

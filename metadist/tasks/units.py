@@ -1,12 +1,15 @@
 """A sampler's units as the partitioner and the loader read them, checked.
 
 `num_units` and `unit_strata()` are the two things every sampler of one's own must get
-right before any task is drawn. Read here, a float count or strata of the wrong length or
-type is one `ValueError` naming the sampler and the method, instead of a numpy traceback
-or a message that blames the split's settings.
+right before any task is drawn, and `unit_rows()` what the loader's blocked order and
+read-ahead read. Read here, a float count, or strata or rows of the wrong length or type,
+is one `ValueError` naming the sampler and the method, instead of a numpy traceback or a
+message that blames the split's settings.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 
@@ -52,3 +55,26 @@ def checked_unit_strata(sampler: TaskSampler) -> np.ndarray:
             f"{num_units} units (num_units); it must give one per unit"
         )
     return strata.astype(np.int64)
+
+
+def checked_unit_rows(sampler: TaskSampler, rows: Any) -> tuple[np.ndarray, np.ndarray]:
+    """`rows`, what `sampler.unit_rows()` returned, as two `[num_units]` int64 arrays.
+
+    Raises:
+        ValueError: not a pair of `num_units` non-negative integers each.
+    """
+    num_units = checked_num_units(sampler)
+    what = f"{_named(sampler)}: unit_rows() must be (first_row, num_rows), two [num_units]"
+    try:
+        first, count = (np.asarray(part) for part in rows)
+    except (TypeError, ValueError):
+        raise ValueError(f"{what} integer arrays; got {type(rows).__name__}") from None
+    for name, part in (("first_row", first), ("num_rows", count)):
+        if part.shape != (num_units,) or not np.issubdtype(part.dtype, np.integer):
+            raise ValueError(
+                f"{what} integer arrays; its {name} has shape {part.shape} dtype {part.dtype} "
+                f"for {num_units} units"
+            )
+        if len(part) and int(part.min()) < 0:
+            raise ValueError(f"{what} non-negative integer arrays; its {name} has {part.min()}")
+    return first.astype(np.int64), count.astype(np.int64)

@@ -41,7 +41,7 @@ from metadist.tasks import (
 )
 from metadist.tasks.class_messages import sized_classes
 from metadist.tasks.first_batch import example_shapes, first_batch
-from metadist.tasks.units import checked_num_units
+from metadist.tasks.units import checked_num_units, checked_unit_rows
 from metadist.train.component_errors import naming, users_errors
 from metadist.train.config import TrainConfig
 from metadist.train.distributed import DistEnv
@@ -256,7 +256,10 @@ def build_loaders(
     """
     sampler, partitioner = source.sampler, source.partitioner
     wants_rows = config.data.order == "blocked" or (config.data.read_ahead or 0) > 0
-    if wants_rows and sampler.unit_rows() is None:
+    rows = sampler.unit_rows() if wants_rows else None
+    if rows is not None:  # the sampler's fault, checked before the loaders name batch fields
+        checked_unit_rows(sampler, rows)
+    if wants_rows and rows is None:
         raise ValueError(
             f"data.order={config.data.order} / data.read_ahead={config.data.read_ahead}: sampler "
             f"{config.sampler.name!r} does not say which store rows its units read; use "

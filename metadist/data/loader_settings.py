@@ -17,7 +17,7 @@ import numpy as np
 from metadist.data.dealing import UnitDealer
 from metadist.data.orders import DEFAULT_BLOCK_BYTES, DEFAULT_WINDOW_BLOCKS, ORDERS
 from metadist.data.partition import StratifiedTaskPartitioner
-from metadist.tasks.base import TaskSampler
+from metadist.tasks.base import TaskSampler, confined
 from metadist.tasks.registry import build_task_sampler
 from metadist.tasks.units import checked_num_units, checked_unit_strata
 
@@ -171,7 +171,7 @@ def confined_sampler(sampler: TaskSampler, units: np.ndarray, split: str) -> Tas
     units; one whose tasks read their own unit is returned as it is.
     """
     try:
-        return sampler.confined_to(units)
+        return confined(sampler, units)
     except ValueError as error:
         raise ValueError(f"split {split!r}: {error}") from None
 

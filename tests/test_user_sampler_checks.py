@@ -81,6 +81,12 @@ MODULE = textwrap.dedent(
             return np.linspace(0, 1, self.num_units)
 
 
+    @register_task_sampler("ucs_entities_short")
+    class EntitiesShort(SinusoidSampler):
+        def unit_entities(self):
+            return np.arange(self.num_units - 2)
+
+
     @register_task_sampler("ucs_units_float")
     class UnitsFloat(SinusoidSampler):
         @property
@@ -104,6 +110,8 @@ CASES = {
     r"\d+ codes for its \d+ units \(num_units\)",
     "ucs_strata_float": r"sampler 'ucs_strata_float' \(StrataFloat\): unit_strata\(\) returned "
     r"shape \(\d+,\) dtype float64; it must be \[num_units\] integer stratum codes",
+    "ucs_entities_short": r"sampler 'ucs_entities_short' \(EntitiesShort\): unit_entities\(\) "
+    r"returned shape \(\d+,\) dtype int64 for its \d+ units; it must be one store entity",
     "ucs_units_float": r"sampler 'ucs_units_float' \(UnitsFloat\): num_units is \d+\.0 \(float\)",
 }
 

@@ -78,3 +78,33 @@ def checked_unit_rows(sampler: TaskSampler, rows: Any) -> tuple[np.ndarray, np.n
         if len(part) and int(part.min()) < 0:
             raise ValueError(f"{what} non-negative integer arrays; its {name} has {part.min()}")
     return first.astype(np.int64), count.astype(np.int64)
+
+
+def checked_unit_entities(sampler: TaskSampler, store: Any = None) -> np.ndarray | None:
+    """`sampler.unit_entities()` as `[num_units]` int64 store entities, or None where its
+    units are not store entities.
+
+    Raises:
+        ValueError: not one integer per unit, or (given the `store`) an entity the store
+            does not have.
+    """
+    entities = sampler.unit_entities()
+    if entities is None:
+        return None
+    num_units = checked_num_units(sampler)
+    given = np.asarray(entities)
+    if given.shape != (num_units,) or (num_units and not np.issubdtype(given.dtype, np.integer)):
+        raise ValueError(
+            f"{_named(sampler)}: unit_entities() returned shape {given.shape} dtype "
+            f"{given.dtype} for its {num_units} units; it must be one store entity index per "
+            "unit (or None)"
+        )
+    num_entities = getattr(store, "num_entities", None)
+    if num_units and num_entities is not None:
+        outside = given[(given < 0) | (given >= num_entities)]
+        if len(outside):
+            raise ValueError(
+                f"{_named(sampler)}: unit_entities() has {outside[:3].tolist()}, outside the "
+                f"store's entities 0..{num_entities - 1}"
+            )
+    return given.astype(np.int64)

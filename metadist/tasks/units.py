@@ -1,10 +1,11 @@
 """A sampler's units as the partitioner and the loader read them, checked.
 
 `num_units` and `unit_strata()` are the two things every sampler of one's own must get
-right before any task is drawn, and `unit_rows()` what the loader's blocked order and
-read-ahead read. Read here, a float count, or strata or rows of the wrong length or type,
-is one `ValueError` naming the sampler and the method, instead of a numpy traceback or a
-message that blames the split's settings.
+right before any task is drawn; `unit_entities()` is what entity and class splits read,
+and `unit_rows()` what the loader's blocked order and read-ahead read. Read here, a float
+count, or strata, entities or rows of the wrong length or type, is one `ValueError` naming
+the sampler and the method, instead of a numpy traceback or a message that blames the
+split's settings.
 """
 
 from __future__ import annotations

@@ -16,10 +16,13 @@ import collections.abc
 import dataclasses
 import difflib
 import inspect
+import numbers
 import types
 import typing
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
+
+import numpy as np
 
 
 def closest(name: str, choices: Iterable[str]) -> str | None:
@@ -104,27 +107,31 @@ def coerce(hint: Any, value: Any, name: str) -> Any:
         return value
     if value is None:
         raise ValueError(f"{name} must not be null")
+    # numpy's scalars and 1-d arrays (a value computed from a store) are read as the
+    # Python values they hold, so the options stay plain (YAML, JSON, equality)
     if hint is bool:
-        if not isinstance(value, bool):
-            raise ValueError(f"{name} must be true or false, got {value!r}")
-        return value
+        if not isinstance(value, (bool, np.bool_)):
+            raise ValueError(f"{name} must be true or false, got {_one_line(value)}")
+        return bool(value)
     if hint is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"{name} must be an integer, got {value!r}")
-        return value
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+            raise ValueError(f"{name} must be an integer, got {_one_line(value)}")
+        return int(value)
     if hint is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ValueError(f"{name} must be a number, got {value!r}")
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+            raise ValueError(f"{name} must be a number, got {_one_line(value)}")
         return float(value)
     if hint is str:
         if not isinstance(value, str):
-            raise ValueError(f"{name} must be a string, got {value!r}")
+            raise ValueError(f"{name} must be a string, got {_one_line(value)}")
         return value
     if origin is collections.abc.Sequence and isinstance(value, str):
         return value  # a str is a Sequence: the component decides what one string means
+    if isinstance(value, np.ndarray) and value.ndim == 1:
+        value = value.tolist()
     if origin in (tuple, list, collections.abc.Sequence):
         if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
-            raise ValueError(f"{name} must be a list, got {value!r}")
+            raise ValueError(f"{name} must be a list, got {_one_line(value)}")
         if origin is tuple and args and args[-1] is not Ellipsis and len(args) != len(value):
             raise ValueError(f"{name} must have {len(args)} entries, got {list(value)}")
         items = [
@@ -133,13 +140,18 @@ def coerce(hint: Any, value: Any, name: str) -> Any:
         return tuple(items) if origin is tuple else items
     if origin in (dict, collections.abc.Mapping) or hint in (dict, collections.abc.Mapping):
         if not isinstance(value, Mapping):
-            raise ValueError(f"{name} must be a mapping, got {value!r}")
+            raise ValueError(f"{name} must be a mapping, got {_one_line(value)}")
         return dict(value)
     if isinstance(hint, type):
         if not isinstance(value, hint):
-            raise ValueError(f"{name} must be a {hint.__name__}, got {value!r}")
+            raise ValueError(f"{name} must be a {hint.__name__}, got {_one_line(value)}")
         return value
     return value  # an annotation this reader does not interpret: the component checks it
+
+
+def _one_line(value: Any) -> str:
+    """`repr(value)` on one line (a numpy array's spans several)."""
+    return " ".join(repr(value).split())
 
 
 def _item_hint(origin: Any, args: tuple, index: int) -> Any:

@@ -86,7 +86,22 @@ class Registry(Generic[T]):
 
     def register(self, name: str) -> Callable[[T], T]:
         """Decorator registering a component (a class, or a factory function) under `name`
-        (sets its `name` attribute)."""
+        (sets its `name` attribute).
+
+        Raises:
+            TypeError: `name` is not a string (the decorator written without its name,
+                `@register_model` for `@register_model("name")`, is given the class).
+            ValueError: `name` is empty.
+        """
+        decorator_name = "register_" + self.label.replace(" ", "_")
+        if not isinstance(name, str):
+            given = getattr(name, "__name__", None) or repr(name)
+            raise TypeError(
+                f"@{decorator_name} needs the name to register {given} under: write "
+                f'@{decorator_name}("my_name"), not @{decorator_name} alone'
+            )
+        if not name.strip():
+            raise ValueError(f'@{decorator_name}("{name}"): the name is empty')
 
         def decorator(cls: T) -> T:
             if self.base is not None and not (isinstance(cls, type) and issubclass(cls, self.base)):
@@ -181,7 +196,12 @@ class Registry(Generic[T]):
             # own arithmetic: one line naming the options and the place, not a traceback
             where = path or f"{self.kind}.options"
             frames = traceback.extract_tb(error.__traceback__)[1:]  # below this call
-            at = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+            if not frames:  # the call itself: an abstract method left out, a signature
+                raise ValueError(
+                    f"{self.label} {name!r} ({getattr(cls, '__name__', cls)}) could not be "
+                    f"built from {where} {keywords}: {error}"
+                ) from None
+            at = f" at {frames[-1].filename}:{frames[-1].lineno}"
             raise ValueError(
                 f"{self.label} {name!r} could not be built from {where} {keywords}: "
                 f"{error}{at} (an option of the wrong type? annotate the options with "

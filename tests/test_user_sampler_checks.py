@@ -67,6 +67,31 @@ MODULE = textwrap.dedent(
             batch = super().sample(units, seeds)
             x = torch.cat([batch.query.x, batch.query.x], dim=-1)
             return _batch(batch, query=TaskSet(x, batch.query.y))
+
+
+    @register_task_sampler("ucs_strata_short")
+    class StrataShort(SinusoidSampler):
+        def unit_strata(self):
+            return np.zeros(self.num_units - 3, dtype=np.int64)
+
+
+    @register_task_sampler("ucs_strata_float")
+    class StrataFloat(SinusoidSampler):
+        def unit_strata(self):
+            return np.linspace(0, 1, self.num_units)
+
+
+    @register_task_sampler("ucs_entities_short")
+    class EntitiesShort(SinusoidSampler):
+        def unit_entities(self):
+            return np.arange(self.num_units - 2)
+
+
+    @register_task_sampler("ucs_units_float")
+    class UnitsFloat(SinusoidSampler):
+        @property
+        def num_units(self):
+            return self.num_tasks / 2
     """
 )
 
@@ -81,6 +106,13 @@ CASES = {
     r"batch's tasks, 2 for the 2 units asked",
     "ucs_query_longer": r"support.x \(2, \d+, 1\) torch.float32 and query.x \(2, \d+, 2\) "
     r"torch.float32 differ past \[B, K\]",
+    "ucs_strata_short": r"sampler 'ucs_strata_short' \(StrataShort\): unit_strata\(\) returned "
+    r"\d+ codes for its \d+ units \(num_units\)",
+    "ucs_strata_float": r"sampler 'ucs_strata_float' \(StrataFloat\): unit_strata\(\) returned "
+    r"shape \(\d+,\) dtype float64; it must be \[num_units\] integer stratum codes",
+    "ucs_entities_short": r"sampler 'ucs_entities_short' \(EntitiesShort\): unit_entities\(\) "
+    r"returned shape \(\d+,\) dtype int64 for its \d+ units; it must be one store entity",
+    "ucs_units_float": r"sampler 'ucs_units_float' \(UnitsFloat\): num_units is \d+\.0 \(float\)",
 }
 
 

@@ -22,7 +22,9 @@ from metadist.data.loader_settings import (
 from metadist.data.orders import DEFAULT_BLOCK_BYTES, DEFAULT_WINDOW_BLOCKS
 from metadist.data.partition import StratifiedTaskPartitioner
 from metadist.data.position import position_state, read_position_state
+from metadist.data.worker_start import check_sampler_reaches_workers
 from metadist.tasks.base import TaskSampler, derive_task_seeds
+from metadist.tasks.units import checked_unit_rows
 from metadist.user_code import user_code_location
 
 _NO_RELEASE = np.empty((0, 2), dtype=np.int64)
@@ -215,9 +217,14 @@ class BatchMetaDataLoader:
         dealer = resolve_dealer(partitioner_or_units, sampler, split, self.seed)
         unit_rows = sampler.unit_rows()
         self.read_ahead = resolve_read_ahead(settings, sampler, unit_rows)
+        if unit_rows is not None and (self.read_ahead or settings.order == "blocked"):
+            unit_rows = checked_unit_rows(sampler, unit_rows)  # read only where used
         self.dealer, self._block_rows = ordered_dealer(dealer, settings, sampler, unit_rows)
         check_batch_fits(self.dealer.num_units, settings)
         self.sampler = confined_sampler(sampler, self.dealer.units, split)
+        check_sampler_reaches_workers(
+            self.sampler, settings.num_workers, settings.multiprocessing_context
+        )
         self.epoch = 0
         self.tasks_consumed = 0
         self._deal_cache: tuple[tuple[int, int, int], np.ndarray, np.ndarray] | None = None

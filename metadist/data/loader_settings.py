@@ -8,6 +8,7 @@ of `LoaderSettings`, a frozen dataclass that checks itself when built.
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,8 +17,9 @@ import numpy as np
 from metadist.data.dealing import UnitDealer
 from metadist.data.orders import DEFAULT_BLOCK_BYTES, DEFAULT_WINDOW_BLOCKS, ORDERS
 from metadist.data.partition import StratifiedTaskPartitioner
-from metadist.tasks.base import TaskSampler
+from metadist.tasks.base import TaskSampler, confined
 from metadist.tasks.registry import build_task_sampler
+from metadist.tasks.units import checked_num_units, checked_unit_strata
 
 DEFAULT_READ_AHEAD = 4
 
@@ -34,8 +36,9 @@ class LoaderSettings:
     blocked order's `UnitDealer`.
 
     Raises:
-        ValueError: batch_size < 1, world_size < 1, rank outside 0..world_size-1, a
-            negative seed, an unknown order, or a negative read_ahead.
+        ValueError: a count that is not an integer, batch_size < 1, world_size < 1, rank
+            outside 0..world_size-1, a negative seed or num_workers, an unknown order, or
+            a negative read_ahead.
     """
 
     batch_size: int
@@ -55,6 +58,12 @@ class LoaderSettings:
     release: bool = False
 
     def __post_init__(self) -> None:
+        for name in ("batch_size", "seed", "rank", "world_size", "num_workers"):
+            value = getattr(self, name)
+            if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+                raise ValueError(f"{name} must be an integer, got {value!r}")
+        if int(self.num_workers) < 0:
+            raise ValueError(f"num_workers must be >= 0, got {self.num_workers}")
         if isinstance(self.batch_size, bool) or int(self.batch_size) < 1:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
         if isinstance(self.world_size, bool) or int(self.world_size) < 1:
@@ -108,20 +117,25 @@ def resolve_dealer(
         ValueError: a partitioner built for another number of units, an unknown split,
             or units outside the sampler's.
     """
+    num_units = checked_num_units(sampler)
     if isinstance(partitioner_or_units, StratifiedTaskPartitioner):
-        if partitioner_or_units.num_units != sampler.num_units:
+        if partitioner_or_units.num_units != num_units:
             raise ValueError(
                 f"the partitioner deals {partitioner_or_units.num_units} units but the "
-                f"sampler has {sampler.num_units}; build it from sampler.unit_strata()"
+                f"sampler has {num_units}; build it from sampler.unit_strata()"
             )
         return partitioner_or_units.dealer(split)
-    units = np.asarray(partitioner_or_units, dtype=np.int64).reshape(-1)
-    bad = units[(units < 0) | (units >= sampler.num_units)]
-    if len(bad):
+    given = np.asarray(partitioner_or_units)
+    if given.size and not np.issubdtype(given.dtype, np.integer):
         raise ValueError(
-            f"units {bad[:5].tolist()} are outside the sampler's 0..{sampler.num_units - 1}"
+            f"units must be integer unit indices (or a StratifiedTaskPartitioner), got "
+            f"dtype {given.dtype}"
         )
-    return UnitDealer(units, sampler.unit_strata()[units], seed=seed)
+    units = given.astype(np.int64).reshape(-1)
+    bad = units[(units < 0) | (units >= num_units)]
+    if len(bad):
+        raise ValueError(f"units {bad[:5].tolist()} are outside the sampler's 0..{num_units - 1}")
+    return UnitDealer(units, checked_unit_strata(sampler)[units], seed=seed)
 
 
 def check_batch_fits(num_units: int, settings: LoaderSettings) -> None:
@@ -132,6 +146,11 @@ def check_batch_fits(num_units: int, settings: LoaderSettings) -> None:
             a rank gets per epoch.
     """
     world_size, batch_size, split = settings.world_size, settings.batch_size, settings.split
+    if num_units == 0:
+        raise ValueError(
+            f"split {split!r} has no units to deal tasks from: the partitioner's fractions "
+            "give it no share, or the unit array is empty"
+        )
     if world_size > num_units:
         raise ValueError(
             f"world_size={world_size} is larger than the {num_units} tasks of split {split!r}"
@@ -152,7 +171,7 @@ def confined_sampler(sampler: TaskSampler, units: np.ndarray, split: str) -> Tas
     units; one whose tasks read their own unit is returned as it is.
     """
     try:
-        return sampler.confined_to(units)
+        return confined(sampler, units)
     except ValueError as error:
         raise ValueError(f"split {split!r}: {error}") from None
 

@@ -9,6 +9,7 @@ drawn together as one remainder stratum. The draw is a function of the seed only
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -156,6 +157,8 @@ def check_fractions(fractions: Sequence[float]) -> Fractions:
     values = tuple(float(f) for f in fractions)
     if len(values) != 3:
         raise ValueError(f"fractions must be (train, val, test), got {fractions!r}")
+    if not all(math.isfinite(f) for f in values):
+        raise ValueError(f"fractions must be finite numbers, got {values}")
     if any(f < 0 for f in values) or abs(sum(values) - 1.0) > 1e-6:
         raise ValueError(f"fractions must be non-negative and sum to 1, got {values}")
     if values[0] == 0:

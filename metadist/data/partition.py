@@ -185,7 +185,10 @@ def _pinned_mask(
     pinned = np.zeros(num_units, dtype=bool)
     if pinned_test_units is None:
         return pinned
-    pins = np.asarray(pinned_test_units, dtype=np.int64).reshape(-1)
+    given = np.asarray(pinned_test_units)
+    if given.size and not np.issubdtype(given.dtype, np.integer):
+        raise ValueError(f"pinned_test_units must be integer unit indices, got dtype {given.dtype}")
+    pins = given.astype(np.int64).reshape(-1)
     bad = pins[(pins < 0) | (pins >= num_units)]
     if len(bad):
         raise ValueError(f"pinned_test_units {bad[:5].tolist()} are outside 0..{num_units - 1}")

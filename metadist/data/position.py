@@ -9,8 +9,11 @@ tasks is refused.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Mapping
 from typing import Any
+
+import numpy as np
 
 from metadist.data.dealing import UnitDealer
 
@@ -47,6 +50,14 @@ def read_position_state(
         ValueError: a state missing the position, from another seed, order or split size,
             or a position outside the epoch.
     """
+    if not isinstance(state, Mapping):
+        raise ValueError(
+            f"loader state must be a mapping (a loader's state_dict()), got {type(state).__name__}"
+        )
+    for key in ("epoch", "tasks_consumed", "seed", "num_tasks_per_epoch"):
+        value = state.get(key, 0)
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+            raise ValueError(f"loader state {key}={value!r} is not an integer")
     missing = {"epoch", "tasks_consumed"} - set(state)
     if missing:
         raise ValueError(f"loader state is missing {sorted(missing)}")

@@ -31,6 +31,7 @@ import numpy as np
 from metadist.data.meta_split import split_counts
 from metadist.data.partition import StratifiedTaskPartitioner
 from metadist.natural_order import natural_key
+from metadist.tasks.units import checked_unit_entities, checked_unit_strata
 
 SPLIT_BY = ("unit", "entity", "label", "stratum", "auto")
 # Fewest label classes every split with a positive share needs for `auto` to split by class.
@@ -72,8 +73,8 @@ def build_partitioner(
         raise ValueError(
             f"data.stratify_by must be one of {', '.join(STRATIFY_BY)}, got {stratify_by!r}"
         )
-    strata = sampler.unit_strata()
-    entities = sampler.unit_entities()
+    strata = checked_unit_strata(sampler)
+    entities = checked_unit_entities(sampler, store)
     if split_by == "auto":
         split_by = split_protocol(sampler, store, fractions, split_by)
         stratify_by = "label"
@@ -127,7 +128,7 @@ def split_protocol(
     """
     if split_by != "auto":
         return split_by or "unit"
-    entities = sampler.unit_entities()
+    entities = checked_unit_entities(sampler, store)
     if entities is None:
         raise ValueError(
             f"data.split_by=auto needs a sampler whose units are store entities; "

@@ -205,7 +205,7 @@ class TaskSampler(ABC):
                 "has no holdout protocol"
             )
         units = self.units_of_entities(units, entity_mask)
-        sampler = self.with_options(**options).confined_to(units)
+        sampler = confined(self.with_options(**options), units)
         return repeated_unit_tasks(
             sampler,
             units,
@@ -266,6 +266,24 @@ class TaskSampler(ABC):
                 f"{self.name!r} has none"
             )
         return units[np.asarray(entity_mask, dtype=bool)[entities[units]]]
+
+
+def confined(sampler: TaskSampler, units: np.ndarray) -> TaskSampler:
+    """`sampler.confined_to(units)`, checked to be a sampler.
+
+    Raises:
+        ValueError: what `confined_to` raises, or it returned something else than a
+            `TaskSampler` (a `confined_to` of one's own that forgot its `return`).
+    """
+    result = sampler.confined_to(units)
+    if not isinstance(result, TaskSampler):
+        kind = type(sampler).__name__
+        raise ValueError(
+            f"sampler {sampler.name or kind!r} ({kind}): confined_to(units) returned "
+            f"{type(result).__name__}, not a TaskSampler; to fix: return the sampler "
+            "confined to the units (a copy, or self)"
+        )
+    return result
 
 
 def repeated_unit_tasks(

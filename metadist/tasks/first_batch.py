@@ -51,13 +51,7 @@ def check_meta_batch(batch: object, num_tasks: int, name: str) -> None:
             raise ValueError(f"{what}.{side} is {type(part).__name__}, not a metadist.TaskSet")
         for field in ("x", "y"):
             _check_tasks(getattr(part, field), f"{what}.{side}.{field}", num_tasks)
-        if part.x.dtype != torch.float32:
-            raise ValueError(f"{what}.{side}.x is {part.x.dtype}; the models take torch.float32")
-        if part.y.dtype not in (torch.float32, torch.int64):
-            raise ValueError(
-                f"{what}.{side}.y is {part.y.dtype}; targets are torch.float32 (forecasting, "
-                "regression) or torch.int64 class indices"
-            )
+        _check_dtypes(part, f"{what}.{side}")
         if part.x.ndim < 2 or part.y.ndim < 2 or part.x.shape[1] != part.y.shape[1]:
             raise ValueError(
                 f"{what}.{side}: x {tuple(part.x.shape)} and y {tuple(part.y.shape)} must be "
@@ -76,6 +70,27 @@ def check_meta_batch(batch: object, num_tasks: int, name: str) -> None:
         _check_tasks(value, f"{what}.{field}", num_tasks)
         if value.ndim != 1:
             raise ValueError(f"{what}.{field} has shape {tuple(value.shape)}; it is [B]")
+
+
+def check_batch_dtypes(batch: MetaBatch, name: str, when: str) -> None:
+    """Raises a one-line `ValueError` where a batch after the first (`when`: "at
+    meta-step 7", "in meta-val") has inputs or targets of a dtype the models do not take:
+    a sampler whose dtype depends on its units (padding that makes short series float64,
+    say) passes the first batch's check and would fail in the model with a traceback.
+    Cheap enough for every batch: the dtypes only."""
+    what = f"sampler {name!r}: sample() {when}"
+    _check_dtypes(batch.support, f"{what}: support")
+    _check_dtypes(batch.query, f"{what}: query")
+
+
+def _check_dtypes(part: TaskSet, what: str) -> None:
+    if part.x.dtype != torch.float32:
+        raise ValueError(f"{what}.x is {part.x.dtype}; the models take torch.float32")
+    if part.y.dtype not in (torch.float32, torch.int64):
+        raise ValueError(
+            f"{what}.y is {part.y.dtype}; targets are torch.float32 (forecasting, "
+            "regression) or torch.int64 class indices"
+        )
 
 
 def _check_tasks(value: object, what: str, num_tasks: int) -> None:

@@ -354,6 +354,12 @@ class NWayKShotSampler(TaskSampler, Configurable):
                 f"{present - usable} of its classes have fewer than num_shots + num_query "
                 "examples: lower sampler.options.num_shots / num_query"
             )
+            short = len(self.excluded_entities)
+            if short:  # entities the lookback left out: a shorter window keeps them
+                first += (
+                    f", or sampler.options.lookback ({short} of the store's entities are "
+                    f"shorter than lookback={self.lookback} and give no example)"
+                )
         else:
             first = f"the store has {total} {self.class_by} classes in all"
         ways = (

@@ -9,15 +9,44 @@ reads one); they are read through `metadist.registry.Registry`, so
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from metadist.registry import Registry
 from metadist.tasks.base import TaskSampler
 
+
+def check_takes_store(name: str, cls: type[TaskSampler]) -> None:
+    """Raises one `ValueError` where a sampler left `needs_store` at `TaskSampler`'s
+    default (True) but its constructor takes no store, so that it is not told to set a
+    store it does not read, nor given one it cannot take.
+    """
+    try:
+        inspect.signature(cls).bind_partial(None)
+    except TypeError:
+        raise ValueError(
+            f"task sampler {name!r} ({cls.__name__}): needs_store is True (TaskSampler's "
+            "default) but its constructor takes no store argument: set needs_store = False "
+            "in the class if it reads no store, else take the store first "
+            "(def __init__(self, store, *, ...))"
+        ) from None
+    except ValueError:
+        return  # a signature inspect cannot read: the constructor call says what it finds
+
+
+def _positional(cls: type[TaskSampler]) -> int:
+    """Arguments before a sampler's options: the store where it reads one (checked that
+    its constructor takes it: its options are the parameters after it)."""
+    if not getattr(cls, "needs_store", True):
+        return 0
+    check_takes_store(getattr(cls, "name", cls.__name__), cls)
+    return 1
+
+
 SAMPLERS: Registry[type[TaskSampler]] = Registry(
     "sampler",
     TaskSampler,
-    positional=lambda cls: 1 if getattr(cls, "needs_store", True) else 0,
+    positional=_positional,
     label="task sampler",
 )
 
@@ -71,6 +100,7 @@ def build_task_sampler(
     given = keywords if options is None else options
     cls = SAMPLERS.get(name)
     if cls.needs_store:
+        check_takes_store(name, cls)  # before telling it to set a store it cannot take
         if store is None:
             raise ValueError(f"task sampler {name!r} reads a series store: set data.store")
         return SAMPLERS.build(name, store, options=given, path=path)

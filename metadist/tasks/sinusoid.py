@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,7 +49,7 @@ class SinusoidSampler(TaskSampler, Configurable):
         x_range: tuple[float, float] = (-5.0, 5.0)
 
         def validate(self) -> None:
-            """`ValueError` naming the first count below 1."""
+            """`ValueError` naming the first count below 1 or range not finite."""
             for field, value in (
                 ("num_support", self.num_support),
                 ("num_query", self.num_query),
@@ -56,6 +57,16 @@ class SinusoidSampler(TaskSampler, Configurable):
             ):
                 if int(value) < 1:
                     raise ValueError(f"sinusoid sampler: {field} must be >= 1, got {value}")
+            for field, bounds in (
+                ("amplitude_range", self.amplitude_range),
+                ("phase_range", self.phase_range),
+                ("x_range", self.x_range),
+            ):
+                if not all(math.isfinite(bound) for bound in bounds):
+                    raise ValueError(
+                        f"sinusoid sampler: {field} must be two finite numbers, got "
+                        f"{list(bounds)} (every task would be NaN or inf)"
+                    )
 
     needs_store = False
 

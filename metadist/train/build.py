@@ -41,6 +41,7 @@ from metadist.tasks import (
 )
 from metadist.tasks.class_messages import sized_classes
 from metadist.tasks.first_batch import example_shapes, first_batch
+from metadist.tasks.units import checked_num_units, checked_unit_rows
 from metadist.train.component_errors import naming, users_errors
 from metadist.train.config import TrainConfig
 from metadist.train.distributed import DistEnv
@@ -143,7 +144,7 @@ def build_task_source(
         options = config.sampler.read_options(SAMPLERS)
         sampler = build_task_sampler(config.sampler.name, store, options=options)
     with users_errors("sampler"):  # the user's code too, where the sampler is theirs
-        num_units = sampler.num_units
+        num_units = checked_num_units(sampler)
     if num_units == 0:  # before the partitioner blames data.fractions for it
         where = f" of store {store.path}" if store is not None else ""
         raise ValueError(
@@ -255,7 +256,10 @@ def build_loaders(
     """
     sampler, partitioner = source.sampler, source.partitioner
     wants_rows = config.data.order == "blocked" or (config.data.read_ahead or 0) > 0
-    if wants_rows and sampler.unit_rows() is None:
+    rows = sampler.unit_rows() if wants_rows else None
+    if rows is not None:  # the sampler's fault, checked before the loaders name batch fields
+        checked_unit_rows(sampler, rows)
+    if wants_rows and rows is None:
         raise ValueError(
             f"data.order={config.data.order} / data.read_ahead={config.data.read_ahead}: sampler "
             f"{config.sampler.name!r} does not say which store rows its units read; use "

@@ -26,6 +26,7 @@ from metadist.data import BatchMetaDataLoader
 from metadist.diskspace import may_write
 from metadist.runlock import RunLock
 from metadist.store.format import is_store
+from metadist.tasks.first_batch import check_batch_dtypes
 from metadist.train.artifact import write_inference
 from metadist.train.build import RunParts, build_parts, learner_loss
 from metadist.train.checkpoint import checkpoint_dir, checkpoint_path, save_checkpoint
@@ -294,6 +295,7 @@ def _loop(
         return _result(ctx, step, checkpoint, None, loss, early_stopped=True)
     while step < trainer.meta_steps:
         for batch in parts.train_loader:
+            check_batch_dtypes(batch, ctx.config.sampler.name, f"at meta-step {step + 1}")
             batch = batch.to(env.device, non_blocking=True)
             done = step + 1
             last = done == trainer.meta_steps
@@ -431,6 +433,7 @@ def evaluate(
     sums: dict[str, torch.Tensor] = {}
     num_batches = 0
     for batch in loader:
+        check_batch_dtypes(batch, loader.sampler.name, "in meta-val")
         output = learner(batch.to(env.device, non_blocking=True))
         values = {"loss": output.loss, **output.metrics}
         for name, value in values.items():

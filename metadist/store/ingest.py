@@ -38,6 +38,7 @@ import pyarrow as pa
 
 from metadist.diskspace import needs_space
 from metadist.durable import refuse_working_directory
+from metadist.stop_signals import stops_raised
 from metadist.store import sources
 from metadist.store.files import (
     RawFile,
@@ -128,30 +129,26 @@ def ingest(
     Raises:
         FileNotFoundError: `src` does not exist or matches nothing.
         FileExistsError: `out` exists and is not a series store.
+        Stopped: SIGTERM or SIGHUP arrived (where their handler is Python's default); the
+            temporary directory is removed and `out` is as it was (a `SystemExit` of
+            status 128 + the signal's number, `metadist.stop_signals`).
         ValueError: bad arguments or bad input (missing or non-numeric column, NaN/inf
             under `nan="error"`, duplicate (entity, time), stratum or label not constant
             within an entity, no entity long enough, empty input, a corrupt file, schemas
             differing between files). The message names the file, column, entity and
             row where they apply; nothing is left at `out`.
     """
-    features, targets, workers = _check_arguments(
+    features, targets, options = _check_arguments(
         features, targets, scaling, nan, min_length, batch_size, workers, memory_limit_mb
     )
     columns = sources.Columns(
         entity_col, time_col, tuple(features), tuple(targets), stratum_col, label_col
     )
     out = _check_out(Path(out))
-    remove_stale_temps(out)
-    files, schema, columns = _read_sources(src, out, columns)
-    options = {
-        "scaling": scaling,
-        "nan": nan,
-        "min_length": int(min_length),
-        "batch_size": int(batch_size),
-        "workers": workers,
-        "memory_limit": int(memory_limit_mb) << 20,
-    }
-    _write_store(out, src, files, schema, columns, options, progress)
+    with stops_raised():  # SIGTERM or SIGHUP: the temporary directory is removed too
+        remove_stale_temps(out)
+        files, schema, columns = _read_sources(src, out, columns)
+        _write_store(out, src, files, schema, columns, options, progress)
     return SeriesStore.open(out)
 
 
@@ -194,8 +191,9 @@ def _check_arguments(
     batch_size: int,
     workers: int | None,
     memory_limit_mb: int,
-) -> tuple[list[str], list[str], int]:
-    """`(features, targets, workers)`: the column lists as lists, the workers resolved.
+) -> tuple[list[str], list[str], dict[str, Any]]:
+    """`(features, targets, options)`: the column lists as lists, and the options as
+    `IngestSettings` takes them (the workers resolved, the memory limit in bytes).
 
     Raises:
         ValueError: a column listed twice, no feature, or an option out of range (named
@@ -220,7 +218,15 @@ def _check_arguments(
         raise ValueError(f"--workers must be between 1 and {MAX_WORKERS} (threads), not {workers}")
     if int(memory_limit_mb) < 1:
         raise ValueError(f"--memory-limit must be at least 1 (MB), not {memory_limit_mb}")
-    return feature_names, target_names, int(workers)
+    options = {
+        "scaling": scaling,
+        "nan": nan,
+        "min_length": int(min_length),
+        "batch_size": int(batch_size),
+        "workers": int(workers),
+        "memory_limit": int(memory_limit_mb) << 20,
+    }
+    return feature_names, target_names, options
 
 
 def _check_out(out: Path) -> Path:

@@ -105,5 +105,9 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
         "of store pages kept mapped (default 256); with --batch-size and --workers it "
         "bounds memory",
     )
-    parser.add_argument("--no-progress", action="store_true", help="never show a progress bar")
+    parser.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bar, nor progress lines off a terminal",
+    )
     parser.set_defaults(func=_run)

@@ -121,7 +121,8 @@ def ingest(
             MB, and pass 2 keeps up to this many MB of store pages mapped (half for the
             values); with the workers' current batches and the per-entity statistics,
             this bounds the ingest's memory whatever the size or layout of the input.
-        progress: show a progress bar on stderr; None shows it when stderr is a terminal.
+        progress: show a progress bar on stderr; None shows it when stderr is a terminal,
+            else a line every 15 seconds.
 
     Returns:
         The new store, opened.

@@ -1,8 +1,8 @@
 """`metadist verify PATH`: a full check of a store, beyond what `SeriesStore.open` does.
 
 Covers every file of a store: recomputes the checksums of `values.bin` and `times.bin`
-(streamed), and of `index.arrow` and `entity_stats.npz` where the store records them
-(stores ingested before it did lack them); reads `metadata.json` and `index.arrow`
+(streamed), and of `index.arrow`, `entity_stats.npz` and `metadata.json`'s own fields
+where the store records them (stores ingested before it did lack them); reads `metadata.json` and `index.arrow`
 (opening the store) and checks that the index tiles the rows; reads `entity_stats.npz` whole (required with per-entity
 scaling) and checks its arrays' shapes and values; checks that times increase strictly
 within every entity and that every value is finite.
@@ -17,9 +17,13 @@ import numpy as np
 from metadist.store.format import (
     ENTITY_STATS_FILE,
     INDEX_FILE,
+    METADATA_CHECKSUM,
+    METADATA_FILE,
     TIMES_FILE,
     VALUES_FILE,
     file_checksum,
+    metadata_checksum,
+    read_metadata,
 )
 from metadist.store.reader import SeriesStore, read_entity_stats
 
@@ -39,6 +43,7 @@ def verify(path: str | Path) -> SeriesStore:
     """
     store = SeriesStore.open(path)
     meta = store.metadata
+    _check_metadata(store)
     _check_checksums(store, (VALUES_FILE, TIMES_FILE), required=True)
     _check_entity_stats(store)
     _check_checksums(store, (INDEX_FILE, ENTITY_STATS_FILE), required=False)
@@ -77,6 +82,22 @@ def _check_rows(store: SeriesStore) -> None:
                 f"non-finite value at row {row}"
             )
         row_a = row_b
+
+
+def _check_metadata(store: SeriesStore) -> None:
+    """`metadata.json` as ingest wrote it: its other fields still give the checksum it
+    records (stores ingested before it recorded one are not checked)."""
+    recorded = read_metadata(store.path)
+    expected = recorded.get(METADATA_CHECKSUM)
+    if expected is None:
+        return
+    actual = metadata_checksum(recorded)
+    if actual != expected:
+        raise ValueError(
+            f"store {store.path}: {METADATA_FILE} is corrupt (its fields give checksum "
+            f"{actual}, not the recorded {expected}: a value in it was changed); re-create "
+            "the store with metadist ingest"
+        )
 
 
 def _check_checksums(store: SeriesStore, names: tuple[str, ...], *, required: bool) -> None:

@@ -135,8 +135,8 @@ def ingest(
             status 128 + the signal's number, `metadist.stop_signals`).
         ValueError: bad arguments or bad input (missing or non-numeric column, NaN/inf
             under `nan="error"`, duplicate (entity, time), stratum or label not constant
-            within an entity, no entity long enough, empty input, a corrupt file, schemas
-            differing between files). The message names the file, column, entity and
+            within an entity, no entity long enough, empty input, a corrupt file, a column
+            read missing from a file or of another type there). The message names the file, column, entity and
             row where they apply; nothing is left at `out`.
     """
     features, targets, options = _check_arguments(
@@ -264,21 +264,21 @@ def _read_sources(
 
     Raises:
         FileNotFoundError: `src` matches nothing.
-        ValueError: `out` is `src` or holds it, a column given two roles, files that do not fit `columns` or one
-            another, or no rows at all.
+        ValueError: `out` is `src` or holds it, a column given two roles, files that do
+            not fit `columns` or one another in the columns it names, or no rows at all.
     """
     source, target = Path(os.path.realpath(src)), Path(os.path.realpath(out))
     if Path(src).exists() and (source == target or target in source.parents):
         raise ValueError(f"OUT {out} is the input SRC {src} or holds it; write the store elsewhere")
-    paths = resolve_paths(src, exclude=out)
-    columns = _spaced_names(columns, sources.open_parquet(paths[0]).schema_arrow.names)
+    opened = sources.open_sources(resolve_paths(src, exclude=out))
+    if not any(file.num_rows for file, _ in opened):
+        raise ValueError(f"empty input: {src} has no rows")
+    columns = _spaced_names(columns, sources.reference_schema(opened)[1].names)
     used = [name for name, _ in columns.roles()]
     repeated = sorted({n for n in used if used.count(n) > 1} - set(columns.targets))
     if repeated:
         raise ValueError(f"columns {repeated} are given more than one role")
-    files, schema = sources.check_sources(paths, columns)
-    if sum(f.num_rows for f in files) == 0:
-        raise ValueError(f"empty input: {src} has no rows")
+    files, schema = sources.check_sources(opened, columns)
     return files, schema, columns
 
 

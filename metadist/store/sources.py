@@ -97,32 +97,52 @@ def _value_type(dtype: pa.DataType) -> pa.DataType:
     return dtype.value_type if pa.types.is_dictionary(dtype) else dtype
 
 
-def check_sources(paths: list[Path], columns: Columns) -> tuple[list[SourceFile], pa.Schema]:
-    """Opens every file and checks it against the first file's schema and `columns`.
-
-    Returns:
-        The files with their row counts, and the common schema.
+def open_sources(paths: list[Path]) -> list[tuple[SourceFile, pa.Schema]]:
+    """Every file of `paths` (its footer only) with its row count, size, modification
+    time and schema.
 
     Raises:
-        ValueError: a file is not Parquet, files differ in schema, a column is missing
-            or has a type unfit for its role.
+        ValueError: a file is not Parquet.
     """
-    files: list[SourceFile] = []
-    schema: pa.Schema | None = None
-    first: Path | None = None
+    opened = []
     for path in paths:
         parquet = open_parquet(path)
-        file_schema = parquet.schema_arrow
-        if schema is None:
-            schema, first = file_schema, path
-            _check_roles(path, schema, columns)
-        else:
-            assert first is not None  # set with the schema
-            _check_same_schema(first, schema, path, file_schema)
         stat = path.stat()
-        files.append(SourceFile(path, parquet.metadata.num_rows, stat.st_size, stat.st_mtime_ns))
-    assert schema is not None
-    return files, schema
+        file = SourceFile(path, parquet.metadata.num_rows, stat.st_size, stat.st_mtime_ns)
+        opened.append((file, parquet.schema_arrow))
+    return opened
+
+
+def reference_schema(opened: list[tuple[SourceFile, pa.Schema]]) -> tuple[Path, pa.Schema]:
+    """The first file that holds rows, and its schema (the first file where none does):
+    a file without rows may type its columns `null` (pandas writes an empty frame so)."""
+    for file, schema in opened:
+        if file.num_rows:
+            return file.path, schema
+    return opened[0][0].path, opened[0][1]
+
+
+def check_sources(
+    opened: list[tuple[SourceFile, pa.Schema]], columns: Columns
+) -> tuple[list[SourceFile], pa.Schema]:
+    """Checks the columns that `columns` names, in every file that holds rows, against
+    the first such file (`reference_schema`) and their roles. The order of the columns,
+    and columns the ingest does not read, may differ between files; files without rows
+    add nothing and are not compared.
+
+    Returns:
+        The files, and the schema of the first that holds rows.
+
+    Raises:
+        ValueError: a column is missing from a file or has another type there than in
+            the first, or has a type unfit for its role.
+    """
+    first, schema = reference_schema(opened)
+    _check_roles(first, schema, columns)
+    for file, other in opened:
+        if file.num_rows and file.path != first:
+            _check_same_columns(first, schema, file.path, other, columns)
+    return [file for file, _ in opened], schema
 
 
 def _check_roles(path: Path, schema: pa.Schema, columns: Columns) -> None:
@@ -159,23 +179,20 @@ def _check_roles(path: Path, schema: pa.Schema, columns: Columns) -> None:
         )
 
 
-def _check_same_schema(first: Path, schema: pa.Schema, path: Path, other: pa.Schema) -> None:
-    if other.names != schema.names:
-        missing = [n for n in schema.names if n not in other.names]
-        extra = [n for n in other.names if n not in schema.names]
-        detail = []
-        if missing:
-            detail.append(f"it lacks {missing}")
-        if extra:
-            detail.append(f"it has extra columns {extra}")
-        if not detail:
-            detail.append(f"its column order is {other.names}, not {schema.names}")
-        raise ValueError(f"schema of {path} differs from {first}: {'; '.join(detail)}")
-    for field, other_field in zip(schema, other, strict=True):
-        if not field.type.equals(other_field.type):
+def _check_same_columns(
+    first: Path, schema: pa.Schema, path: Path, other: pa.Schema, columns: Columns
+) -> None:
+    for name, option in columns.roles():
+        if name not in other.names:
             raise ValueError(
-                f"schema of {path} differs from {first}: column {field.name!r} is "
-                f"{other_field.type} there but {field.type} in {first}"
+                f"schema of {path} differs from {first}: it lacks column {name!r} ({option}); "
+                f"its columns are {other.names}"
+            )
+        kind, other_kind = schema.field(name).type, other.field(name).type
+        if not kind.equals(other_kind):
+            raise ValueError(
+                f"schema of {path} differs from {first}: column {name!r} is {other_kind} "
+                f"there but {kind} in {first}"
             )
 
 

@@ -1,0 +1,70 @@
+"""Files of one input that differ only where the ingest does not look: the order of their
+columns, columns it does not read, files without rows (pandas writes an empty frame's
+columns as type `null`). The store is byte for byte the one the same files give
+without those differences."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from store_panel import make_panel, write_files
+
+from metadist.cli import main as cli_main
+from metadist.store import SeriesStore, ingest
+
+OPTIONS = dict(entity_col="entity", time_col="t", features=["a", "b"], targets=["y"])
+
+
+@pytest.fixture()
+def panel() -> pa.Table:
+    return make_panel(seed=8, num_entities=9)
+
+
+def _ingest(src, out) -> SeriesStore:
+    return ingest(src, out, progress=False, batch_size=64, stratum_col="kind", **OPTIONS)
+
+
+def _assert_same_store(got: SeriesStore, expected: SeriesStore) -> None:
+    np.testing.assert_array_equal(np.asarray(got.values), np.asarray(expected.values))
+    np.testing.assert_array_equal(np.asarray(got.times), np.asarray(expected.times))
+    assert list(got.entity_ids) == list(expected.entity_ids)
+    assert list(got.strata) == list(expected.strata)
+    assert got.metadata["scaling"] == expected.metadata["scaling"]
+
+
+def test_column_order_and_unread_columns_may_differ(tmp_path, panel):
+    plain = write_files(panel, tmp_path / "plain", num_files=3)
+    src = write_files(panel, tmp_path / "src", num_files=3)
+    part = pq.read_table(src / "part-1.parquet")
+    pq.write_table(part.select(part.column_names[::-1]), src / "part-1.parquet")
+    part = pq.read_table(src / "part-2.parquet").drop_columns(["cls"])
+    pq.write_table(part.append_column("note", pa.array(["x"] * part.num_rows)),
+                   src / "part-2.parquet")  # fmt: skip
+    expected = _ingest(plain, tmp_path / "expected")
+    _assert_same_store(_ingest(src, tmp_path / "store"), expected)
+
+
+def test_files_without_rows_are_not_compared(tmp_path, panel):
+    """An empty file typed `null` throughout, sorted first, and one lacking columns."""
+    plain = write_files(panel, tmp_path / "plain", num_files=2)
+    src = write_files(panel, tmp_path / "src", num_files=2)
+    nulls = pa.table({name: pa.array([], pa.null()) for name in panel.column_names})
+    pq.write_table(nulls, src / "empty-first.parquet")
+    pq.write_table(panel.slice(0, 0).drop_columns(["a"]), src / "part-9.parquet")
+    expected = _ingest(plain, tmp_path / "expected")
+    store = _ingest(src, tmp_path / "store")
+    _assert_same_store(store, expected)
+    assert store.metadata["source"]["num_files"] == 4
+
+
+def test_input_without_rows_is_named_as_empty(tmp_path, panel, capsys):
+    nulls = pa.table({name: pa.array([], pa.null()) for name in panel.column_names})
+    pq.write_table(nulls, tmp_path / "empty.parquet")
+    argv = ["ingest", str(tmp_path / "empty.parquet"), str(tmp_path / "store")]
+    argv += ["--entity-col", "entity", "--time-col", "t", "--features", "a", "--no-progress"]
+    assert cli_main(argv) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"metadist ingest: error: empty input: {tmp_path / 'empty.parquet'} has no rows"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.parquet"]

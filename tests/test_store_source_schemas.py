@@ -1,6 +1,7 @@
 """Files of one input that differ only where the ingest does not look: the order of their
 columns, columns it does not read, files without rows (pandas writes an empty frame's
-columns as type `null`). The store is byte for byte the one the same files give
+columns as type `null`), features and targets of another numeric type (pandas writes an
+integer column with a missing value as floats). The store is byte for byte the one the same files give
 without those differences."""
 
 from __future__ import annotations
@@ -42,6 +43,20 @@ def test_column_order_and_unread_columns_may_differ(tmp_path, panel):
     part = pq.read_table(src / "part-2.parquet").drop_columns(["cls"])
     pq.write_table(part.append_column("note", pa.array(["x"] * part.num_rows)),
                    src / "part-2.parquet")  # fmt: skip
+    expected = _ingest(plain, tmp_path / "expected")
+    _assert_same_store(_ingest(src, tmp_path / "store"), expected)
+
+
+def test_features_and_targets_may_be_numbers_of_other_types(tmp_path, panel):
+    """`b` (int32) as float64 in one file, `y` (float32) as float64 in another: the same
+    numbers, the same store."""
+    plain = write_files(panel, tmp_path / "plain", num_files=3)
+    src = write_files(panel, tmp_path / "src", num_files=3)
+    for k, name in [(1, "b"), (2, "y")]:
+        part = pq.read_table(src / f"part-{k}.parquet")
+        index = part.schema.get_field_index(name)
+        pq.write_table(part.set_column(index, name, part[name].cast(pa.float64())),
+                       src / f"part-{k}.parquet")  # fmt: skip
     expected = _ingest(plain, tmp_path / "expected")
     _assert_same_store(_ingest(src, tmp_path / "store"), expected)
 

@@ -136,7 +136,7 @@ def ingest(
         ValueError: bad arguments or bad input (missing or non-numeric column, NaN/inf
             under `nan="error"`, duplicate (entity, time), stratum or label not constant
             within an entity, no entity long enough, empty input, a corrupt file, a column
-            read missing from a file or of another type there). The message names the file, column, entity and
+            read missing from a file, an id or time column of another type there). The message names the file, column, entity and
             row where they apply; nothing is left at `out`.
     """
     features, targets, options = _check_arguments(

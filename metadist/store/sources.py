@@ -125,23 +125,38 @@ def reference_schema(opened: list[tuple[SourceFile, pa.Schema]]) -> tuple[Path, 
 def check_sources(
     opened: list[tuple[SourceFile, pa.Schema]], columns: Columns
 ) -> tuple[list[SourceFile], pa.Schema]:
-    """Checks the columns that `columns` names, in every file that holds rows, against
-    the first such file (`reference_schema`) and their roles. The order of the columns,
-    and columns the ingest does not read, may differ between files; files without rows
-    add nothing and are not compared.
+    """Checks the columns that `columns` names in every file that holds rows: there, of
+    a type fit for their role, and, but for features and targets (any numeric type, as
+    pandas writes an integer column with a missing value as floats), of the type they
+    have in the first such file (`reference_schema`). The order of the columns, and
+    columns the ingest does not read, may differ between files; files without rows add
+    nothing and are not checked.
 
     Returns:
-        The files, and the schema of the first that holds rows.
+        The files, and the schema of the first that holds rows (a feature or target of
+        several types there as float64).
 
     Raises:
-        ValueError: a column is missing from a file or has another type there than in
-            the first, or has a type unfit for its role.
+        ValueError: a column is missing from a file, has a type unfit for its role, or
+            (the entity, time, stratum or label column) another type than in the first.
     """
     first, schema = reference_schema(opened)
-    _check_roles(first, schema, columns)
+    values = set(columns.value_columns)
     for file, other in opened:
-        if file.num_rows and file.path != first:
-            _check_same_columns(first, schema, file.path, other, columns)
+        if not file.num_rows and file.path != first:
+            continue
+        _check_roles(file.path, other, columns)
+        for name, _ in columns.roles():
+            kind, other_kind = schema.field(name).type, other.field(name).type
+            if kind.equals(other_kind):
+                continue
+            if name in values:  # numbers either way: read as float64
+                schema = schema.set(schema.get_field_index(name), pa.field(name, pa.float64()))
+                continue
+            raise ValueError(
+                f"schema of {file.path} differs from {first}: column {name!r} is "
+                f"{other_kind} there but {kind} in {first}"
+            )
     return [file for file, _ in opened], schema
 
 
@@ -177,23 +192,6 @@ def _check_roles(path: Path, schema: pa.Schema, columns: Columns) -> None:
             f"column {columns.entity!r} (--entity-col) in {path} has type {entity_type}; "
             "entity ids must be strings or integers"
         )
-
-
-def _check_same_columns(
-    first: Path, schema: pa.Schema, path: Path, other: pa.Schema, columns: Columns
-) -> None:
-    for name, option in columns.roles():
-        if name not in other.names:
-            raise ValueError(
-                f"schema of {path} differs from {first}: it lacks column {name!r} ({option}); "
-                f"its columns are {other.names}"
-            )
-        kind, other_kind = schema.field(name).type, other.field(name).type
-        if not kind.equals(other_kind):
-            raise ValueError(
-                f"schema of {path} differs from {first}: column {name!r} is {other_kind} "
-                f"there but {kind} in {first}"
-            )
 
 
 def fingerprint(files: list[SourceFile]) -> str:

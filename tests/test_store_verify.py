@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 from store_panel import make_panel, write_files
 
+from metadist import progress
 from metadist.cli import main as cli_main
 from metadist.store import SeriesStore, ingest
 from metadist.store import verify as store_verify
@@ -88,6 +89,17 @@ def test_the_metadata_laid_out_anew_still_verifies(copy):
     path = copy / "metadata.json"
     path.write_text(json.dumps(json.loads(path.read_text())))
     assert verify(copy).num_entities == 10
+
+
+def test_progress_lines_off_a_terminal(store_path, capfd, monkeypatch):
+    """Off a terminal (a batch job's log) a long verify prints the MB it has read: a line
+    every `LINE_EVERY_S` seconds, here every update; `progress=False` prints none."""
+    monkeypatch.setattr(progress, "LINE_EVERY_S", 0.0)
+    verify(store_path)
+    err = capfd.readouterr().err
+    assert "verify: " in err and " MB (" in err, err
+    verify(store_path, progress=False)
+    assert capfd.readouterr().err == ""
 
 
 def test_unsorted_times_are_reported(copy):

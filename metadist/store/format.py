@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -59,12 +60,19 @@ class Checksum:
         return f"{self.value:08x}"
 
 
-def file_checksum(path: Path, chunk_bytes: int = _HASH_CHUNK_BYTES) -> str:
-    """Hex checksum of a whole file, read in bounded chunks."""
+def file_checksum(
+    path: Path,
+    chunk_bytes: int = _HASH_CHUNK_BYTES,
+    read: Callable[[int], None] | None = None,
+) -> str:
+    """Hex checksum of a whole file, read in bounded chunks (`read` is told the bytes of
+    each, for progress)."""
     checksum = Checksum()
     with open(path, "rb") as handle:
         while chunk := handle.read(chunk_bytes):
             checksum.update(chunk)
+            if read is not None:
+                read(len(chunk))
     return checksum.hexdigest()
 
 

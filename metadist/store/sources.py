@@ -127,8 +127,10 @@ def check_sources(
 ) -> tuple[list[SourceFile], pa.Schema]:
     """Checks the columns that `columns` names in every file that holds rows: there, of
     a type fit for their role, and, but for features and targets (any numeric type, as
-    pandas writes an integer column with a missing value as floats), of the type they
-    have in the first such file (`reference_schema`). The order of the columns, and
+    pandas writes an integer column with a missing value as floats) and times (any
+    integer type; timestamps of any unit, all with a time zone, of any zone, or all
+    without one, and dates), of the type they have in the first such file
+    (`reference_schema`). The order of the columns, and
     columns the ingest does not read, may differ between files; files without rows add
     nothing and are not checked.
 
@@ -153,11 +155,22 @@ def check_sources(
             if name in values:  # numbers either way: read as float64
                 schema = schema.set(schema.get_field_index(name), pa.field(name, pa.float64()))
                 continue
+            if name == columns.time and _time_family(kind) == _time_family(other_kind):
+                continue  # each batch's times become int64 (nanoseconds) on their own
             raise ValueError(
                 f"schema of {file.path} differs from {first}: column {name!r} is "
                 f"{other_kind} there but {kind} in {first}"
             )
     return [file for file, _ in opened], schema
+
+
+def _time_family(dtype: pa.DataType) -> str:
+    """`"int"`, `"instant"` (timestamps with a time zone) or `"local"` (without one, and
+    dates): times of one family, whatever their width, unit or zone, compare as int64."""
+    dtype = _value_type(dtype)
+    if pa.types.is_integer(dtype):
+        return "int"
+    return "instant" if pa.types.is_timestamp(dtype) and dtype.tz is not None else "local"
 
 
 def _check_roles(path: Path, schema: pa.Schema, columns: Columns) -> None:

@@ -30,6 +30,7 @@ LAYERS: list[tuple[str, ...]] = [
         "runlock",
         "user_code",
         "natural_order",
+        "stop_signals",
         "__version__",
     ),
     ("store",),

@@ -1,5 +1,7 @@
 """Atomicity of `ingest`: a process killed with SIGKILL at any point leaves no store at
-OUT, an earlier store at OUT exactly as it was, and no worker behind."""
+OUT, an earlier store at OUT exactly as it was, and no worker behind; one stopped by
+SIGTERM or SIGHUP also removes its temporary directory, and the command says so in one
+line."""
 
 from __future__ import annotations
 
@@ -28,6 +30,16 @@ ingest(sys.argv[1], sys.argv[2], entity_col="entity", time_col="t", features=["a
        progress=False)
 """
 
+# the same ingest through the command line
+CLI_CHILD = """
+import sys
+from metadist.cli import main
+sys.exit(main(["ingest", sys.argv[1], sys.argv[2], "--entity-col", "entity", "--time-col", "t",
+               "--features", "a,b", "--targets", "y", "--stratum-col", "kind",
+               "--scaling", "per-entity", "--batch-size", "64", "--workers", "3",
+               "--no-progress"]))
+"""
+
 
 @pytest.fixture(scope="module")
 def source(tmp_path_factory) -> Path:
@@ -35,10 +47,15 @@ def source(tmp_path_factory) -> Path:
     return write_files(panel, tmp_path_factory.mktemp("kill-src"), num_files=3)
 
 
-def _kill_during(source: Path, out: Path, phase: str) -> None:
-    """Starts an ingest into `out` in a child process and SIGKILLs it during `phase`:
-    "scan" (temporary directory made, no values yet) or "write" (values.bin exists)."""
-    child = subprocess.Popen([sys.executable, "-c", CHILD, str(source), str(out)])
+def _kill_during(
+    source: Path, out: Path, phase: str, signum: int = signal.SIGKILL, code: str = CHILD
+) -> subprocess.Popen:
+    """Starts an ingest (`code`) into `out` in a child process and sends it `signum`
+    during `phase`: "scan" (temporary directory made, no values yet) or "write"
+    (values.bin exists). Returns the child, ended (its stderr read into `.errors`)."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", code, str(source), str(out)], stderr=subprocess.PIPE, text=True
+    )
     deadline = time.monotonic() + 60
     try:
         while time.monotonic() < deadline:
@@ -50,12 +67,12 @@ def _kill_during(source: Path, out: Path, phase: str) -> None:
         else:
             pytest.fail(f"ingest never reached the {phase} phase")
         descendants = _descendants(child.pid)
-        os.kill(child.pid, signal.SIGKILL)
+        os.kill(child.pid, signum)
     finally:
-        child.wait(timeout=30)
-    assert child.returncode == -signal.SIGKILL
+        child.errors = child.communicate(timeout=30)[1]  # type: ignore[attr-defined]
     time.sleep(0.2)
     assert [pid for pid in descendants if Path(f"/proc/{pid}").exists()] == []
+    return child
 
 
 def _descendants(pid: int) -> list[int]:
@@ -77,7 +94,7 @@ def _descendants(pid: int) -> list[int]:
 @pytest.mark.parametrize("phase", ["scan", "write"])
 def test_sigkill_leaves_no_store(tmp_path, source, phase):
     out = tmp_path / "store"
-    _kill_during(source, out, phase)
+    assert _kill_during(source, out, phase).returncode == -signal.SIGKILL
     assert not out.exists()
     # The next ingest into the same OUT removes the dead process's temporary directory.
     ingest(source, out, progress=False, **OPTIONS)
@@ -95,9 +112,40 @@ def test_sigkill_keeps_existing_store_intact(tmp_path, source, phase):
     metadata_before = (out / METADATA_FILE).read_bytes()
     checksum_before = file_checksum(out / VALUES_FILE)
     del before
-    _kill_during(source, out, phase)
+    assert _kill_during(source, out, phase).returncode == -signal.SIGKILL
     assert (out / METADATA_FILE).read_bytes() == metadata_before
     assert file_checksum(out / VALUES_FILE) == checksum_before
     after = verify(out)
     np.testing.assert_array_equal(np.asarray(after.values), values_before)
     assert SeriesStore.open(out).metadata["scaling"]["kind"] == "global"
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_a_stop_signal_removes_the_temporary_directory(tmp_path, source, signum):
+    """`ingest()` stopped by SIGTERM or SIGHUP ends with the status a shell reports for
+    the signal, leaves no store and no temporary directory beside OUT."""
+    out = tmp_path / "store"
+    child = _kill_during(source, out, "write", signum)
+    assert child.returncode == 128 + signum, child.errors[-2000:]
+    assert "Traceback" not in child.errors, child.errors[-2000:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(180)
+def test_sigterm_to_the_command_says_so_and_keeps_the_store(tmp_path, source):
+    """`metadist ingest` stopped by SIGTERM over an existing store: one line naming the
+    signal and OUT, the old store as it was, nothing else beside it."""
+    out = tmp_path / "store"
+    ingest(source, out, scaling="global", progress=False, **OPTIONS)
+    metadata_before = (out / METADATA_FILE).read_bytes()
+    child = _kill_during(source, out, "write", signal.SIGTERM, CLI_CHILD)
+    assert child.returncode == 128 + signal.SIGTERM
+    lines = child.errors.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("metadist ingest: stopped by SIGTERM"), lines
+    assert str(out) in lines[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["store"]
+    assert (out / METADATA_FILE).read_bytes() == metadata_before
+    verify(out)

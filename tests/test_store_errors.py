@@ -131,14 +131,18 @@ def test_corrupt_pages(tmp_path, panel):
 
 
 def test_schema_differs_between_files(tmp_path, panel):
+    """A column the ingest reads, of another type or missing in one file (files
+    without rows, columns it does not read, features of another numeric type and times
+    of another width are not refused: `test_store_source_schemas.py`)."""
     src = write_files(panel, tmp_path / "src", num_files=2)
-    other = panel.slice(0, 0)
-    other = other.set_column(other.schema.get_field_index("b"), "b", pa.array([], pa.float64()))
+    other = panel.slice(0, 3)
+    stamps = other["t"].cast(pa.timestamp("ns"))  # times of another kind than integers
+    other = other.set_column(other.schema.get_field_index("t"), "t", stamps)
     pq.write_table(other, src / "part-5.parquet")
-    _assert_fails(tmp_path, src, "part-5.parquet", "'b'", "double", "int32")
+    _assert_fails(tmp_path, src, "part-5.parquet", "'t'", "timestamp[ns]", "int64")
     (src / "part-5.parquet").unlink()
-    pq.write_table(panel.slice(0, 3).drop_columns(["cls"]), src / "part-6.parquet")
-    _assert_fails(tmp_path, src, "part-6.parquet", "'cls'")
+    pq.write_table(panel.slice(0, 3).drop_columns(["b"]), src / "part-6.parquet")
+    _assert_fails(tmp_path, src, "part-6.parquet", "'b' (--features) is missing")
 
 
 def test_bad_options(tmp_path, panel):

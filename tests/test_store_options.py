@@ -10,6 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 from store_panel import columns_of, make_panel, write_files
 
+from metadist import progress
 from metadist.cli import main as cli_main
 from metadist.store import ingest
 from metadist.store.ingest import summary
@@ -136,6 +137,19 @@ def test_progress_only_when_asked_or_on_a_terminal(tmp_path, capfd):
     ingest(src, tmp_path / "loud", entity_col="entity", time_col="t", features=["a"], progress=True)
     err = capfd.readouterr().err
     assert "pass 1 scan" in err and "pass 3 order" in err and "rows" in err
+
+
+def test_progress_lines_off_a_terminal(tmp_path, capfd, monkeypatch):
+    """Off a terminal (a batch job's log) a long ingest prints progress lines per pass: a
+    line every `LINE_EVERY_S` seconds, here every update."""
+    monkeypatch.setattr(progress, "LINE_EVERY_S", 0.0)
+    src = write_files(make_panel(seed=24, num_entities=5), tmp_path / "src")
+    ingest(src, tmp_path / "logged", entity_col="entity", time_col="t", features=["a"])
+    err = capfd.readouterr().err
+    assert "pass 1 scan: " in err and "rows (" in err, err
+    ingest(src, tmp_path / "quiet", entity_col="entity", time_col="t", features=["a"],
+           progress=False)  # fmt: skip
+    assert capfd.readouterr().err == ""
 
 
 @pytest.mark.integration

@@ -11,10 +11,11 @@ import pyarrow.parquet as pq
 import pytest
 from store_panel import make_panel, write_files
 
+from metadist import progress
 from metadist.cli import main as cli_main
 from metadist.store import SeriesStore, ingest
 from metadist.store import verify as store_verify
-from metadist.store.format import file_checksum
+from metadist.store.format import file_checksum, metadata_checksum
 from metadist.store.verify import verify
 
 
@@ -38,6 +39,7 @@ def _reseal(path, name):
     """Updates the recorded checksum after a deliberate edit of `name`."""
     meta = json.loads((path / "metadata.json").read_text())
     meta["checksums"][name] = file_checksum(path / name)
+    meta["metadata_checksum"] = metadata_checksum(meta)
     (path / "metadata.json").write_text(json.dumps(meta))
 
 
@@ -57,6 +59,47 @@ def test_flipped_byte_is_reported(copy, capsys):
         verify(copy)
     assert cli_main(["verify", str(copy)]) == 1
     assert "metadist verify: error:" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "old,new",
+    [
+        ('"kind": "global"', '"kind": "none"'),  # the scaling undone silently
+        ('"time_kind": "int"', '"time_kind": "timestamp"'),
+        ('"std": [\n      ', '"std": [\n      1e3, '),  # one scale too many
+    ],
+)
+def test_a_changed_value_in_the_metadata_is_reported(copy, capsys, old, new):
+    """A digit or word of `metadata.json` changed so that it still parses (the scaler's
+    numbers, the scaling kind, the time kind) is damage that `verify` names."""
+    path = copy / "metadata.json"
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new, 1))
+    with pytest.raises(ValueError, match="metadata.json is corrupt"):
+        verify(copy)
+    assert cli_main(["verify", str(copy)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "metadata.json is corrupt" in err[0], err
+
+
+def test_the_metadata_laid_out_anew_still_verifies(copy):
+    """The checksum covers the fields, not their layout: the same metadata written
+    compactly (a tool that rewrites JSON) passes."""
+    path = copy / "metadata.json"
+    path.write_text(json.dumps(json.loads(path.read_text())))
+    assert verify(copy).num_entities == 10
+
+
+def test_progress_lines_off_a_terminal(store_path, capfd, monkeypatch):
+    """Off a terminal (a batch job's log) a long verify prints the MB it has read: a line
+    every `LINE_EVERY_S` seconds, here every update; `progress=False` prints none."""
+    monkeypatch.setattr(progress, "LINE_EVERY_S", 0.0)
+    verify(store_path)
+    err = capfd.readouterr().err
+    assert "verify: " in err and " MB (" in err, err
+    verify(store_path, progress=False)
+    assert capfd.readouterr().err == ""
 
 
 def test_unsorted_times_are_reported(copy):

@@ -71,10 +71,11 @@ def _ingest(src, out, workers, **options):
 
 
 def _store_bytes(path: Path) -> dict[str, bytes]:
-    """Every store file's bytes; metadata without its creation time and timings."""
+    """Every store file's bytes; metadata without its creation time and timings (and
+    its checksum, which covers them)."""
     found = {name: (path / name).read_bytes() for name in STORE_FILES if name != METADATA_FILE}
     meta = json.loads((path / METADATA_FILE).read_text())
-    for key in ("created_at", "timings_s"):
+    for key in ("created_at", "timings_s", "metadata_checksum"):  # the last covers the others
         meta.pop(key)
     meta["source"].pop("path")
     found[METADATA_FILE] = json.dumps(meta, sort_keys=True).encode()

@@ -7,8 +7,10 @@ every ingest's wall time).
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
+from metadist.stop_signals import Stopped
 from metadist.store.files import keep_heap_memory
 from metadist.store.format import SCALING_KINDS
 from metadist.store.ingest import (
@@ -19,13 +21,31 @@ from metadist.store.ingest import (
     ingest,
     summary,
 )
+from metadist.store.reader import SeriesStore
 
 
 def _run(args: argparse.Namespace) -> int:
     keep_heap_memory()
     progress = False if args.no_progress else None
     began = time.perf_counter()
-    store = ingest(
+    try:
+        store = _ingest(args, progress)
+    except Stopped as stop:
+        print(
+            f"metadist ingest: stopped by {stop.name}: no store was written at {args.out} "
+            "(what was there is unchanged) and the temporary files are removed",
+            file=sys.stderr,
+        )
+        return 128 + stop.signum
+    elapsed = time.perf_counter() - began
+    print(summary(store))
+    rows_read = store.metadata["source"]["num_rows_read"]
+    print(f"took       {elapsed:.1f} s ({rows_read / max(elapsed, 1e-9):,.0f} rows/s)")
+    return 0
+
+
+def _ingest(args: argparse.Namespace, progress: bool | None) -> SeriesStore:
+    return ingest(
         args.src,
         args.out,
         entity_col=args.entity_col,
@@ -42,11 +62,6 @@ def _run(args: argparse.Namespace) -> int:
         memory_limit_mb=args.memory_limit,
         progress=progress,
     )
-    elapsed = time.perf_counter() - began
-    print(summary(store))
-    rows_read = store.metadata["source"]["num_rows_read"]
-    print(f"took       {elapsed:.1f} s ({rows_read / max(elapsed, 1e-9):,.0f} rows/s)")
-    return 0
 
 
 def register_cli(subparsers: argparse._SubParsersAction) -> None:
@@ -90,5 +105,9 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
         "of store pages kept mapped (default 256); with --batch-size and --workers it "
         "bounds memory",
     )
-    parser.add_argument("--no-progress", action="store_true", help="never show a progress bar")
+    parser.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bar, nor progress lines off a terminal",
+    )
     parser.set_defaults(func=_run)

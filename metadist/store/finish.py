@@ -23,10 +23,12 @@ from metadist.store.format import (
     FORMAT_NAME,
     FORMAT_VERSION,
     INDEX_FILE,
+    METADATA_CHECKSUM,
     METADATA_FILE,
     TIMES_DTYPE,
     VALUES_DTYPE,
     file_checksum,
+    metadata_checksum,
     write_json,
 )
 from metadist.store.plan import IngestPlan
@@ -44,8 +46,8 @@ def write_index_and_metadata(
     timings: dict[str, float],
 ) -> None:
     """Writes and fsyncs `index.arrow`, `entity_stats.npz` and `metadata.json` (last:
-    its presence marks a whole store; it records the checksums of the other files), then
-    the directory."""
+    its presence marks a whole store; it records the checksums of the other files, and
+    of its own other fields), then the directory."""
     index = pa.table(
         {
             "entity_id": string_array(plan.entity_ids),
@@ -78,7 +80,9 @@ def write_index_and_metadata(
         INDEX_FILE: file_checksum(temp / INDEX_FILE),
         ENTITY_STATS_FILE: file_checksum(temp / ENTITY_STATS_FILE),
     }
-    write_json(temp / METADATA_FILE, metadata(settings, plan, src, checksums, timings))
+    recorded = metadata(settings, plan, src, checksums, timings)
+    recorded[METADATA_CHECKSUM] = metadata_checksum(recorded)
+    write_json(temp / METADATA_FILE, recorded)
     fsync_path(temp)
 
 

@@ -12,7 +12,8 @@ A store is a directory:
 - `entity_stats.npz`: per-entity moments of each column before scaling, `[E, C]` arrays
   `count`, `mean`, `m2` and `std` (the scale that per-entity scaling divides by).
 - `metadata.json`: format name and version, column names, scaling kind and global
-  statistics, source fingerprint, checksums, per-stratum counts, dropped entities.
+  statistics, source fingerprint, checksums, per-stratum counts, dropped entities, and
+  `metadata_checksum`: the checksum of its own other fields (`metadata_checksum`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -58,12 +60,32 @@ class Checksum:
         return f"{self.value:08x}"
 
 
-def file_checksum(path: Path, chunk_bytes: int = _HASH_CHUNK_BYTES) -> str:
-    """Hex checksum of a whole file, read in bounded chunks."""
+def file_checksum(
+    path: Path,
+    chunk_bytes: int = _HASH_CHUNK_BYTES,
+    read: Callable[[int], None] | None = None,
+) -> str:
+    """Hex checksum of a whole file, read in bounded chunks (`read` is told the bytes of
+    each, for progress)."""
     checksum = Checksum()
     with open(path, "rb") as handle:
         while chunk := handle.read(chunk_bytes):
             checksum.update(chunk)
+            if read is not None:
+                read(len(chunk))
+    return checksum.hexdigest()
+
+
+METADATA_CHECKSUM = "metadata_checksum"
+
+
+def metadata_checksum(metadata: dict[str, Any]) -> str:
+    """Hex CRC-32 of every field of `metadata` but `metadata_checksum` itself, as compact
+    JSON with sorted keys: the same for the dict written and the one read back, so that
+    `metadist verify` finds a changed digit (a scale, a kind) that still parses."""
+    fields = {key: value for key, value in metadata.items() if key != METADATA_CHECKSUM}
+    checksum = Checksum()
+    checksum.update(json.dumps(fields, sort_keys=True, separators=(",", ":")).encode())
     return checksum.hexdigest()
 
 

@@ -38,6 +38,7 @@ import pyarrow as pa
 
 from metadist.diskspace import needs_space
 from metadist.durable import refuse_working_directory
+from metadist.stop_signals import stops_raised
 from metadist.store import sources
 from metadist.store.files import (
     RawFile,
@@ -120,7 +121,8 @@ def ingest(
             MB, and pass 2 keeps up to this many MB of store pages mapped (half for the
             values); with the workers' current batches and the per-entity statistics,
             this bounds the ingest's memory whatever the size or layout of the input.
-        progress: show a progress bar on stderr; None shows it when stderr is a terminal.
+        progress: show a progress bar on stderr; None shows it when stderr is a terminal,
+            else a line every 15 seconds.
 
     Returns:
         The new store, opened.
@@ -128,30 +130,26 @@ def ingest(
     Raises:
         FileNotFoundError: `src` does not exist or matches nothing.
         FileExistsError: `out` exists and is not a series store.
+        Stopped: SIGTERM or SIGHUP arrived (where their handler is Python's default); the
+            temporary directory is removed and `out` is as it was (a `SystemExit` of
+            status 128 + the signal's number, `metadist.stop_signals`).
         ValueError: bad arguments or bad input (missing or non-numeric column, NaN/inf
             under `nan="error"`, duplicate (entity, time), stratum or label not constant
-            within an entity, no entity long enough, empty input, a corrupt file, schemas
-            differing between files). The message names the file, column, entity and
+            within an entity, no entity long enough, empty input, a corrupt file, a column
+            read missing from a file, an id or time column of another type there). The message names the file, column, entity and
             row where they apply; nothing is left at `out`.
     """
-    features, targets, workers = _check_arguments(
+    features, targets, options = _check_arguments(
         features, targets, scaling, nan, min_length, batch_size, workers, memory_limit_mb
     )
     columns = sources.Columns(
         entity_col, time_col, tuple(features), tuple(targets), stratum_col, label_col
     )
     out = _check_out(Path(out))
-    remove_stale_temps(out)
-    files, schema, columns = _read_sources(src, out, columns)
-    options = {
-        "scaling": scaling,
-        "nan": nan,
-        "min_length": int(min_length),
-        "batch_size": int(batch_size),
-        "workers": workers,
-        "memory_limit": int(memory_limit_mb) << 20,
-    }
-    _write_store(out, src, files, schema, columns, options, progress)
+    with stops_raised():  # SIGTERM or SIGHUP: the temporary directory is removed too
+        remove_stale_temps(out)
+        files, schema, columns = _read_sources(src, out, columns)
+        _write_store(out, src, files, schema, columns, options, progress)
     return SeriesStore.open(out)
 
 
@@ -194,8 +192,9 @@ def _check_arguments(
     batch_size: int,
     workers: int | None,
     memory_limit_mb: int,
-) -> tuple[list[str], list[str], int]:
-    """`(features, targets, workers)`: the column lists as lists, the workers resolved.
+) -> tuple[list[str], list[str], dict[str, Any]]:
+    """`(features, targets, options)`: the column lists as lists, and the options as
+    `IngestSettings` takes them (the workers resolved, the memory limit in bytes).
 
     Raises:
         ValueError: a column listed twice, no feature, or an option out of range (named
@@ -220,7 +219,15 @@ def _check_arguments(
         raise ValueError(f"--workers must be between 1 and {MAX_WORKERS} (threads), not {workers}")
     if int(memory_limit_mb) < 1:
         raise ValueError(f"--memory-limit must be at least 1 (MB), not {memory_limit_mb}")
-    return feature_names, target_names, int(workers)
+    options = {
+        "scaling": scaling,
+        "nan": nan,
+        "min_length": int(min_length),
+        "batch_size": int(batch_size),
+        "workers": int(workers),
+        "memory_limit": int(memory_limit_mb) << 20,
+    }
+    return feature_names, target_names, options
 
 
 def _check_out(out: Path) -> Path:
@@ -257,21 +264,21 @@ def _read_sources(
 
     Raises:
         FileNotFoundError: `src` matches nothing.
-        ValueError: `out` is `src` or holds it, a column given two roles, files that do not fit `columns` or one
-            another, or no rows at all.
+        ValueError: `out` is `src` or holds it, a column given two roles, files that do
+            not fit `columns` or one another in the columns it names, or no rows at all.
     """
     source, target = Path(os.path.realpath(src)), Path(os.path.realpath(out))
     if Path(src).exists() and (source == target or target in source.parents):
         raise ValueError(f"OUT {out} is the input SRC {src} or holds it; write the store elsewhere")
-    paths = resolve_paths(src, exclude=out)
-    columns = _spaced_names(columns, sources.open_parquet(paths[0]).schema_arrow.names)
+    opened = sources.open_sources(resolve_paths(src, exclude=out))
+    if not any(file.num_rows for file, _ in opened):
+        raise ValueError(f"empty input: {src} has no rows")
+    columns = _spaced_names(columns, sources.reference_schema(opened)[1].names)
     used = [name for name, _ in columns.roles()]
     repeated = sorted({n for n in used if used.count(n) > 1} - set(columns.targets))
     if repeated:
         raise ValueError(f"columns {repeated} are given more than one role")
-    files, schema = sources.check_sources(paths, columns)
-    if sum(f.num_rows for f in files) == 0:
-        raise ValueError(f"empty input: {src} has no rows")
+    files, schema = sources.check_sources(opened, columns)
     return files, schema, columns
 
 

@@ -1,8 +1,9 @@
 """An ingest's progress in rows per pass, shown through `metadist.progress`.
 
 The passes call `bar.add(name, total)` once and `bar.advance(task, rows)` as they go; on a
-terminal each pass is a bar with its rate, elsewhere nothing is shown (an ingest's own
-summary line reports when it ends).
+terminal each pass is a bar with its rate, elsewhere (a batch job's log, `nohup`) a line
+every `metadist.progress.LINE_EVERY_S` seconds, so a long ingest is never silent (a short
+one prints none).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ class _ShownBar(Bar):
 
 @contextmanager
 def progress_bar(enabled: bool | None) -> Iterator[Bar]:
-    """A `Bar` drawing on stderr if `enabled`, or (for None) if stderr is a terminal."""
-    with Progress(enabled, lines=False) as display:
-        yield _ShownBar(display) if display.bars else Bar()
+    """A `Bar` drawing on stderr if `enabled`; for None, drawing if stderr is a terminal,
+    else printing a line now and then."""
+    with Progress(enabled, lines=enabled is None) as display:
+        yield _ShownBar(display) if display.bars or display.lines else Bar()

@@ -97,32 +97,80 @@ def _value_type(dtype: pa.DataType) -> pa.DataType:
     return dtype.value_type if pa.types.is_dictionary(dtype) else dtype
 
 
-def check_sources(paths: list[Path], columns: Columns) -> tuple[list[SourceFile], pa.Schema]:
-    """Opens every file and checks it against the first file's schema and `columns`.
-
-    Returns:
-        The files with their row counts, and the common schema.
+def open_sources(paths: list[Path]) -> list[tuple[SourceFile, pa.Schema]]:
+    """Every file of `paths` (its footer only) with its row count, size, modification
+    time and schema.
 
     Raises:
-        ValueError: a file is not Parquet, files differ in schema, a column is missing
-            or has a type unfit for its role.
+        ValueError: a file is not Parquet.
     """
-    files: list[SourceFile] = []
-    schema: pa.Schema | None = None
-    first: Path | None = None
+    opened = []
     for path in paths:
         parquet = open_parquet(path)
-        file_schema = parquet.schema_arrow
-        if schema is None:
-            schema, first = file_schema, path
-            _check_roles(path, schema, columns)
-        else:
-            assert first is not None  # set with the schema
-            _check_same_schema(first, schema, path, file_schema)
         stat = path.stat()
-        files.append(SourceFile(path, parquet.metadata.num_rows, stat.st_size, stat.st_mtime_ns))
-    assert schema is not None
-    return files, schema
+        file = SourceFile(path, parquet.metadata.num_rows, stat.st_size, stat.st_mtime_ns)
+        opened.append((file, parquet.schema_arrow))
+    return opened
+
+
+def reference_schema(opened: list[tuple[SourceFile, pa.Schema]]) -> tuple[Path, pa.Schema]:
+    """The first file that holds rows, and its schema (the first file where none does):
+    a file without rows may type its columns `null` (pandas writes an empty frame so)."""
+    for file, schema in opened:
+        if file.num_rows:
+            return file.path, schema
+    return opened[0][0].path, opened[0][1]
+
+
+def check_sources(
+    opened: list[tuple[SourceFile, pa.Schema]], columns: Columns
+) -> tuple[list[SourceFile], pa.Schema]:
+    """Checks the columns that `columns` names in every file that holds rows: there, of
+    a type fit for their role, and, but for features and targets (any numeric type, as
+    pandas writes an integer column with a missing value as floats) and times (any
+    integer type; timestamps of any unit, all with a time zone, of any zone, or all
+    without one, and dates), of the type they have in the first such file
+    (`reference_schema`). The order of the columns, and
+    columns the ingest does not read, may differ between files; files without rows add
+    nothing and are not checked.
+
+    Returns:
+        The files, and the schema of the first that holds rows (a feature or target of
+        several types there as float64).
+
+    Raises:
+        ValueError: a column is missing from a file, has a type unfit for its role, or
+            (the entity, time, stratum or label column) another type than in the first.
+    """
+    first, schema = reference_schema(opened)
+    values = set(columns.value_columns)
+    for file, other in opened:
+        if not file.num_rows and file.path != first:
+            continue
+        _check_roles(file.path, other, columns)
+        for name, _ in columns.roles():
+            kind, other_kind = schema.field(name).type, other.field(name).type
+            if kind.equals(other_kind):
+                continue
+            if name in values:  # numbers either way: read as float64
+                schema = schema.set(schema.get_field_index(name), pa.field(name, pa.float64()))
+                continue
+            if name == columns.time and _time_family(kind) == _time_family(other_kind):
+                continue  # each batch's times become int64 (nanoseconds) on their own
+            raise ValueError(
+                f"schema of {file.path} differs from {first}: column {name!r} is "
+                f"{other_kind} there but {kind} in {first}"
+            )
+    return [file for file, _ in opened], schema
+
+
+def _time_family(dtype: pa.DataType) -> str:
+    """`"int"`, `"instant"` (timestamps with a time zone) or `"local"` (without one, and
+    dates): times of one family, whatever their width, unit or zone, compare as int64."""
+    dtype = _value_type(dtype)
+    if pa.types.is_integer(dtype):
+        return "int"
+    return "instant" if pa.types.is_timestamp(dtype) and dtype.tz is not None else "local"
 
 
 def _check_roles(path: Path, schema: pa.Schema, columns: Columns) -> None:
@@ -157,26 +205,6 @@ def _check_roles(path: Path, schema: pa.Schema, columns: Columns) -> None:
             f"column {columns.entity!r} (--entity-col) in {path} has type {entity_type}; "
             "entity ids must be strings or integers"
         )
-
-
-def _check_same_schema(first: Path, schema: pa.Schema, path: Path, other: pa.Schema) -> None:
-    if other.names != schema.names:
-        missing = [n for n in schema.names if n not in other.names]
-        extra = [n for n in other.names if n not in schema.names]
-        detail = []
-        if missing:
-            detail.append(f"it lacks {missing}")
-        if extra:
-            detail.append(f"it has extra columns {extra}")
-        if not detail:
-            detail.append(f"its column order is {other.names}, not {schema.names}")
-        raise ValueError(f"schema of {path} differs from {first}: {'; '.join(detail)}")
-    for field, other_field in zip(schema, other, strict=True):
-        if not field.type.equals(other_field.type):
-            raise ValueError(
-                f"schema of {path} differs from {first}: column {field.name!r} is "
-                f"{other_field.type} there but {field.type} in {first}"
-            )
 
 
 def fingerprint(files: list[SourceFile]) -> str:

@@ -1,0 +1,53 @@
+"""SIGTERM and SIGHUP raised as an exception inside a block, so that its `finally`
+blocks run (a store's temporary directory removed) instead of the process vanishing.
+
+Python's default for SIGTERM and SIGHUP ends the process at once: no `finally` runs, and
+whatever was being written stays behind. Inside `stops_raised()` those of the two whose
+handler is still the default raise `Stopped`, a `SystemExit` whose status is the one a
+shell reports for a process killed by the signal (128 + its number): the clean-up runs,
+no `except Exception` swallows it, and left uncaught it ends the process quietly with
+that status. A handler that the program set itself is left alone, and so is every
+thread but the main one (signals reach only the main thread).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
+from types import FrameType
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+class Stopped(SystemExit):
+    """A stop signal reached the process inside `stops_raised` (`name`: `"SIGTERM"`)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(128 + signum)
+        self.signum = signum
+        self.name = signal.Signals(signum).name
+
+
+@contextlib.contextmanager
+def stops_raised() -> Iterator[None]:
+    """Inside the block, SIGTERM and SIGHUP (where their handler is the default) raise
+    `Stopped`; once one has, both are ignored until the block is left, so that a second
+    signal does not interrupt the clean-up."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    taken = [signum for signum in STOP_SIGNALS if signal.getsignal(signum) == signal.SIG_DFL]
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        for other in taken:
+            signal.signal(other, signal.SIG_IGN)
+        raise Stopped(signum)
+
+    previous = {signum: signal.signal(signum, stop) for signum in taken}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

@@ -128,6 +128,21 @@ def test_fit_takes_a_config_instead_of_overrides(tmp_path):
         (lambda tmp: _ingest(tmp / "panel.parquet", tmp / "s", min_length=0), "--min-length"),
         (lambda tmp: _ingest(tmp / "panel.parquet", tmp / "s", scaling="log"), "--scaling"),
         (lambda tmp: _ingest(tmp / "panel.parquet", tmp / "s", features=["lod"]), "lod"),
+        # a wrong type is named too, as the argument it is (it was a TypeError naming none)
+        (lambda tmp: _ingest(3, tmp / "s"), "^src must be a path"),
+        (lambda tmp: _ingest(tmp / "panel.parquet", None), "^out must be a path"),
+        (lambda tmp: _ingest(tmp / "panel.parquet", tmp / "s", features=3), "^features"),
+        (lambda tmp: _ingest(tmp / "panel.parquet", tmp / "s", workers=2.5), "^workers"),
+        (
+            lambda tmp: _ingest(tmp / "panel.parquet", tmp / "s", memory_limit_mb="big"),
+            "^memory_limit_mb must be an integer",
+        ),
+        (lambda tmp: metadist.fit("sinusoid_maml", run_dir=3), "^run_dir must be a path"),
+        (lambda tmp: metadist.fit("sinusoid_maml", config_dir=3), "^config_dir must be a path"),
+        (
+            lambda tmp: metadist.fit("sinusoid_maml", ["trainer.meta_steps=1"], evaluate="no"),
+            "^evaluate must be True or False",
+        ),
         (lambda tmp: metadist.fit("sinusoid_maml", "trainer.meta_steps=2"), "overrides"),
         (lambda tmp: metadist.fit("sinusoid_maml", ["trainer.meta_stepz=2"]), "meta_stepz"),
         (lambda tmp: metadist.fit("sinusoid_maml", ["trainer.meta_steps=0"]), "meta_steps"),

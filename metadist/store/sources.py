@@ -118,7 +118,7 @@ def check_sources(paths: list[Path], columns: Columns) -> tuple[list[SourceFile]
             _check_roles(path, schema, columns)
         else:
             assert first is not None  # set with the schema
-            _check_same_schema(first, schema, path, file_schema)
+            check_same_schema(first, schema, path, file_schema)
         stat = path.stat()
         files.append(SourceFile(path, parquet.metadata.num_rows, stat.st_size, stat.st_mtime_ns))
     assert schema is not None
@@ -159,7 +159,9 @@ def _check_roles(path: Path, schema: pa.Schema, columns: Columns) -> None:
         )
 
 
-def _check_same_schema(first: Path, schema: pa.Schema, path: Path, other: pa.Schema) -> None:
+def check_same_schema(first: Path, schema: pa.Schema, path: Path, other: pa.Schema) -> None:
+    """Raises `ValueError` naming both files where `other` (of `path`) is not `schema` (of
+    `first`): the columns missing or extra, their order, or a column's type."""
     if other.names != schema.names:
         missing = [n for n in schema.names if n not in other.names]
         extra = [n for n in other.names if n not in schema.names]

@@ -104,6 +104,7 @@ def main(argv: list[str] | None = None, prog: str = "metadist demo") -> int:
     out = args.out
     try:
         train_overrides, eval_overrides = split_eval_overrides(args.overrides)
+        _check_not_the_demos_own(train_overrides, out)
         load_eval_options(EXPERIMENT, eval_overrides)  # bad eval.* settings: fail now
         out.mkdir(parents=True, exist_ok=True)
         store_path = prepare_store(out, args)
@@ -121,6 +122,30 @@ def main(argv: list[str] | None = None, prog: str = "metadist demo") -> int:
         return stop.exit_status
     report(result, run_dir, time.perf_counter() - started)
     return 0
+
+
+# what the demo sets itself: the store and run are those under --out, the experiment its own
+# (an override of them trained one thing while the demo evaluated and reported another)
+_OWN_KEYS = {
+    "run_dir": "the demo trains and evaluates {run_dir} (--out's run/): give another --out "
+    "for a new run",
+    "data.store": "the demo trains on {store}, the panel it writes: give another --out for "
+    "a new one, or train on a store of your own with metadist train",
+    "experiment": f"the demo runs {EXPERIMENT}: metadist train experiment=NAME runs another",
+}
+
+
+def _check_not_the_demos_own(overrides: list[str], out: Path) -> None:
+    """Refuses a training override of what the demo sets itself (`run_dir=`, ...).
+
+    Raises:
+        ValueError: naming the override, what the demo uses instead and what to do.
+    """
+    for override in overrides:
+        key = override.split("=", 1)[0].lstrip("+~")
+        if key in _OWN_KEYS:
+            why = _OWN_KEYS[key].format(run_dir=out / "run", store=out / "data" / "store")
+            raise ValueError(f"{override}: {why}")
 
 
 def prepare_store(out: Path, args: argparse.Namespace) -> Path:

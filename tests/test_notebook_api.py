@@ -160,5 +160,17 @@ def test_a_bad_argument_is_a_value_error_naming_it(tmp_path, monkeypatch, call, 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["panel.parquet"]
 
 
+def test_column_lists_and_integers_of_a_notebook_are_taken(tmp_path):
+    """What the type checks must not refuse: `df.columns[...]` (a pandas Index) and numpy
+    integers, as ingest read them before the checks."""
+    table = _write_panel(tmp_path / "panel.parquet")
+    columns = pd.Index(table.column_names)
+    store = _ingest(
+        tmp_path / "panel.parquet", tmp_path / "s", features=columns[2:], targets=columns[2:3],
+        min_length=np.int64(2), memory_limit_mb=np.int32(64),
+    )  # fmt: skip
+    assert store.column_names == ["load", "temp"]
+
+
 def test_metadist_train_stays_the_training_subpackage():
     assert inspect.ismodule(metadist.train) and metadist.train.train is not metadist.fit

@@ -8,29 +8,25 @@ in a notebook) a wrong type used to surface deep inside: a `TypeError` naming no
 
 from __future__ import annotations
 
+import numbers
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from metadist.options import coerce
 
-# argument -> the type it takes (`features="a,b"`, a string of names, is a Sequence[str])
+# argument -> the type it takes (the column lists are checked apart: `_check_names`)
 _TYPES: dict[str, Any] = {
     "entity_col": str,
     "time_col": str,
-    "features": Sequence[str],
-    "targets": Sequence[str],
     "stratum_col": str | None,
     "label_col": str | None,
     "scaling": str,
     "nan": str,
-    "min_length": int,
-    "batch_size": int,
-    "workers": int | None,
-    "memory_limit_mb": int,
     "progress": bool | None,
 }
 _PATHS = ("src", "out")
+_INTEGERS = ("min_length", "batch_size", "workers", "memory_limit_mb")  # workers: or None
 
 
 def check_argument_types(arguments: Mapping[str, Any]) -> None:
@@ -47,3 +43,23 @@ def check_argument_types(arguments: Mapping[str, Any]) -> None:
             )
     for name, hint in _TYPES.items():
         coerce(hint, arguments[name], name)
+    for name in _INTEGERS:
+        value = arguments[name]
+        if not (value is None and name == "workers") and (
+            isinstance(value, bool) or not isinstance(value, numbers.Integral)
+        ):
+            raise ValueError(f"{name} must be an integer, got {value!r}")
+    for name in ("features", "targets"):
+        _check_names(name, arguments[name])
+
+
+def _check_names(name: str, value: Any) -> None:
+    """A column list: one string (`"a,b"`, as the flag takes it) or any collection of
+    strings (a list, a tuple, a pandas `Index` of `df.columns`)."""
+    if isinstance(value, str):
+        return
+    listed = isinstance(value, Iterable) and (
+        isinstance(value, Iterator) or all(isinstance(item, str) for item in value)
+    )  # an iterator is read once, by ingest: its items are checked there
+    if not listed:
+        raise ValueError(f"{name} must be a list of column names, not {value!r}")

@@ -14,7 +14,9 @@
 
 Re-running with the same `--out` reuses the panel and store it finds there and resumes
 the run from its latest checkpoint (a finished run is just evaluated again, always with
-the demo's evaluation settings plus any `eval.KEY=VALUE` given here).
+the demo's evaluation settings plus any `eval.KEY=VALUE` given here). Other panel
+settings (`--entities`, `--length-range`, `--seed`) where `--out` holds a trained run are
+refused before anything is written: the new panel would replace the run's store.
 """
 
 from __future__ import annotations
@@ -102,6 +104,7 @@ def main(argv: list[str] | None = None, prog: str = "metadist demo") -> int:
     out = args.out
     try:
         train_overrides, eval_overrides = split_eval_overrides(args.overrides)
+        _check_not_the_demos_own(train_overrides, out)
         load_eval_options(EXPERIMENT, eval_overrides)  # bad eval.* settings: fail now
         out.mkdir(parents=True, exist_ok=True)
         store_path = prepare_store(out, args)
@@ -121,6 +124,30 @@ def main(argv: list[str] | None = None, prog: str = "metadist demo") -> int:
     return 0
 
 
+# what the demo sets itself: the store and run are those under --out, the experiment its own
+# (an override of them trained one thing while the demo evaluated and reported another)
+_OWN_KEYS = {
+    "run_dir": "the demo trains and evaluates {run_dir} (--out's run/): give another --out "
+    "for a new run",
+    "data.store": "the demo trains on {store}, the panel it writes: give another --out for "
+    "a new one, or train on a store of your own with metadist train",
+    "experiment": f"the demo runs {EXPERIMENT}: metadist train experiment=NAME runs another",
+}
+
+
+def _check_not_the_demos_own(overrides: list[str], out: Path) -> None:
+    """Refuses a training override of what the demo sets itself (`run_dir=`, ...).
+
+    Raises:
+        ValueError: naming the override, what the demo uses instead and what to do.
+    """
+    for override in overrides:
+        key = override.split("=", 1)[0].lstrip("+~")
+        if key in _OWN_KEYS:
+            why = _OWN_KEYS[key].format(run_dir=out / "run", store=out / "data" / "store")
+            raise ValueError(f"{override}: {why}")
+
+
 def prepare_store(out: Path, args: argparse.Namespace) -> Path:
     """Writes the panel and ingests it (reusing what an earlier run left); returns the store."""
     panel = out / "data" / "panel"
@@ -131,11 +158,21 @@ def prepare_store(out: Path, args: argparse.Namespace) -> Path:
         "seed": args.seed,
     }
     spec_path = out / "data" / "spec.json"
-    if store_path.is_dir() and spec_path.is_file() and json.loads(spec_path.read_text()) == spec:
+    earlier = json.loads(spec_path.read_text()) if spec_path.is_file() else None
+    if store_path.is_dir() and earlier == spec:
         store = SeriesStore.open(store_path)
         _section(f"1-2. reusing the synthetic panel and store in {out / 'data'}")
         _print_store(store)
         return store_path
+    if store_path.is_dir() and (out / "run" / "checkpoints" / "latest").is_file():
+        # a new panel would replace the store that run was trained on, and the run would
+        # then refuse the new one: nothing gained, and its store lost
+        raise ValueError(
+            f"{out / 'run'} holds a run trained on the store of "
+            f"{_panel_flags(earlier) if earlier else 'an earlier panel'}; "
+            f"{_panel_flags(spec)} would replace that store: give another --out (or remove "
+            f"{out / 'run'} to start over)"
+        )
     _section("1. synthetic sensor panel")
     summary = write_synthetic_panel(
         panel,
@@ -158,6 +195,12 @@ def prepare_store(out: Path, args: argparse.Namespace) -> Path:
     _print_store(store)
     spec_path.write_text(json.dumps(spec))
     return store_path
+
+
+def _panel_flags(spec: dict) -> str:
+    """`--entities N --length-range A B --seed S` of a panel's `spec.json`."""
+    low, high = spec["length_range"]
+    return f"--entities {spec['entities']} --length-range {low} {high} --seed {spec['seed']}"
 
 
 def _print_store(store) -> None:

@@ -179,7 +179,9 @@ class Counter:
     def seconds_left(self, now: float) -> float | None:
         """Seconds left at clock time `now` at the rate since the first progress, or
         `None` while no unit after the first recorded progress has finished (or the total
-        is unknown)."""
+        is unknown); 0 once the total is done, however it got there."""
+        if self.total and self.done >= self.total:
+            return 0.0
         if not self.total or self._first is None:
             return None
         first_at, first_done = self._first

@@ -128,6 +128,21 @@ def test_fit_takes_a_config_instead_of_overrides(tmp_path):
         (lambda tmp: _ingest(tmp / "panel.parquet", tmp / "s", min_length=0), "--min-length"),
         (lambda tmp: _ingest(tmp / "panel.parquet", tmp / "s", scaling="log"), "--scaling"),
         (lambda tmp: _ingest(tmp / "panel.parquet", tmp / "s", features=["lod"]), "lod"),
+        # a wrong type is named too, as the argument it is (it was a TypeError naming none)
+        (lambda tmp: _ingest(3, tmp / "s"), "^src must be a path"),
+        (lambda tmp: _ingest(tmp / "panel.parquet", None), "^out must be a path"),
+        (lambda tmp: _ingest(tmp / "panel.parquet", tmp / "s", features=3), "^features"),
+        (lambda tmp: _ingest(tmp / "panel.parquet", tmp / "s", workers=2.5), "^workers"),
+        (
+            lambda tmp: _ingest(tmp / "panel.parquet", tmp / "s", memory_limit_mb="big"),
+            "^memory_limit_mb must be an integer",
+        ),
+        (lambda tmp: metadist.fit("sinusoid_maml", run_dir=3), "^run_dir must be a path"),
+        (lambda tmp: metadist.fit("sinusoid_maml", config_dir=3), "^config_dir must be a path"),
+        (
+            lambda tmp: metadist.fit("sinusoid_maml", ["trainer.meta_steps=1"], evaluate="no"),
+            "^evaluate must be True or False",
+        ),
         (lambda tmp: metadist.fit("sinusoid_maml", "trainer.meta_steps=2"), "overrides"),
         (lambda tmp: metadist.fit("sinusoid_maml", ["trainer.meta_stepz=2"]), "meta_stepz"),
         (lambda tmp: metadist.fit("sinusoid_maml", ["trainer.meta_steps=0"]), "meta_steps"),
@@ -143,6 +158,18 @@ def test_a_bad_argument_is_a_value_error_naming_it(tmp_path, monkeypatch, call, 
     with pytest.raises(ValueError, match=field):
         call(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["panel.parquet"]
+
+
+def test_column_lists_and_integers_of_a_notebook_are_taken(tmp_path):
+    """What the type checks must not refuse: `df.columns[...]` (a pandas Index) and numpy
+    integers, as ingest read them before the checks."""
+    table = _write_panel(tmp_path / "panel.parquet")
+    columns = pd.Index(table.column_names)
+    store = _ingest(
+        tmp_path / "panel.parquet", tmp_path / "s", features=columns[2:], targets=columns[2:3],
+        min_length=np.int64(2), memory_limit_mb=np.int32(64),
+    )  # fmt: skip
+    assert store.column_names == ["load", "temp"]
 
 
 def test_metadist_train_stays_the_training_subpackage():

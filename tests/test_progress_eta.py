@@ -92,3 +92,15 @@ def test_the_terminal_bar_shows_the_same_estimate():
         clock.now += 1
         counter.update(2)
         assert fields["left"] == "~18 s left"
+
+
+def test_work_done_at_its_first_progress_has_nothing_left():
+    # a competition's trainings report their steps when they end: 0/20, then 20/20 at once
+    clock, stream = FakeClock(), io.StringIO()
+    with _display(clock, stream) as display:
+        counter = display.counter("meta-training", 20, "meta-steps")
+        clock.now += 46
+        counter.update(20)
+        assert counter.seconds_left(clock.now) == 0.0
+        line = counter.line(46)
+    assert line == "meta-training: 20/20 meta-steps (100%), 46 s, about 0 s left"

@@ -298,3 +298,18 @@ def test_a_submission_sbatch_refuses_leaves_nothing_behind(tmp_path, monkeypatch
     assert "sbatch refused the job: sbatch: error: no partition; nothing was submitted" in err
     assert "job.sbatch" not in err  # not the script just removed
     assert not run_dir.exists()
+
+
+def test_a_refused_submission_leaves_no_directory_above_the_run(tmp_path, monkeypatch, capsys):
+    """The default run directory (runs/slurm/NAME-DATE) is made with its parents: a refusal
+    removes those it made too, not only the run directory."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    sbatch = bin_dir / "sbatch"
+    sbatch.write_text("#!/bin/sh\necho 'sbatch: error: no partition' >&2\nexit 1\n")
+    sbatch.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.chdir(tmp_path)
+    assert main(["slurm", "submit", "experiment=sinusoid_maml"]) == 1
+    assert "nothing was submitted" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bin"]

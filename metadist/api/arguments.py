@@ -1,6 +1,6 @@
-"""The arguments of `metadist.load_run`, checked before anything is read: a wrong type is
-one `ValueError` naming the argument (it was a `TypeError` that named none, or a single
-string taken letter by letter)."""
+"""The arguments of `metadist.load_run` and `metadist.fit`, checked before anything is read
+or trained: a wrong type is one `ValueError` naming the argument (it was a `TypeError`
+that named none, or a single string taken letter by letter)."""
 
 from __future__ import annotations
 

@@ -19,6 +19,7 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from metadist.api.arguments import run_path
 from metadist.api.run import Run, load_run
 from metadist.diskspace import OutOfSpaceError
 from metadist.eval import EvalOptions, evaluate_run
@@ -72,6 +73,11 @@ def fit(
         KeyboardInterrupt: training was interrupted; its checkpoint is written and the same
             call resumes it.
     """
+    for name, path in (("run_dir", run_dir), ("config_dir", config_dir)):
+        if path is not None:
+            run_path(name, path)
+    if not isinstance(evaluate, bool):
+        raise ValueError(f"evaluate must be True or False, not {evaluate!r}")
     values = _composed(experiment, overrides, config, config_dir)
     if run_dir is not None:
         values["run_dir"] = os.fspath(run_dir)

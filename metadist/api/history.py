@@ -11,13 +11,12 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol, TypeAlias
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
+from metadist.api.history_files import read_history_files
 from metadist.api.protocols import StoreSchema
 from metadist.api.times import Step, regular_step, shown_time, time_numbers
 from metadist.store.order import fill_forward
@@ -75,7 +74,8 @@ def read_history(history: History, store: StoreSchema) -> list[Entity]:
     dropped, if any.
 
     Raises:
-        FileNotFoundError: a path with no Parquet file or directory.
+        FileNotFoundError: a path with no Parquet file, directory or match of a pattern
+            (read as ingest reads its input: `history_files`).
         ValueError: an unreadable type, a missing column, no rows, a repeated time, a gap
             or irregular steps in an entity's times (`metadist.api.times`), a non-finite
             value the store's NaN rule does not allow, an entity the `drop` rule leaves
@@ -186,10 +186,7 @@ def _check_rows_left(
 def _table(history: History) -> pa.Table:
     """`history` as a pyarrow Table (from a path, a Table, a pandas frame or a mapping)."""
     if isinstance(history, (str, os.PathLike)):
-        path = Path(history)
-        if not path.exists():
-            raise FileNotFoundError(f"history: no Parquet file or directory at {path}")
-        return pq.read_table(path)
+        return read_history_files(history)
     if isinstance(history, pa.Table):
         return history
     if hasattr(history, "to_dict") and hasattr(history, "columns"):  # pandas

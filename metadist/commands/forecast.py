@@ -4,6 +4,9 @@ from the command line (`metadist.api`)."""
 from __future__ import annotations
 
 import argparse
+import fnmatch
+import glob
+import os
 import sys
 from pathlib import Path
 
@@ -24,7 +27,11 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
         ),
     )
     parser.add_argument("run_dir", help="a run directory written by metadist train")
-    parser.add_argument("history", help="Parquet file of the new entities' history")
+    parser.add_argument(
+        "history",
+        help="the new entities' history: a Parquet file, a directory of them or a glob "
+        "pattern (as metadist ingest reads its input)",
+    )
     parser.add_argument("--out", required=True, help="where to write the forecasts (Parquet)")
     parser.add_argument("--horizon", type=int, default=None, help="steps (default: the run's)")
     parser.add_argument(
@@ -99,7 +106,8 @@ def run_cli(args: argparse.Namespace) -> int:
 
 def _check_not_the_history(out: Path, history: Path) -> None:
     """Refuses an `--out` that would replace the history it forecasts: the same file
-    (through any path or link), or a file inside a history directory.
+    (through any path or link), a file inside a history directory, or one that a history
+    pattern (a glob) matches or holds.
 
     Raises:
         ValueError: naming both.
@@ -115,3 +123,13 @@ def _check_not_the_history(out: Path, history: Path) -> None:
             f"--out {out} is inside the history directory {history}: the forecasts would "
             "be read as history next time; write them elsewhere"
         )
+    if not history.exists() and set("*?[") & set(str(history)):  # a glob, as ingest takes
+        matched = [Path(m).resolve() for m in glob.glob(str(history), recursive=True)]
+        inside = any(m.is_dir() and m in target.parents for m in matched)
+        pattern = os.path.abspath(history)  # `*` stays in one directory, `**` spans them
+        matches = fnmatch.fnmatch if "**" in pattern else lambda path, p: Path(path).match(p)
+        if inside or matches(str(target), pattern):
+            raise ValueError(
+                f"--out {out} is matched by the history pattern {history}: the forecasts "
+                "would be read as history next time; write them elsewhere"
+            )

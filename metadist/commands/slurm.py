@@ -37,7 +37,8 @@ def _cmd_submit(args: argparse.Namespace) -> int:
     find_sbatch()
     # Logs go to <run_dir>/slurm/; Slurm does not create the directory of --output.
     logs = run_dir / "slurm"
-    made = [d for d in (run_dir, logs) if not d.exists()]  # what a refusal removes
+    # what a refusal removes: every directory made for it (runs/slurm/ of a default run_dir)
+    made = [d for d in (*reversed(logs.parents), logs) if not d.exists()]
     logs.mkdir(parents=True, exist_ok=True)
     script = write_script(job, logs / "job.sbatch")
     try:

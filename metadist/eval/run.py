@@ -101,7 +101,7 @@ def evaluate_run(
     store = current_store(run_dir) if store is None else store
     prepared = _prepare(run_dir, store, overrides, options, config_dir, allow_imports)
     config, state, checkpoint_path, pointer, options, parts = prepared
-    learner, members = _learner(config, state, parts, options, store, run_dir)
+    learner, members = _learner(config, state, parts, options, store, run_dir, allow_imports)
     kept = EvalCache(run_dir / "eval" if cache else None, _shared(cache and shared_cache))
     timings, shard = {"setup": time.perf_counter() - started}, shard or EvalShard()
     result, examples = _score(learner, config, options, parts, progress, kept, timings, shard)
@@ -231,10 +231,11 @@ def _learner(
     options: EvalOptions,
     store: str | os.PathLike | None,
     run_dir: Path,
+    allow_imports: Collection[str],
 ) -> tuple[nn.Module, list[str]]:
     """The run's meta-trained learner (with `eval.ensemble`'s checkpoints joined to it,
-    read with the run's `store` where it was named or found) and the ensemble's other
-    members, as the report names them."""
+    read with the run's `store` where it was named or found, their `imports` allowed as
+    the run's are) and the ensemble's other members, as the report names them."""
     return with_ensemble(
         trained_learner(config, state, parts, who=f"run_dir {run_dir}"),
         config,
@@ -243,6 +244,7 @@ def _learner(
         options.ensemble_reduce,
         store,
         parts.held_out,
+        allow_imports=allow_imports,
     )
 
 
@@ -382,6 +384,7 @@ def load_trained(
         options.ensemble_reduce,
         store,
         use=USE,
+        allow_imports=allow_imports,
     )
     learner.eval()
     return run_dir, config, learner, source, options

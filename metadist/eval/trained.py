@@ -169,13 +169,14 @@ def with_ensemble(
     store: Any = None,
     held_out: np.ndarray | None = None,
     use: CheckpointUse = EVALUATION,
+    allow_imports: Collection[str] = (),
 ) -> tuple[nn.Module, list[str]]:
     """`learner` joined by the latest checkpoints of the runs `member_dirs` in a
     `LearnerEnsemble` (`reduce`: mean or median), and `"<member_dir> (<checkpoint>)"` of
     each member; `learner` itself and `[]` without members. `store` as in `load_run`;
     `held_out`: the evaluated split's units (`EvalParts.held_out`), which no member may
-    have trained on (`None`: nothing is evaluated, or every unit is). `use` as in
-    `load_run`.
+    have trained on (`None`: nothing is evaluated, or every unit is). `use` and
+    `allow_imports` (the modules a member's `imports` may import) as in `load_run`.
 
     Raises:
         ValueError: a member trained on other data or tasks (`ensemble_member`), or on
@@ -188,7 +189,7 @@ def with_ensemble(
     names = []
     for member_dir in member_dirs:
         member, name, lookback = ensemble_member(
-            Path(member_dir), config, parts, store, held_out, use
+            Path(member_dir), config, parts, store, held_out, use, allow_imports
         )
         learners.append(member)
         lookbacks.append(lookback)
@@ -203,6 +204,7 @@ def ensemble_member(
     store: Any = None,
     held_out: np.ndarray | None = None,
     use: CheckpointUse = EVALUATION,
+    allow_imports: Collection[str] = (),
 ) -> tuple[nn.Module, str, int | None]:
     """(learner, checkpoint name, lookback or None) of the ensemble member `run_dir`.
 
@@ -212,7 +214,9 @@ def ensemble_member(
     the store's recorded identity is still checked, and (given `held_out`) that its own
     split kept the evaluated units out of its training.
     """
-    member, state, checkpoint_path, _ = load_run(run_dir, "eval.ensemble", store, use=use)
+    member, state, checkpoint_path, _ = load_run(
+        run_dir, "eval.ensemble", store, allow_imports, use=use
+    )
     if member.sampler.name != config.sampler.name:  # before its options are compared
         raise ValueError(
             f"eval.ensemble: {run_dir} is a run of another kind (sampler "

@@ -55,6 +55,7 @@ from metadist.store.format import (
     VALUES_FILE,
     is_store,
 )
+from metadist.store.ingest_arguments import check_argument_types
 from metadist.store.input_files import resolve_paths
 from metadist.store.order import finish_in_place, order_rows
 from metadist.store.parallel import default_workers
@@ -114,8 +115,7 @@ def ingest(
         batch_size: rows per Parquet record batch, at most `MAX_BATCH_SIZE`; bounds
             memory (about `workers * 2` batches are decoded at once).
         workers: threads that decode and process row groups (None: one per core), at
-            most `MAX_WORKERS`.
-            The store is the same byte for byte for any number.
+            most `MAX_WORKERS`; the store is the same byte for byte for any number.
         memory_limit_mb: results the workers have finished and the main thread has not
             merged yet (per-batch statistics, finished chunks) are held up to this many
             MB, and pass 2 keeps up to this many MB of store pages mapped (half for the
@@ -139,6 +139,7 @@ def ingest(
             read missing from a file, an id or time column of another type there). The message names the file, column, entity and
             row where they apply; nothing is left at `out`.
     """
+    check_argument_types(locals())
     features, targets, options = _check_arguments(
         features, targets, scaling, nan, min_length, batch_size, workers, memory_limit_mb
     )

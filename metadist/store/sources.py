@@ -207,6 +207,28 @@ def _check_roles(path: Path, schema: pa.Schema, columns: Columns) -> None:
         )
 
 
+def check_same_schema(first: Path, schema: pa.Schema, path: Path, other: pa.Schema) -> None:
+    """Raises `ValueError` naming both files where `other` (of `path`) is not `schema` (of
+    `first`): the columns missing or extra, their order, or a column's type."""
+    if other.names != schema.names:
+        missing = [n for n in schema.names if n not in other.names]
+        extra = [n for n in other.names if n not in schema.names]
+        detail = []
+        if missing:
+            detail.append(f"it lacks {missing}")
+        if extra:
+            detail.append(f"it has extra columns {extra}")
+        if not detail:
+            detail.append(f"its column order is {other.names}, not {schema.names}")
+        raise ValueError(f"schema of {path} differs from {first}: {'; '.join(detail)}")
+    for field, other_field in zip(schema, other, strict=True):
+        if not field.type.equals(other_field.type):
+            raise ValueError(
+                f"schema of {path} differs from {first}: column {field.name!r} is "
+                f"{other_field.type} there but {field.type} in {first}"
+            )
+
+
 def fingerprint(files: list[SourceFile]) -> str:
     """Hex digest of the input files' paths, sizes and modification times."""
     hasher = hashlib.blake2b(digest_size=16)

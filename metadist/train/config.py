@@ -157,7 +157,8 @@ class DataConfig:
             raise FileNotFoundError(
                 f"data.store: no series store at {self.store!r} "
                 "(build one with `metadist ingest` from your own Parquet files, from "
-                "`metadist synth OUT` for the synthetic panel, or from `metadist datasets` "
+                "`metadist synth OUT --entities 600 --length-range 400 1200` for the synthetic "
+                "panel, or from `metadist datasets` "
                 "for the competition and UCR/UEA sets; `metadist demo --out runs/demo` builds "
                 "runs/demo/data/store)"
             )

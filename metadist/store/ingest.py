@@ -136,8 +136,9 @@ def ingest(
         ValueError: bad arguments or bad input (missing or non-numeric column, NaN/inf
             under `nan="error"`, duplicate (entity, time), stratum or label not constant
             within an entity, no entity long enough, empty input, a corrupt file, a column
-            read missing from a file, an id or time column of another type there). The message names the file, column, entity and
-            row where they apply; nothing is left at `out`.
+            read missing from a file, an id or time column of another type there). The
+            message names the file, column, entity and row where they apply; nothing is
+            left at `out`.
     """
     check_argument_types(locals())
     features, targets, options = _check_arguments(

@@ -25,10 +25,10 @@ Cases (`--cases`):
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -41,6 +41,9 @@ from metadist.eval import scratch
 from metadist.models import build_model
 from metadist.store import SeriesStore, ingest
 from metadist.tasks import build_task_sampler, derive_task_seeds
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from arguments import count, output_file, script_parser  # noqa: E402
 
 NUM_TASKS, STEPS, LR = 128, 100, 0.01
 CASES = {
@@ -82,12 +85,12 @@ def fit(model, x, y, loss: str, path: str) -> tuple[float, float, dict]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--threads", type=int, default=1)
+    parser = script_parser(__doc__)
+    parser.add_argument("--rounds", type=count, default=7)
+    parser.add_argument("--threads", type=count, default=1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cases", nargs="+", choices=sorted(CASES), default=sorted(CASES))
-    parser.add_argument("--json", type=Path, help="write every measurement here")
+    parser.add_argument("--json", type=output_file, help="write every measurement here")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:

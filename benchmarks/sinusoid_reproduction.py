@@ -18,10 +18,10 @@ the markdown table and the plot.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import platform
+import sys
 import time
 from pathlib import Path
 
@@ -31,6 +31,9 @@ import torch
 from metadist.learners import build_learner
 from metadist.models import build_model
 from metadist.tasks import build_task_sampler, derive_task_seeds
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from arguments import count, directory, positive, script_parser  # noqa: E402
 
 META_BATCH = 25
 TRAIN_SHOTS = 10
@@ -213,16 +216,21 @@ def _plot(records: dict, order: list[str], path: Path) -> None:
     print(f"plot: {path}")
 
 
+def _budget(text: str) -> float:
+    """`--time-budget-s`: seconds above 0, or inf (no budget, the default)."""
+    return float("inf") if text == "inf" else positive(text)
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=70_000)
+    parser = script_parser(__doc__)
+    parser.add_argument("--steps", type=count, default=70_000)
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
-    parser.add_argument("--eval-tasks", type=int, default=2000)
+    parser.add_argument("--eval-tasks", type=count, default=2000)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--time-budget-s", type=float, default=float("inf"))
-    parser.add_argument("--log-every", type=int, default=5000)
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--threads", type=count, default=1)
+    parser.add_argument("--time-budget-s", type=_budget, default=float("inf"))
+    parser.add_argument("--log-every", type=count, default=5000)
+    parser.add_argument("--out", type=directory, default=DEFAULT_OUT)
     parser.add_argument("--report", action="store_true", help="table + plot from OUT/*.json")
     args = parser.parse_args()
     if args.report:

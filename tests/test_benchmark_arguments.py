@@ -1,0 +1,137 @@
+"""The benchmark scripts refuse a bad argument in one line, before any work, and their
+`--help` says what each measures (the docstring's whole first paragraph)."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import inspect
+import io
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from _task_stores import build_encoded_store
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCHMARKS = ROOT / "benchmarks"
+SCRIPTS = sorted(path.stem for path in BENCHMARKS.glob("*.py") if path.stem != "arguments")
+
+
+def _module(name: str):
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_script(name: str, args: list[str], monkeypatch) -> tuple[object, str, str]:
+    """Runs benchmarks/NAME.py's main with `args` in this process: (exit status, stdout,
+    stderr); a `SystemExit("message")` is printed as the interpreter would print it."""
+    module = _module(name)
+    monkeypatch.setattr(sys, "argv", [f"benchmarks/{name}.py", *args])
+    out, err = io.StringIO(), io.StringIO()
+    status: object = 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            takes_argv = bool(inspect.signature(module.main).parameters)
+            status = module.main(args) if takes_argv else module.main()
+        except SystemExit as stop:
+            status = stop.code
+            if isinstance(stop.code, str):
+                print(stop.code, file=sys.stderr)
+                status = 1
+    return status, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture
+def afile(tmp_path):
+    path = tmp_path / "afile"
+    path.write_text("not a directory\n")
+    return path
+
+
+CASES = [
+    ("synth", ["--sizes-mb", "-5", "--dir", "{tmp}/synth"], "--sizes-mb: -5 is not a number > 0"),
+    ("synth", ["--sizes-mb", "1", "--dir", "{afile}"], "is a file, not a directory"),
+    ("loader", ["--workdir", "{afile}"], "--workdir: {afile} is a file"),
+    ("larger_than_memory", ["--store", "{tmp}/none", "--dir", "{tmp}/ltm"], "not a series store"),
+    ("ingest", ["--work-dir", "{afile}"], "--work-dir: {afile} is a file"),
+    ("ingest", ["--workers", "a,1", "--work-dir", "{tmp}/ingest"], "--workers: a is not a whole"),
+    ("entity_ids", ["--dir", "{afile}"], "--dir: {afile} is a file"),
+    ("learners", ["--threads", "0"], "--threads: 0 is not a whole number >= 1"),
+    ("learners", ["--workloads", "sinusoid"], "'sinusoid' is not a workload"),
+    ("gpu", ["--device", "cpu", "--workloads", "mlp-4"], "'mlp-4' is not a workload"),
+    ("gpu", ["--device", "gpu"], "--device gpu: not a device"),
+    ("scratch", ["--rounds", "0"], "--rounds: 0 is not a whole number >= 1"),
+    ("sinusoid_reproduction", ["--steps", "2", "--out", "{afile}"], "is a file, not a directory"),
+    ("maml_inner_dev", ["{tmp}/none"], "no run directory"),
+    ("maml_inner_dev", ["{tmp}/none", "--candidates", "sgd"], "'sgd' is not sgd:LR or adam:LR"),
+    ("cross_protocol", [*("--data", "{tmp}/none", "--label", "yearly"),
+                        *("--validation", "{tmp}/v", "--test", "{tmp}/t")], "--data {tmp}/none"),
+    ("guard_rescore", ["--metric", "smape", "--validation", "6", "--test", "6=r"],
+     "'6' is not H=loss:RUN,loss:RUN"),
+    ("macro_panel", ["{afile}"], "out: {afile} is a file"),
+]  # fmt: skip
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(("script", "args", "says"), CASES, ids=lambda c: str(c)[:40])
+def test_a_bad_argument_is_one_line_before_any_work(
+    script, args, says, tmp_path, afile, monkeypatch
+):
+    def fill(text: str) -> str:
+        return text.format(tmp=tmp_path, afile=afile)
+
+    monkeypatch.chdir(tmp_path)
+    before = sorted(tmp_path.rglob("*"))
+    status, out, err = run_script(script, [fill(a) for a in args], monkeypatch)
+    assert status != 0
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1, err
+    assert fill(says) in err
+    assert sorted(tmp_path.rglob("*")) == before  # nothing written
+
+
+@pytest.mark.timeout(120)
+def test_fewshot_refuses_unknown_learners_and_jobs_before_training(tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    (out / "data" / "toy").mkdir(parents=True)
+    build_encoded_store(out / "data" / "toy", [60] * 40)  # a prepared set: 4 classes
+    base = ["--sets", "toy", "--shots", "1", "--out", str(out)]
+    status, _, err = run_script("fewshot", [*base, "--jobs", "0"], monkeypatch)
+    assert status == 2 and err.strip().endswith("(usage: fewshot.py --help)")
+    assert "--jobs: 0 is not a whole number >= 1" in err and len(err.splitlines()) == 1
+    status, _, err = run_script("fewshot", [*base, "--learners", "protonett"], monkeypatch)
+    assert status == 2 and "--learners protonett: no such recipe; one of" in err
+    status, _, err = run_script("fewshot", ["--sets", "NoSuch", "--out", str(out)], monkeypatch)
+    assert status == 2 and "--sets NoSuch: not an installed UCR/UEA set" in err
+    assert len(err.splitlines()) == 1
+    assert not (out / "runs").exists()
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_help_says_what_the_script_measures(script, monkeypatch):
+    module = _module(script)
+    first = module.__doc__.strip().split("\n\n")[0]
+    status, out, _ = run_script(script, ["--help"], monkeypatch)
+    assert status == 0
+    # the whole paragraph, however argparse wraps (and hyphenates) it
+    assert "".join(first.split()) in "".join(out.split())
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(120)
+def test_a_script_run_from_the_shell_says_one_line(tmp_path):
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "loader.py"), "--entities", "-1"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        "loader.py: error: argument --entities: -1 is not a whole number >= 1 "
+        "(usage: loader.py --help)"
+    ]

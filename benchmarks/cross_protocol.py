@@ -107,9 +107,9 @@ def main(argv: list[str]) -> int:
         )
         print(f"{args.label} {name}: MAPE / sMAPE (median, mean signed error): {line}")
     if args.json:
+        line = json.dumps({**result, "runs": [str(args.validation), str(args.test)]}) + "\n"
         with args.json.open("a") as handle:
-            handle.write(json.dumps({**result, "runs": [str(args.validation), str(args.test)]}))
-            handle.write("\n")
+            handle.write(line)  # one write: a line of its own, never half of one
     return 0
 
 

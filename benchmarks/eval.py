@@ -64,6 +64,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from arguments import count, directory, non_negative, output_file, script_parser  # noqa: E402
+from written import write_results  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 NUM_ENTITIES = 1000
@@ -458,12 +459,12 @@ def main(argv: list[str] | None = None) -> int:
             f"{_median(recipe, 'cpu_seconds'):.1f} CPU s (medians of {len(recipe)})"
         )
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(
+        write_results(
+            args.json,
             json.dumps(
                 {"baseline": str(args.baseline.resolve()), "current": str(ROOT), **records},
                 indent=2,
-            )
+            ),
         )
     return 0
 

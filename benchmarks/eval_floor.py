@@ -40,6 +40,7 @@ from metadist.models import build_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from arguments import count, output_file, positive, script_parser  # noqa: E402
+from written import write_results  # noqa: E402
 
 STEPS, LR = 100, 0.01
 # name: (model name, input shape, output shape, model options, support examples, loss,
@@ -125,8 +126,7 @@ def main() -> None:
     for label, value in gflops.items():
         print(f"{label}: {value:.1f} GFLOP/s (median)")
     if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(record, indent=2))
+        write_results(args.json, json.dumps(record, indent=2))
 
 
 if __name__ == "__main__":

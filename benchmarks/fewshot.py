@@ -63,6 +63,7 @@ from metadist.launch.children import OwnedChildren, StopRequested
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from arguments import count, directory, script_parser  # noqa: E402
+from written import write_results  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPES = ROOT / "experiments" / "experiment"
@@ -358,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
             name, shots, learner = key
             lines.append(f"- {name} {shots}-shot {learner}: {seed_mean(runs)}")
     table = "\n".join(lines)
-    (out / "fewshot.md").write_text(table + "\n")
+    write_results(out / "fewshot.md", table + "\n")
     print(table)
     print(
         f"\n# {len(plans)} runs in {time.perf_counter() - started:.0f} s; "

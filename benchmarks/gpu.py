@@ -56,6 +56,7 @@ from metadist.train.step import MetaStep
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from arguments import count, directory, non_negative, script_parser  # noqa: E402
+from written import write_results  # noqa: E402
 
 LR = 1e-3
 WORKLOAD_KINDS = ("sinusoid", "forecaster", "forecaster-fo", "anil", "protonet")
@@ -404,13 +405,13 @@ def main() -> None:
         for name in args.workloads:
             records.append(measure(name, args, store, device))
             print(table(records[-1:], args, device).splitlines()[4], flush=True)
-    args.out.mkdir(parents=True, exist_ok=True)
     stem = f"gpu-{device.type}"
     markdown = table(records, args, device)
-    (args.out / f"{stem}.md").write_text(markdown)
+    write_results(args.out / f"{stem}.md", markdown)
     settings = {k: str(v) for k, v in vars(args).items()}
-    (args.out / f"{stem}.json").write_text(
-        json.dumps({"device": describe(device), "args": settings, "records": records}, indent=1)
+    write_results(
+        args.out / f"{stem}.json",
+        json.dumps({"device": describe(device), "args": settings, "records": records}, indent=1),
     )
     print(markdown)
 

@@ -31,6 +31,7 @@ from metadist.eval.report import EVAL_DIR, FORECASTS_NAME
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from arguments import output_file, script_parser  # noqa: E402
+from written import write_results  # noqa: E402
 
 BASELINES = {"ets": "AutoETS", "theta": "Theta", "seasonal_naive": "seasonal naive"}
 
@@ -157,7 +158,9 @@ def main(argv: list[str]) -> int:
     for name, rows in scores.items():
         print(f"\n{name}\n{markdown(rows, args.metric)}")
     if args.json:
-        args.json.write_text(json.dumps({"choices": choices, "scores": scores}, indent=1) + "\n")
+        write_results(
+            args.json, json.dumps({"choices": choices, "scores": scores}, indent=1) + "\n"
+        )
     return 0
 
 

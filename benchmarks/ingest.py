@@ -66,6 +66,7 @@ from metadist.datasets.synthetic import (
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from arguments import count, directory, output_file, script_parser  # noqa: E402
+from written import write_results  # noqa: E402
 
 COLUMNS = [
     SYNTHETIC_ENTITY,
@@ -414,7 +415,7 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(result, indent=2))
     print("\n" + "\n".join(table))
     if args.json:
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
+        write_results(args.json, json.dumps(result, indent=2) + "\n")
     if not args.keep_store:
         shutil.rmtree(store, ignore_errors=True)
     return 0

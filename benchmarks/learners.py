@@ -75,6 +75,7 @@ from metadist.train.step import MetaStep
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from arguments import count, output_file, script_parser  # noqa: E402
+from written import write_results  # noqa: E402
 
 META_BATCH = 25
 INNER_LR = 0.01
@@ -489,10 +490,9 @@ def main() -> None:
     )
     print("| --- | --- | --- | --- | --- | --- | --- |")
     print("\n".join(rows))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     summary = {"threads": args.threads, "rounds": args.rounds, "optimizer": args.optimizer,
                "steps_per_round": args.steps_per_round, "torch": torch.__version__}  # fmt: skip
-    args.out.write_text(json.dumps({**summary, "results": records}, indent=2))
+    write_results(args.out, json.dumps({**summary, "results": records}, indent=2))
 
 
 def table_rows(workload: str, rates) -> list[str]:

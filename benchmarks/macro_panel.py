@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from metadist.durable import atomic_directory
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from arguments import count, directory, script_parser  # noqa: E402
 
@@ -63,10 +65,10 @@ def main(argv: list[str] | None = None) -> int:
             "macro_panel: statsmodels is not installed (pip install statsmodels)", file=sys.stderr
         )
         return 1
-    args.out.mkdir(parents=True, exist_ok=True)
-    train.to_parquet(args.out / "train.parquet", index=False)
-    test.to_parquet(args.out / "test.parquet", index=False)
-    (args.out / "competition.yaml").write_text(_YAML.format(horizon=args.horizon))
+    with atomic_directory(args.out, replace=True) as partial:  # empty or not there yet
+        train.to_parquet(partial / "train.parquet", index=False)
+        test.to_parquet(partial / "test.parquet", index=False)
+        (partial / "competition.yaml").write_text(_YAML.format(horizon=args.horizon))
     print(f"{args.out}: {train.series_id.nunique()} series, {len(train)} training values, "
           f"{len(test)} holdout values")  # fmt: skip
     return 0

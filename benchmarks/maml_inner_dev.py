@@ -32,6 +32,7 @@ from metadist.eval.trained import load_run, trained_learner
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from arguments import count, non_negative, output_file, positive, script_parser  # noqa: E402
+from written import write_results  # noqa: E402
 
 
 def candidate_arg(text: str) -> str:
@@ -138,10 +139,11 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
     if args.json is not None:
-        args.json.write_text(
+        write_results(
+            args.json,
             json.dumps(
                 {"run_dir": str(args.run_dir), "split": args.split, "results": results}, indent=1
-            )
+            ),
         )
     return 0
 

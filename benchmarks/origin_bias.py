@@ -30,6 +30,7 @@ from metadist.commands.competition.spec import load_spec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from arguments import count, output_file, script_parser  # noqa: E402
+from written import write_results  # noqa: E402
 
 
 def _periodic(frame: pd.DataFrame, column: str | None, mapping: dict, label) -> int:
@@ -114,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{drift[metric]:.2f} ({drift['signed']:+.1f} %) |"
         )
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=1) + "\n")
+        write_results(args.json, json.dumps(rows, indent=1) + "\n")
     return 0
 
 

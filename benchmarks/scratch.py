@@ -44,6 +44,7 @@ from metadist.tasks import build_task_sampler, derive_task_seeds
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from arguments import count, output_file, script_parser  # noqa: E402
+from written import write_results  # noqa: E402
 
 NUM_TASKS, STEPS, LR = 128, 100, 0.01
 CASES = {
@@ -141,12 +142,11 @@ def report(args, times: dict, difference: dict, load: list[float]) -> None:
               f"CPU {ratios[name]['cpu']:.2f}x; trained parameters differ by at most "
               f"{difference[name]:.1e}")  # fmt: skip
     if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
         record = {"threads": args.threads, "rounds": args.rounds, "tasks": NUM_TASKS,
                   "steps": STEPS, "torch": torch.__version__, "load_1min": load,
                   "seconds_per_batch": times, "median": median, "ratios": ratios,
                   "max_abs_param_difference": difference}  # fmt: skip
-        args.json.write_text(json.dumps(record, indent=2))
+        write_results(args.json, json.dumps(record, indent=2))
 
 
 if __name__ == "__main__":

@@ -28,12 +28,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from metadist.durable import atomic_file
 from metadist.learners import build_learner
 from metadist.models import build_model
 from metadist.tasks import build_task_sampler, derive_task_seeds
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from arguments import count, directory, positive, script_parser  # noqa: E402
+from written import write_results  # noqa: E402
 
 META_BATCH = 25
 TRAIN_SHOTS = 10
@@ -145,8 +147,9 @@ def run(args) -> None:
                 "min": lrs.min().item(),
                 "max": lrs.max().item(),
             }
-        (args.out / f"{name}.json").write_text(json.dumps(record, indent=2))
-        torch.save(learner.state_dict(), args.out / f"{name}.pt")
+        with atomic_file(args.out / f"{name}.pt") as temporary:
+            torch.save(learner.state_dict(), temporary)
+        write_results(args.out / f"{name}.json", json.dumps(record, indent=2))
         k1 = results["10"]["1"]["mean"]
         print(
             f"{name}: done, {steps_run} steps in {seconds:.0f} s; K=10 1-step MSE {k1:.3f}",
@@ -156,6 +159,8 @@ def run(args) -> None:
 
 def report(out: Path) -> None:
     records = {p.stem: json.loads(p.read_text()) for p in sorted(out.glob("*.json"))}
+    if not records:
+        raise SystemExit(f"sinusoid_reproduction: --report: no results in {out} (run it first)")
     order = [m for m in MODELS if m in records]
     lines = [
         "| model | meta-steps | s/step | K | 0 steps mean / median | 1 step mean / median "
@@ -212,7 +217,8 @@ def _plot(records: dict, order: list[str], path: Path) -> None:
     axes[0].set_ylabel("median query MSE, 2,000 tasks")
     axes[-1].legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    with atomic_file(path) as temporary:
+        fig.savefig(temporary, dpi=110, format="png")
     print(f"plot: {path}")
 
 

@@ -3,46 +3,16 @@
 
 from __future__ import annotations
 
-import contextlib
-import importlib.util
-import inspect
-import io
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from _benchmark_scripts import BENCHMARKS, run_script, script_module
 from _task_stores import build_encoded_store
 
-ROOT = Path(__file__).resolve().parents[1]
-BENCHMARKS = ROOT / "benchmarks"
-SCRIPTS = sorted(path.stem for path in BENCHMARKS.glob("*.py") if path.stem != "arguments")
-
-
-def _module(name: str):
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCHMARKS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def run_script(name: str, args: list[str], monkeypatch) -> tuple[object, str, str]:
-    """Runs benchmarks/NAME.py's main with `args` in this process: (exit status, stdout,
-    stderr); a `SystemExit("message")` is printed as the interpreter would print it."""
-    module = _module(name)
-    monkeypatch.setattr(sys, "argv", [f"benchmarks/{name}.py", *args])
-    out, err = io.StringIO(), io.StringIO()
-    status: object = 0
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            takes_argv = bool(inspect.signature(module.main).parameters)
-            status = module.main(args) if takes_argv else module.main()
-        except SystemExit as stop:
-            status = stop.code
-            if isinstance(stop.code, str):
-                print(stop.code, file=sys.stderr)
-                status = 1
-    return status, out.getvalue(), err.getvalue()
+SCRIPTS = sorted(
+    path.stem for path in BENCHMARKS.glob("*.py") if path.stem not in ("arguments", "written")
+)
 
 
 @pytest.fixture
@@ -113,7 +83,7 @@ def test_fewshot_refuses_unknown_learners_and_jobs_before_training(tmp_path, mon
 
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_help_says_what_the_script_measures(script, monkeypatch):
-    module = _module(script)
+    module = script_module(script)
     first = module.__doc__.strip().split("\n\n")[0]
     status, out, _ = run_script(script, ["--help"], monkeypatch)
     assert status == 0

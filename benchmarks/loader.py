@@ -326,8 +326,10 @@ class _Child:
         for option in _FORWARDED:
             command += [f"--{option.replace('_', '-')}", str(getattr(args, option))]
         self.label, self.name = label, name
+        # a file, not a pipe: a child that writes much to stderr never blocks on it
+        self.errors = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 (the child's lifetime)
         self.process = subprocess.Popen(
-            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.errors, text=True
         )
         self.ready = self._read()
         self.repeats: list[dict] = []
@@ -336,7 +338,10 @@ class _Child:
         line = self.process.stdout.readline()
         if not line:
             self.process.wait()
-            raise RuntimeError(f"design {self.label} failed (exit {self.process.returncode})")
+            self.errors.seek(0)
+            lines = self.errors.read().strip().splitlines()
+            why = lines[-1] if lines else f"exit status {self.process.returncode}"
+            raise SystemExit(f"loader.py: design {self.label} failed: {why}")
         return json.loads(line)
 
     def repeat(self) -> None:
@@ -349,6 +354,7 @@ class _Child:
         self.process.stdin.flush()
         memory = self._read()
         self.process.wait()
+        self.errors.close()
         windows_per_task = args.support + args.query
         window_bytes = (args.lookback + args.horizon) * args.features * 4
         cpu = statistics.median(r["windows"] / r["cpu_s"] for r in self.repeats)

@@ -374,7 +374,7 @@ def main() -> None:
     )
     parser.add_argument("--rounds", type=count, default=5)
     parser.add_argument("--steps", type=count, default=20, help="meta-steps per round")
-    parser.add_argument("--warmup", type=non_negative, default=3)
+    parser.add_argument("--warmup", type=count, default=3)
     parser.add_argument("--loop-tasks", type=count, default=256)
     parser.add_argument("--sinusoid-large", type=count, default=4096, help="B of sinusoid-4096")
     parser.add_argument("--cpu-threads", type=count, default=1)

@@ -34,6 +34,9 @@ CASES = [
     ("learners", ["--workloads", "sinusoid"], "'sinusoid' is not a workload"),
     ("gpu", ["--device", "cpu", "--workloads", "mlp-4"], "'mlp-4' is not a workload"),
     ("gpu", ["--device", "gpu"], "--device gpu: not a device"),
+    # no warm-up step left the runner's reading None: AttributeError after the setup
+    ("gpu", ["--device", "cpu", "--workloads", "sinusoid-4", "--warmup", "0"],
+     "--warmup: 0 is not a whole number >= 1"),
     ("scratch", ["--rounds", "0"], "--rounds: 0 is not a whole number >= 1"),
     ("sinusoid_reproduction", ["--steps", "2", "--out", "{afile}"], "is a file, not a directory"),
     ("maml_inner_dev", ["{tmp}/none"], "no run directory"),

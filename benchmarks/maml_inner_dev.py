@@ -29,6 +29,8 @@ from metadist.data.meta_split import SPLITS
 from metadist.eval.parts import eval_parts
 from metadist.eval.settings import load_eval_options
 from metadist.eval.trained import load_run, trained_learner
+from metadist.learners.maml import MAML
+from metadist.learners.registry import LEARNERS
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from arguments import count, non_negative, output_file, positive, script_parser  # noqa: E402
@@ -104,6 +106,13 @@ def main(argv: list[str] | None = None) -> int:
         config, state, _, _ = load_run(args.run_dir, "run_dir")
     except (FileNotFoundError, ValueError) as error:
         print(f"maml_inner_dev: error: {error}", file=sys.stderr)
+        return 1
+    if not issubclass(LEARNERS.get(config.learner.name), MAML):
+        print(
+            f"maml_inner_dev: error: {args.run_dir} trained {config.learner.name!r}, which has "
+            "no MAML inner loop to tune (a run of learner maml or anil has)",
+            file=sys.stderr,
+        )
         return 1
     options = load_eval_options(
         config.experiment,

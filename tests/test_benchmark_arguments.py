@@ -108,3 +108,28 @@ def test_a_script_run_from_the_shell_says_one_line(tmp_path):
         "loader.py: error: argument --entities: -1 is not a whole number >= 1 "
         "(usage: loader.py --help)"
     ]
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(180)
+def test_maml_inner_dev_refuses_a_run_without_a_maml_inner_loop(tmp_path, monkeypatch):
+    from metadist.cli import main
+
+    (tmp_path / "data").mkdir()
+    build_encoded_store(tmp_path / "data", [60] * 40)  # 4 classes of 10 cases
+    run_dir = tmp_path / "protonet"
+    trained = main(
+        [
+            *("train", "experiment=ucr_protonet", f"data.store={tmp_path / 'data' / 'store'}"),
+            *(f"run_dir={run_dir}", "data.split_by=label", "sampler.options.num_ways=2"),
+            *("sampler.options.num_shots=1", "trainer.meta_steps=2", "trainer.eval_every=0"),
+            *("logging.progress=false", "logging.wandb.mode=disabled", "--no-eval"),
+        ]
+    )
+    assert trained == 0
+    status, _, err = run_script("maml_inner_dev", [str(run_dir), "--max-tasks", "2"], monkeypatch)
+    assert status == 1
+    assert err.splitlines() == [
+        f"maml_inner_dev: error: {run_dir} trained 'protonet', which has no MAML inner loop "
+        "to tune (a run of learner maml or anil has)"
+    ]

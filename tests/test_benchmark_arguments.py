@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
 import pytest
+import torch
 from _benchmark_scripts import BENCHMARKS, run_script, script_module
 from _task_stores import build_encoded_store
 
@@ -133,3 +135,23 @@ def test_maml_inner_dev_refuses_a_run_without_a_maml_inner_loop(tmp_path, monkey
         f"maml_inner_dev: error: {run_dir} trained 'protonet', which has no MAML inner loop "
         "to tune (a run of learner maml or anil has)"
     ]
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(180)
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is visible: the checks would run")
+def test_gpu_check_refuses_a_machine_without_a_gpu_before_any_step(tmp_path):
+    out = tmp_path / "out"
+    done = subprocess.run(
+        ["bash", str(BENCHMARKS / "gpu_check.sh"), str(tmp_path / "baseline"), str(out)],
+        capture_output=True,
+        text=True,
+        cwd=BENCHMARKS.parent,
+        env={**os.environ, "PYTHON": sys.executable},
+        timeout=170,
+    )
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        f"gpu_check.sh: no GPU is visible to {sys.executable}'s torch; run it on the GPU machine"
+    ]
+    assert done.stdout == "" and not out.exists()

@@ -155,3 +155,15 @@ def test_gpu_check_refuses_a_machine_without_a_gpu_before_any_step(tmp_path):
         f"gpu_check.sh: no GPU is visible to {sys.executable}'s torch; run it on the GPU machine"
     ]
     assert done.stdout == "" and not out.exists()
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(120)
+def test_m3_checks_the_competition_options_before_writing_m3(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    status, _, err = run_script("m3", ["--seeds", "0", "--jobs", "1"], monkeypatch)
+    assert status == 2
+    assert err.splitlines() == [
+        "benchmarks/m3.py: error: --seeds must be >= 1, got 0 (usage: benchmarks/m3.py --help)"
+    ]
+    assert list(tmp_path.iterdir()) == []  # M3 not written to data/m3

@@ -108,12 +108,16 @@ def table(parts: list[dict[str, np.ndarray]], metric: str) -> dict[str, dict[str
     for label in [*dict.fromkeys(joined["label"].tolist()), "all"]:
         rows = np.ones(len(joined["truth"]), bool) if label == "all" else joined["label"] == label
         out[label] = {
+            # a baseline the runs have no forecasts of (AutoETS under `--ets no`) has no
+            # score: sMAPE's terms of a NaN forecast are 0, which would read as perfect
             name: pooled_score(
                 point_terms(
                     metric, joined["truth"][rows], joined[name][rows], joined["scale"][rows]
                 ),
                 joined["task"][rows],
             )
+            if np.isfinite(joined[name][rows]).any()
+            else float("nan")
             for name in ("unguarded", "guarded", *BASELINES)
         }
         out[label]["series"] = float(len(set(joined["task"][rows].tolist())))

@@ -167,3 +167,20 @@ def test_m3_checks_the_competition_options_before_writing_m3(tmp_path, monkeypat
         "benchmarks/m3.py: error: --seeds must be >= 1, got 0 (usage: benchmarks/m3.py --help)"
     ]
     assert list(tmp_path.iterdir()) == []  # M3 not written to data/m3
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(180)
+def test_fewshot_a_failed_training_is_one_line_with_its_reason(tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    (out / "data" / "toy").mkdir(parents=True)
+    build_encoded_store(out / "data" / "toy", [60] * 40)
+    args = ["--sets", "toy", "--shots", "1", "--learners", "protonet", "--out", str(out)]
+    status, _, err = run_script("fewshot", [*args, "trainer.nosuch=1"], monkeypatch)
+    assert status == 1
+    run_dir = out / "runs" / "toy_protonet_2way_1shot"
+    assert err.splitlines() == [
+        f"benchmarks/fewshot.py: the training of {run_dir} failed: metadist-train: error: "
+        + err.split("metadist-train: error: ", 1)[1].strip()
+    ]
+    assert "trainer.nosuch: unknown field" in err

@@ -315,11 +315,17 @@ def main(argv: list[str] | None = None) -> int:
                              run_dir, seed)
                     )  # fmt: skip
 
+    finished = iter(range(1, len(plans) + 1))  # next() is atomic: the jobs' threads share it
+
     def work(plan: Plan):
         extra = [f"trainer.seed={plan.seed}", *args.overrides]
-        return run_one(
+        result = run_one(
             children, plan.store, plan.learner, plan.shots, plan.ways, plan.run_dir, extra
         )
+        # each run trains and evaluates for minutes: say which finished, as they do
+        how = f"{result[1]:.0f} s" if result[1] else "read back"
+        print(f"# {next(finished)}/{len(plans)}: {plan.run_dir.name} ({how})", flush=True)
+        return result
 
     pool = ThreadPoolExecutor(max_workers=args.jobs)
     children = OwnedChildren("benchmarks/fewshot.py")

@@ -184,3 +184,22 @@ def test_fewshot_a_failed_training_is_one_line_with_its_reason(tmp_path, monkeyp
         + err.split("metadist-train: error: ", 1)[1].strip()
     ]
     assert "trainer.nosuch: unknown field" in err
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(240)
+def test_fewshot_says_each_run_as_it_finishes(tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    (out / "data" / "toy").mkdir(parents=True)
+    build_encoded_store(out / "data" / "toy", [60] * 40)
+    args = ["--sets", "toy", "--shots", "1", "--learners", "protonet", "--out", str(out)]
+    tiny = ["trainer.meta_steps=2", "eval.max_tasks=4", "eval.scratch_steps=1"]
+    status, printed, err = run_script(
+        "fewshot", [*args, *tiny, "eval.pretrain_steps=1"], monkeypatch
+    )
+    assert status == 0, err
+    progress = [line for line in printed.splitlines() if line.startswith("# 1/1: ")]
+    assert len(progress) == 1 and progress[0].startswith("# 1/1: toy_protonet_2way_1shot (")
+    assert printed.index(progress[0]) < printed.index("| set |")  # before the table
+    status, printed, _ = run_script("fewshot", [*args, *tiny], monkeypatch)
+    assert "# 1/1: toy_protonet_2way_1shot (read back)" in printed.splitlines()

@@ -112,21 +112,23 @@ def main() -> None:
         "--dir", type=directory, default=None, help="where the stores are built (default: tmp)"
     )
     args = parser.parse_args()
-    root = Path(args.dir or tempfile.mkdtemp(prefix="metadist-ids-"))
-    print("| store | design | dtype | array MB | private memory growth MB (median) |")
-    print("| --- | --- | --- | ---: | ---: |")
-    for index, (name, num_entities, long_id) in enumerate(STORES):
-        store = build_store(root / f"store{index}", num_entities, long_id)
-        runs: dict[str, list[dict]] = {"fixed": [], "variable": []}
-        for _ in range(args.repeats):
-            for design in runs:
-                runs[design].append(measure(store, design))
-        for design, results in runs.items():
-            growth = statistics.median(r["rss_growth"] for r in results) / 1e6
-            print(
-                f"| {name} | {design} | {results[0]['dtype']} | "
-                f"{results[0]['nbytes'] / 1e6:,.2f} | {growth:,.2f} |"
-            )
+    # the stores (the largest 200,000 ids) are removed after a run, unless --dir keeps them
+    with tempfile.TemporaryDirectory(prefix="metadist-ids-") as scratch:
+        root = args.dir or Path(scratch)
+        print("| store | design | dtype | array MB | private memory growth MB (median) |")
+        print("| --- | --- | --- | ---: | ---: |")
+        for index, (name, num_entities, long_id) in enumerate(STORES):
+            store = build_store(root / f"store{index}", num_entities, long_id)
+            runs: dict[str, list[dict]] = {"fixed": [], "variable": []}
+            for _ in range(args.repeats):
+                for design in runs:
+                    runs[design].append(measure(store, design))
+            for design, results in runs.items():
+                growth = statistics.median(r["rss_growth"] for r in results) / 1e6
+                print(
+                    f"| {name} | {design} | {results[0]['dtype']} | "
+                    f"{results[0]['nbytes'] / 1e6:,.2f} | {growth:,.2f} |"
+                )
 
 
 if __name__ == "__main__":

@@ -28,16 +28,19 @@ import pandas as pd
 from metadist.api import load_run
 from metadist.commands.competition.spec import load_spec
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from arguments import output_file, script_parser  # noqa: E402
+
 METHODS = ("adapted", "unadapted", "seasonal_naive")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = script_parser(__doc__)
     parser.add_argument("--data", type=Path, required=True, help="train and test parquet")
     parser.add_argument("--label", required=True, help="the label (frequency) scored")
     parser.add_argument("--validation", type=Path, required=True, help="a validation run")
     parser.add_argument("--test", type=Path, required=True, help="the test run, same group")
-    parser.add_argument("--json", type=Path, help="append the scores here (JSON lines)")
+    parser.add_argument("--json", type=output_file, help="append the scores here (JSON lines)")
     return parser.parse_args(argv)
 
 
@@ -78,21 +81,24 @@ def forecast_scores(
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    spec = load_spec(args.data)
-    train = pd.read_parquet(args.data / spec.train)
-    test = pd.read_parquet(args.data / spec.test)
+    try:
+        spec = load_spec(args.data)
+        train = pd.read_parquet(args.data / spec.train)
+        test = pd.read_parquet(args.data / spec.test)
+    except (OSError, ValueError) as error:
+        raise SystemExit(f"cross_protocol: --data {args.data}: {error}") from None
     train = train[train[spec.label_col] == args.label]
     test = test[test[spec.label_col] == args.label].sort_values([spec.entity_col, spec.time_col])
     if train.empty:
         raise SystemExit(f"--label {args.label}: no series of that {spec.label_col}")
     period = int(train[spec.period_col].iloc[0]) if spec.period_col else 1
     truth = test.groupby(spec.entity_col)[spec.value_col].apply(np.asarray)
-    result = {
-        "label": args.label,
-        "series": int(len(truth)),
-        "validation_trained": forecast_scores(args.validation, train, truth, spec, period),
-        "test_trained": forecast_scores(args.test, train, truth, spec, period),
-    }
+    result = {"label": args.label, "series": int(len(truth))}
+    for name, run_dir in (("validation_trained", args.validation), ("test_trained", args.test)):
+        try:
+            result[name] = forecast_scores(run_dir, train, truth, spec, period)
+        except (OSError, ValueError) as error:
+            raise SystemExit(f"cross_protocol: {run_dir}: {error}") from None
     for name in ("validation_trained", "test_trained"):
         line = ", ".join(
             f"{m} {s['mape']:.2f} / {s['smape']:.2f} ({s['median_bias']:+.1f} %, "
@@ -101,9 +107,9 @@ def main(argv: list[str]) -> int:
         )
         print(f"{args.label} {name}: MAPE / sMAPE (median, mean signed error): {line}")
     if args.json:
+        line = json.dumps({**result, "runs": [str(args.validation), str(args.test)]}) + "\n"
         with args.json.open("a") as handle:
-            handle.write(json.dumps({**result, "runs": [str(args.validation), str(args.test)]}))
-            handle.write("\n")
+            handle.write(line)  # one write: a line of its own, never half of one
     return 0
 
 

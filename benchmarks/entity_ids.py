@@ -21,7 +21,6 @@ Usage:
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import subprocess
@@ -32,6 +31,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from arguments import count, directory, script_parser  # noqa: E402
 
 # (name, number of entities, length of the one long id or 0)
 STORES = [
@@ -104,25 +106,29 @@ def measure(store: Path, design: str) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--dir", default=None, help="where the stores are built (default: tmp)")
+    parser = script_parser(__doc__)
+    parser.add_argument("--repeats", type=count, default=3)
+    parser.add_argument(
+        "--dir", type=directory, default=None, help="where the stores are built (default: tmp)"
+    )
     args = parser.parse_args()
-    root = Path(args.dir or tempfile.mkdtemp(prefix="metadist-ids-"))
-    print("| store | design | dtype | array MB | private memory growth MB (median) |")
-    print("| --- | --- | --- | ---: | ---: |")
-    for index, (name, num_entities, long_id) in enumerate(STORES):
-        store = build_store(root / f"store{index}", num_entities, long_id)
-        runs: dict[str, list[dict]] = {"fixed": [], "variable": []}
-        for _ in range(args.repeats):
-            for design in runs:
-                runs[design].append(measure(store, design))
-        for design, results in runs.items():
-            growth = statistics.median(r["rss_growth"] for r in results) / 1e6
-            print(
-                f"| {name} | {design} | {results[0]['dtype']} | "
-                f"{results[0]['nbytes'] / 1e6:,.2f} | {growth:,.2f} |"
-            )
+    # the stores (the largest 200,000 ids) are removed after a run, unless --dir keeps them
+    with tempfile.TemporaryDirectory(prefix="metadist-ids-") as scratch:
+        root = args.dir or Path(scratch)
+        print("| store | design | dtype | array MB | private memory growth MB (median) |")
+        print("| --- | --- | --- | ---: | ---: |")
+        for index, (name, num_entities, long_id) in enumerate(STORES):
+            store = build_store(root / f"store{index}", num_entities, long_id)
+            runs: dict[str, list[dict]] = {"fixed": [], "variable": []}
+            for _ in range(args.repeats):
+                for design in runs:
+                    runs[design].append(measure(store, design))
+            for design, results in runs.items():
+                growth = statistics.median(r["rss_growth"] for r in results) / 1e6
+                print(
+                    f"| {name} | {design} | {results[0]['dtype']} | "
+                    f"{results[0]['nbytes'] / 1e6:,.2f} | {growth:,.2f} |"
+                )
 
 
 if __name__ == "__main__":

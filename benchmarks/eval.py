@@ -49,7 +49,6 @@ and checkout and prints where its time went.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -62,6 +61,10 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from arguments import count, directory, non_negative, output_file, script_parser  # noqa: E402
+from written import write_results  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 NUM_ENTITIES = 1000
@@ -398,16 +401,16 @@ def table(records: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = script_parser(__doc__)
     parser.add_argument(
         "--baseline", type=Path, required=True, help="another checkout (a git worktree)"
     )
-    parser.add_argument("--work", type=Path, default=Path("/tmp/metadist-eval-bench"))
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--ets-tasks", type=int, default=50)
+    parser.add_argument("--work", type=directory, default=Path("/tmp/metadist-eval-bench"))
+    parser.add_argument("--rounds", type=count, default=3)
+    parser.add_argument("--ets-tasks", type=non_negative, default=50)
     parser.add_argument("--profile", action="store_true")
     parser.add_argument(
-        "--nproc", type=int, default=1, help="also a cold evaluation sharded over N processes"
+        "--nproc", type=count, default=1, help="also a cold evaluation sharded over N processes"
     )
     parser.add_argument(
         "--recipe",
@@ -429,7 +432,7 @@ def main(argv: list[str] | None = None) -> int:
         default=["fewshot", "forecast", "forecast_ets"],
         help="which cases to time (default all; forecast_ets only with --ets-tasks > 0)",
     )
-    parser.add_argument("--json", type=Path, help="write every measurement here")
+    parser.add_argument("--json", type=output_file, help="write every measurement here")
     args = parser.parse_args(argv)
     if not (args.baseline / "metadist" / "__init__.py").is_file():
         parser.error(f"--baseline {args.baseline}: not a metadist checkout")
@@ -456,12 +459,12 @@ def main(argv: list[str] | None = None) -> int:
             f"{_median(recipe, 'cpu_seconds'):.1f} CPU s (medians of {len(recipe)})"
         )
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(
+        write_results(
+            args.json,
             json.dumps(
                 {"baseline": str(args.baseline.resolve()), "current": str(ROOT), **records},
                 indent=2,
-            )
+            ),
         )
     return 0
 

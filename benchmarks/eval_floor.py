@@ -26,10 +26,10 @@ same FLOPs, to show the throughput the small products reach. `--baseline-seconds
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -37,6 +37,10 @@ import torch
 
 from metadist.eval.scratch import fit_from_scratch
 from metadist.models import build_model
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from arguments import count, output_file, positive, script_parser  # noqa: E402
+from written import write_results  # noqa: E402
 
 STEPS, LR = 100, 0.01
 # name: (model name, input shape, output shape, model options, support examples, loss,
@@ -88,16 +92,14 @@ def product_gflops(rounds: int) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--baseline-seconds", type=float, nargs=2, metavar=("FEWSHOT", "FORECAST"),
+    parser = script_parser(__doc__)
+    parser.add_argument("--baseline-seconds", type=positive, nargs=2, metavar=("FEWSHOT", "FORECAST"),
                         required=True, help="the other checkout's first evaluation, s")  # fmt: skip
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--rounds", type=count, default=3)
+    parser.add_argument("--threads", type=count, default=1)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", type=Path, help="write every measurement here")
+    parser.add_argument("--json", type=output_file, help="write every measurement here")
     args = parser.parse_args()
-    if args.rounds < 1 or args.threads < 1:
-        raise SystemExit("--rounds and --threads must be >= 1")
     torch.set_num_threads(args.threads)
     load = [os.getloadavg()[0]]
     times: dict[str, dict[str, list[float]]] = {n: {"wall": [], "cpu": []} for n in CASES}
@@ -124,8 +126,7 @@ def main() -> None:
     for label, value in gflops.items():
         print(f"{label}: {value:.1f} GFLOP/s (median)")
     if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(record, indent=2))
+        write_results(args.json, json.dumps(record, indent=2))
 
 
 if __name__ == "__main__":

@@ -46,7 +46,6 @@ classes works. Settings are the shipped experiment files'; none was tuned on a t
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -59,9 +58,15 @@ from typing import NamedTuple
 import numpy as np
 import pyarrow.parquet as pq
 
+from metadist.datasets.ucr import available_ucr_sets
 from metadist.launch.children import OwnedChildren, StopRequested
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from arguments import count, directory, script_parser  # noqa: E402
+from written import write_results  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
+RECIPES = ROOT / "experiments" / "experiment"
 DEFAULT_SETS = ("ACSF1", "OSULeaf")
 METHOD_ORDER = (
     "adapted",
@@ -104,8 +109,21 @@ def _metadist(*args: str) -> str:
         [sys.executable, "-m", "metadist.cli", *args], capture_output=True, text=True, cwd=ROOT
     )
     if done.returncode:
-        raise SystemExit(f"metadist {' '.join(args)} failed:\n{done.stderr}")
+        raise SystemExit(_last_line(done.stderr) or f"metadist {' '.join(args)} failed")
     return done.stdout
+
+
+def _last_line(text: str) -> str:
+    """The last line of a command's stderr: where the project's commands say what failed."""
+    lines = text.strip().splitlines()
+    return lines[-1] if lines else ""
+
+
+def _available(name: str, out: Path) -> bool:
+    """Whether set `name` has a store under `out` already, or is installed to prepare."""
+    return (out / "data" / name / "store" / "metadata.json").is_file() or (
+        name in available_ucr_sets()
+    )
 
 
 def prepare(name: str, out: Path) -> Path:
@@ -185,7 +203,8 @@ def run_one(
     _, stderr = process.communicate()
     children.forget(process)
     if process.returncode:
-        raise SystemExit(f"{' '.join(command)} failed:\n{stderr[-3000:]}")
+        why = _last_line(stderr) or f"exit status {process.returncode}"
+        raise SystemExit(f"benchmarks/fewshot.py: the training of {run_dir} failed: {why}")
     seconds = time.perf_counter() - started
     return json.loads((run_dir / "eval" / "metrics.json").read_text()), seconds
 
@@ -243,12 +262,12 @@ def _meta_batch_size(overrides: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = script_parser(__doc__)
     parser.add_argument("--sets", nargs="+", default=list(DEFAULT_SETS))
-    parser.add_argument("--shots", nargs="+", type=int, default=[1, 5])
+    parser.add_argument("--shots", nargs="+", type=count, default=[1, 5])
     parser.add_argument("--learners", nargs="+", default=["protonet", "maml"])
-    parser.add_argument("--out", type=Path, default=Path("runs/fewshot"))
-    parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--out", type=directory, default=Path("runs/fewshot"))
+    parser.add_argument("--jobs", type=count, default=1)
     parser.add_argument(
         "--seed", type=int, default=0, help="the class split's, episodes' and training's seed"
     )
@@ -267,6 +286,16 @@ def main(argv: list[str] | None = None) -> int:
     seeds = args.seeds if args.seeds is not None else [args.seed]
     if len(set(seeds)) != len(seeds):
         parser.error("--seeds: each seed once")
+    recipes = sorted(p.stem.removeprefix("ucr_") for p in RECIPES.glob("ucr_*.yaml"))
+    unknown = [learner for learner in args.learners if learner not in recipes]
+    if unknown:
+        parser.error(f"--learners {' '.join(unknown)}: no such recipe; one of {', '.join(recipes)}")
+    missing = [name for name in args.sets if not _available(name, out)]
+    if missing:
+        parser.error(
+            f"--sets {' '.join(missing)}: not an installed UCR/UEA set (names are "
+            f"case-sensitive); installed: {', '.join(available_ucr_sets()) or 'none'}"
+        )
     started = time.perf_counter()
     plans = []
     for name in args.sets:
@@ -286,11 +315,17 @@ def main(argv: list[str] | None = None) -> int:
                              run_dir, seed)
                     )  # fmt: skip
 
+    finished = iter(range(1, len(plans) + 1))  # next() is atomic: the jobs' threads share it
+
     def work(plan: Plan):
         extra = [f"trainer.seed={plan.seed}", *args.overrides]
-        return run_one(
+        result = run_one(
             children, plan.store, plan.learner, plan.shots, plan.ways, plan.run_dir, extra
         )
+        # each run trains and evaluates for minutes: say which finished, as they do
+        how = f"{result[1]:.0f} s" if result[1] else "read back"
+        print(f"# {next(finished)}/{len(plans)}: {plan.run_dir.name} ({how})", flush=True)
+        return result
 
     pool = ThreadPoolExecutor(max_workers=args.jobs)
     children = OwnedChildren("benchmarks/fewshot.py")
@@ -330,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
             name, shots, learner = key
             lines.append(f"- {name} {shots}-shot {learner}: {seed_mean(runs)}")
     table = "\n".join(lines)
-    (out / "fewshot.md").write_text(table + "\n")
+    write_results(out / "fewshot.md", table + "\n")
     print(table)
     print(
         f"\n# {len(plans)} runs in {time.perf_counter() - started:.0f} s; "

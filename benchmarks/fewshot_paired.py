@@ -11,12 +11,14 @@ classification": the paired columns).
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from arguments import script_parser  # noqa: E402
 
 # columns that identify an episode's data: equal in both runs where the episodes are
 SAME_EPISODE_COLUMNS = ("nearest_centroid:accuracy", "one_nn:accuracy", "num_points")
@@ -46,7 +48,7 @@ def paired(run_a: Path, run_b: Path, column: str) -> tuple[float, float, int, bo
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = script_parser(__doc__)
     parser.add_argument("run_a", type=Path, help="the run whose adapted accuracy comes first")
     parser.add_argument("run_b", type=Path, help="the run whose column is subtracted")
     parser.add_argument("column", help='a column of RUN_B, e.g. "adapted:accuracy"')

@@ -41,6 +41,7 @@ import platform
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -53,7 +54,12 @@ from metadist.train.build import build_parts
 from metadist.train.distributed import DistEnv
 from metadist.train.step import MetaStep
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from arguments import count, directory, non_negative, script_parser  # noqa: E402
+from written import write_results  # noqa: E402
+
 LR = 1e-3
+WORKLOAD_KINDS = ("sinusoid", "forecaster", "forecaster-fo", "anil", "protonet")
 
 
 def workload_overrides(
@@ -82,6 +88,18 @@ def workload_overrides(
     if kind == "protonet":
         return ["experiment=synthetic_protonet", *stored]
     raise ValueError(f"unknown workload {name!r}")
+
+
+def workload_arg(text: str) -> str:
+    """`--workloads`: KIND-B, KIND one of the kinds `workload_overrides` knows and B the
+    meta-batch size (at least 1)."""
+    kind, _, batch = text.rpartition("-")
+    if kind not in WORKLOAD_KINDS or not batch.isdigit():
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a workload: KIND-B, KIND one of {', '.join(WORKLOAD_KINDS)}"
+        )
+    count(batch)
+    return text
 
 
 def build_store(work_dir: Path, num_entities: int) -> Path:
@@ -346,28 +364,36 @@ def table(records: list[dict], args, device: torch.device) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = script_parser(__doc__)
     parser.add_argument("--device", default="cuda", help="cuda, cuda:N or cpu")
     parser.add_argument(
         "--workloads",
         nargs="+",
+        type=workload_arg,
         default=["sinusoid-25", "sinusoid-4096", "forecaster-64", "anil-64", "protonet-32"],
     )
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--steps", type=int, default=20, help="meta-steps per round")
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--loop-tasks", type=int, default=256)
-    parser.add_argument("--sinusoid-large", type=int, default=4096, help="B of sinusoid-4096")
-    parser.add_argument("--cpu-threads", type=int, default=1)
-    parser.add_argument("--num-workers", type=int, default=0, help="loader worker processes")
-    parser.add_argument("--check-every", type=int, default=None)
+    parser.add_argument("--rounds", type=count, default=5)
+    parser.add_argument("--steps", type=count, default=20, help="meta-steps per round")
+    parser.add_argument("--warmup", type=count, default=3)
+    parser.add_argument("--loop-tasks", type=count, default=256)
+    parser.add_argument("--sinusoid-large", type=count, default=4096, help="B of sinusoid-4096")
+    parser.add_argument("--cpu-threads", type=count, default=1)
+    parser.add_argument(
+        "--num-workers", type=non_negative, default=0, help="loader worker processes"
+    )
+    parser.add_argument("--check-every", type=count, default=None)
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     parser.add_argument("--compile", action="store_true")
-    parser.add_argument("--losses", type=int, default=0, help="steps of the fp32/bf16 runs")
-    parser.add_argument("--entities", type=int, default=400, help="synthetic store size")
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "gpu")
+    parser.add_argument(
+        "--losses", type=non_negative, default=0, help="steps of the fp32/bf16 runs"
+    )
+    parser.add_argument("--entities", type=count, default=400, help="synthetic store size")
+    parser.add_argument("--out", type=directory, default=Path(__file__).parent / "results" / "gpu")
     args = parser.parse_args()
-    device = torch.device(args.device)
+    try:
+        device = torch.device(args.device)
+    except RuntimeError:
+        parser.error(f"--device {args.device}: not a device; cuda, cuda:N or cpu")
     if device.type == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda but no GPU is visible; use --device cpu")
     if device.type == "cpu":
@@ -379,13 +405,13 @@ def main() -> None:
         for name in args.workloads:
             records.append(measure(name, args, store, device))
             print(table(records[-1:], args, device).splitlines()[4], flush=True)
-    args.out.mkdir(parents=True, exist_ok=True)
     stem = f"gpu-{device.type}"
     markdown = table(records, args, device)
-    (args.out / f"{stem}.md").write_text(markdown)
+    write_results(args.out / f"{stem}.md", markdown)
     settings = {k: str(v) for k, v in vars(args).items()}
-    (args.out / f"{stem}.json").write_text(
-        json.dumps({"device": describe(device), "args": settings, "records": records}, indent=1)
+    write_results(
+        args.out / f"{stem}.json",
+        json.dumps({"device": describe(device), "args": settings, "records": records}, indent=1),
     )
     print(markdown)
 

@@ -24,6 +24,11 @@ baseline=${1:?usage: gpu_check.sh BASELINE_CHECKOUT OUT_DIR [ROUNDS]}
 out=${2:?usage: gpu_check.sh BASELINE_CHECKOUT OUT_DIR [ROUNDS]}
 rounds=${3:-2}
 python=${PYTHON:-python3}
+# without a GPU every step would run on the CPU for minutes and time nothing it means to
+if ! "$python" -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' 2>/dev/null; then
+    echo "gpu_check.sh: no GPU is visible to $python's torch; run it on the GPU machine" >&2
+    exit 2
+fi
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 

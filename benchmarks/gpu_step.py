@@ -16,7 +16,6 @@ none of which reads the guard, and every host sync they caused, by source line.
 
 from __future__ import annotations
 
-import argparse
 import collections
 import statistics
 import sys
@@ -30,18 +29,25 @@ import torch
 sys.path.insert(0, str(Path.cwd() / "benchmarks"))  # the checkout's own gpu.py
 import gpu  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from arguments import count, non_negative, script_parser  # noqa: E402
+
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = script_parser(__doc__)
     parser.add_argument(
         "--workloads",
         nargs="+",
+        # an earlier checkout's gpu.py (the baseline's run, from its directory) has no check
+        type=getattr(gpu, "workload_arg", str),
         default=["sinusoid-25", "forecaster-64", "anil-64", "sinusoid-4096"],
     )
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--steps", type=int, default=32)
-    parser.add_argument("--unread", type=int, default=14, help="steps checked for host syncs")
-    parser.add_argument("--entities", type=int, default=100, help="synthetic store size")
+    parser.add_argument("--rounds", type=count, default=5)
+    parser.add_argument("--steps", type=count, default=32)
+    parser.add_argument(
+        "--unread", type=non_negative, default=14, help="steps checked for host syncs"
+    )
+    parser.add_argument("--entities", type=count, default=100, help="synthetic store size")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         parser.error("no GPU is visible: this benchmark times the CUDA step")

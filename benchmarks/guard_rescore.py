@@ -29,15 +29,41 @@ from metadist.eval.metrics import point_terms
 from metadist.eval.plausibility import parse_width
 from metadist.eval.report import EVAL_DIR, FORECASTS_NAME
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from arguments import output_file, script_parser  # noqa: E402
+from written import write_results  # noqa: E402
+
 BASELINES = {"ets": "AutoETS", "theta": "Theta", "seasonal_naive": "seasonal naive"}
 
 
+def _validation_group(text: str) -> str:
+    """`--validation H=loss:RUN,loss:RUN`."""
+    key, _, runs = text.partition("=")
+    if not key or not all(
+        loss and path for loss, _, path in (r.rpartition(":") for r in runs.split(","))
+    ):
+        raise argparse.ArgumentTypeError(f"{text!r} is not H=loss:RUN,loss:RUN")
+    return text
+
+
+def _test_group(text: str) -> str:
+    """`--test H=RUN`."""
+    key, _, run = text.partition("=")
+    if not key or not run:
+        raise argparse.ArgumentTypeError(f"{text!r} is not H=RUN")
+    return text
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = script_parser(__doc__)
     parser.add_argument("--metric", required=True, help="the data set's metric")
-    parser.add_argument("--validation", nargs="+", required=True, help="H=loss:RUN,loss:RUN")
-    parser.add_argument("--test", nargs="+", required=True, help="H=RUN (the chosen loss)")
-    parser.add_argument("--json", type=Path, help="write the choices and scores here")
+    parser.add_argument(
+        "--validation", nargs="+", type=_validation_group, required=True, help="H=loss:RUN,loss:RUN"
+    )
+    parser.add_argument(
+        "--test", nargs="+", type=_test_group, required=True, help="H=RUN (the chosen loss)"
+    )
+    parser.add_argument("--json", type=output_file, help="write the choices and scores here")
     return parser.parse_args(argv)
 
 
@@ -82,12 +108,16 @@ def table(parts: list[dict[str, np.ndarray]], metric: str) -> dict[str, dict[str
     for label in [*dict.fromkeys(joined["label"].tolist()), "all"]:
         rows = np.ones(len(joined["truth"]), bool) if label == "all" else joined["label"] == label
         out[label] = {
+            # a baseline the runs have no forecasts of (AutoETS under `--ets no`) has no
+            # score: sMAPE's terms of a NaN forecast are 0, which would read as perfect
             name: pooled_score(
                 point_terms(
                     metric, joined["truth"][rows], joined[name][rows], joined["scale"][rows]
                 ),
                 joined["task"][rows],
             )
+            if np.isfinite(joined[name][rows]).any()
+            else float("nan")
             for name in ("unguarded", "guarded", *BASELINES)
         }
         out[label]["series"] = float(len(set(joined["task"][rows].tolist())))
@@ -132,7 +162,9 @@ def main(argv: list[str]) -> int:
     for name, rows in scores.items():
         print(f"\n{name}\n{markdown(rows, args.metric)}")
     if args.json:
-        args.json.write_text(json.dumps({"choices": choices, "scores": scores}, indent=1) + "\n")
+        write_results(
+            args.json, json.dumps({"choices": choices, "scores": scores}, indent=1) + "\n"
+        )
     return 0
 
 

@@ -64,6 +64,10 @@ from metadist.datasets.synthetic import (
     write_synthetic_panel,
 )
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from arguments import count, directory, output_file, script_parser  # noqa: E402
+from written import write_results  # noqa: E402
+
 COLUMNS = [
     SYNTHETIC_ENTITY,
     SYNTHETIC_TIME,
@@ -267,42 +271,48 @@ def _columns(args: argparse.Namespace) -> list[str]:
     return ["entity", "t", *(f"x{j}" for j in range(args.features))]
 
 
+def _worker_counts(text: str) -> list[int]:
+    """`--workers 1,4`: the worker counts timed, each at least 1."""
+    return sorted({count(part) for part in text.split(",")})
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = script_parser(__doc__)
     parser.add_argument(
         "--shape",
         choices=["sensor", "float32-ordered", "float32-ordered-262k", "float32-dealt"],
         default="sensor",
     )
-    parser.add_argument("--size-mb", type=int, default=1000, help="sensor: Parquet size")
-    parser.add_argument("--files", type=int, default=None, help="files (16 sensor, 8 ordered)")
-    parser.add_argument("--length-range", type=int, nargs=2, default=[200, 900])
-    parser.add_argument("--entities", type=int, default=1600, help="float32-ordered")
-    parser.add_argument("--rows-per-entity", type=int, default=6000, help="float32-ordered")
-    parser.add_argument("--features", type=int, default=8, help="float32-ordered")
+    parser.add_argument("--size-mb", type=count, default=1000, help="sensor: Parquet size")
+    parser.add_argument("--files", type=count, default=None, help="files (16 sensor, 8 ordered)")
+    parser.add_argument("--length-range", type=count, nargs=2, default=[200, 900])
+    parser.add_argument("--entities", type=count, default=1600, help="float32-ordered")
+    parser.add_argument("--rows-per-entity", type=count, default=6000, help="float32-ordered")
+    parser.add_argument("--features", type=count, default=8, help="float32-ordered")
     parser.add_argument("--dtype", default="float32", help="float32-ordered: value type")
     parser.add_argument(
         "--row-group-rows",
-        type=int,
+        type=count,
         default=None,
         help="float32 shapes (default 262,144 for float32-ordered-262k, else 1,048,576)",
     )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--repeats", type=int, default=3, help="runs of each, alternating")
-    parser.add_argument("--batch-size", type=int, default=65_536)
+    parser.add_argument("--repeats", type=count, default=3, help="runs of each, alternating")
+    parser.add_argument("--batch-size", type=count, default=65_536)
     parser.add_argument(
         "--workers",
+        type=_worker_counts,
         default=f"1,{os.cpu_count()}",
         help="comma-separated worker counts to time (default: 1 and all cores)",
     )
     parser.add_argument(
-        "--work-dir", type=Path, default=Path("/tmp/metadist-bench"), help="panel and store"
+        "--work-dir", type=directory, default=Path("/tmp/metadist-bench"), help="panel and store"
     )
     parser.add_argument("--regenerate", action="store_true", help="do not reuse a panel")
     parser.add_argument("--keep-store", action="store_true", help="keep the last store")
-    parser.add_argument("--json", type=Path, default=None, help="also write results here")
+    parser.add_argument("--json", type=output_file, default=None, help="also write results here")
     parser.add_argument(
-        "--memory-limit", type=int, default=None, metavar="MB", help="ingest's --memory-limit"
+        "--memory-limit", type=count, default=None, metavar="MB", help="ingest's --memory-limit"
     )
     parser.add_argument(
         "--baseline",
@@ -322,9 +332,7 @@ def main(argv: list[str] | None = None) -> int:
         args.files = 16 if args.shape == "sensor" else 8
     if args.row_group_rows is None:
         args.row_group_rows = 1 << 18 if args.shape == "float32-ordered-262k" else 1 << 20
-    worker_counts = sorted({int(w) for w in args.workers.split(",")})
-    if args.size_mb <= 0 or args.repeats <= 0 or min(worker_counts) < 1:
-        parser.error("--size-mb, --repeats and --workers must be positive")
+    worker_counts = args.workers
     args.work_dir.mkdir(parents=True, exist_ok=True)
     panel = _panel(args)
     files = sorted(str(p) for p in panel.glob("*.parquet"))
@@ -407,7 +415,7 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(result, indent=2))
     print("\n" + "\n".join(table))
     if args.json:
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
+        write_results(args.json, json.dumps(result, indent=2) + "\n")
     if not args.keep_store:
         shutil.rmtree(store, ignore_errors=True)
     return 0

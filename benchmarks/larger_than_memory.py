@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from arguments import count, directory, positive, script_parser, store  # noqa: E402
 from loader import PeakMemory, _rss_anon_mb, write_panel  # noqa: E402
 
 SETTINGS = {
@@ -258,30 +259,32 @@ def measure(args: argparse.Namespace, store: Path, workload: str, name: str, col
 
 # ---------------------------------------------------------------- main
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dir", type=Path, default=Path("/tmp/metadist-ltm"))
-    parser.add_argument("--store", type=Path, default=None, help="measure this store instead")
-    parser.add_argument("--size-gb", type=float, default=30.0)
-    parser.add_argument("--rows", type=int, default=27000, help="rows per generated entity")
-    parser.add_argument("--features", type=int, default=8)
-    parser.add_argument("--slab", type=int, default=64, help="entities generated at a time")
-    parser.add_argument("--small-gb", type=float, default=0.5, help="the in-cache store")
-    parser.add_argument("--lookback", type=int, default=64)
-    parser.add_argument("--horizon", type=int, default=16)
-    parser.add_argument("--support", type=int, default=16)
-    parser.add_argument("--query", type=int, default=16)
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--chunk-length", type=int, default=512)
-    parser.add_argument("--workloads", nargs="+", default=["entity", "chunk"])
+    parser = script_parser(__doc__)
+    parser.add_argument("--dir", type=directory, default=Path("/tmp/metadist-ltm"))
+    parser.add_argument("--store", type=store, default=None, help="measure this store instead")
+    parser.add_argument("--size-gb", type=positive, default=30.0)
+    parser.add_argument("--rows", type=count, default=27000, help="rows per generated entity")
+    parser.add_argument("--features", type=count, default=8)
+    parser.add_argument("--slab", type=count, default=64, help="entities generated at a time")
+    parser.add_argument("--small-gb", type=positive, default=0.5, help="the in-cache store")
+    parser.add_argument("--lookback", type=count, default=64)
+    parser.add_argument("--horizon", type=count, default=16)
+    parser.add_argument("--support", type=count, default=16)
+    parser.add_argument("--query", type=count, default=16)
+    parser.add_argument("--batch-size", type=count, default=64)
+    parser.add_argument("--chunk-length", type=count, default=512)
+    parser.add_argument(
+        "--workloads", nargs="+", choices=["entity", "chunk"], default=["entity", "chunk"]
+    )
     parser.add_argument(
         "--settings",
         nargs="+",
         default=["random", "random + read-ahead", "blocked"],
         choices=list(SETTINGS),
     )
-    parser.add_argument("--seconds", type=float, default=20.0)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--sequential-gb", type=float, default=8.0)
+    parser.add_argument("--seconds", type=positive, default=20.0)
+    parser.add_argument("--repeats", type=count, default=3)
+    parser.add_argument("--sequential-gb", type=positive, default=8.0)
     parser.add_argument("--keep", action="store_true", help="keep the generated stores")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -73,6 +73,10 @@ from metadist.tasks import build_task_sampler, derive_task_seeds
 from metadist.train.distributed import DistEnv
 from metadist.train.step import MetaStep
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from arguments import count, output_file, script_parser  # noqa: E402
+from written import write_results  # noqa: E402
+
 META_BATCH = 25
 INNER_LR = 0.01
 # competition-1 (the competition_cpu recipe): meta-batch, sampler, model, learner
@@ -395,6 +399,18 @@ def workload_steps(workload: str) -> int:
     return int(workload.rsplit("-", 1)[1])
 
 
+def workload_arg(text: str) -> str:
+    """`--workloads`: KIND-STEPS, KIND one of sinusoid, forecaster, competition and STEPS
+    the inner steps (at least 1)."""
+    kind, _, steps = text.rpartition("-")
+    if kind not in ("sinusoid", "forecaster", "competition") or not steps.isdigit():
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a workload: sinusoid-N, forecaster-N or competition-N"
+        )
+    count(steps)
+    return text
+
+
 def load_batches(workload: str, seed: int, work_dir: Path):
     if workload.startswith("sinusoid"):
         return sinusoid_batches(8, seed)
@@ -402,13 +418,16 @@ def load_batches(workload: str, seed: int, work_dir: Path):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--steps-per-round", type=int, default=10)
+    parser = script_parser(__doc__)
+    parser.add_argument("--threads", type=count, default=1)
+    parser.add_argument("--rounds", type=count, default=5)
+    parser.add_argument("--steps-per-round", type=count, default=10)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
-        "--workloads", nargs="+", default=["sinusoid-1", "sinusoid-5", "forecaster-1"]
+        "--workloads",
+        nargs="+",
+        type=workload_arg,
+        default=["sinusoid-1", "sinusoid-5", "forecaster-1"],
     )
     parser.add_argument("--optimizer", choices=("adam", "adam-fused"), default="adam")
     parser.add_argument(
@@ -428,7 +447,7 @@ def main() -> None:
     )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument(
-        "--out", type=Path, default=Path(__file__).parent / "results" / "learners.json"
+        "--out", type=output_file, default=Path(__file__).parent / "results" / "learners.json"
     )
     args = parser.parse_args()
     if "per-task loop" not in args.implementations:
@@ -471,10 +490,9 @@ def main() -> None:
     )
     print("| --- | --- | --- | --- | --- | --- | --- |")
     print("\n".join(rows))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     summary = {"threads": args.threads, "rounds": args.rounds, "optimizer": args.optimizer,
                "steps_per_round": args.steps_per_round, "torch": torch.__version__}  # fmt: skip
-    args.out.write_text(json.dumps({**summary, "results": records}, indent=2))
+    write_results(args.out, json.dumps({**summary, "results": records}, indent=2))
 
 
 def table_rows(workload: str, rates) -> list[str]:

@@ -40,6 +40,9 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from arguments import count, directory, non_negative, positive, script_parser  # noqa: E402
+
 DESIGNS = ["window_dataset", "pandas_materialised", "parquet_lazy", "metadist", "memcpy"]
 
 
@@ -323,8 +326,10 @@ class _Child:
         for option in _FORWARDED:
             command += [f"--{option.replace('_', '-')}", str(getattr(args, option))]
         self.label, self.name = label, name
+        # a file, not a pipe: a child that writes much to stderr never blocks on it
+        self.errors = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 (the child's lifetime)
         self.process = subprocess.Popen(
-            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.errors, text=True
         )
         self.ready = self._read()
         self.repeats: list[dict] = []
@@ -333,7 +338,10 @@ class _Child:
         line = self.process.stdout.readline()
         if not line:
             self.process.wait()
-            raise RuntimeError(f"design {self.label} failed (exit {self.process.returncode})")
+            self.errors.seek(0)
+            lines = self.errors.read().strip().splitlines()
+            why = lines[-1] if lines else f"exit status {self.process.returncode}"
+            raise SystemExit(f"loader.py: design {self.label} failed: {why}")
         return json.loads(line)
 
     def repeat(self) -> None:
@@ -346,6 +354,7 @@ class _Child:
         self.process.stdin.flush()
         memory = self._read()
         self.process.wait()
+        self.errors.close()
         windows_per_task = args.support + args.query
         window_bytes = (args.lookback + args.horizon) * args.features * 4
         cpu = statistics.median(r["windows"] / r["cpu_s"] for r in self.repeats)
@@ -378,25 +387,27 @@ _FORWARDED = (
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--entities", type=int, default=200)
-    parser.add_argument("--steps", type=int, default=2000)
-    parser.add_argument("--features", type=int, default=8)
-    parser.add_argument("--lookback", type=int, default=64)
-    parser.add_argument("--horizon", type=int, default=16)
-    parser.add_argument("--support", type=int, default=6, help="K windows per task")
-    parser.add_argument("--query", type=int, default=2, help="Q windows per task")
-    parser.add_argument("--stride", type=int, default=16)
-    parser.add_argument("--batch-windows", type=int, default=256)
-    parser.add_argument("--seconds", type=float, default=1.0, help="length of a timed repeat")
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--warmup", type=int, default=3, help="untimed batches first")
-    parser.add_argument("--large-tasks", type=int, default=200, help="tasks per large batch")
+    parser = script_parser(__doc__)
+    parser.add_argument("--entities", type=count, default=200)
+    parser.add_argument("--steps", type=count, default=2000)
+    parser.add_argument("--features", type=count, default=8)
+    parser.add_argument("--lookback", type=count, default=64)
+    parser.add_argument("--horizon", type=count, default=16)
+    parser.add_argument("--support", type=count, default=6, help="K windows per task")
+    parser.add_argument("--query", type=count, default=2, help="Q windows per task")
+    parser.add_argument("--stride", type=count, default=16)
+    parser.add_argument("--batch-windows", type=count, default=256)
+    parser.add_argument("--seconds", type=positive, default=1.0, help="length of a timed repeat")
+    parser.add_argument("--repeats", type=count, default=5)
+    parser.add_argument("--warmup", type=non_negative, default=3, help="untimed batches first")
+    parser.add_argument("--large-tasks", type=count, default=200, help="tasks per large batch")
     parser.add_argument(
-        "--large-tasks-big", type=int, default=800, help="tasks per large batch, big store"
+        "--large-tasks-big", type=count, default=800, help="tasks per large batch, big store"
     )
-    parser.add_argument("--scale", type=int, default=8, help="size factor of the big store")
-    parser.add_argument("--workdir", default=None, help="where to write data (default: temp)")
+    parser.add_argument("--scale", type=count, default=8, help="size factor of the big store")
+    parser.add_argument(
+        "--workdir", type=directory, default=None, help="where to write data (default: temp)"
+    )
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:

@@ -32,6 +32,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+PROG = "benchmarks/m3.py"
+
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -39,6 +41,10 @@ def main(argv: list[str] | None = None) -> int:
         print(__doc__)
         return 0
     data = Path("data/m3")
+    from metadist.commands.competition.cli import parse_arguments
+
+    # the options checked before M3 is written: a mistake is one line, with nothing made
+    parse_arguments([str(data), *argv], PROG)
     if not (data / "train.parquet").is_file():
         command = [sys.executable, "-m", "metadist.cli", "datasets", "m3", str(data)]
         if subprocess.run(command, check=False).returncode != 0:
@@ -47,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         argv += ["--out", "runs/m3_val" if "--validation" in argv else "runs/m3"]
     from metadist.commands.competition import main as competition
 
-    return competition([str(data), *argv], prog="benchmarks/m3.py")
+    return competition([str(data), *argv], prog=PROG)
 
 
 if __name__ == "__main__":

@@ -15,11 +15,15 @@ statsmodels ships the data in its wheel (nothing is downloaded); it comes with
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 import pandas as pd
+
+from metadist.durable import atomic_directory
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from arguments import count, directory, script_parser  # noqa: E402
 
 _YAML = """# statsmodels' macrodata (US, quarterly, 1959Q1-2009Q3) in metadist's long format,
 # written by benchmarks/macro_panel.py: the last {horizon} quarters of each series are the
@@ -48,12 +52,10 @@ def macro_panel(horizon: int) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("out", type=Path, help="a new or empty directory")
-    parser.add_argument("--horizon", type=int, default=8, help="holdout quarters (default 8)")
+    parser = script_parser(__doc__)
+    parser.add_argument("out", type=directory, help="a new or empty directory")
+    parser.add_argument("--horizon", type=count, default=8, help="holdout quarters (default 8)")
     args = parser.parse_args(argv)
-    if args.horizon < 1:
-        parser.error("--horizon must be >= 1")
     if args.out.exists() and any(args.out.iterdir()):
         parser.error(f"{args.out} is not empty")
     try:
@@ -63,10 +65,10 @@ def main(argv: list[str] | None = None) -> int:
             "macro_panel: statsmodels is not installed (pip install statsmodels)", file=sys.stderr
         )
         return 1
-    args.out.mkdir(parents=True, exist_ok=True)
-    train.to_parquet(args.out / "train.parquet", index=False)
-    test.to_parquet(args.out / "test.parquet", index=False)
-    (args.out / "competition.yaml").write_text(_YAML.format(horizon=args.horizon))
+    with atomic_directory(args.out, replace=True) as partial:  # empty or not there yet
+        train.to_parquet(partial / "train.parquet", index=False)
+        test.to_parquet(partial / "test.parquet", index=False)
+        (partial / "competition.yaml").write_text(_YAML.format(horizon=args.horizon))
     print(f"{args.out}: {train.series_id.nunique()} series, {len(train)} training values, "
           f"{len(test)} holdout values")  # fmt: skip
     return 0

@@ -25,9 +25,27 @@ from pathlib import Path
 
 import torch
 
+from metadist.data.meta_split import SPLITS
 from metadist.eval.parts import eval_parts
 from metadist.eval.settings import load_eval_options
 from metadist.eval.trained import load_run, trained_learner
+from metadist.learners.maml import MAML
+from metadist.learners.registry import LEARNERS
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from arguments import count, non_negative, output_file, positive, script_parser  # noqa: E402
+from written import write_results  # noqa: E402
+
+
+def candidate_arg(text: str) -> str:
+    """`--candidates`: OPTIMIZER:LR, OPTIMIZER sgd or adam and LR above 0."""
+    optimizer, _, lr = text.partition(":")
+    try:
+        if optimizer in ("sgd", "adam") and positive(lr):
+            return text
+    except argparse.ArgumentTypeError:
+        pass
+    raise argparse.ArgumentTypeError(f"{text!r} is not sgd:LR or adam:LR (LR > 0)")
 
 
 def candidate_learner(config, state, parts, optimizer: str, lr: float):
@@ -73,16 +91,29 @@ def accuracy_curve(learner, batch, record: list[int]) -> torch.Tensor:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = script_parser(__doc__)
     parser.add_argument("run_dir", type=Path)
-    parser.add_argument("--split", default="train")
-    parser.add_argument("--max-tasks", type=int, default=200)
-    parser.add_argument("--candidates", nargs="+", default=["sgd:0.01", "adam:0.001"])
-    parser.add_argument("--steps", nargs="+", type=int, default=[0, 10, 25, 50, 100])
-    parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--split", choices=SPLITS, default="train")
+    parser.add_argument("--max-tasks", type=count, default=200)
+    parser.add_argument(
+        "--candidates", nargs="+", type=candidate_arg, default=["sgd:0.01", "adam:0.001"]
+    )
+    parser.add_argument("--steps", nargs="+", type=non_negative, default=[0, 10, 25, 50, 100])
+    parser.add_argument("--json", type=output_file, default=None)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    config, state, _, _ = load_run(args.run_dir, "run_dir")
+    try:
+        config, state, _, _ = load_run(args.run_dir, "run_dir")
+    except (FileNotFoundError, ValueError) as error:
+        print(f"maml_inner_dev: error: {error}", file=sys.stderr)
+        return 1
+    if not issubclass(LEARNERS.get(config.learner.name), MAML):
+        print(
+            f"maml_inner_dev: error: {args.run_dir} trained {config.learner.name!r}, which has "
+            "no MAML inner loop to tune (a run of learner maml or anil has)",
+            file=sys.stderr,
+        )
+        return 1
     options = load_eval_options(
         config.experiment,
         [f"eval.max_tasks={args.max_tasks}"],
@@ -117,10 +148,11 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
     if args.json is not None:
-        args.json.write_text(
+        write_results(
+            args.json,
             json.dumps(
                 {"run_dir": str(args.run_dir), "split": args.split, "results": results}, indent=1
-            )
+            ),
         )
     return 0
 

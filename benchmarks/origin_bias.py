@@ -19,7 +19,6 @@ can see.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -28,6 +27,10 @@ import numpy as np
 import pandas as pd
 
 from metadist.commands.competition.spec import load_spec
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from arguments import count, output_file, script_parser  # noqa: E402
+from written import write_results  # noqa: E402
 
 
 def _periodic(frame: pd.DataFrame, column: str | None, mapping: dict, label) -> int:
@@ -92,13 +95,11 @@ def origin_table(data_dir: Path, origins: int) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = script_parser(__doc__)
     parser.add_argument("data_dir", type=Path, help="a competition data directory")
-    parser.add_argument("--origins", type=int, default=3, help="origins scored (default 3)")
-    parser.add_argument("--json", type=Path, help="also write the rows here")
+    parser.add_argument("--origins", type=count, default=3, help="origins scored (default 3)")
+    parser.add_argument("--json", type=output_file, help="also write the rows here")
     args = parser.parse_args(argv)
-    if args.origins < 1:
-        parser.error("--origins must be >= 1")
     try:
         rows = origin_table(args.data_dir, args.origins)
     except (OSError, ValueError, KeyError) as error:
@@ -114,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{drift[metric]:.2f} ({drift['signed']:+.1f} %) |"
         )
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=1) + "\n")
+        write_results(args.json, json.dumps(rows, indent=1) + "\n")
     return 0
 
 

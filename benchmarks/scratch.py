@@ -25,10 +25,10 @@ Cases (`--cases`):
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -41,6 +41,10 @@ from metadist.eval import scratch
 from metadist.models import build_model
 from metadist.store import SeriesStore, ingest
 from metadist.tasks import build_task_sampler, derive_task_seeds
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from arguments import count, output_file, script_parser  # noqa: E402
+from written import write_results  # noqa: E402
 
 NUM_TASKS, STEPS, LR = 128, 100, 0.01
 CASES = {
@@ -82,12 +86,12 @@ def fit(model, x, y, loss: str, path: str) -> tuple[float, float, dict]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--threads", type=int, default=1)
+    parser = script_parser(__doc__)
+    parser.add_argument("--rounds", type=count, default=7)
+    parser.add_argument("--threads", type=count, default=1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cases", nargs="+", choices=sorted(CASES), default=sorted(CASES))
-    parser.add_argument("--json", type=Path, help="write every measurement here")
+    parser.add_argument("--json", type=output_file, help="write every measurement here")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
@@ -138,12 +142,11 @@ def report(args, times: dict, difference: dict, load: list[float]) -> None:
               f"CPU {ratios[name]['cpu']:.2f}x; trained parameters differ by at most "
               f"{difference[name]:.1e}")  # fmt: skip
     if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
         record = {"threads": args.threads, "rounds": args.rounds, "tasks": NUM_TASKS,
                   "steps": STEPS, "torch": torch.__version__, "load_1min": load,
                   "seconds_per_batch": times, "median": median, "ratios": ratios,
                   "max_abs_param_difference": difference}  # fmt: skip
-        args.json.write_text(json.dumps(record, indent=2))
+        write_results(args.json, json.dumps(record, indent=2))
 
 
 if __name__ == "__main__":

@@ -18,19 +18,24 @@ the markdown table and the plot.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import platform
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from metadist.durable import atomic_file
 from metadist.learners import build_learner
 from metadist.models import build_model
 from metadist.tasks import build_task_sampler, derive_task_seeds
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from arguments import count, directory, positive, script_parser  # noqa: E402
+from written import write_results  # noqa: E402
 
 META_BATCH = 25
 TRAIN_SHOTS = 10
@@ -142,8 +147,9 @@ def run(args) -> None:
                 "min": lrs.min().item(),
                 "max": lrs.max().item(),
             }
-        (args.out / f"{name}.json").write_text(json.dumps(record, indent=2))
-        torch.save(learner.state_dict(), args.out / f"{name}.pt")
+        with atomic_file(args.out / f"{name}.pt") as temporary:
+            torch.save(learner.state_dict(), temporary)
+        write_results(args.out / f"{name}.json", json.dumps(record, indent=2))
         k1 = results["10"]["1"]["mean"]
         print(
             f"{name}: done, {steps_run} steps in {seconds:.0f} s; K=10 1-step MSE {k1:.3f}",
@@ -153,6 +159,8 @@ def run(args) -> None:
 
 def report(out: Path) -> None:
     records = {p.stem: json.loads(p.read_text()) for p in sorted(out.glob("*.json"))}
+    if not records:
+        raise SystemExit(f"sinusoid_reproduction: --report: no results in {out} (run it first)")
     order = [m for m in MODELS if m in records]
     lines = [
         "| model | meta-steps | s/step | K | 0 steps mean / median | 1 step mean / median "
@@ -209,20 +217,26 @@ def _plot(records: dict, order: list[str], path: Path) -> None:
     axes[0].set_ylabel("median query MSE, 2,000 tasks")
     axes[-1].legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    with atomic_file(path) as temporary:
+        fig.savefig(temporary, dpi=110, format="png")
     print(f"plot: {path}")
 
 
+def _budget(text: str) -> float:
+    """`--time-budget-s`: seconds above 0, or inf (no budget, the default)."""
+    return float("inf") if text == "inf" else positive(text)
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=70_000)
+    parser = script_parser(__doc__)
+    parser.add_argument("--steps", type=count, default=70_000)
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
-    parser.add_argument("--eval-tasks", type=int, default=2000)
+    parser.add_argument("--eval-tasks", type=count, default=2000)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--time-budget-s", type=float, default=float("inf"))
-    parser.add_argument("--log-every", type=int, default=5000)
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--threads", type=count, default=1)
+    parser.add_argument("--time-budget-s", type=_budget, default=float("inf"))
+    parser.add_argument("--log-every", type=count, default=5000)
+    parser.add_argument("--out", type=directory, default=DEFAULT_OUT)
     parser.add_argument("--report", action="store_true", help="table + plot from OUT/*.json")
     args = parser.parse_args()
     if args.report:

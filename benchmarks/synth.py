@@ -9,13 +9,15 @@ by the panel size.
 
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from arguments import count, directory, positive, script_parser  # noqa: E402
 
 _CHILD = """
 import json, resource, sys
@@ -35,13 +37,15 @@ print(json.dumps({
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes-mb", type=float, nargs="+", default=[250, 1000, 4000])
-    parser.add_argument("--length-range", type=int, nargs=2, default=(200, 900))
-    parser.add_argument("--files", type=int, default=16)
-    parser.add_argument("--chunk-rows", type=int, default=1 << 19)
-    parser.add_argument("--dir", type=Path, default=Path("/tmp/metadist-synth-bench"))
+    parser = script_parser(__doc__)
+    parser.add_argument("--sizes-mb", type=positive, nargs="+", default=[250, 1000, 4000])
+    parser.add_argument("--length-range", type=count, nargs=2, default=(200, 900))
+    parser.add_argument("--files", type=count, default=16)
+    parser.add_argument("--chunk-rows", type=count, default=1 << 19)
+    parser.add_argument("--dir", type=directory, default=Path("/tmp/metadist-synth-bench"))
     args = parser.parse_args()
+    if args.length_range[0] > args.length_range[1]:
+        parser.error("--length-range: the shortest length comes first")
 
     print(
         f"# {platform.node()}, {platform.processor() or platform.machine()}, Python {platform.python_version()}"

@@ -218,6 +218,31 @@ def _add_loss_options(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None, prog: str = "metadist competition") -> int:
+    args = parse_arguments(argv, prog)
+    try:
+        with OwnedChildren(prog):  # a stop signal reaches every training it started
+            return run_pipeline(args, prog)
+    except StopRequested as stop:
+        print(
+            f"{prog}: {stop.summary} (finished steps are kept; run it again to go on)",
+            file=sys.stderr,
+        )
+        return stop.exit_status
+    except (ValueError, FileNotFoundError) as error:
+        print(f"{prog}: error: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(
+            f"{prog}: interrupted (finished steps are kept; run it again to go on)", file=sys.stderr
+        )
+        return 130
+
+
+def parse_arguments(
+    argv: list[str] | None = None, prog: str = "metadist competition"
+) -> argparse.Namespace:
+    """The command's arguments, read and checked (recipe defaults filled in) before any
+    work: a mistake exits with argparse's one line and status 2."""
     parser = build_parser(prog)
     args = parser.parse_intermixed_args(argv)
     experiment, jobs = RECIPES[args.recipe]
@@ -245,23 +270,7 @@ def main(argv: list[str] | None = None, prog: str = "metadist competition") -> i
         parser.error(f"--lookbacks must be > 0, got {' '.join(f'{k:g}' for k in args.lookbacks)}")
     if any(n < 1 for n in args.step_candidates):
         parser.error("--step-candidates must be >= 1")
-    try:
-        with OwnedChildren(prog):  # a stop signal reaches every training it started
-            return run_pipeline(args, prog)
-    except StopRequested as stop:
-        print(
-            f"{prog}: {stop.summary} (finished steps are kept; run it again to go on)",
-            file=sys.stderr,
-        )
-        return stop.exit_status
-    except (ValueError, FileNotFoundError) as error:
-        print(f"{prog}: error: {error}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print(
-            f"{prog}: interrupted (finished steps are kept; run it again to go on)", file=sys.stderr
-        )
-        return 130
+    return args
 
 
 def _beside_the_loss(

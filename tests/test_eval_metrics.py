@@ -33,6 +33,16 @@ def test_smape_m4_definition_by_hand():
     assert metrics.smape([0.0, 1.0], [0.0, 3.0]) == pytest.approx((0 + 200 * 2 / 4) / 2)
 
 
+def test_smape_of_a_missing_value_is_missing_not_perfect():
+    # a nan forecast (or truth) once scored 0, the best sMAPE there is
+    terms = metrics.smape_terms([100.0, 100.0, 0.0], [np.nan, 110.0, 0.0])
+    assert np.isnan(terms[0])
+    assert terms[1] == pytest.approx(200 * 10 / 210)
+    assert terms[2] == 0.0
+    assert math.isnan(metrics.smape([100.0, 100.0], [np.nan, 100.0]))
+    assert np.isnan(metrics.point_terms("smape", [np.nan], [1.0])[0])
+
+
 def test_smape_per_axis():
     y = np.array([[100.0, 200.0], [10.0, 10.0]])
     y_hat = np.array([[110.0, 180.0], [10.0, 30.0]])

@@ -60,12 +60,13 @@ def absolute_errors(y_true, y_pred) -> np.ndarray:
 
 
 def smape_terms(y_true, y_pred) -> np.ndarray:
-    """Point-wise 200 · |y − ŷ| / (|y| + |ŷ|) (0 where y = ŷ = 0), same shape as the inputs."""
+    """Point-wise 200 · |y − ŷ| / (|y| + |ŷ|) (0 where y = ŷ = 0), same shape as the inputs;
+    nan where either is nan (a missing forecast is not a perfect one)."""
     y_true, y_pred = _pair(y_true, y_pred)
     denominator = np.abs(y_true) + np.abs(y_pred)
     numerator = np.abs(y_true - y_pred)
     safe = np.where(denominator > 0, denominator, 1.0)
-    return np.where(denominator > 0, 200.0 * numerator / safe, 0.0)
+    return np.where(denominator == 0, 0.0, 200.0 * numerator / safe)
 
 
 def ape_terms(y_true, y_pred) -> np.ndarray:

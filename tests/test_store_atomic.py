@@ -54,7 +54,12 @@ def _kill_during(
     during `phase`: "scan" (temporary directory made, no values yet) or "write"
     (values.bin exists). Returns the child, ended (its stderr read into `.errors`)."""
     child = subprocess.Popen(
-        [sys.executable, "-c", code, str(source), str(out)], stderr=subprocess.PIPE, text=True
+        [sys.executable, "-c", code, str(source), str(out)],
+        stderr=subprocess.PIPE,
+        text=True,
+        # a test run started under nohup (or by a runner ignoring SIGHUP) passes SIG_IGN on,
+        # and ingest leaves a handler it did not set alone: the child starts with defaults
+        preexec_fn=_default_stop_handlers,
     )
     deadline = time.monotonic() + 60
     try:
@@ -73,6 +78,11 @@ def _kill_during(
     time.sleep(0.2)
     assert [pid for pid in descendants if Path(f"/proc/{pid}").exists()] == []
     return child
+
+
+def _default_stop_handlers() -> None:
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_DFL)
 
 
 def _descendants(pid: int) -> list[int]:

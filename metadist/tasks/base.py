@@ -19,6 +19,7 @@ import numpy as np
 
 from metadist.batch import MetaBatch
 from metadist.options import Configurable, from_mapping
+from metadist.tasks.naming import sampler_label
 
 
 @dataclass
@@ -277,9 +278,8 @@ def confined(sampler: TaskSampler, units: np.ndarray) -> TaskSampler:
     """
     result = sampler.confined_to(units)
     if not isinstance(result, TaskSampler):
-        kind = type(sampler).__name__
         raise ValueError(
-            f"sampler {sampler.name or kind!r} ({kind}): confined_to(units) returned "
+            f"{sampler_label(sampler)}: confined_to(units) returned "
             f"{type(result).__name__}, not a TaskSampler; to fix: return the sampler "
             "confined to the units (a copy, or self)"
         )

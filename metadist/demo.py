@@ -40,6 +40,7 @@ from metadist.launch.children import OwnedChildren, StopRequested
 from metadist.store import SeriesStore
 from metadist.store.ingest import ingest
 from metadist.train.loop import finished_before
+from metadist.train.rerun_check import check_same_settings
 
 # Demo-size settings for a 2-core machine: at most two minutes of meta-training.
 DEFAULT_ENTITIES = 600
@@ -216,7 +217,11 @@ def _print_store(store) -> None:
 
 
 def meta_train(store: Path, run_dir: Path, args: argparse.Namespace, overrides: list[str]) -> int:
-    """Runs `synthetic_maml` under torchrun with `args.nproc` CPU ranks; returns its status."""
+    """Runs `synthetic_maml` under torchrun with `args.nproc` CPU ranks; returns its status.
+
+    Raises:
+        ValueError: `run_dir` holds a run of other settings (naming another --out).
+    """
     train_overrides = [
         f"experiment={EXPERIMENT}",
         f"data.store={store}",
@@ -246,6 +251,8 @@ def meta_train(store: Path, run_dir: Path, args: argparse.Namespace, overrides: 
             "run (same settings and store): confirmed, not trained again"
         )
         return 0
+    # the training's own refusal would suggest run_dir=, which the demo does not take
+    check_same_settings(train_overrides, run_dir, f"another --out (the demo trains in {run_dir})")
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")
     env.setdefault("WANDB_MODE", "disabled")
@@ -259,7 +266,8 @@ def meta_train(store: Path, run_dir: Path, args: argparse.Namespace, overrides: 
             print(f"time limit of {args.train_seconds:.0f} s reached: stopping meta-training")
             children.stop_all(signal.SIGTERM)
             code = 0 if (run_dir / "checkpoints" / "latest").is_file() else 1
-    print(f"meta-training took {time.perf_counter() - t0:.1f} s")
+    if code == 0:  # a failure is reported by the caller, without a time
+        print(f"meta-training took {time.perf_counter() - t0:.1f} s")
     return code
 
 

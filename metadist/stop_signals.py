@@ -29,6 +29,14 @@ class Stopped(SystemExit):
         self.signum = signum
         self.name = signal.Signals(signum).name
 
+    def line(self, command: str, what: str, out: object) -> str:
+        """The one line `metadist COMMAND` prints when stopped while writing `what` (a
+        store) at `out`."""
+        return (
+            f"metadist {command}: stopped by {self.name}: no {what} was written at {out} "
+            "(what was there is unchanged) and the temporary files are removed"
+        )
+
 
 @contextlib.contextmanager
 def stops_raised() -> Iterator[None]:

@@ -42,7 +42,8 @@ def test_unit_rows_of_the_wrong_shape_are_named(encoded_store, cls, wrong, setti
     with pytest.raises(ValueError) as caught:
         BatchMetaDataLoader(sampler, np.arange(sampler.num_units), batch_size=2, **settings)
     assert str(caught.value) == (
-        f"sampler 'forecast' ({cls.__name__}): unit_rows() must be (first_row, num_rows), "
+        f"sampler {cls.__name__} (derived from 'forecast'): unit_rows() must be (first_row, "
+        "num_rows), "
         f"two [num_units] integer arrays; {wrong}"
     )
 

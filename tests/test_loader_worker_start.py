@@ -77,7 +77,8 @@ def test_a_sampler_spawned_workers_cannot_rebuild_is_one_line(tmp_path, script, 
     assert done.returncode == 1, done.stderr
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith(
-        "ValueError: sampler 'sinusoid' (Counting) cannot reach loader workers started by "
+        "ValueError: sampler Counting (derived from 'sinusoid') cannot reach loader workers "
+        "started by "
         "'spawn': class "
     ), done.stderr
     assert reason in last and "num_workers=0 or multiprocessing_context='fork'" in last

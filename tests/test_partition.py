@@ -256,3 +256,23 @@ def test_split_counts_are_those_of_the_largest_remainder_where_fractions_sum_to_
                     floors[donor] -= 1
                     floors[i] += 1
             assert split_counts(n, fractions, 0) == floors, (n, fractions)
+
+
+@pytest.mark.parametrize("world_size", [1, 3])
+def test_partitioner_deals_from_any_start_the_dealer_takes(world_size):
+    """`StratifiedTaskPartitioner.deal` takes every `start` that `UnitDealer.deal` takes,
+    with the same deal: a start at the end, or with fewer tasks left than a round, deals
+    nothing; past the end both refuse, naming the start."""
+    part = _partitioner()
+    dealer = part.dealer("train")
+    n = dealer.num_units
+    for start in (0, n - 2, n - 1, n):
+        got = part.deal("train", 1, world_size, start=start)
+        expected = dealer.deal(1, world_size, start=start)
+        np.testing.assert_array_equal(got.units, expected.units)
+        np.testing.assert_array_equal(got.positions, expected.positions)
+    end = part.deal("train", 1, world_size, start=n)
+    assert end.units.shape == (world_size, 0)
+    for deal in (part.deal, lambda *a, **k: dealer.deal(*a[1:], **k)):
+        with pytest.raises(ValueError, match=rf"start position {n + 1} is outside"):
+            deal("train", 1, world_size, start=n + 1)

@@ -78,3 +78,13 @@ def test_user_sampler_registers_by_name():
     batch = cat_batches([sampler.sample(np.arange(2), np.zeros(2, np.uint64))] * 2)
     assert batch.num_tasks == 4
     assert batch.select(slice(1, 3)).entity_index.tolist() == [1, 0]
+
+
+def test_task_integers_names_the_high_below_one():
+    seeds = np.arange(4, dtype=np.uint64)
+    with pytest.raises(ValueError, match=r"needs high >= 1, got high=0$"):
+        task_integers(seeds, 0, 3)
+    with pytest.raises(ValueError, match=r"got high\[2\]=-5 \(of 4 rows\)$"):
+        task_integers(seeds, np.array([3, 4, -5, 2]), 3)
+    with pytest.raises(ValueError, match=r"got high\[1\]=0 \(of 4 rows\), and 1 more below 1$"):
+        task_integers(seeds, np.array([3, 0, 0, 2]), 3)

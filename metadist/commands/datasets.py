@@ -11,6 +11,7 @@ from metadist.datasets._output import OutputDirNotEmptyError
 from metadist.datasets.fcomp import COMPETITIONS, write_competition
 from metadist.datasets.m3 import MissingExtraError, write_m3
 from metadist.datasets.ucr import available_ucr_sets, write_ucr
+from metadist.stop_signals import Stopped
 
 
 def register_cli(subparsers: argparse._SubParsersAction) -> None:
@@ -106,6 +107,9 @@ def _write(args: argparse.Namespace, write: Callable[..., object], *inputs, **op
     except MissingExtraError as error:  # an ImportError, which the command line leaves alone
         print(f"{args.prog}: error: {error}", file=sys.stderr)
         return 1
+    except Stopped as stop:
+        print(stop.line("datasets", "data set", args.out_dir), file=sys.stderr)
+        return 128 + stop.signum
     return 0
 
 

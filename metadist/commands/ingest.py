@@ -31,11 +31,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         store = _ingest(args, progress)
     except Stopped as stop:
-        print(
-            f"metadist ingest: stopped by {stop.name}: no store was written at {args.out} "
-            "(what was there is unchanged) and the temporary files are removed",
-            file=sys.stderr,
-        )
+        print(stop.line("ingest", "store", args.out), file=sys.stderr)
         return 128 + stop.signum
     elapsed = time.perf_counter() - began
     print(summary(store))

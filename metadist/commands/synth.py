@@ -6,10 +6,12 @@ The panel itself is `metadist.datasets.synthetic.write_synthetic_panel`.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from metadist.datasets._output import OutputDirNotEmptyError
 from metadist.datasets.synthetic import num_entities_for_size, write_synthetic_panel
+from metadist.stop_signals import Stopped
 
 
 def register_cli(subparsers: argparse._SubParsersAction) -> None:
@@ -58,7 +60,10 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--overwrite", action="store_true", help="replace a non-empty OUT_DIR")
     parser.add_argument(
-        "--progress", action=argparse.BooleanOptionalAction, default=None, help="progress bar"
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="progress bar (default: on a terminal for large panels, else a line now and then)",
     )
     parser.set_defaults(func=_run_cli)
 
@@ -84,5 +89,8 @@ def _run_cli(args: argparse.Namespace) -> int:
         )
     except OutputDirNotEmptyError as error:
         raise error.for_cli() from None
+    except Stopped as stop:
+        print(stop.line("synth", "panel", args.out_dir), file=sys.stderr)
+        return 128 + stop.signum
     print(summary)
     return 0

@@ -132,17 +132,17 @@ class StratifiedTaskPartitioner:
     ) -> Deal:
         """Deals `split`'s epoch to `world_size` ranks from global position `start`.
 
-        See `UnitDealer.deal`.
+        See `UnitDealer.deal`: `start` is in [0, n], and fewer tasks left than a round (a
+        start at the end) deal no round.
 
         Raises:
-            ValueError: world_size larger than the tasks left, or bad arguments.
+            ValueError: world_size larger than the split's tasks, or bad arguments.
         """
         dealer = self.dealer(split)
-        left = dealer.num_units - start
-        if world_size > left:
+        if world_size > dealer.num_units:  # not one round of the split: never a deal
             raise ValueError(
-                f"world_size={world_size} is larger than the {left} tasks of split {split!r} "
-                f"left from position {start} (the split has {dealer.num_units} units)"
+                f"world_size={world_size} is larger than the {dealer.num_units} tasks of "
+                f"split {split!r}"
             )
         return dealer.deal(epoch, world_size, start=start, num_rounds=num_rounds)
 

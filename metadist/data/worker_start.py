@@ -18,6 +18,7 @@ import sys
 from typing import Any
 
 from metadist.tasks.base import TaskSampler
+from metadist.tasks.naming import sampler_label
 
 _REMEDY = "or use num_workers=0 or multiprocessing_context='fork'"
 
@@ -47,8 +48,7 @@ def check_sampler_reaches_workers(sampler: TaskSampler, num_workers: int, contex
     if method == "fork":
         return
     cls = type(sampler)
-    named = f"sampler {sampler.name or cls.__name__!r} ({cls.__name__})"
-    prefix = f"{named} cannot reach loader workers started by {method!r}"
+    prefix = f"{sampler_label(sampler)} cannot reach loader workers started by {method!r}"
     for klass in cls.__mro__:
         reason = _unreachable(klass)
         if reason:

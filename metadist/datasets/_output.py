@@ -9,6 +9,7 @@ from pathlib import Path
 
 from metadist.diskspace import needs_space
 from metadist.durable import atomic_directory, refuse_working_directory
+from metadist.stop_signals import stops_raised
 
 
 class OutputDirNotEmptyError(FileExistsError):
@@ -54,13 +55,20 @@ def check_output_dir(out_dir: str | os.PathLike, overwrite: bool) -> Path:
 @contextmanager
 def atomic_output_dir(out_dir: str | os.PathLike, overwrite: bool = False) -> Iterator[Path]:
     """Yields a hidden sibling directory to write into; renames it to `out_dir` on success
-    (`metadist.durable.atomic_directory`), after `check_output_dir`.
+    (`metadist.durable.atomic_directory`), after `check_output_dir`. SIGTERM and SIGHUP
+    inside the block raise `Stopped` (`metadist.stop_signals`), so the hidden directory is
+    removed then too.
 
     Raises:
         ValueError, FileExistsError: as `check_output_dir`.
         OSError: `out_dir` cannot be created there (naming it).
         OutOfSpaceError: the disk or a file-size limit ran out (nothing is left behind).
+        Stopped: SIGTERM or SIGHUP arrived (nothing is left behind).
     """
     out_dir = check_output_dir(out_dir, overwrite)
-    with needs_space(out_dir, "the data set"), atomic_directory(out_dir, replace=True) as partial:
+    with (
+        stops_raised(),
+        needs_space(out_dir, "the data set"),
+        atomic_directory(out_dir, replace=True) as partial,
+    ):
         yield partial

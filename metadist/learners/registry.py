@@ -37,11 +37,28 @@ def get_learner(name: str) -> type[Learner]:
     return LEARNERS.get(name)
 
 
+# Names that are a registered learner with options set, as the Hydra learner configs of the
+# same names are (experiments/learner/fomaml.yaml: `name: maml`, `first_order: true`), so
+# that `learner=NAME` and `build_learner("NAME", ...)` take the same names.
+PRESETS: dict[str, tuple[str, dict[str, Any]]] = {"fomaml": ("maml", {"first_order": True})}
+
+
 def build_learner(name: str, model: nn.Module, **options: Any) -> Learner:
-    """Builds the learner registered as `name` around `model`.
+    """Builds the learner registered as `name` around `model`; a name of `PRESETS`
+    (`"fomaml"`) builds its learner (`maml`) with its options set (`first_order=True`).
 
     Raises:
         ValueError: unknown learner, an option the learner does not have (naming
-            `learner.options.<key>` and the closest option), or a bad value.
+            `learner.options.<key>` and the closest option), or a bad value (also an
+            option of a preset given another value).
     """
+    if name in PRESETS:
+        base, preset = PRESETS[name]
+        for key, value in preset.items():
+            if options.setdefault(key, value) != value:
+                raise ValueError(
+                    f"learner {name!r} is {base!r} with {key}={value!r}, but {key}="
+                    f"{options[key]!r} was given; build {base!r} for that"
+                )
+        name = base
     return LEARNERS.build(name, model, options=options)

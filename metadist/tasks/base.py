@@ -19,6 +19,7 @@ import numpy as np
 
 from metadist.batch import MetaBatch
 from metadist.options import Configurable, from_mapping
+from metadist.tasks.naming import sampler_label
 
 
 @dataclass
@@ -277,9 +278,8 @@ def confined(sampler: TaskSampler, units: np.ndarray) -> TaskSampler:
     """
     result = sampler.confined_to(units)
     if not isinstance(result, TaskSampler):
-        kind = type(sampler).__name__
         raise ValueError(
-            f"sampler {sampler.name or kind!r} ({kind}): confined_to(units) returned "
+            f"{sampler_label(sampler)}: confined_to(units) returned "
             f"{type(result).__name__}, not a TaskSampler; to fix: return the sampler "
             "confined to the units (a copy, or self)"
         )
@@ -384,11 +384,23 @@ def task_uniform(seeds: np.ndarray, num: int, stream: int = 0) -> np.ndarray:
 def task_integers(
     seeds: np.ndarray, high: np.ndarray | int, num: int, stream: int = 0
 ) -> np.ndarray:
-    """`[B, num]` int64 uniform in `[0, high)` (`high` scalar or `[B]`/`[B, 1]`, each ≥ 1)."""
-    high = np.asarray(high, dtype=np.int64)
+    """`[B, num]` int64 uniform in `[0, high)` (`high` scalar or `[B]`/`[B, 1]`, each ≥ 1).
+
+    Raises:
+        ValueError: a `high` below 1, naming it (and its row, for an array).
+    """
+    given = np.asarray(high)
+    high = given.astype(np.int64, copy=False)
     if high.ndim == 1:
         high = high[:, None]
     if np.any(high < 1):
-        raise ValueError("task_integers needs high >= 1")
+        if given.ndim == 0:
+            raise ValueError(f"task_integers needs high >= 1, got high={given.item()!r}")
+        rows = np.flatnonzero(high.ravel() < 1)
+        more = f", and {len(rows) - 1} more below 1" if len(rows) > 1 else ""
+        raise ValueError(
+            f"task_integers needs high >= 1, got high[{rows[0]}]="
+            f"{given.ravel()[rows[0]].item()!r} (of {given.size} rows){more}"
+        )
     u = task_uniform(seeds, num, stream)
     return np.minimum((u * high).astype(np.int64), high - 1)

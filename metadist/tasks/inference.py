@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from metadist.tasks.naming import sampler_label
 from metadist.tasks.series_end import SeriesEndWindows
 
 FORECAST_REQUIRED = ("lookback", "horizon", "num_support", "input_columns", "target_columns")
@@ -105,7 +106,7 @@ def forecast_windows(sampler: Any, num_columns: int | None = None) -> ForecastWi
     )
     if windows.pad_inputs >= windows.lookback:
         raise ValueError(
-            f"{_named(sampler)}: pad_inputs={windows.pad_inputs} must be below lookback="
+            f"{sampler_label(sampler)}: pad_inputs={windows.pad_inputs} must be below lookback="
             f"{windows.lookback}"
         )
     return windows
@@ -144,18 +145,12 @@ def protocol_attributes(sampler: Any) -> dict[str, Any]:
     return out
 
 
-def _named(sampler: Any) -> str:
-    name = getattr(sampler, "name", "") or "?"
-    kind = getattr(sampler, "recorded_class", None) or type(sampler).__name__
-    return f"sampler {name!r} ({kind})"
-
-
 def _check(sampler: Any, required: Sequence[str], what: str, protocol: str) -> None:
     missing = [name for name in required if not hasattr(sampler, name)]
     if missing:
         lacks = ", ".join(missing)
         raise ValueError(
-            f"{_named(sampler)} cannot {what}: it lacks {lacks} of the {protocol} protocol "
+            f"{sampler_label(sampler)} cannot {what}: it lacks {lacks} of the {protocol} protocol "
             f"(attributes {', '.join(required)}; see {DOCS})"
         )
 
@@ -167,9 +162,9 @@ def _count(sampler: Any, name: str, value: Any, minimum: int = 1) -> int:
     except (ValueError, OverflowError):  # NaN, inf
         integral = False
     if not integral:
-        raise ValueError(f"{_named(sampler)}: {name} must be an integer, got {value!r}")
+        raise ValueError(f"{sampler_label(sampler)}: {name} must be an integer, got {value!r}")
     if int(value) < minimum:
-        raise ValueError(f"{_named(sampler)}: {name} must be >= {minimum}, got {value!r}")
+        raise ValueError(f"{sampler_label(sampler)}: {name} must be >= {minimum}, got {value!r}")
     return int(value)
 
 
@@ -182,12 +177,12 @@ def _columns(sampler: Any, name: str, num_columns: int | None) -> tuple[int, ...
         valid = False
     if not valid:
         raise ValueError(
-            f"{_named(sampler)}: {name} must be a non-empty list of store column positions "
+            f"{sampler_label(sampler)}: {name} must be a non-empty list of store column positions "
             f"(integers), got {value!r}"
         )
     if num_columns is not None and not all(0 <= c < num_columns for c in columns):
         raise ValueError(
-            f"{_named(sampler)}: {name}={list(columns)} holds a position outside the store's "
+            f"{sampler_label(sampler)}: {name}={list(columns)} holds a position outside the store's "
             f"{num_columns} columns"
         )
     return columns

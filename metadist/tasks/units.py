@@ -15,10 +15,7 @@ from typing import Any
 import numpy as np
 
 from metadist.tasks.base import TaskSampler
-
-
-def _named(sampler: TaskSampler) -> str:
-    return f"sampler {sampler.name or type(sampler).__name__!r} ({type(sampler).__name__})"
+from metadist.tasks.naming import sampler_label
 
 
 def checked_num_units(sampler: TaskSampler) -> int:
@@ -30,7 +27,7 @@ def checked_num_units(sampler: TaskSampler) -> int:
     value = sampler.num_units
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
         raise ValueError(
-            f"{_named(sampler)}: num_units is {value!r} ({type(value).__name__}); it must "
+            f"{sampler_label(sampler)}: num_units is {value!r} ({type(value).__name__}); it must "
             "be a whole number >= 0 (an int)"
         )
     return int(value)
@@ -47,12 +44,12 @@ def checked_unit_strata(sampler: TaskSampler) -> np.ndarray:
     strata = np.asarray(sampler.unit_strata())
     if strata.ndim != 1 or (len(strata) and not np.issubdtype(strata.dtype, np.integer)):
         raise ValueError(
-            f"{_named(sampler)}: unit_strata() returned shape {strata.shape} dtype "
+            f"{sampler_label(sampler)}: unit_strata() returned shape {strata.shape} dtype "
             f"{strata.dtype}; it must be [num_units] integer stratum codes"
         )
     if len(strata) != num_units:
         raise ValueError(
-            f"{_named(sampler)}: unit_strata() returned {len(strata)} codes for its "
+            f"{sampler_label(sampler)}: unit_strata() returned {len(strata)} codes for its "
             f"{num_units} units (num_units); it must give one per unit"
         )
     return strata.astype(np.int64)
@@ -65,7 +62,7 @@ def checked_unit_rows(sampler: TaskSampler, rows: Any) -> tuple[np.ndarray, np.n
         ValueError: not a pair of `num_units` non-negative integers each.
     """
     num_units = checked_num_units(sampler)
-    what = f"{_named(sampler)}: unit_rows() must be (first_row, num_rows), two [num_units]"
+    what = f"{sampler_label(sampler)}: unit_rows() must be (first_row, num_rows), two [num_units]"
     try:
         first, count = (np.asarray(part) for part in rows)
     except (TypeError, ValueError):
@@ -96,7 +93,7 @@ def checked_unit_entities(sampler: TaskSampler, store: Any = None) -> np.ndarray
     given = np.asarray(entities)
     if given.shape != (num_units,) or (num_units and not np.issubdtype(given.dtype, np.integer)):
         raise ValueError(
-            f"{_named(sampler)}: unit_entities() returned shape {given.shape} dtype "
+            f"{sampler_label(sampler)}: unit_entities() returned shape {given.shape} dtype "
             f"{given.dtype} for its {num_units} units; it must be one store entity index per "
             "unit (or None)"
         )
@@ -105,7 +102,7 @@ def checked_unit_entities(sampler: TaskSampler, store: Any = None) -> np.ndarray
         outside = given[(given < 0) | (given >= num_entities)]
         if len(outside):
             raise ValueError(
-                f"{_named(sampler)}: unit_entities() has {outside[:3].tolist()}, outside the "
+                f"{sampler_label(sampler)}: unit_entities() has {outside[:3].tolist()}, outside the "
                 f"store's entities 0..{num_entities - 1}"
             )
     return given.astype(np.int64)

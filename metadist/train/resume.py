@@ -142,9 +142,10 @@ def resume(config: TrainConfig, env: DistEnv, parts: RunParts) -> Resumed:
     )
 
 
-def check_same_run(saved: dict, current: dict, run_dir: Path) -> None:
+def check_same_run(saved: dict, current: dict, run_dir: Path, new_run: str | None = None) -> None:
     """Refuses to resume a run under other settings, naming the first setting that differs
-    and a run directory for a new run with it.
+    and how to start a new run with it: `new_run` (e.g. "another --out", for a command
+    that chooses the run directory itself), by default a free `run_dir=...`.
 
     Raises:
         ValueError: a setting of `_RUN_IDENTITY` differs (nulls ignored: a run resumes
@@ -163,10 +164,12 @@ def check_same_run(saved: dict, current: dict, run_dir: Path) -> None:
         if before != now:
             path, was, wanted = _first_difference(list(key), before, now)
             name = ".".join(path)
+            if new_run is None:
+                new_run = f"run_dir={_new_run_dir(run_dir, path[-1], wanted)}"
             raise ValueError(
                 f"run_dir {run_dir} holds a run with {name}={_shown(was)}, but this command "
                 f"has {name}={_shown(wanted)}; resume with the same settings, or start a new "
-                f"run with run_dir={_new_run_dir(run_dir, path[-1], wanted)}"
+                f"run with {new_run}"
             )
 
 

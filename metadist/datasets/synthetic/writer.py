@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -177,7 +176,9 @@ def write_synthetic_panel(
         num_profiles: profiles (labels) per sensor type.
         chunk_rows: rows generated and shuffled at a time; bounds the memory used.
         overwrite: replace a non-empty `out_dir` (only once the new panel is complete).
-        progress: show a progress bar; None shows one on a terminal for large panels.
+        progress: show a progress bar on stderr; None shows one on a terminal for large
+            panels, and elsewhere (a batch job's log) a line every
+            `metadist.progress.LINE_EVERY_S` seconds.
 
     Returns:
         A `PanelSummary`.
@@ -185,6 +186,8 @@ def write_synthetic_panel(
     Raises:
         ValueError: an argument out of range.
         FileExistsError: `out_dir` exists and is not empty, and not `overwrite`.
+        Stopped: SIGTERM or SIGHUP arrived (`metadist.stop_signals`); nothing is left
+            behind.
     """
     num_entities, length_range = _check_args(
         num_entities, length_range, seed, num_files, time_kind, nan_fraction, num_profiles
@@ -197,9 +200,13 @@ def write_synthetic_panel(
     num_rows = int(lengths.sum())
     schema = panel_schema(time_kind)
     tally = _Tally()
-    show = progress if progress is not None else (sys.stderr.isatty() and num_rows >= 2_000_000)
+    # None: large panels show a bar on a terminal and a line now and then elsewhere
+    show = progress if progress is not None or num_rows >= 2_000_000 else False
 
-    with atomic_output_dir(out_dir, overwrite) as partial, Progress(show, lines=False) as display:
+    with (
+        atomic_output_dir(out_dir, overwrite) as partial,
+        Progress(show, lines=show is None) as display,
+    ):
         bar = display.counter("synth rows", num_rows, "rows", rate=True)
         with _FileDealer(partial, schema, num_files, max_file_row_groups) as dealer:
             chunks = _entity_chunks(lengths, seed, profiles, nan_fraction, chunk_rows, tally)

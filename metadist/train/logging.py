@@ -5,7 +5,10 @@ Every other rank gets a logger that does nothing: only errors reach their output
 Files in the run directory:
     metrics.jsonl   one JSON object per line: {"step", "split", "loss", "tasks_per_s", ...}
     config.yaml     the resolved configuration of the run
+    tensorboard/    TensorBoard scalars (`logging.tensorboard=true`)
     wandb/          the offline wandb run (`wandb sync runs/NAME/wandb/offline-run-*`)
+
+`metadist.train.log_sinks` checks these can be written before a run is built.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from metadist.progress import Progress
 from metadist.train.config import LoggingConfig
 
 METRICS_FILE = "metrics.jsonl"
+TENSORBOARD_DIR = "tensorboard"
+WANDB_DIR = "wandb"  # wandb's own name for its directory under `dir=`
 
 
 def new_run_id() -> str:
@@ -199,9 +204,6 @@ def wandb_mode(configured: str, environ: dict[str, str] | None = None) -> str:
             f"({', '.join(_WANDB_MODES)})"
         )
     return min(configured, wanted, key=_WANDB_MODES.index)
-
-
-TENSORBOARD_DIR = "tensorboard"
 
 
 def _start_tensorboard(run_dir: Path) -> Any:

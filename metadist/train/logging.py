@@ -84,7 +84,9 @@ class RunLogger:
                 run_id=run_id,
                 run_config=run_config,
             )
-        self._tensorboard = _start_tensorboard(self.run_dir) if config.tensorboard else None
+        self._tensorboard = None
+        if config.tensorboard:
+            self._tensorboard = _start_tensorboard(self.run_dir, start_step)
         # A bar on a terminal; elsewhere (nohup, Slurm .out) a line every
         # `progress_every` seconds, so a long run is never silent.
         self._display = Progress(
@@ -206,8 +208,11 @@ def wandb_mode(configured: str, environ: dict[str, str] | None = None) -> str:
     return min(configured, wanted, key=_WANDB_MODES.index)
 
 
-def _start_tensorboard(run_dir: Path) -> Any:
+def _start_tensorboard(run_dir: Path, start_step: int) -> Any:
     """A TensorBoard `SummaryWriter` into `<run_dir>/tensorboard`.
+
+    A run resumed at `start_step` purges the events after it that an interrupted attempt
+    left (as `metrics.jsonl` drops its lines), so that no step is shown twice.
 
     Raises:
         ValueError: the tensorboard package is not installed.
@@ -219,7 +224,8 @@ def _start_tensorboard(run_dir: Path) -> Any:
             "logging.tensorboard=true needs the tensorboard package: "
             "pip install 'metadist[tensorboard]'"
         ) from None
-    return SummaryWriter(log_dir=str(run_dir / TENSORBOARD_DIR))
+    purge_step = start_step + 1 if start_step > 0 else None
+    return SummaryWriter(log_dir=str(run_dir / TENSORBOARD_DIR), purge_step=purge_step)
 
 
 def _start_wandb(

@@ -1,0 +1,44 @@
+"""A resumed run's TensorBoard scalars continue the run's without a step shown twice: the
+events an interrupted attempt wrote after its last checkpoint are purged, as its
+`metrics.jsonl` lines are (real trainings, read back with TensorBoard's own reader)."""
+
+from __future__ import annotations
+
+import pytest
+
+from metadist.train.logging import read_metrics
+from tests.tiny_runs import tiny_store, train_tiny
+
+pytest.importorskip("tensorboard")
+
+
+def _scalars(run_dir, tag: str) -> list[tuple[int, float]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run_dir / "tensorboard"))
+    events.Reload()
+    return [(event.step, event.value) for event in events.Scalars(tag)]
+
+
+def test_resume_after_an_interruption_shows_each_step_once(tmp_path):
+    store = tiny_store(tmp_path, num_entities=12, seed=5)
+    run_dir = tmp_path / "run"
+    settings = [
+        "experiment=synthetic_maml",
+        "trainer.meta_steps=4",
+        "trainer.checkpoint_every=2",
+        "logging.log_every=1",
+        "logging.tensorboard=true",
+    ]
+    train_tiny(store, run_dir, *settings)
+    # interrupted after step 4 was logged but before its checkpoint was written
+    (run_dir / "checkpoints" / "step_00000004.pt").unlink()
+    (run_dir / "checkpoints" / "latest").unlink()
+    train_tiny(store, run_dir, *settings)
+
+    losses = [(r["step"], r["loss"]) for r in read_metrics(run_dir) if r["split"] == "train"]
+    assert [step for step, _ in losses] == [1, 2, 3, 4]
+    board = _scalars(run_dir, "train/loss")
+    assert [step for step, _ in board] == [1, 2, 3, 4]
+    # the resumed attempt's values, the same as metrics.jsonl's
+    assert [value for _, value in board] == pytest.approx([v for _, v in losses], rel=1e-6)

@@ -1,6 +1,7 @@
 """A resumed run's TensorBoard scalars continue the run's without a step shown twice: the
 events an interrupted attempt wrote after its last checkpoint are purged, as its
-`metrics.jsonl` lines are (real trainings, read back with TensorBoard's own reader)."""
+`metrics.jsonl` lines are (real trainings, read back with TensorBoard's own reader); a
+finished run run again opens no new TensorBoard file or wandb run."""
 
 from __future__ import annotations
 
@@ -42,3 +43,21 @@ def test_resume_after_an_interruption_shows_each_step_once(tmp_path):
     assert [step for step, _ in board] == [1, 2, 3, 4]
     # the resumed attempt's values, the same as metrics.jsonl's
     assert [value for _, value in board] == pytest.approx([v for _, v in losses], rel=1e-6)
+
+
+def test_a_finished_run_run_again_adds_no_log_session(tmp_path, monkeypatch):
+    monkeypatch.delenv("WANDB_MODE", raising=False)  # offline: no connection is opened
+    store = tiny_store(tmp_path, num_entities=12, seed=6)
+    run_dir = tmp_path / "run"
+    settings = [
+        "experiment=synthetic_maml",
+        "logging.tensorboard=true",
+        "logging.wandb.mode=offline",
+    ]
+    train_tiny(store, run_dir, *settings)
+    events = sorted(p.name for p in (run_dir / "tensorboard").iterdir())
+    wandb_runs = sorted(p.name for p in (run_dir / "wandb").glob("offline-run-*"))
+    assert len(events) == 1 and len(wandb_runs) == 1
+    train_tiny(store, run_dir, *settings)  # nothing left to train
+    assert sorted(p.name for p in (run_dir / "tensorboard").iterdir()) == events
+    assert sorted(p.name for p in (run_dir / "wandb").glob("offline-run-*")) == wandb_runs

@@ -74,8 +74,11 @@ class RunLogger:
         self._metrics = open(self.metrics_path, "a", encoding="utf-8")  # noqa: SIM115
         _write_config(self.run_dir / "config.yaml", run_config)
         self._wandb = None
+        # A run with nothing left to train (the command run again once it finished) opens
+        # no wandb run and no TensorBoard file: they would only add an empty session.
+        trains = start_step < total_steps
         mode = wandb_mode(config.wandb.mode)
-        if mode != "disabled":
+        if mode != "disabled" and trains:
             self._wandb = _start_wandb(
                 config,
                 self.run_dir,
@@ -85,7 +88,7 @@ class RunLogger:
                 run_config=run_config,
             )
         self._tensorboard = None
-        if config.tensorboard:
+        if config.tensorboard and trains:
             self._tensorboard = _start_tensorboard(self.run_dir, start_step)
         # A bar on a terminal; elsewhere (nohup, Slurm .out) a line every
         # `progress_every` seconds, so a long run is never silent.

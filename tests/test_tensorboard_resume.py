@@ -5,6 +5,8 @@ finished run run again opens no new TensorBoard file or wandb run."""
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
 from metadist.train.logging import read_metrics
@@ -42,6 +44,24 @@ def test_resume_after_an_interruption_shows_each_step_once(tmp_path):
     board = _scalars(run_dir, "train/loss")
     assert [step for step, _ in board] == [1, 2, 3, 4]
     # the resumed attempt's values, the same as metrics.jsonl's
+    assert [value for _, value in board] == pytest.approx([v for _, v in losses], rel=1e-6)
+
+
+def test_a_run_restarted_before_its_first_checkpoint_shows_each_step_once(tmp_path):
+    store = tiny_store(tmp_path, num_entities=12, seed=7)
+    run_dir = tmp_path / "run"
+    settings = [
+        "experiment=synthetic_maml",
+        "trainer.meta_steps=3",
+        "logging.log_every=1",
+        "logging.tensorboard=true",
+    ]
+    train_tiny(store, run_dir, *settings)
+    shutil.rmtree(run_dir / "checkpoints")  # stopped before any checkpoint was written
+    train_tiny(store, run_dir, *settings)
+    losses = [(r["step"], r["loss"]) for r in read_metrics(run_dir) if r["split"] == "train"]
+    board = _scalars(run_dir, "train/loss")
+    assert [step for step, _ in board] == [step for step, _ in losses] == [1, 2, 3]
     assert [value for _, value in board] == pytest.approx([v for _, v in losses], rel=1e-6)
 
 

@@ -214,8 +214,10 @@ def wandb_mode(configured: str, environ: dict[str, str] | None = None) -> str:
 def _start_tensorboard(run_dir: Path, start_step: int) -> Any:
     """A TensorBoard `SummaryWriter` into `<run_dir>/tensorboard`.
 
-    A run resumed at `start_step` purges the events after it that an interrupted attempt
-    left (as `metrics.jsonl` drops its lines), so that no step is shown twice.
+    A run starting at `start_step` (0: from scratch, where an attempt stopped before its
+    first checkpoint may have written events) purges the events after it that an
+    interrupted attempt left (as `metrics.jsonl` drops its lines), so that no step is
+    shown twice.
 
     Raises:
         ValueError: the tensorboard package is not installed.
@@ -227,8 +229,7 @@ def _start_tensorboard(run_dir: Path, start_step: int) -> Any:
             "logging.tensorboard=true needs the tensorboard package: "
             "pip install 'metadist[tensorboard]'"
         ) from None
-    purge_step = start_step + 1 if start_step > 0 else None
-    return SummaryWriter(log_dir=str(run_dir / TENSORBOARD_DIR), purge_step=purge_step)
+    return SummaryWriter(log_dir=str(run_dir / TENSORBOARD_DIR), purge_step=start_step + 1)
 
 
 def _start_wandb(

@@ -40,6 +40,8 @@ def sinusoid(*overrides: str, world_size: int = 1):
         ("data.window_blocks=1180591620717411303424", "data.window_blocks must be <= "),
         ("data.store=/no/such/store", "data.store"),
         ("logging.wandb.mode=sometimes", "logging.wandb.mode"),
+        ("logging.wandb.project=team/metadist", "logging.wandb.project='team/metadist'"),
+        (f"logging.wandb.project={'p' * 129}", "logging.wandb.project is 129 characters"),
         ("logging.log_every=0", "logging.log_every"),
         ("logging.progress=maybe", "logging.progress"),
         ("+trainer.meta_batch_sise=4", "trainer.meta_batch_sise"),

@@ -44,6 +44,9 @@ MAX_WORKERS = 256
 _PRECISIONS = ("fp32", "bf16")
 _GPU_INDEX = re.compile(r"cuda:\d+")
 _WANDB_MODES = ("online", "offline", "disabled")
+# what wandb refuses in a project name (`wandb.Settings.validate_project`)
+_WANDB_PROJECT_CHARACTERS = "/\\#?%:"
+_WANDB_PROJECT_LENGTH = 128
 
 
 @dataclass
@@ -335,6 +338,17 @@ class WandbConfig:
 
     def validate(self) -> None:
         check_choice("logging.wandb.mode", self.mode, _WANDB_MODES)
+        found = sorted({c for c in self.project if c in _WANDB_PROJECT_CHARACTERS})
+        if found:
+            raise ValueError(
+                f"logging.wandb.project={self.project!r}: a wandb project name cannot "
+                f"contain {' '.join(found)} (nor any of {' '.join(_WANDB_PROJECT_CHARACTERS)})"
+            )
+        if len(self.project) > _WANDB_PROJECT_LENGTH:
+            raise ValueError(
+                f"logging.wandb.project is {len(self.project)} characters long; wandb takes "
+                f"at most {_WANDB_PROJECT_LENGTH}"
+            )
 
 
 @dataclass

@@ -5,7 +5,10 @@ Every other rank gets a logger that does nothing: only errors reach their output
 Files in the run directory:
     metrics.jsonl   one JSON object per line: {"step", "split", "loss", "tasks_per_s", ...}
     config.yaml     the resolved configuration of the run
+    tensorboard/    TensorBoard scalars (`logging.tensorboard=true`)
     wandb/          the offline wandb run (`wandb sync runs/NAME/wandb/offline-run-*`)
+
+`metadist.train.log_sinks` checks these can be written before a run is built.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from metadist.progress import Progress
 from metadist.train.config import LoggingConfig
 
 METRICS_FILE = "metrics.jsonl"
+TENSORBOARD_DIR = "tensorboard"
+WANDB_DIR = "wandb"  # wandb's own name for its directory under `dir=`
 
 
 def new_run_id() -> str:
@@ -69,8 +74,11 @@ class RunLogger:
         self._metrics = open(self.metrics_path, "a", encoding="utf-8")  # noqa: SIM115
         _write_config(self.run_dir / "config.yaml", run_config)
         self._wandb = None
+        # A run with nothing left to train (the command run again once it finished) opens
+        # no wandb run and no TensorBoard file: they would only add an empty session.
+        trains = start_step < total_steps
         mode = wandb_mode(config.wandb.mode)
-        if mode != "disabled":
+        if mode != "disabled" and trains:
             self._wandb = _start_wandb(
                 config,
                 self.run_dir,
@@ -79,7 +87,9 @@ class RunLogger:
                 run_id=run_id,
                 run_config=run_config,
             )
-        self._tensorboard = _start_tensorboard(self.run_dir) if config.tensorboard else None
+        self._tensorboard = None
+        if config.tensorboard and trains:
+            self._tensorboard = _start_tensorboard(self.run_dir, start_step)
         # A bar on a terminal; elsewhere (nohup, Slurm .out) a line every
         # `progress_every` seconds, so a long run is never silent.
         self._display = Progress(
@@ -201,11 +211,13 @@ def wandb_mode(configured: str, environ: dict[str, str] | None = None) -> str:
     return min(configured, wanted, key=_WANDB_MODES.index)
 
 
-TENSORBOARD_DIR = "tensorboard"
-
-
-def _start_tensorboard(run_dir: Path) -> Any:
+def _start_tensorboard(run_dir: Path, start_step: int) -> Any:
     """A TensorBoard `SummaryWriter` into `<run_dir>/tensorboard`.
+
+    A run starting at `start_step` (0: from scratch, where an attempt stopped before its
+    first checkpoint may have written events) purges the events after it that an
+    interrupted attempt left (as `metrics.jsonl` drops its lines), so that no step is
+    shown twice.
 
     Raises:
         ValueError: the tensorboard package is not installed.
@@ -217,7 +229,7 @@ def _start_tensorboard(run_dir: Path) -> Any:
             "logging.tensorboard=true needs the tensorboard package: "
             "pip install 'metadist[tensorboard]'"
         ) from None
-    return SummaryWriter(log_dir=str(run_dir / TENSORBOARD_DIR))
+    return SummaryWriter(log_dir=str(run_dir / TENSORBOARD_DIR), purge_step=start_step + 1)
 
 
 def _start_wandb(

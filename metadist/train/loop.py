@@ -42,6 +42,7 @@ from metadist.train.distributed import (
 )
 from metadist.train.finite import NonFiniteLossError, check_inputs_finite
 from metadist.train.header import run_header
+from metadist.train.log_sinks import check_log_sinks
 from metadist.train.logging import NullLogger, RunLogger
 from metadist.train.metrics_window import MetricsWindow
 from metadist.train.optim import scheduled_lr
@@ -115,6 +116,7 @@ def train(
             f"run_dir {config.resolved_run_dir} is a series store; a run needs a directory "
             "of its own, e.g. run_dir=runs/NAME"
         )
+    check_log_sinks(config.resolved_run_dir, config.logging)  # before anything is built
     threads_before = torch.get_num_threads()
     if config.trainer.num_threads is not None:
         torch.set_num_threads(config.trainer.num_threads)

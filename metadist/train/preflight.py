@@ -4,8 +4,9 @@ any process starts, rather than that line from a rank and torchrun's report afte
 
 `check_before_launch` reads the components' options, builds the task source (store,
 sampler, split) and the meta-train and meta-val loaders of rank 0 at the launch's world
-size, and confirms that the run directory is not a store, holds no run of other settings
-and is not in use by another training (`RunLock`). Its notes are left to the ranks, which
+size, and confirms that the run directory is not a store, can take the run's logs
+(`check_log_sinks`), holds no run of other settings and is not in use by another
+training (`RunLock`). Its notes are left to the ranks, which
 print them again.
 """
 
@@ -21,6 +22,7 @@ from metadist.train.build import build_loaders, build_task_source, check_compone
 from metadist.train.checkpoint import latest_checkpoint, load_checkpoint
 from metadist.train.config import TrainConfig
 from metadist.train.distributed import DistEnv
+from metadist.train.log_sinks import check_log_sinks
 from metadist.train.resume import check_same_run, check_same_store_path
 
 
@@ -37,6 +39,7 @@ def check_before_launch(config: TrainConfig, world_size: int) -> None:
             f"run_dir {run_dir} is a series store; a run needs a directory of its own, "
             "e.g. run_dir=runs/NAME"
         )
+    check_log_sinks(run_dir, config.logging)
     if run_dir.is_dir():  # another training writes to it: refused now, not by rank 0
         with RunLock(run_dir):
             pass

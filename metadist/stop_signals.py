@@ -15,8 +15,9 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from types import FrameType
+from typing import Any
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
@@ -39,13 +40,27 @@ class Stopped(SystemExit):
 
 
 @contextlib.contextmanager
+def handlers_set(
+    handler: Callable[[int, FrameType | None], Any], signums: Iterable[int]
+) -> Iterator[None]:
+    """Sets `handler` for `signums` inside the block and puts the previous handlers back
+    when it is left; in any thread but the main one, sets nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {signum: signal.signal(signum, handler) for signum in signums}
+    try:
+        yield
+    finally:
+        for signum, earlier in previous.items():
+            signal.signal(signum, earlier)
+
+
+@contextlib.contextmanager
 def stops_raised() -> Iterator[None]:
     """Inside the block, SIGTERM and SIGHUP (where their handler is the default) raise
     `Stopped`; once one has, both are ignored until the block is left, so that a second
     signal does not interrupt the clean-up."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
     taken = [signum for signum in STOP_SIGNALS if signal.getsignal(signum) == signal.SIG_DFL]
 
     def stop(signum: int, frame: FrameType | None) -> None:
@@ -53,9 +68,5 @@ def stops_raised() -> Iterator[None]:
             signal.signal(other, signal.SIG_IGN)
         raise Stopped(signum)
 
-    previous = {signum: signal.signal(signum, stop) for signum in taken}
-    try:
+    with handlers_set(stop, taken):
         yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)

@@ -7,35 +7,23 @@ from __future__ import annotations
 
 import contextlib
 import signal
-import threading
 from collections.abc import Iterator
 from types import FrameType
 
 from metadist.launch.children import STOP_SIGNALS, StopRequested
-
-
-def _in_main_thread() -> bool:
-    return threading.current_thread() is threading.main_thread()
+from metadist.stop_signals import handlers_set
 
 
 @contextlib.contextmanager
 def stops_raised() -> Iterator[None]:
     """Inside the block SIGTERM and SIGHUP raise `StopRequested` (main thread only;
     SIGINT keeps its `KeyboardInterrupt`)."""
-    if not _in_main_thread():
-        yield
-        return
 
     def stop(signum: int, frame: FrameType | None) -> None:
         raise StopRequested(signum)
 
-    taken = [s for s in STOP_SIGNALS if s != signal.SIGINT]
-    previous = {signum: signal.signal(signum, stop) for signum in taken}
-    try:
+    with handlers_set(stop, [s for s in STOP_SIGNALS if s != signal.SIGINT]):
         yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
 
 
 @contextlib.contextmanager
@@ -43,19 +31,12 @@ def stops_deferred(deliver: bool = True) -> Iterator[None]:
     """Holds SIGINT, SIGTERM and SIGHUP back inside the block and delivers the first one
     received after it (main thread only); with `deliver` false, drops them (the driver
     is stopping already)."""
-    if not _in_main_thread():
-        yield
-        return
     received: list[int] = []
 
     def hold(signum: int, frame: FrameType | None) -> None:
         received.append(signum)
 
-    previous = {signum: signal.signal(signum, hold) for signum in STOP_SIGNALS}
-    try:
+    with handlers_set(hold, STOP_SIGNALS):
         yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
     if received and deliver:
         signal.raise_signal(received[0])

@@ -31,6 +31,7 @@ from metadist.registry import Registry
 from metadist.store import SeriesStore
 from metadist.tasks import TaskSampler
 from metadist.train.imports import import_modules  # re-exported: it lives on its own
+from metadist.train.logging_config import LoggingConfig
 from metadist.train.optim import OptimizerConfig  # re-exported: it lives with the optimizers
 from metadist.train.pretrain import PretrainConfig
 from metadist.train.selection import SelectionConfig
@@ -43,10 +44,6 @@ MAX_META_STEPS = 10**12
 MAX_WORKERS = 256
 _PRECISIONS = ("fp32", "bf16")
 _GPU_INDEX = re.compile(r"cuda:\d+")
-_WANDB_MODES = ("online", "offline", "disabled")
-# what wandb refuses in a project name (`wandb.Settings.validate_project`)
-_WANDB_PROJECT_CHARACTERS = "/\\#?%:"
-_WANDB_PROJECT_LENGTH = 128
 
 
 @dataclass
@@ -317,74 +314,6 @@ class TrainerConfig:
                 f"size {world_size}; the global meta-batch is split evenly over ranks, so choose "
                 f"a multiple of {world_size}"
             )
-
-
-@dataclass
-class WandbConfig:
-    """Weights & Biases tracking (rank 0 only).
-
-    Attributes:
-        mode: `offline` (default; sync later with `wandb sync`), `online` or `disabled`.
-        project: wandb project name.
-        entity: wandb entity (user or team); `None` for the default.
-        quiet: keep wandb's own console output out of the run's (`WANDB_SILENT`); its
-            warnings and errors still show. False lets it print everything.
-    """
-
-    mode: str = "offline"
-    project: str = "metadist"
-    entity: str | None = None
-    quiet: bool = True
-
-    def validate(self) -> None:
-        check_choice("logging.wandb.mode", self.mode, _WANDB_MODES)
-        found = sorted({c for c in self.project if c in _WANDB_PROJECT_CHARACTERS})
-        if found:
-            raise ValueError(
-                f"logging.wandb.project={self.project!r}: a wandb project name cannot "
-                f"contain {' '.join(found)} (nor any of {' '.join(_WANDB_PROJECT_CHARACTERS)})"
-            )
-        if len(self.project) > _WANDB_PROJECT_LENGTH:
-            raise ValueError(
-                f"logging.wandb.project is {len(self.project)} characters long; wandb takes "
-                f"at most {_WANDB_PROJECT_LENGTH}"
-            )
-
-
-@dataclass
-class LoggingConfig:
-    """What rank 0 reports.
-
-    Attributes:
-        log_every: write a metrics line (JSON) every this many steps.
-        progress: show progress (step, loss, tasks/s): a bar on a terminal, else a line
-            on stderr every `progress_every` seconds.
-        progress_every: seconds between two progress lines when stderr is not a terminal.
-        tensorboard: also write the metrics as TensorBoard scalars to
-            `<run_dir>/tensorboard` (needs the `tensorboard` extra); `metrics.jsonl` is
-            written either way.
-        wandb: Weights & Biases settings.
-    """
-
-    log_every: int = 10
-    progress: bool = True
-    progress_every: float = 30.0
-    tensorboard: bool = False
-    wandb: WandbConfig = field(default_factory=WandbConfig)
-
-    def validate(self) -> None:
-        check_min("logging.log_every", self.log_every, 1)
-        if not self.progress_every > 0:
-            raise ValueError(f"logging.progress_every must be > 0, got {self.progress_every}")
-        if self.tensorboard:
-            import importlib.util
-
-            if importlib.util.find_spec("tensorboard") is None:
-                raise ValueError(
-                    "logging.tensorboard=true needs the tensorboard package: "
-                    "pip install 'metadist[tensorboard]'"
-                )
-        self.wandb.validate()
 
 
 @dataclass

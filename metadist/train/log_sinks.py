@@ -15,8 +15,8 @@ import importlib.util
 import os
 from pathlib import Path
 
-from metadist.train.config import LoggingConfig
 from metadist.train.logging import METRICS_FILE, TENSORBOARD_DIR, WANDB_DIR, wandb_mode
+from metadist.train.logging_config import LoggingConfig
 
 
 def check_log_sinks(run_dir: Path, config: LoggingConfig) -> None:

@@ -27,7 +27,7 @@ from typing import Any
 from metadist.diskspace import needs_space
 from metadist.durable import atomic_write_text
 from metadist.progress import Progress
-from metadist.train.config import LoggingConfig
+from metadist.train.logging_config import LoggingConfig
 
 METRICS_FILE = "metrics.jsonl"
 TENSORBOARD_DIR = "tensorboard"

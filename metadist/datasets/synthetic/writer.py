@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -176,9 +176,8 @@ def write_synthetic_panel(
         num_profiles: profiles (labels) per sensor type.
         chunk_rows: rows generated and shuffled at a time; bounds the memory used.
         overwrite: replace a non-empty `out_dir` (only once the new panel is complete).
-        progress: show a progress bar on stderr; None shows one on a terminal for large
-            panels, and elsewhere (a batch job's log) a line every
-            `metadist.progress.LINE_EVERY_S` seconds.
+        progress: show progress on stderr; None: for large panels, a bar on a terminal
+            and elsewhere (a batch job's log) a line every `progress.LINE_EVERY_S` s.
 
     Returns:
         A `PanelSummary`.
@@ -186,8 +185,7 @@ def write_synthetic_panel(
     Raises:
         ValueError: an argument out of range.
         FileExistsError: `out_dir` exists and is not empty, and not `overwrite`.
-        Stopped: SIGTERM or SIGHUP arrived (`metadist.stop_signals`); nothing is left
-            behind.
+        Stopped: SIGTERM or SIGHUP arrived (`metadist.stop_signals`); nothing is left.
     """
     num_entities, length_range = _check_args(
         num_entities, length_range, seed, num_files, time_kind, nan_fraction, num_profiles
@@ -195,34 +193,28 @@ def write_synthetic_panel(
     _check_sizes(chunk_rows, max_file_row_groups)
     out_dir = check_output_dir(out_dir, overwrite)
     started = time.perf_counter()
-    profiles = _make_profiles(seed, num_profiles)
     lengths = _entity_lengths(seed, length_range, num_entities)
     num_rows = int(lengths.sum())
     schema = panel_schema(time_kind)
     tally = _Tally()
-    # None: large panels show a bar on a terminal and a line now and then elsewhere
+    chunks = _entity_chunks(
+        lengths, seed, _make_profiles(seed, num_profiles), nan_fraction, chunk_rows, tally
+    )
     show = progress if progress is not None or num_rows >= 2_000_000 else False
-
     with (
         atomic_output_dir(out_dir, overwrite) as partial,
         Progress(show, lines=show is None) as display,
     ):
         bar = display.counter("synth rows", num_rows, "rows", rate=True)
         with _FileDealer(partial, schema, num_files, max_file_row_groups) as dealer:
-            chunks = _entity_chunks(lengths, seed, profiles, nan_fraction, chunk_rows, tally)
-            for chunk_index, (chunk, chunk_size) in enumerate(chunks):
-                table = _chunk_table(chunk, schema, time_kind)
-                dealer.deal(table, np.random.default_rng([seed, _SHUFFLE_STREAM, chunk_index]))
-                bar.advance(chunk_size)
-        files = dealer.paths
-        num_bytes = sum(path.stat().st_size for path in files)
-
+            _deal_chunks(chunks, dealer, schema, time_kind, seed, bar.advance)
+    files = [out_dir / path.name for path in dealer.paths]  # renamed into place
     return PanelSummary(
         out_dir=out_dir,
-        files=[out_dir / path.name for path in files],
+        files=files,
         num_entities=num_entities,
         num_rows=num_rows,
-        num_bytes=num_bytes,
+        num_bytes=sum(path.stat().st_size for path in files),
         entities_per_stratum=tally.strata,
         num_labels=len(tally.labels),
         num_nan=tally.nan,
@@ -232,6 +224,21 @@ def write_synthetic_panel(
         seed=seed,
         seconds=time.perf_counter() - started,
     )
+
+
+def _deal_chunks(
+    chunks: Iterator[tuple[list[dict[str, np.ndarray | str]], int]],
+    dealer: _FileDealer,
+    schema: pa.Schema,
+    time_kind: str,
+    seed: int,
+    advance: Callable[[int], None],
+) -> None:
+    """Writes each chunk's rows, shuffled among the dealer's files, and counts them."""
+    for chunk_index, (chunk, chunk_size) in enumerate(chunks):
+        table = _chunk_table(chunk, schema, time_kind)
+        dealer.deal(table, np.random.default_rng([seed, _SHUFFLE_STREAM, chunk_index]))
+        advance(chunk_size)
 
 
 def num_entities_for_size(num_bytes: float, length_range: tuple[int, int]) -> int:

@@ -1,0 +1,84 @@
+"""What a training run reports and where: the `logging.*` settings, checked up front.
+
+`TrainConfig.logging` holds a `LoggingConfig`; `metadist.train.log_sinks` checks the
+places they name before a run is built, and `metadist.train.logging` writes to them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from metadist.options import check_choice, check_min
+
+_WANDB_MODES = ("online", "offline", "disabled")
+# what wandb refuses in a project name (`wandb.Settings.validate_project`)
+_WANDB_PROJECT_CHARACTERS = "/\\#?%:"
+_WANDB_PROJECT_LENGTH = 128
+
+
+@dataclass
+class WandbConfig:
+    """Weights & Biases tracking (rank 0 only).
+
+    Attributes:
+        mode: `offline` (default; sync later with `wandb sync`), `online` or `disabled`.
+        project: wandb project name.
+        entity: wandb entity (user or team); `None` for the default.
+        quiet: keep wandb's own console output out of the run's (`WANDB_SILENT`); its
+            warnings and errors still show. False lets it print everything.
+    """
+
+    mode: str = "offline"
+    project: str = "metadist"
+    entity: str | None = None
+    quiet: bool = True
+
+    def validate(self) -> None:
+        check_choice("logging.wandb.mode", self.mode, _WANDB_MODES)
+        found = sorted({c for c in self.project if c in _WANDB_PROJECT_CHARACTERS})
+        if found:
+            raise ValueError(
+                f"logging.wandb.project={self.project!r}: a wandb project name cannot "
+                f"contain {' '.join(found)} (nor any of {' '.join(_WANDB_PROJECT_CHARACTERS)})"
+            )
+        if len(self.project) > _WANDB_PROJECT_LENGTH:
+            raise ValueError(
+                f"logging.wandb.project is {len(self.project)} characters long; wandb takes "
+                f"at most {_WANDB_PROJECT_LENGTH}"
+            )
+
+
+@dataclass
+class LoggingConfig:
+    """What rank 0 reports.
+
+    Attributes:
+        log_every: write a metrics line (JSON) every this many steps.
+        progress: show progress (step, loss, tasks/s): a bar on a terminal, else a line
+            on stderr every `progress_every` seconds.
+        progress_every: seconds between two progress lines when stderr is not a terminal.
+        tensorboard: also write the metrics as TensorBoard scalars to
+            `<run_dir>/tensorboard` (needs the `tensorboard` extra); `metrics.jsonl` is
+            written either way.
+        wandb: Weights & Biases settings.
+    """
+
+    log_every: int = 10
+    progress: bool = True
+    progress_every: float = 30.0
+    tensorboard: bool = False
+    wandb: WandbConfig = field(default_factory=WandbConfig)
+
+    def validate(self) -> None:
+        check_min("logging.log_every", self.log_every, 1)
+        if not self.progress_every > 0:
+            raise ValueError(f"logging.progress_every must be > 0, got {self.progress_every}")
+        if self.tensorboard:
+            import importlib.util
+
+            if importlib.util.find_spec("tensorboard") is None:
+                raise ValueError(
+                    "logging.tensorboard=true needs the tensorboard package: "
+                    "pip install 'metadist[tensorboard]'"
+                )
+        self.wandb.validate()

@@ -108,7 +108,11 @@ class StratifiedTaskPartitioner:
         return int(len(self.unit_strata))
 
     def dealer(self, split: str) -> UnitDealer:
-        """The `UnitDealer` of `split` ("train", "val" or "test")."""
+        """The `UnitDealer` of `split` ("train", "val" or "test").
+
+        Raises:
+            ValueError: `split` is not one of them.
+        """
         if split not in self._dealers:
             raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
         return self._dealers[split]
@@ -156,7 +160,11 @@ class StratifiedTaskPartitioner:
         start: int = 0,
         num_rounds: int | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """`(units [M], positions [M])` that rank `rank` gets; see `deal`."""
+        """`(units [M], positions [M])` that rank `rank` gets; see `deal`.
+
+        Raises:
+            ValueError: `rank` not in `0..world_size - 1`, or a bad `split`.
+        """
         if not 0 <= rank < world_size:
             raise ValueError(f"rank must be in 0..{world_size - 1}, got {rank}")
         deal = self.deal(split, epoch, world_size, start=start, num_rounds=num_rounds)

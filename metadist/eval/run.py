@@ -81,9 +81,12 @@ def evaluate_run(
         allow_imports: modules the run's `imports` may import (a loaded run runs no
             code unless allowed; modules already imported need no allowing).
         cache: reuse and keep the baselines (also with `write=False`) in the run's `eval/`,
-            and with `shared_cache` in the cache shared between runs (`eval.shared_cache`).
+            and with `shared_cache` in the cache shared between runs.
         shard: this process's share of an evaluation sharded over torchrun ranks
             (`EvalShard.from_env()`): rank 0 writes the report one process would.
+        shared_cache: with `cache`, also reuse and keep the baselines in the cache
+            shared between runs (`metadist.eval.shared_cache`; `metadist eval
+            --no-shared-cache` turns it off).
         store: the run's store, where it is now (it must be the one the run was trained
             on). Default: where the run's `inference.json` finds it (beside the run as
             recorded, at its absolute path, or the config's `data.store` from the working

@@ -166,7 +166,11 @@ class EvalOptions:
             check(self)
 
     def period_of(self, stratum: str, label: str = "") -> int:
-        """m for a task of `stratum` / `label`; `ValueError` if a mapping does not name it."""
+        """m for a task of `stratum` / `label`.
+
+        Raises:
+            ValueError: `seasonal_period` is a mapping without an entry for the task.
+        """
         if not isinstance(self.seasonal_period, dict):
             return int(self.seasonal_period)
         key = stratum if self.seasonal_period_from == "stratum" else label

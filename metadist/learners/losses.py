@@ -41,6 +41,8 @@ def task_loss(kind: str, prediction: Tensor, target: Tensor) -> Tensor:
         kind: "mse", "mae", "smape" (prediction and target of equal shape; see
             `REGRESSION_LOSSES`) or "cross_entropy" (prediction `[..., N]` logits, target
             `[...]` int64 class indices).
+        prediction: the model's outputs.
+        target: the targets.
 
     Raises:
         ValueError: shapes that do not fit the loss.
@@ -67,7 +69,8 @@ def task_losses(kind: str, prediction: Tensor, target: Tensor) -> Tensor:
 
     Args:
         kind: one of `LOSSES` (see `task_loss`).
-        prediction: `[B, ...]` model outputs; target: `[B, ...]` targets.
+        prediction: `[B, ...]` model outputs.
+        target: `[B, ...]` targets.
 
     Raises:
         ValueError: shapes that do not fit the loss (named per task, without B).

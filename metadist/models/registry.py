@@ -61,9 +61,11 @@ def build_model(
             `MODELS.read_options` gives; or give them as `keywords` (hidden sizes, ...).
             Unknown keys and wrong types are refused first (naming
             `model.options.<key>`), values by the model.
+        **keywords: the options as keywords, instead of `options`.
 
     Raises:
         ValueError: unknown name, shapes the model cannot serve, or a bad option.
+        TypeError: both `options` and `keywords` given.
     """
     if options is not None and keywords:
         raise TypeError(f"build_model({name!r}): options or keywords, not both")

@@ -52,6 +52,9 @@ class Scaler:
 
     Works on numpy arrays and, without importing torch, on torch tensors (the statistics
     are converted with the tensor's own `new_tensor`).
+
+    Raises:
+        ValueError: `kind` is not "global", "per-entity" or "none".
     """
 
     def __init__(self, kind: str, mean: np.ndarray, std: np.ndarray) -> None:

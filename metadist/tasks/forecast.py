@@ -52,6 +52,7 @@ class ForecastSampler(TaskSampler, Configurable):
         options: the sampler's `ForecastSampler.Options` (`ForecastOptions`, in
             `metadist.tasks.forecast_options`), or give its fields as keywords
             (`ForecastSampler(store, lookback=32, horizon=8)`); kept as `self.options`.
+        **keywords: the options' fields, instead of `options`.
 
     Shapes: `support.x [B, K, L, F]`, `support.y [B, K, H, T]`, `query.x [B, Q, L, F]`,
     `query.y [B, Q, H, T]` (float32, contiguous); `entity_index`, `stratum`, `split_time`
@@ -63,8 +64,9 @@ class ForecastSampler(TaskSampler, Configurable):
         num_excluded_entities: of those, the entities too short for a single task (left
             out).
         excluded_entities: `[num_excluded_entities]` their store indices.
-        unit_entity, unit_start, unit_length: `[num_units]` int64 entity, first store
-            row and number of rows of every unit.
+        unit_entity: `[num_units]` int64 entity (store index) of every unit.
+        unit_start: `[num_units]` int64 first store row of every unit.
+        unit_length: `[num_units]` int64 number of rows of every unit.
 
     Raises:
         ValueError: L, H, K, Q or stride < 1; unknown columns; a bad split/unit; a

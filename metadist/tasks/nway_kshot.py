@@ -56,6 +56,7 @@ class NWayKShotSampler(TaskSampler, Configurable):
         store: an open `SeriesStore` (with a label or stratum column).
         options: the sampler's `NWayKShotSampler.Options` (below), or give its fields as
             keywords (`NWayKShotSampler(store, num_ways=5)`); kept as `self.options`.
+        **keywords: the options' fields, instead of `options`.
 
     A class can appear in a task only if the sampler's pool (all usable entities, or the
     split's entities after `confined_to`) holds at least K + Q entities of it; a unit of a

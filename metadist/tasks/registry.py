@@ -85,15 +85,18 @@ def build_task_sampler(
     """Builds the sampler registered as `name` with its options.
 
     Args:
+        name: the registered name, e.g. "forecast", "nway_kshot", "sinusoid".
         store: the series store, for a sampler that reads one.
         path: where the options sit in the config, for messages (default
             `sampler.options`).
         options: the options as a mapping, or as the typed object
             `SAMPLERS.read_options` gives; or give them as `keywords` instead.
+        **keywords: the options as keywords, instead of `options`.
 
     Raises:
         ValueError: unknown name, a sampler that needs a store given none, an unknown
             option (naming its path and the closest valid one) or a bad value.
+        TypeError: both `options` and `keywords` given.
     """
     if options is not None and keywords:
         raise TypeError(f"build_task_sampler({name!r}): options or keywords, not both")

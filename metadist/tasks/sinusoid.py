@@ -22,6 +22,7 @@ class SinusoidSampler(TaskSampler, Configurable):
     Args:
         options: the sampler's `SinusoidSampler.Options` (below), or give its fields as
             keywords (`SinusoidSampler(num_support=5)`); kept as `self.options`.
+        **keywords: the options' fields, instead of `options`.
 
     Shapes: `support.x [B, K, 1]`, `support.y [B, K, 1]`, likewise for the query.
     """

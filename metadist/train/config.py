@@ -328,7 +328,13 @@ class TrainConfig:
         imports: modules to import before the components are built, e.g.
             `["my_samplers"]` for a module that registers a sampler, learner or model;
             importable from the working directory or `PYTHONPATH`.
-        data, sampler, model, learner, optimizer, trainer, logging: the sections.
+        data: where tasks come from and how they are split and loaded (`DataConfig`).
+        sampler: the task sampler and its options (`ComponentConfig`).
+        model: the model and its options (`ModelConfig`).
+        learner: the learner and its options (`ComponentConfig`).
+        optimizer: the meta-optimizer (`OptimizerConfig`).
+        trainer: the meta-training schedule (`TrainerConfig`).
+        logging: what rank 0 reports (`LoggingConfig`).
         pretrain: classifier pre-training of the model before meta-training (off
             unless `pretrain.steps > 0`).
         selection: which checkpoint is the run's best on meta-val, and when it stops
@@ -365,7 +371,11 @@ class TrainConfig:
         return Path(self.run_dir) if self.run_dir else Path("runs") / self.experiment
 
     def validate(self, world_size: int = 1) -> None:
-        """Checks every section; `ValueError` naming the first bad field."""
+        """Checks every section.
+
+        Raises:
+            ValueError: the first bad field, named.
+        """
         if not self.experiment or "/" in self.experiment:
             raise ValueError(f"experiment must be a plain name, got {self.experiment!r}")
         for section in ("sampler", "model", "learner"):

@@ -42,15 +42,19 @@ class PanelSummary:
     Attributes:
         out_dir: the panel directory.
         files: the Parquet files, sorted.
-        num_entities, num_rows: totals.
+        num_entities: entities written.
+        num_rows: rows written.
         num_bytes: size of the files on disk.
         entities_per_stratum: `{sensor_type: number of entities}`.
         num_labels: distinct labels used.
         num_nan: `{column: number of NaN cells}`.
-        min_length, max_length: shortest and longest entity.
+        min_length: rows of the shortest entity.
+        max_length: rows of the longest entity.
         time_kind: "int" or "timestamp".
         seed: the generator seed.
         seconds: wall time of the generation.
+        ingest_args: the `metadist.ingest` keyword arguments that ingest the panel
+            (`SYNTHETIC_INGEST_ARGS`).
     """
 
     out_dir: Path

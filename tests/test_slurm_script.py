@@ -143,6 +143,16 @@ def test_parse_time_limit(value, seconds):
     assert parse_time_limit(value) == seconds
 
 
+@pytest.mark.parametrize("value", ["UNLIMITED", "infinite", "-1", "0", "0:00:00"])
+def test_no_time_limit_is_a_time_limit(capsys, tmp_path, value):
+    """sbatch reads these as no time limit; they were refused as not a Slurm time limit
+    (`0` as leaving no time to train before the checkpoint signal)."""
+    assert parse_time_limit(value) is None
+    command = ["slurm", "submit", "experiment=sinusoid_maml", f"time={value}"]
+    assert main([*command, f"run_dir={tmp_path / 'run'}", "--dry-run"]) == 0
+    assert f"--time={value}" in _directives(capsys.readouterr().out)
+
+
 @pytest.mark.parametrize(
     ("tokens", "message"),
     [

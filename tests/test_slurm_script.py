@@ -323,3 +323,38 @@ def test_a_refused_submission_leaves_no_directory_above_the_run(tmp_path, monkey
     assert main(["slurm", "submit", "experiment=sinusoid_maml"]) == 1
     assert "nothing was submitted" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bin"]
+
+
+@pytest.mark.parametrize("python", ["/nowhere/bin/python", "pyhton3", "venv/bin/python"])
+def test_an_interpreter_that_is_not_there_is_refused_before_submitting(
+    tmp_path, monkeypatch, capsys, python
+):
+    """A `python=` naming no program was written into the script and submitted: the job
+    failed on the nodes once it left the queue. It is one line now, before sbatch."""
+    import sys
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    called = tmp_path / "sbatch-called"
+    (bin_dir / "sbatch").write_text(f"#!/bin/sh\ntouch {called}\necho 1\n")
+    (bin_dir / "sbatch").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.chdir(tmp_path)
+    run_dir = tmp_path / "run"
+    command = ["slurm", "submit", "experiment=sinusoid_maml", f"run_dir={run_dir}"]
+    for extra in (["--dry-run"], []):
+        assert main([*command, f"python={python}", *extra]) == 1
+        captured = capsys.readouterr()
+        assert captured.out == ""
+        err = captured.err.strip().splitlines()
+        assert len(err) == 1 and f"python={python!r}: no such program" in err[0], err
+    assert not called.exists() and not run_dir.exists()
+    # the interpreter running this, by its path or its name on PATH, relative to the job's
+    # working directory too, passes
+    (tmp_path / "venv" / "bin").mkdir(parents=True)
+    os.symlink(sys.executable, tmp_path / "venv" / "bin" / "python")
+    assert main([*command, f"python={python}", "--dry-run"]) == (0 if "venv" in python else 1)
+    capsys.readouterr()
+    assert main([*command, f"python={sys.executable}", "--dry-run"]) == 0
+    assert main([*command, "python=sh", "--dry-run"]) == 0
+    assert not called.exists()

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from metadist.launch.slurm import (
     LAUNCH_KEYS,
+    check_python,
     check_training_config,
     find_sbatch,
     job_from_settings,
@@ -27,6 +28,7 @@ DESCRIPTION = "Slurm jobs that run `torchrun` on every node and survive preempti
 def _cmd_submit(args: argparse.Namespace) -> int:
     job, run_dir = job_from_settings(args.settings, sbatch_args=args.sbatch_arg)
     overrides = list(job.train_args)
+    check_python(job)
     config_dir = None if args.config_dir is None else str(Path(args.config_dir).resolve())
     check_training_config(job, config_dir)
     # A run_dir that holds a run of other settings: the job's training would refuse to

@@ -358,3 +358,18 @@ def test_an_interpreter_that_is_not_there_is_refused_before_submitting(
     assert main([*command, f"python={sys.executable}", "--dry-run"]) == 0
     assert main([*command, "python=sh", "--dry-run"]) == 0
     assert not called.exists()
+
+
+def test_a_run_dir_that_is_a_file_is_refused_before_the_script(tmp_path, monkeypatch, capsys):
+    """A file named as `run_dir=` passed the checks and `--dry-run` printed a script whose
+    log went under it; a submission then failed on "…/slurm: not a directory"."""
+    (tmp_path / "notes.txt").write_text("mine\n")
+    command = ["slurm", "submit", "experiment=sinusoid_maml", "run_dir=notes.txt", "--dry-run"]
+    monkeypatch.chdir(tmp_path)
+    assert main(command) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert (
+        f"run_dir=notes.txt is a file ({tmp_path / 'notes.txt'}), not a directory" in captured.err
+    )
+    assert (tmp_path / "notes.txt").read_text() == "mine\n"

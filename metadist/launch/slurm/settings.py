@@ -96,7 +96,8 @@ def job_from_settings(
         (job, run_dir).
 
     Raises:
-        ValueError: missing experiment, or any invalid setting (named).
+        ValueError: missing experiment, a `run_dir` that is a file, or any invalid setting
+            (named).
     """
     settings, overrides = parse_settings(tokens)
     experiment = _override_value(overrides, "experiment")
@@ -110,6 +111,8 @@ def job_from_settings(
     else:
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
         run_dir = Path(workdir, "runs", "slurm", f"{experiment}-{stamp}").resolve()
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ValueError(f"run_dir={run_dir_value} is a file ({run_dir}), not a directory")
     settings.setdefault("job_name", f"metadist-{experiment}")
     job = SlurmJob(
         train_args=(*overrides, f"run_dir={run_dir}"),

@@ -194,6 +194,52 @@ def test_requeued_job_resumes_and_matches_an_uninterrupted_run(slurm_env, tmp_pa
 
 
 @pytest.mark.integration
+@pytest.mark.timeout(240)
+def test_a_cancel_during_the_sigusr1_stop_is_not_requeued(slurm_env, tmp_path):
+    """`scancel` while a SIGUSR1 stop is under way (the time-limit warning, or one sent by
+    hand) stops the job: the batch shell requeued it after the training had checkpointed,
+    so a cancelled job ran again."""
+    run_dir = tmp_path / "cancelled"
+    submitted = subprocess.run(
+        [sys.executable, "-m", "metadist.cli", "slurm", "submit", *TRAIN_OVERRIDES,
+         f"run_dir={run_dir}", "gpus_per_node=0", "cpus_per_task=1"],
+        env=slurm_env, cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = re.search(r"submitted job (\d+)", submitted.stdout).group(1)
+    log = run_dir / "slurm" / f"{job_id}.out"
+    try:
+        _wait_for(lambda: _latest_step(run_dir) >= 10, "the first checkpoint", 120, log)
+        _slurm(slurm_env, "scancel", "--batch", "--signal=USR1", job_id)
+        _slurm(slurm_env, "scancel", job_id)
+        _wait_for(
+            lambda: (
+                "so this script does not requeue" in log.read_text()
+                or "start 2 on" in log.read_text()
+            ),
+            "the job to stop",
+            90,
+            log,
+        )
+        _wait_for(
+            lambda: (
+                _job_field(slurm_env, job_id, "JobState") != "COMPLETING"
+                and "metadist: training" in log.read_text()
+            ),
+            "the job to end",
+            60,
+            log,
+        )
+    finally:
+        subprocess.run(["scancel", job_id], env=slurm_env, check=False)
+    text = log.read_text()
+    assert "start 2 on" not in text, text
+    assert _job_field(slurm_env, job_id, "Restarts") == "0", text
+    assert _job_field(slurm_env, job_id, "JobState") == "CANCELLED", text
+    assert re.search(r"checkpoint of step \d+ written", text), text
+
+
+@pytest.mark.integration
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_sweep_trials_run_as_slurm_array_elements(slurm_env, tmp_path, monkeypatch):

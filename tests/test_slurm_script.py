@@ -143,6 +143,16 @@ def test_parse_time_limit(value, seconds):
     assert parse_time_limit(value) == seconds
 
 
+@pytest.mark.parametrize("value", ["UNLIMITED", "infinite", "-1", "0", "0:00:00"])
+def test_no_time_limit_is_a_time_limit(capsys, tmp_path, value):
+    """sbatch reads these as no time limit; they were refused as not a Slurm time limit
+    (`0` as leaving no time to train before the checkpoint signal)."""
+    assert parse_time_limit(value) is None
+    command = ["slurm", "submit", "experiment=sinusoid_maml", f"time={value}"]
+    assert main([*command, f"run_dir={tmp_path / 'run'}", "--dry-run"]) == 0
+    assert f"--time={value}" in _directives(capsys.readouterr().out)
+
+
 @pytest.mark.parametrize(
     ("tokens", "message"),
     [
@@ -313,3 +323,53 @@ def test_a_refused_submission_leaves_no_directory_above_the_run(tmp_path, monkey
     assert main(["slurm", "submit", "experiment=sinusoid_maml"]) == 1
     assert "nothing was submitted" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bin"]
+
+
+@pytest.mark.parametrize("python", ["/nowhere/bin/python", "pyhton3", "venv/bin/python"])
+def test_an_interpreter_that_is_not_there_is_refused_before_submitting(
+    tmp_path, monkeypatch, capsys, python
+):
+    """A `python=` naming no program was written into the script and submitted: the job
+    failed on the nodes once it left the queue. It is one line now, before sbatch."""
+    import sys
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    called = tmp_path / "sbatch-called"
+    (bin_dir / "sbatch").write_text(f"#!/bin/sh\ntouch {called}\necho 1\n")
+    (bin_dir / "sbatch").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.chdir(tmp_path)
+    run_dir = tmp_path / "run"
+    command = ["slurm", "submit", "experiment=sinusoid_maml", f"run_dir={run_dir}"]
+    for extra in (["--dry-run"], []):
+        assert main([*command, f"python={python}", *extra]) == 1
+        captured = capsys.readouterr()
+        assert captured.out == ""
+        err = captured.err.strip().splitlines()
+        assert len(err) == 1 and f"python={python!r}: no such program" in err[0], err
+    assert not called.exists() and not run_dir.exists()
+    # the interpreter running this, by its path or its name on PATH, relative to the job's
+    # working directory too, passes
+    (tmp_path / "venv" / "bin").mkdir(parents=True)
+    os.symlink(sys.executable, tmp_path / "venv" / "bin" / "python")
+    assert main([*command, f"python={python}", "--dry-run"]) == (0 if "venv" in python else 1)
+    capsys.readouterr()
+    assert main([*command, f"python={sys.executable}", "--dry-run"]) == 0
+    assert main([*command, "python=sh", "--dry-run"]) == 0
+    assert not called.exists()
+
+
+def test_a_run_dir_that_is_a_file_is_refused_before_the_script(tmp_path, monkeypatch, capsys):
+    """A file named as `run_dir=` passed the checks and `--dry-run` printed a script whose
+    log went under it; a submission then failed on "…/slurm: not a directory"."""
+    (tmp_path / "notes.txt").write_text("mine\n")
+    command = ["slurm", "submit", "experiment=sinusoid_maml", "run_dir=notes.txt", "--dry-run"]
+    monkeypatch.chdir(tmp_path)
+    assert main(command) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert (
+        f"run_dir=notes.txt is a file ({tmp_path / 'notes.txt'}), not a directory" in captured.err
+    )
+    assert (tmp_path / "notes.txt").read_text() == "mine\n"

@@ -13,24 +13,29 @@ from pathlib import Path
 
 from metadist.launch.slurm import (
     LAUNCH_KEYS,
+    check_python,
     check_training_config,
     find_sbatch,
     job_from_settings,
     submit_script,
     write_script,
 )
+from metadist.train.rerun_check import check_same_settings
 
 DESCRIPTION = "Slurm jobs that run `torchrun` on every node and survive preemption by requeueing."
 
 
 def _cmd_submit(args: argparse.Namespace) -> int:
     job, run_dir = job_from_settings(args.settings, sbatch_args=args.sbatch_arg)
-    if args.config_dir is not None:  # the job's ranks read the same experiments
-        config_dir = str(Path(args.config_dir).resolve())
+    overrides = list(job.train_args)
+    check_python(job)
+    config_dir = None if args.config_dir is None else str(Path(args.config_dir).resolve())
+    check_training_config(job, config_dir)
+    # A run_dir that holds a run of other settings: the job's training would refuse to
+    # resume it once the job starts, after its wait in the queue.
+    check_same_settings(overrides, run_dir, None, config_dir)
+    if config_dir is not None:  # the job's ranks read the same experiments
         job = replace(job, train_args=(*job.train_args, "--config-dir", config_dir))
-        check_training_config(replace(job, train_args=job.train_args[:-2]), config_dir)
-    else:
-        check_training_config(job)
     if args.dry_run:
         print(job.render(), end="")
         return 0

@@ -3,7 +3,9 @@
 A command that starts `metadist train` in a run directory it chooses itself (the demo:
 `--out`'s `run/`) asks first whether the run there has other settings, so that the
 refusal names the remedy that works for that command, not the training's `run_dir=...`,
-which the command does not take, and comes before the training is started.
+which the command does not take, and comes before the training is started. `metadist
+slurm submit` asks before it submits, so that the refusal does not wait for the job to
+leave the queue.
 """
 
 from __future__ import annotations
@@ -17,11 +19,15 @@ from metadist.train.resume import check_same_run
 
 
 def check_same_settings(
-    overrides: list[str], run_dir: Path, new_run: str, config_dir: str | os.PathLike | None = None
+    overrides: list[str],
+    run_dir: Path,
+    new_run: str | None,
+    config_dir: str | os.PathLike | None = None,
 ) -> None:
     """Refuses a training of `overrides` (in the experiments of `config_dir`, where given)
     in `run_dir` where the run there has other settings, as the training would on
-    resuming it (`check_same_run`), its message naming `new_run`: how to start a new run.
+    resuming it (`check_same_run`), its message naming `new_run`: how to start a new run
+    (None: a free `run_dir=...`, as the training's own refusal says).
     Anything else (no checkpoint, an unreadable one, a bad config) passes: the training
     then says what is wrong.
 

@@ -25,6 +25,7 @@ from metadist.launch.slurm.job import SlurmJob, parse_time_limit
 from metadist.launch.slurm.script import render_script, write_script
 from metadist.launch.slurm.settings import (
     LAUNCH_KEYS,
+    check_python,
     check_training_config,
     job_from_settings,
     parse_settings,
@@ -34,6 +35,7 @@ from metadist.launch.slurm.submit import find_sbatch, submit_script
 __all__ = [
     "LAUNCH_KEYS",
     "SlurmJob",
+    "check_python",
     "check_training_config",
     "find_sbatch",
     "job_from_settings",

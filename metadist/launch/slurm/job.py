@@ -14,36 +14,44 @@ _TIME_PATTERN = re.compile(
     r"|(?P<a>\d+)(?::(?P<b>\d+)(?::(?P<c>\d+))?)?)$"
 )
 _SAFE_VALUE = re.compile(r"^[A-Za-z0-9_.,:@%+=/-]+$")
+# sbatch's words for no time limit (any case)
+_NO_LIMIT = ("unlimited", "infinite", "-1")
 # Node features combine with & | [ ] * ( ) (sbatch --constraint).
 _SAFE_CONSTRAINT = re.compile(r"^[A-Za-z0-9_.,:@%+=/&|*()\[\]-]+$")
 
 
-def parse_time_limit(value: str) -> int:
-    """Seconds in a Slurm time limit.
+def parse_time_limit(value: str) -> int | None:
+    """Seconds in a Slurm time limit; None where it asks for no limit.
 
-    Accepts Slurm's forms: `M`, `M:S`, `H:M:S`, `D-H`, `D-H:M`, `D-H:M:S`.
+    Accepts Slurm's forms: `M`, `M:S`, `H:M:S`, `D-H`, `D-H:M`, `D-H:M:S`, and no limit
+    as sbatch reads it: `UNLIMITED`, `INFINITE` (any case), `-1`, or a limit of zero.
 
     Raises:
         ValueError: any other form.
     """
+    if value.strip().lower() in _NO_LIMIT:
+        return None
     match = _TIME_PATTERN.match(value.strip())
     if not match:
         raise ValueError(
-            f"time={value!r} is not a Slurm time limit (use M, M:S, H:M:S, D-H, D-H:M or D-H:M:S)"
+            f"time={value!r} is not a Slurm time limit (use M, M:S, H:M:S, D-H, D-H:M or "
+            "D-H:M:S, or UNLIMITED)"
         )
     groups = {k: int(v) for k, v in match.groupdict().items() if v is not None}
     if "days" in groups:
-        return (
+        seconds = (
             groups["days"] * 86400
             + groups["dh"] * 3600
             + groups.get("dm", 0) * 60
             + groups.get("ds", 0)
         )
-    if "c" in groups:
-        return groups["a"] * 3600 + groups["b"] * 60 + groups["c"]
-    if "b" in groups:
-        return groups["a"] * 60 + groups["b"]
-    return groups["a"] * 60
+    elif "c" in groups:
+        seconds = groups["a"] * 3600 + groups["b"] * 60 + groups["c"]
+    elif "b" in groups:
+        seconds = groups["a"] * 60 + groups["b"]
+    else:
+        seconds = groups["a"] * 60
+    return seconds or None  # sbatch: "a time limit of zero requests that no time limit be imposed"
 
 
 @dataclass(frozen=True)
@@ -58,7 +66,8 @@ class SlurmJob:
         nproc_per_node: training processes per node; defaults to `gpus_per_node`, or 1 on
             CPU-only nodes.
         cpus_per_task: CPUs for each node's task; defaults to `nproc_per_node`.
-        time: Slurm time limit (`H:M:S`, `D-H:M:S`, …); the partition's default if unset.
+        time: Slurm time limit (`H:M:S`, `D-H:M:S`, …, `UNLIMITED`); the partition's
+            default if unset.
         partition, account, qos, mem, constraint: passed to sbatch when set.
         job_name: the job's name; `metadist-<experiment>` by default.
         port: rendezvous port on the first node; derived from the job id if unset, so that
@@ -127,7 +136,7 @@ class SlurmJob:
             raise ValueError(f"signal_before must be 1..65535 seconds, got {self.signal_before!r}")
         if self.time is not None:
             limit = parse_time_limit(self.time)
-            if limit <= self.signal_before:
+            if limit is not None and limit <= self.signal_before:
                 raise ValueError(
                     f"time={self.time} ({limit} s) leaves no time to train before the "
                     f"checkpoint signal at signal_before={self.signal_before} s; "

@@ -131,6 +131,13 @@ while true; do
     kill -0 "$srun_pid" 2>/dev/null || break
 done
 
+# SIGTERM to this shell during the SIGUSR1 stop: a scancel, whose stop wins (a requeue
+# here ran a cancelled job again), or Slurm's own requeue or preemption, which requeues
+# the job itself.
+if (( requeue_requested && term_received )); then
+    echo "metadist: training stopped with status $status; SIGTERM (a cancel, requeue or preemption) came during the SIGUSR1 stop, so this script does not requeue job $SLURM_JOB_ID"
+    exit "$status"
+fi
 if (( requeue_requested )); then
     echo "metadist: training stopped with status $status; requeueing job $SLURM_JOB_ID"
     scontrol requeue "$SLURM_JOB_ID"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import shutil
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
@@ -95,7 +96,8 @@ def job_from_settings(
         (job, run_dir).
 
     Raises:
-        ValueError: missing experiment, or any invalid setting (named).
+        ValueError: missing experiment, a `run_dir` that is a file, or any invalid setting
+            (named).
     """
     settings, overrides = parse_settings(tokens)
     experiment = _override_value(overrides, "experiment")
@@ -109,6 +111,8 @@ def job_from_settings(
     else:
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
         run_dir = Path(workdir, "runs", "slurm", f"{experiment}-{stamp}").resolve()
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ValueError(f"run_dir={run_dir_value} is a file ({run_dir}), not a directory")
     settings.setdefault("job_name", f"metadist-{experiment}")
     job = SlurmJob(
         train_args=(*overrides, f"run_dir={run_dir}"),
@@ -118,6 +122,29 @@ def job_from_settings(
         **settings,  # type: ignore[arg-type]
     )
     return job, run_dir
+
+
+def check_python(job: SlurmJob) -> None:
+    """Refuses a job whose `python` names no program from where it is submitted: the
+    nodes run it from a shared file system (as they read `run_dir` and `data.store`), in
+    the job's working directory, so a typo would otherwise fail only once the job has
+    left the queue.
+
+    Raises:
+        FileNotFoundError: naming the value and the default.
+    """
+    python, workdir = job.python, job.workdir
+    if os.sep in python:
+        path = Path(workdir, python)
+        found = path.is_file() and os.access(path, os.X_OK)
+    else:  # a command the nodes look up on their PATH, as this host does
+        found = shutil.which(python) is not None
+    if not found:
+        raise FileNotFoundError(
+            f"python={python!r}: no such program from here (the nodes run it from a shared "
+            f"file system, in the working directory {workdir}); name the interpreter that "
+            "has metadist, or leave python= out for the one running this command"
+        )
 
 
 def check_training_config(job: SlurmJob, config_dir: str | os.PathLike | None = None) -> None:

@@ -50,6 +50,7 @@ _LOST_PEER_WINDOW_S = 10.0
 
 def main(argv: list[str] | None = None) -> int:
     try:
+        from torch.distributed import DistNetworkError
         from torch.distributed.elastic.multiprocessing.api import SignalException
         from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
         from torch.distributed.run import main as torchrun_main
@@ -65,6 +66,10 @@ def main(argv: list[str] | None = None) -> int:
         lost_at = reports.lost_at if reports else {}
         raised = reports.raised if reports else set()
         print(_failure_line(failed.failures, held, lost_at, raised), file=sys.stderr)
+        return 1
+    except DistNetworkError as error:  # its rendezvous could not start (a port in use)
+        _finish(reports)
+        print(_rendezvous_line(error), file=sys.stderr)
         return 1
     except KeyboardInterrupt:  # a Ctrl-C before torchrun set its handlers (rendezvous)
         return _stopped_early(reports)
@@ -117,6 +122,19 @@ def _stopped_early(reports: RankReports | None) -> int:
     if not stop_reported_by_owner():  # else the command that started it says so
         print("torchrun: stopped by SIGINT before its worker processes started", file=sys.stderr)
     return 128 + signal.SIGINT
+
+
+def _rendezvous_line(error: Exception) -> str:
+    """The one line of a rendezvous that could not start: torchrun's reason, and where
+    its store's port is taken by another process, how to choose another."""
+    reason = short(last_line([str(error).strip().encode()]) or type(error).__name__)
+    line = f"torchrun: error: the rendezvous could not start: {reason}"
+    if "EADDRINUSE" in reason:
+        line += (
+            "; another process listens on that port: pass a free one (--master_port, "
+            "--rdzv-endpoint HOST:PORT), or --standalone to have one chosen"
+        )
+    return line
 
 
 class _StopNotices(logging.Filter):

@@ -32,6 +32,7 @@ from typing import Any
 
 from metadist.launch.local_ranks import stop_reported_by_owner
 from metadist.launch.rank_reports import RankReports, collapsed, last_line, short, write_all
+from metadist.stop_signals import Stopped, stops_raised
 
 # torchrun's warnings on a stop signal (one per worker), its error log of a failed worker
 # (the one line of `_failure_line` says it), and the loggers they come from
@@ -60,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     argv, log_dir = _with_log_dir(sys.argv[1:] if argv is None else list(argv))
     reports = RankReports.start()
     try:
-        torchrun_main(argv)
+        with stops_raised():  # SIGTERM before torchrun sets its handlers (rendezvous)
+            torchrun_main(argv)
     except ChildFailedError as failed:
         held = reports.finish() if reports else {}
         lost_at = reports.lost_at if reports else {}
@@ -73,6 +75,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:  # a Ctrl-C before torchrun set its handlers (rendezvous)
         return _stopped_early(reports)
+    except Stopped as stopped:
+        return _stopped_early(reports, stopped.signum)
     except SignalException as stopped:
         _finish(reports)
         number = int(stopped.sigval)
@@ -116,12 +120,14 @@ def _options(argv: list[str]) -> list[str]:
     return argv
 
 
-def _stopped_early(reports: RankReports | None) -> int:
-    """Ctrl-C before any worker started (torch imported, rendezvous): one line, 130."""
+def _stopped_early(reports: RankReports | None, signum: int = signal.SIGINT) -> int:
+    """Ctrl-C (or `signum`: SIGTERM, SIGHUP) before any worker started (torch imported,
+    rendezvous): one line, 128 + the signal's number."""
     _finish(reports)
     if not stop_reported_by_owner():  # else the command that started it says so
-        print("torchrun: stopped by SIGINT before its worker processes started", file=sys.stderr)
-    return 128 + signal.SIGINT
+        name = signal.Signals(signum).name
+        print(f"torchrun: stopped by {name} before its worker processes started", file=sys.stderr)
+    return 128 + signum
 
 
 def _rendezvous_line(error: Exception) -> str:

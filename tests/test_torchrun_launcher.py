@@ -54,15 +54,19 @@ def test_a_failed_rank_is_named_in_one_line(tmp_path):
 
 @pytest.mark.slow  # it waits for torchrun's rendezvous to be up; `make test-slow` runs it
 @pytest.mark.timeout(180)
-def test_ctrl_c_in_the_rendezvous_is_one_line(tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_in_the_rendezvous_is_one_line(tmp_path, signum):
     """A Ctrl-C reaches torchrun while it waits in the rendezvous (here for a second
     node that never comes), before its own handlers: it was a KeyboardInterrupt
-    traceback of torchrun's frames."""
+    traceback of torchrun's frames. A SIGTERM there (a Slurm job cancelled while its
+    nodes meet) ended the launcher at once: nothing said, its log directory left in
+    the temporary directory."""
     import socket
 
     script = tmp_path / "wait.py"
     script.write_text("import time\ntime.sleep(100)\n")
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+    _temporary(script).mkdir()
+    env = dict(os.environ, OMP_NUM_THREADS="1", TMPDIR=str(_temporary(script)))
     env.pop(OWNER_ENV, None)
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -80,11 +84,13 @@ def test_ctrl_c_in_the_rendezvous_is_one_line(tmp_path):
                 break
         time.sleep(0.2)
     time.sleep(1.0)  # and waiting in it for the second node
-    process.send_signal(signal.SIGINT)
+    process.send_signal(signum)
     _, err = process.communicate(timeout=60)
-    assert process.returncode == 128 + signal.SIGINT, err
+    assert process.returncode == 128 + signum, err
     lines = err.strip().splitlines()
-    assert lines == ["torchrun: stopped by SIGINT before its worker processes started"], err
+    name = signal.Signals(signum).name
+    assert lines == [f"torchrun: stopped by {name} before its worker processes started"], err
+    assert _left_behind(script) == []
 
 
 @pytest.mark.timeout(120)

@@ -29,6 +29,7 @@ from metadist.train.checkpoint import CheckpointError
 from metadist.train.compose import compose_dict, load_config
 from metadist.train.loop import NonFiniteLossError, train
 from metadist.train.preflight import check_before_launch
+from metadist.train.rank_errors import raised_on
 from metadist.train.signals import SecondInterrupt
 from metadist.user_code import user_code_location, user_error_line
 
@@ -127,11 +128,9 @@ def main(argv: list[str] | None = None, prog: str = "metadist train") -> int:
         OutOfSpaceError,
         UnwritableError,
     ) as error:
-        # Under torchrun every rank meets the same error; one copy is enough.
-        if _local_rank() == 0:
-            # raised in the user's own code (a sampler of theirs): where, unless said
-            where = "" if " (at " in str(error) else user_code_location(error, installed=False)
-            print(f"{prog}: error: {error}{where}", file=sys.stderr)
+        # raised in the user's own code (a sampler of theirs): where, unless said
+        where = "" if " (at " in str(error) else user_code_location(error, installed=False)
+        _say_error(prog, f"{error}{where}", error)
         return 1
     except KeyboardInterrupt as interrupt:
         return _interrupted(interrupt, prog)
@@ -141,8 +140,7 @@ def main(argv: list[str] | None = None, prog: str = "metadist train") -> int:
         line = user_error_line(error)
         if line is None:
             raise  # metadist's own: its traceback is the report
-        if _local_rank() == 0:
-            print(f"{prog}: error: {line}", file=sys.stderr)
+        _say_error(prog, line, error)
         return 1
     if result is not None and result.stopped_by == "SIGINT":
         # the training's own line named the checkpoint; under a launcher, it says the rest
@@ -154,6 +152,16 @@ def main(argv: list[str] | None = None, prog: str = "metadist train") -> int:
     if result.stopped_by is None and eval_options is not None:
         return _evaluate_at_end(result.run_dir, eval_options, prog)
     return 0
+
+
+def _say_error(prog: str, line: str, error: BaseException) -> None:
+    """Prints `prog: error: line` once under torchrun: by local rank 0 for an error every
+    rank meets alike, by the rank that met it for one of its meta-steps (naming it)."""
+    rank = raised_on(error)
+    if rank is not None:
+        print(f"{prog}: error: on rank {rank}: {line}", file=sys.stderr)
+    elif _local_rank() == 0:
+        print(f"{prog}: error: {line}", file=sys.stderr)
 
 
 def _interrupted(interrupt: KeyboardInterrupt, prog: str) -> int:

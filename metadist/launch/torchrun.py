@@ -32,6 +32,7 @@ from typing import Any
 
 from metadist.launch.local_ranks import stop_reported_by_owner
 from metadist.launch.rank_reports import RankReports, collapsed, last_line, short, write_all
+from metadist.stop_signals import Stopped, stops_raised
 
 # torchrun's warnings on a stop signal (one per worker), its error log of a failed worker
 # (the one line of `_failure_line` says it), and the loggers they come from
@@ -50,6 +51,7 @@ _LOST_PEER_WINDOW_S = 10.0
 
 def main(argv: list[str] | None = None) -> int:
     try:
+        from torch.distributed import DistNetworkError
         from torch.distributed.elastic.multiprocessing.api import SignalException
         from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
         from torch.distributed.run import main as torchrun_main
@@ -59,15 +61,22 @@ def main(argv: list[str] | None = None) -> int:
     argv, log_dir = _with_log_dir(sys.argv[1:] if argv is None else list(argv))
     reports = RankReports.start()
     try:
-        torchrun_main(argv)
+        with stops_raised():  # SIGTERM before torchrun sets its handlers (rendezvous)
+            torchrun_main(argv)
     except ChildFailedError as failed:
         held = reports.finish() if reports else {}
         lost_at = reports.lost_at if reports else {}
         raised = reports.raised if reports else set()
         print(_failure_line(failed.failures, held, lost_at, raised), file=sys.stderr)
         return 1
+    except DistNetworkError as error:  # its rendezvous could not start (a port in use)
+        _finish(reports)
+        print(_rendezvous_line(error), file=sys.stderr)
+        return 1
     except KeyboardInterrupt:  # a Ctrl-C before torchrun set its handlers (rendezvous)
         return _stopped_early(reports)
+    except Stopped as stopped:
+        return _stopped_early(reports, stopped.signum)
     except SignalException as stopped:
         _finish(reports)
         number = int(stopped.sigval)
@@ -111,12 +120,27 @@ def _options(argv: list[str]) -> list[str]:
     return argv
 
 
-def _stopped_early(reports: RankReports | None) -> int:
-    """Ctrl-C before any worker started (torch imported, rendezvous): one line, 130."""
+def _stopped_early(reports: RankReports | None, signum: int = signal.SIGINT) -> int:
+    """Ctrl-C (or `signum`: SIGTERM, SIGHUP) before any worker started (torch imported,
+    rendezvous): one line, 128 + the signal's number."""
     _finish(reports)
     if not stop_reported_by_owner():  # else the command that started it says so
-        print("torchrun: stopped by SIGINT before its worker processes started", file=sys.stderr)
-    return 128 + signal.SIGINT
+        name = signal.Signals(signum).name
+        print(f"torchrun: stopped by {name} before its worker processes started", file=sys.stderr)
+    return 128 + signum
+
+
+def _rendezvous_line(error: Exception) -> str:
+    """The one line of a rendezvous that could not start: torchrun's reason, and where
+    its store's port is taken by another process, how to choose another."""
+    reason = short(last_line([str(error).strip().encode()]) or type(error).__name__)
+    line = f"torchrun: error: the rendezvous could not start: {reason}"
+    if "EADDRINUSE" in reason:
+        line += (
+            "; another process listens on that port: pass a free one (--master_port, "
+            "--rdzv-endpoint HOST:PORT), or --standalone to have one chosen"
+        )
+    return line
 
 
 class _StopNotices(logging.Filter):

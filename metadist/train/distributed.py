@@ -65,6 +65,20 @@ def read_env(device: str = "auto", backend: str = "auto") -> DistEnv:
         ) from None
     if world_size < 1 or not 0 <= rank < world_size:
         raise ValueError(f"bad torchrun environment: RANK={rank}, WORLD_SIZE={world_size}")
+    return rank_env(rank, world_size, local_rank, device, backend)
+
+
+def rank_env(
+    rank: int, world_size: int, local_rank: int, device: str = "auto", backend: str = "auto"
+) -> DistEnv:
+    """Where rank `rank` of `world_size` (`local_rank` on its machine) trains, with the
+    settings `trainer.device` and `trainer.backend` (see `read_env`): what a launcher
+    checks for its ranks before it starts them.
+
+    Raises:
+        ValueError: `cuda` asked for without a GPU (or without one for `local_rank`), or
+            NCCL asked for on CPU.
+    """
     cuda = torch.cuda.is_available()
     if device.startswith("cuda") and not cuda:
         raise ValueError(f"trainer.device={device} but no GPU is visible; use trainer.device=auto")

@@ -47,6 +47,7 @@ from metadist.train.logging import NullLogger, RunLogger
 from metadist.train.metrics_window import MetricsWindow
 from metadist.train.optim import scheduled_lr
 from metadist.train.pretrain_phase import run_pretraining
+from metadist.train.rank_errors import own_errors
 from metadist.train.resume import check_same_run, finished_before, resume
 from metadist.train.rng import rng_state
 from metadist.train.selection import Selection, check_val_metric
@@ -259,7 +260,7 @@ def _run(config: TrainConfig, env: DistEnv, parts: RunParts, on_eval) -> TrainRe
             find_unused_parameters=config.trainer.find_unused_parameters,
         )
     try:
-        with StopRequest() as stop:
+        with StopRequest() as stop, own_errors(env):  # a rank's own error: it says so
             context = _Context(config, env, parts, model, logger, stop, run_id, on_eval, selection)
             if checkpoint is None and config.pretrain.steps > 0 and selection is not None:
                 checkpoint = _select_pretrained(context)

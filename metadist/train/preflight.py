@@ -2,7 +2,8 @@
 the process that launches them (`metadist train --nproc-per-node=N`): one line before
 any process starts, rather than that line from a rank and torchrun's report after it.
 
-`check_before_launch` reads the components' options, builds the task source (store,
+`check_before_launch` checks the device and backend each rank would take (a GPU
+asked for on a machine without enough), reads the components' options, builds the task source (store,
 sampler, split) and the meta-train and meta-val loaders of rank 0 at the launch's world
 size, and confirms that the run directory is not a store, can take the run's logs
 (`check_log_sinks`), holds no run of other settings and is not in use by another
@@ -21,7 +22,7 @@ from metadist.store.format import is_store
 from metadist.train.build import build_loaders, build_task_source, check_components
 from metadist.train.checkpoint import latest_checkpoint, load_checkpoint
 from metadist.train.config import TrainConfig
-from metadist.train.distributed import DistEnv
+from metadist.train.distributed import DistEnv, rank_env
 from metadist.train.log_sinks import check_log_sinks
 from metadist.train.resume import check_same_run, check_same_store_path
 
@@ -33,6 +34,8 @@ def check_before_launch(config: TrainConfig, world_size: int) -> None:
     Raises:
         ValueError, FileNotFoundError: naming the setting at fault.
     """
+    last = world_size - 1  # the rank that needs the most GPUs of this machine
+    rank_env(last, world_size, last, config.trainer.device, config.trainer.backend)
     run_dir = config.resolved_run_dir
     if is_store(run_dir):
         raise ValueError(

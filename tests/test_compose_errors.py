@@ -107,3 +107,16 @@ def test_an_unset_environment_variable_names_the_key_and_the_variable(monkeypatc
     ] == ("runs/x")
     message = _error(["experiment=sinusoid_maml", "trainer.seed=${trainer.nope}"])
     assert message == "trainer.seed: Interpolation key 'trainer.nope' not found"
+
+
+def test_a_number_from_an_environment_variable_names_the_decoding(monkeypatch):
+    """`${oc.env:X}` is a string: `trainer.seed must be an integer, got '3'` said no more."""
+    from metadist.train.compose import load_config
+
+    monkeypatch.setenv("METADIST_TEST_SEED", "3")
+    with pytest.raises(ValueError) as caught:
+        load_config(["experiment=sinusoid_maml", "trainer.seed=${oc.env:METADIST_TEST_SEED}"])
+    remedy = "trainer.seed='${oc.decode:${oc.env:NAME}}'"
+    assert remedy in str(caught.value)
+    given = remedy.replace("NAME", "METADIST_TEST_SEED")
+    assert load_config(["experiment=sinusoid_maml", given]).trainer.seed == 3

@@ -115,11 +115,15 @@ def coerce(hint: Any, value: Any, name: str) -> Any:
         return bool(value)
     if hint is int:
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
-            raise ValueError(f"{name} must be an integer, got {_one_line(value)}")
+            raise ValueError(
+                f"{name} must be an integer, got {_one_line(value)}{_a_string(value, name)}"
+            )
         return int(value)
     if hint is float:
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
-            raise ValueError(f"{name} must be a number, got {_one_line(value)}")
+            raise ValueError(
+                f"{name} must be a number, got {_one_line(value)}{_a_string(value, name)}"
+            )
         return float(value)
     if hint is str:
         if not isinstance(value, str):
@@ -147,6 +151,21 @@ def coerce(hint: Any, value: Any, name: str) -> Any:
             raise ValueError(f"{name} must be a {hint.__name__}, got {_one_line(value)}")
         return value
     return value  # an annotation this reader does not interpret: the component checks it
+
+
+def _a_string(value: Any, name: str) -> str:
+    """For a number written as a string (`'3'`): where such a string comes from, and the
+    override that reads an environment variable's value as a number."""
+    if not isinstance(value, str):
+        return ""
+    try:
+        float(value)
+    except ValueError:
+        return ""
+    return (
+        ", a string (quoted, or an ${oc.env:NAME} value, always a string: "
+        f"\"{name}='${{oc.decode:${{oc.env:NAME}}}}'\" reads it as a number)"
+    )
 
 
 def _one_line(value: Any) -> str:

@@ -17,6 +17,12 @@ from typing import Any
 from metadist.configs import EXPERIMENTS_ENV as EXPERIMENTS_ENV
 from metadist.configs import find_experiments_dir
 from metadist.options import unknown_key_error
+from metadist.train.compose_errors import (
+    check_experiment_header,
+    check_no_hydra_settings,
+    composition_error_line,
+    yaml_error_line,
+)
 from metadist.train.config import TrainConfig, build_config
 
 
@@ -32,6 +38,8 @@ def compose_dict(overrides: list[str], config_dir: str | os.PathLike | None = No
             one of a field that does not exist, naming it and the closest existing field.
     """
     directory = find_experiments_dir(config_dir)
+    check_no_hydra_settings(overrides)
+    check_experiment_header(directory, overrides)
     given = list(overrides)
     overrides = replace_options(overrides)
     choices, values = _compose_checked(directory, overrides)
@@ -158,6 +166,7 @@ def _defaults_naming(directory: Path, group: str, name: str) -> str:
 def _compose(directory: Path, overrides: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
     """`(group choices, composed values)`; `_UnknownKey` for an override of a key the
     config does not have, `ValueError` for any other composition error."""
+    import yaml
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
     from omegaconf import OmegaConf, open_dict
@@ -174,6 +183,8 @@ def _compose(directory: Path, overrides: list[str]) -> tuple[dict[str, Any], dic
         with open_dict(cfg):
             del cfg["hydra"]
         values: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
+    except yaml.YAMLError as error:  # a config file's syntax: Hydra passes it on as it is
+        raise ValueError(yaml_error_line(error)) from None
     except (HydraException, OmegaConfBaseException) as error:
         unknown = _UNKNOWN_KEY.search(str(error))
         if unknown and not unknown.group(1).startswith("~"):
@@ -183,6 +194,9 @@ def _compose(directory: Path, overrides: list[str]) -> tuple[dict[str, Any], dic
             raise ValueError(
                 _missing_option(directory, missing.group(1), missing.group(2), overrides)
             ) from None
+        line = composition_error_line(error)
+        if line is not None:
+            raise ValueError(line) from None
         said = "; ".join(line.strip() for line in str(error).splitlines() if line.strip())
         raise ValueError(f"cannot compose the experiment config: {said}") from None
     return choices, values

@@ -152,7 +152,7 @@ def test_sigterm_to_the_command_says_so_and_keeps_the_store(tmp_path, source):
     ingest(source, out, scaling="global", progress=False, **OPTIONS)
     metadata_before = (out / METADATA_FILE).read_bytes()
     child = _kill_during(source, out, "write", signal.SIGTERM, CLI_CHILD)
-    assert child.returncode == 128 + signal.SIGTERM
+    assert child.returncode == 128 + signal.SIGTERM, child.errors[-2000:]
     lines = child.errors.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("metadist ingest: stopped by SIGTERM"), lines
     assert str(out) in lines[0]

@@ -84,13 +84,10 @@ def evaluate_run(
             and with `shared_cache` in the cache shared between runs.
         shard: this process's share of an evaluation sharded over torchrun ranks
             (`EvalShard.from_env()`): rank 0 writes the report one process would.
-        shared_cache: with `cache`, also reuse and keep the baselines in the cache
-            shared between runs (`metadist.eval.shared_cache`; `metadist eval
-            --no-shared-cache` turns it off).
-        store: the run's store, where it is now (it must be the one the run was trained
-            on). Default: where the run's `inference.json` finds it (beside the run as
-            recorded, at its absolute path, or the config's `data.store` from the working
-            directory: a run moved away from its store), else the config's `data.store`.
+        shared_cache: with `cache`, also use the cache shared between runs
+            (`metadist.eval.shared_cache`; `metadist eval --no-shared-cache`).
+        store: the run's store, where it is now (the one it was trained on). Default:
+            where `inference.json` finds it (`metadist.train.artifact.current_store`).
 
     Returns:
         The result dict, with `paths` (the files written) and `timings` (seconds by

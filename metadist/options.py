@@ -164,7 +164,7 @@ def _a_string(value: Any, name: str) -> str:
         return ""
     return (
         ", a string (quoted, or an ${oc.env:NAME} value, always a string: "
-        f"\"{name}='${{oc.decode:${{oc.env:NAME}}}}'\" reads it as a number)"
+        f"'{name}=\"${{oc.decode:${{oc.env:NAME}}}}\"' reads it as a number)"
     )
 
 

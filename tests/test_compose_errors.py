@@ -4,6 +4,7 @@ before anything is written (`metadist.train.compose_errors`)."""
 from __future__ import annotations
 
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,15 @@ def experiments(tmp_path: Path) -> Path:
     return copy
 
 
+def _through_the_shell(words: str) -> str:
+    """The argument bash makes of `words`, as a user would paste them."""
+    done = subprocess.run(
+        ["bash", "-c", f"printf '%s' {words}"], capture_output=True, text=True, timeout=30
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
 def _error(overrides: list[str], config_dir: Path | None = None) -> str:
     with pytest.raises(ValueError) as caught:
         compose_dict(overrides, config_dir)
@@ -31,10 +41,11 @@ def _error(overrides: list[str], config_dir: Path | None = None) -> str:
 def test_an_override_hydra_cannot_parse_is_named_with_the_quoting_that_reads_it():
     message = _error(["experiment=synthetic_maml", "data.store=a=b/store"])
     assert message.startswith("data.store=a=b/store: not an override Hydra can read (")
-    assert "\"data.store='a=b/store'\"" in message
+    assert "'data.store=\"a=b/store\"'" in message
+    assert _through_the_shell("'data.store=\"a=b/store\"'") == 'data.store="a=b/store"'
     assert "hydra.cc" not in message
     # the remedy as given composes, the '=' kept
-    assert compose_dict(["experiment=synthetic_maml", "data.store='a=b/store'"])["data"][
+    assert compose_dict(["experiment=synthetic_maml", 'data.store="a=b/store"'])["data"][
         "store"
     ] == ("a=b/store")
     message = _error(["experiment=sinusoid_maml", "trainer.meta_steps=[1,2"])
@@ -116,7 +127,8 @@ def test_a_number_from_an_environment_variable_names_the_decoding(monkeypatch):
     monkeypatch.setenv("METADIST_TEST_SEED", "3")
     with pytest.raises(ValueError) as caught:
         load_config(["experiment=sinusoid_maml", "trainer.seed=${oc.env:METADIST_TEST_SEED}"])
-    remedy = "trainer.seed='${oc.decode:${oc.env:NAME}}'"
+    remedy = "'trainer.seed=\"${oc.decode:${oc.env:NAME}}\"'"
     assert remedy in str(caught.value)
-    given = remedy.replace("NAME", "METADIST_TEST_SEED")
+    # as a shell passes it on
+    given = _through_the_shell(remedy.replace("NAME", "METADIST_TEST_SEED"))
     assert load_config(["experiment=sinusoid_maml", given]).trainer.seed == 3

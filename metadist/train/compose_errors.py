@@ -104,10 +104,11 @@ def _parse_error_line(override: str, message: str) -> str:
     said = next((x for x in lines if not x.startswith(("Error parsing", "See "))), message)
     key, sep, value = override.partition("=")
     remedy = "see `metadist train --help` for the override syntax"
-    quotable = value and "'" not in value and not value.startswith(("[", "{", '"'))
+    quotable = value and "'" not in value and '"' not in value and value[0] not in "[{"
     if sep and _KEY.fullmatch(key) and quotable:
         # a value holding '=', spaces, brackets or other characters of Hydra's grammar
-        remedy = f"quote the value for Hydra, inside the shell's quotes: \"{key}='{value}'\""
+        # Hydra's double quotes inside the shell's single ones: a `$` stays as typed
+        remedy = f"quote the value for Hydra, inside the shell's quotes: '{key}=\"{value}\"'"
     return f"{override}: not an override Hydra can read ({said}); {remedy}"
 
 

@@ -22,29 +22,20 @@ import numpy as np
 import torch
 from torch import nn
 
+from metadist.batch import MetaBatch
 from metadist.data import BatchMetaDataLoader, StratifiedTaskPartitioner
-from metadist.learners import (
-    LEARNERS,
-    Learner,
-    build_learner,
-    get_learner,
-    registered_learners,
-)
+from metadist.learners import LEARNERS, Learner, build_learner, get_learner, registered_learners
 from metadist.models import MODELS, build_model, registered_models
 from metadist.store import SeriesStore
 from metadist.store.identity import check_store_identity, check_store_integrity, store_identity
-from metadist.tasks import (
-    SAMPLERS,
-    TaskSampler,
-    build_task_sampler,
-    registered_task_samplers,
-)
+from metadist.tasks import SAMPLERS, TaskSampler, build_task_sampler, registered_task_samplers
 from metadist.tasks.class_messages import sized_classes
 from metadist.tasks.first_batch import example_shapes, first_batch
 from metadist.tasks.units import checked_num_units, checked_unit_rows
 from metadist.train.component_errors import naming, users_errors
 from metadist.train.config import TrainConfig
 from metadist.train.distributed import DistEnv
+from metadist.train.model_check import check_model_output, check_trainable
 from metadist.train.optim import build_optimizer, scheduled_lr
 from metadist.train.resources import (
     available_memory,
@@ -102,6 +93,7 @@ class TaskSource:
             logit per class).
         output_shape: the model's output shape: `model.output_shape` where set (an
             embedding), else `task_output_shape`.
+        example: the sampler's first batch, checked; `None` where rebuilt from a record.
     """
 
     store: SeriesStore | None
@@ -111,6 +103,7 @@ class TaskSource:
     input_shape: tuple[int, ...]
     task_output_shape: tuple[int, ...]
     output_shape: tuple[int, ...]
+    example: MetaBatch | None = None
 
 
 def build_task_source(
@@ -185,6 +178,7 @@ def build_task_source(
         input_shape=input_shape,
         task_output_shape=task_output_shape,
         output_shape=output_shape,
+        example=example,
     )
 
 
@@ -361,9 +355,11 @@ def build_run_learner(config: TrainConfig, env: DistEnv, source: TaskSource) -> 
 
         check_run_memory(config, env, make)
         model = make()
+    check_model_output(model, config.model.name, source.example, source.output_shape)
     with naming("learner", _unknown_hint("learner", config.learner.name, registered_learners())):
         config.learner.read_options(LEARNERS)
         learner = build_learner(config.learner.name, model, **config.learner.options)
+    check_trainable(learner, model, config.model.name)
     learner.to(env.device)
     return learner
 

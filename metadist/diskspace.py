@@ -4,7 +4,7 @@
 was for; `needs_space` turns it into an `OutOfSpaceError` that says both. The writers
 it wraps are atomic already, so nothing half-written is left behind. `may_write` does the
 same for a directory the system refuses to write to (read-only, no permission):
-`UnwritableError`.
+`UnwritableError`; `check_writable` finds that out before any work is done.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import tempfile
 from collections.abc import Callable, Iterator
 
 # ENOSPC: the device is full; EDQUOT: a quota; EFBIG: a file-size limit (RLIMIT_FSIZE,
@@ -38,10 +39,13 @@ class UnwritableError(OSError):
         return str(self.args[0]) if self.args else "cannot write"
 
 
+_REMEDY = "make it writable, or use another run_dir (nothing half-written was kept)"
+
+
 @contextlib.contextmanager
-def may_write(directory: str | os.PathLike, what: str) -> Iterator[None]:
+def may_write(directory: str | os.PathLike, what: str, remedy: str = _REMEDY) -> Iterator[None]:
     """Turns a write refused inside the block into an `UnwritableError` naming `directory`
-    and `what` (the system's own error names a temporary file, if any).
+    and `what` (the system's own error names a temporary file, if any), and `remedy`.
 
     Raises:
         UnwritableError: the file system is read-only, or permission is denied.
@@ -52,9 +56,20 @@ def may_write(directory: str | os.PathLike, what: str) -> Iterator[None]:
         if isinstance(error, (OutOfSpaceError, UnwritableError)) or error.errno not in _REFUSED:
             raise
         raise UnwritableError(
-            f"cannot write {what} in {directory}: {os.strerror(error.errno).lower()}; make "
-            "it writable, or use another run_dir (nothing half-written was kept)"
+            f"cannot write {what} in {directory}: {os.strerror(error.errno).lower()}; {remedy}"
         ) from None
+
+
+def check_writable(directory: str | os.PathLike, what: str, remedy: str) -> None:
+    """Refuses, before any work, a directory this process may not write in (read-only
+    file system, no permission), as `may_write` would after it. The system is asked by
+    creating an unnamed temporary file there, which leaves nothing behind.
+
+    Raises:
+        UnwritableError: naming `directory`, `what` would be written and `remedy`.
+    """
+    with may_write(directory, what, remedy), tempfile.TemporaryFile(dir=os.fspath(directory)):
+        pass
 
 
 def is_out_of_space(error: BaseException) -> bool:

@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 from metadist.commands.parser import Parser
-from metadist.diskspace import OutOfSpaceError
+from metadist.diskspace import OutOfSpaceError, UnwritableError
 from metadist.eval import evaluate_run
 from metadist.eval.competition_member import competition_of, rescore_hint
 from metadist.eval.report import markdown_report
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None, prog: str = "metadist eval") -> int:
                 run_dir, overrides=overrides, config_dir=args.config_dir,
                 allow_imports=args.allow_import, store=args.store,
             )  # fmt: skip
-        except (ValueError, FileNotFoundError) as error:
+        except (ValueError, FileNotFoundError, UnwritableError) as error:
             print(f"{prog}: error: {error}", file=sys.stderr)
             return 1
         return _launch(argv if argv is not None else sys.argv[1:], nproc, prog)
@@ -154,7 +154,7 @@ def _evaluate(run_dir: str, overrides: list[str], args: argparse.Namespace, prog
             shared_cache=not args.no_shared_cache,
             store=args.store,
         )
-    except (ValueError, FileNotFoundError, OutOfSpaceError) as error:
+    except (ValueError, FileNotFoundError, OutOfSpaceError, UnwritableError) as error:
         if shard is None or shard.is_main:
             print(f"{prog}: error: {error}", file=sys.stderr)
         return 1

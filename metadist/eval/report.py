@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from metadist.diskspace import needs_space
+from metadist.diskspace import check_writable, needs_space
 from metadist.durable import atomic_file, atomic_write_text
 
 METRIC_LABELS = {
@@ -46,6 +46,23 @@ FORECASTS_NAME = "forecasts.parquet"
 # scale-free metrics (M3's sMAPE, the MAPE of others, M4's MASE and OWA), where the
 # evaluation has them.
 GROUP_METRICS = ("smape", "mape", "mase", "owa")
+
+
+def check_report_writable(run_dir: str | os.PathLike) -> None:
+    """Refuses, before an evaluation is computed, a run whose report could not be written:
+    `<run_dir>/eval/`, or the run directory where that does not exist yet (a run
+    unpacked read-only, say).
+
+    Raises:
+        UnwritableError: naming the directory and the remedy.
+    """
+    out_dir = Path(run_dir) / EVAL_DIR
+    check_writable(
+        out_dir if out_dir.is_dir() else run_dir,
+        "the evaluation report",
+        "evaluate a writable copy of the run (cp -r), or make it writable; forecasting "
+        "and classifying with the run write nothing into it",
+    )
 
 
 def write_report(

@@ -27,7 +27,7 @@ from metadist.eval.few_episodes import few_episodes_note
 from metadist.eval.forecast_only import check_forecast_only
 from metadist.eval.parts import EvalParts, eval_parts
 from metadist.eval.pretrained_run import pretrained_backbone
-from metadist.eval.report import write_report
+from metadist.eval.report import check_report_writable, write_report
 from metadist.eval.scoring import evaluate_tasks, task_kind
 from metadist.eval.settings import EvalOptions, eval_settings_file, load_eval_options
 from metadist.eval.shard import EvalShard, Reiterable
@@ -96,11 +96,15 @@ def evaluate_run(
     Raises:
         FileNotFoundError: no run directory or no checkpoint in it, or a missing store.
         ValueError: bad settings, or tasks the evaluation protocol cannot score.
+        UnwritableError: with `write`, a report the run directory would refuse (found
+            before anything is scored).
     """
     started, run_dir = time.perf_counter(), Path(run_dir)
     store = current_store(run_dir) if store is None else store
     prepared = _prepare(run_dir, store, overrides, options, config_dir, allow_imports)
     config, state, checkpoint_path, pointer, options, parts = prepared
+    if write:  # before the work, not after it (every rank: they fail alike)
+        check_report_writable(run_dir)
     learner, members = _learner(config, state, parts, options, store, run_dir, allow_imports)
     kept = EvalCache(run_dir / "eval" if cache else None, _shared(cache and shared_cache))
     timings, shard = {"setup": time.perf_counter() - started}, shard or EvalShard()
@@ -138,12 +142,13 @@ def check_evaluation(
     one line before any rank starts. Its notes are left to the ranks.
 
     Raises:
-        FileNotFoundError, ValueError: as `evaluate_run`.
+        FileNotFoundError, ValueError, UnwritableError: as `evaluate_run`.
     """
     run_dir = Path(run_dir)
     store = current_store(run_dir) if store is None else store
     with contextlib.redirect_stderr(io.StringIO()):  # the ranks print the notes
         _prepare(run_dir, store, overrides, None, config_dir, allow_imports, verify_store=False)
+    check_report_writable(run_dir)
 
 
 def _prepare(

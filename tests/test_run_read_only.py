@@ -98,3 +98,22 @@ def test_a_read_only_run_is_refused_by_eval_before_any_work(shared, tmp_path):
     done = _metadist("eval", f"run_dir={copy}", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert (copy / "eval" / "metrics.json").is_file()
+
+
+@pytest.mark.timeout(300)
+def test_a_read_only_run_forecasts_and_an_out_inside_it_is_refused_first(shared, tmp_path):
+    before = _tree(shared["run"])
+    out = tmp_path / "forecasts.parquet"
+    done = _metadist("forecast", str(shared["run"]), str(shared["history"]), "--out", str(out),
+                     cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert pq.read_table(out).num_rows == 8  # one entity, H steps
+    inside = shared["run"] / "forecasts.parquet"
+    done = _metadist("forecast", str(shared["run"]), str(shared["history"]), "--out",
+                     str(inside), cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert done.stderr == (
+        f"metadist forecast: error: cannot write the forecasts (--out {inside}) in "
+        f"{shared['run']}: permission denied; write them elsewhere\n"
+    )  # one line, before the run is loaded (no note about the history)
+    assert _tree(shared["run"]) == before

@@ -13,6 +13,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from metadist.api import load_run
+from metadist.diskspace import check_writable
 from metadist.durable import atomic_file
 
 
@@ -81,6 +82,9 @@ def run_cli(args: argparse.Namespace) -> int:
     if not above.is_dir():
         raise ValueError(f"--out {out}: {above} is a file, not a directory")
     _check_not_the_history(out, Path(args.history))
+    # a read-only run is forecast from, not written to: --out inside it is refused now
+    where = os.path.normpath(above)
+    check_writable(where, f"the forecasts (--out {out})", "write them elsewhere")
     run = load_run(
         args.run_dir, ensemble=args.ensemble, store=args.store, allow_imports=args.allow_import
     )

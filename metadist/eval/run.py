@@ -23,6 +23,7 @@ from torch import nn
 from metadist.eval.archive import keep_previous_evaluation
 from metadist.eval.cache import EvalCache
 from metadist.eval.cost import adaptation_steps, cost_line
+from metadist.eval.ensemble_paths import members_from_run
 from metadist.eval.few_episodes import few_episodes_note
 from metadist.eval.forecast_only import check_forecast_only
 from metadist.eval.parts import EvalParts, eval_parts
@@ -422,6 +423,9 @@ def _run_eval_options(
     """The run's own evaluation settings (saved with its config); a run trained before
     runs kept them is evaluated with its experiment's eval file, and a note says which."""
     recorded = getattr(config, "eval", None)
+    if recorded and isinstance(recorded.get("ensemble"), list):  # from the run, as trained
+        members = members_from_run(run_dir, config.resolved_run_dir, recorded["ensemble"])
+        recorded = {**recorded, "ensemble": members}
     if not recorded:
         path = eval_settings_file(config.experiment, config_dir)
         print(

@@ -117,3 +117,27 @@ def test_a_read_only_run_forecasts_and_an_out_inside_it_is_refused_first(shared,
         f"{shared['run']}: permission denied; write them elsewhere\n"
     )  # one line, before the run is loaded (no note about the history)
     assert _tree(shared["run"]) == before
+
+
+@pytest.mark.timeout(300)
+def test_a_read_only_run_without_a_record_forecasts_with_its_store(shared, tmp_path):
+    """A run from before runs kept `inference.json`: loaded with its store, it would gain
+    one; read-only, a note says why it did not, in the system's words."""
+    old = tmp_path / "old"
+    shutil.copytree(shared["run"], old / "run")
+    shutil.copytree(shared["store"], old / "store")
+    _chmod_tree(old, writable=True)
+    (old / "run" / "inference.json").unlink()
+    _chmod_tree(old / "run", writable=False)
+    try:
+        done = _metadist("forecast", str(old / "run"), str(shared["history"]), "--out",
+                         str(tmp_path / "f.parquet"), "--store", str(old / "store"),
+                         cwd=tmp_path)  # fmt: skip
+    finally:
+        _chmod_tree(old / "run", writable=True)
+    assert done.returncode == 0, done.stderr
+    assert (
+        f"note: run_dir {old / 'run'}: cannot write inference.json (permission denied); "
+        "the run still needs its store to forecast\n"
+    ) in done.stderr
+    assert not (old / "run" / "inference.json").exists()

@@ -202,9 +202,10 @@ def _keep_record(run_dir: Path, record: dict[str, Any] | None, loaded: Loaded) -
     settings = None if config.eval else dataclasses.asdict(options)
     try:
         write_inference(run_dir, config, source, settings)
-    except OSError as error:
+    except OSError as error:  # the system's reason, not the temporary file it names
+        reason = os.strerror(error.errno).lower() if error.errno else str(error)
         print(
-            f"note: run_dir {run_dir}: cannot write {INFERENCE_FILE} ({error}); the run "
+            f"note: run_dir {run_dir}: cannot write {INFERENCE_FILE} ({reason}); the run "
             "still needs its store to forecast",
             file=sys.stderr,
         )

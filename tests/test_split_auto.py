@@ -217,5 +217,5 @@ def test_lowering_the_ways_is_noted(six_classes, capsys):
     build_task_source(config)
     assert "note: sampler.options.num_ways=8 lowered to 6" in capsys.readouterr().err
     # a trained run's parts rebuilt for evaluation or inference: said when it trained
-    build_task_source(config, note_ways=False)
+    build_task_source(config, notes=False)
     assert "lowered" not in capsys.readouterr().err

@@ -40,7 +40,7 @@ def check_member_held_out(run_dir: Path, member: TrainConfig, held_out: np.ndarr
     if held_out is None or len(held_out) == 0:
         return
     with contextlib.redirect_stderr(io.StringIO()):  # the evaluated run printed the notes
-        source = build_task_source(member, verify_store=False, note_ways=False)
+        source = build_task_source(member, verify_store=False, notes=False)
     partitioner = source.partitioner
     seen = np.concatenate([partitioner.units("train"), partitioner.units("val")])
     overlap = np.intersect1d(unit_keys(source.sampler, seen), held_out)

@@ -86,7 +86,7 @@ def eval_parts(
     source = build_task_source(
         config,
         verify_store=verify_store,
-        note_ways=False,
+        notes=False,
         trained_on=(recorded_identity, f"run_dir {run_dir}"),
     )
     store = source.store

@@ -379,9 +379,7 @@ def load_trained(
     options = _run_eval_options(config, run_dir, (), None)
     if source is None:
         trained_on = (state.get("store_identity"), f"run_dir {run_dir}")
-        source = build_task_source(
-            config, verify_store=False, note_ways=False, trained_on=trained_on
-        )
+        source = build_task_source(config, verify_store=False, notes=False, trained_on=trained_on)
     learner, _ = with_ensemble(
         trained_learner(config, state, source, who=f"run_dir {run_dir}"),
         config,

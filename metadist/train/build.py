@@ -110,7 +110,7 @@ def build_task_source(
     config: TrainConfig,
     *,
     verify_store: bool | None = None,
-    note_ways: bool = True,
+    notes: bool = True,
     trained_on: tuple[dict[str, Any] | None, str] | None = None,
 ) -> TaskSource:
     """Opens the store, builds the sampler and the run's partitioner, and reads the shapes.
@@ -118,8 +118,9 @@ def build_task_source(
     Args:
         verify_store: recompute the store's checksums first; `None` follows
             `data.verify_store`.
-        note_ways: say on stderr where `fit_ways` lowered N (training does; a trained
-            run's parts rebuilt for evaluation or inference said it when it trained).
+        notes: say on stderr what the split made of the data (strata drawn together,
+            N lowered by `fit_ways`); training does, and a trained run's parts rebuilt
+            for evaluation or inference said it when it trained.
         trained_on: `(identity, who)` of the store a trained run recorded: the store is
             checked against it before anything is built from it (another store, which
             a split or the user's sampler might refuse first, is named as such).
@@ -148,7 +149,8 @@ def build_task_source(
     seed = config.trainer.seed
     with users_errors("sampler"):  # its unit_strata
         partitioner = config.data.partitioner(sampler, store, seed)
-    _note_merged_strata(partitioner, store, config.data.fractions)
+    if notes:
+        _note_merged_strata(partitioner, store, config.data.fractions)
     fit_ways = getattr(sampler, "fit_ways_to", None)  # N-way samplers: N the splits can give
     if fit_ways is not None:
         # N as configured: the sampler may have lowered it to the store's classes already
@@ -156,14 +158,14 @@ def build_task_source(
         fit_ways(partitioner)
         short = _check_splits_give_tasks(sampler, partitioner)  # before training, and the note
         ways = getattr(sampler, "num_ways", None)
-        if note_ways and ways != asked and os.environ.get("RANK", "0") == "0":
+        if notes and ways != asked and os.environ.get("RANK", "0") == "0":
             print(
                 f"note: sampler.options.num_ways={asked} lowered to {ways}: the "
                 "split with fewest classes of K + Q examples has that many "
                 "(sampler.options.fit_ways=false refuses instead)",
                 file=sys.stderr,
             )
-        if note_ways and short and os.environ.get("RANK", "0") == "0":
+        if notes and short and os.environ.get("RANK", "0") == "0":
             print(short, file=sys.stderr)
     example = first_batch(sampler, config.sampler.name, seed)
     input_shape, task_output_shape = example_shapes(example, sampler)

@@ -235,6 +235,29 @@ def test_a_run_without_store_or_record_says_so(project, tmp_path, monkeypatch):
         metadist.load_run(copy)
 
 
+def test_a_moved_run_without_record_is_not_told_to_build_a_store(project, tmp_path, monkeypatch):
+    """Its store was built: the remedy is to name where it is, not how to build one."""
+    copy = tmp_path / "run"
+    shutil.copytree(project["root"] / "runs" / "a", copy)
+    (copy / INFERENCE_FILE).unlink()
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FileNotFoundError) as refused:
+        metadist.load_run(copy)
+    assert str(refused.value) == (
+        f"data.store: no series store at 'data/store'; run_dir {copy} reads the store its "
+        f"config names (relative paths from where it was trained) and has no {INFERENCE_FILE} "
+        "(a record of it): pass store=PATH (metadist forecast --store PATH) if it is elsewhere"
+    )
+    from metadist.eval import evaluate_run
+
+    with pytest.raises(FileNotFoundError) as refused:
+        evaluate_run(copy)
+    assert str(refused.value) == (
+        f"run_dir {copy}: its store is not found: data.store: no series store at 'data/store' "
+        "(from the working directory); pass --store PATH (store=PATH) where it is now"
+    )
+
+
 def test_a_run_moved_away_from_its_store_loads_and_evaluates_again_and_again(
     panel, tmp_path, monkeypatch
 ):

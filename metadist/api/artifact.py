@@ -40,7 +40,7 @@ from metadist.train.artifact import (
     write_inference,
 )
 from metadist.train.build import TaskSource
-from metadist.train.config import TrainConfig
+from metadist.train.config import TrainConfig, store_not_found
 
 Loaded = tuple[Path, TrainConfig, nn.Module, TaskSource, EvalOptions]
 # the seasonal period of a run's series: {"seasonal_period": m or {label: m}, "keyed_by"}
@@ -138,9 +138,9 @@ def load_parts(
         # A relative data.store is relative to where the run was trained.
         why = f" and has no {INFERENCE_FILE} (a record of it)"
         raise FileNotFoundError(
-            f"{error}; run_dir {run_dir} reads the store its config names (relative paths "
-            f"from where it was trained){why}: pass store=PATH (metadist forecast --store "
-            "PATH) if it is elsewhere"
+            f"{store_not_found(error)}; run_dir {run_dir} reads the store its config names "
+            f"(relative paths from where it was trained){why}: pass store=PATH (metadist "
+            "forecast --store PATH) if it is elsewhere"
         ) from None
     _keep_record(run_dir, record, loaded)
     path, config, learner, source, options = loaded

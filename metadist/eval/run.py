@@ -40,7 +40,7 @@ from metadist.store.format import check_given_store
 from metadist.train.artifact import INFERENCE_FILE, current_store
 from metadist.train.build import build_task_source
 from metadist.train.checkpoint_use import USE
-from metadist.train.config import TrainConfig
+from metadist.train.config import TrainConfig, store_not_found
 from metadist.train.selection import describe_checkpoint
 
 
@@ -188,11 +188,11 @@ def _store_not_found(run_dir: Path, error: FileNotFoundError) -> FileNotFoundErr
     """The error of a run whose store is neither where its record says nor at its
     config's `data.store` (`error`, which offered to build a store): where it looked,
     and `--store`."""
-    said = str(error).split(" (build one")[0]
+    said = store_not_found(error)
     if not said.startswith("data.store: no series store at"):
         return error
     recorded = (run_dir / INFERENCE_FILE).is_file()
-    where = f"not where its {INFERENCE_FILE} records it, and " if recorded else ""
+    where = f"not where its {INFERENCE_FILE} records it, and " if recorded else "not found: "
     return FileNotFoundError(
         f"run_dir {run_dir}: its store is {where}{said} (from the working directory); pass "
         "--store PATH (store=PATH) where it is now"

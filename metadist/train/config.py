@@ -154,14 +154,23 @@ class DataConfig:
         if self.release and self.order != "blocked":
             raise ValueError("data.release needs data.order=blocked")
         if self.store is not None and not Path(self.store).is_dir():
-            raise FileNotFoundError(
-                f"data.store: no series store at {self.store!r} "
-                "(build one with `metadist ingest` from your own Parquet files, from "
-                "`metadist synth OUT --entities 600 --length-range 400 1200` for the synthetic "
-                "panel, or from `metadist datasets` "
-                "for the competition and UCR/UEA sets; `metadist demo --out runs/demo` builds "
-                "runs/demo/data/store)"
-            )
+            raise FileNotFoundError(f"data.store: no series store at {self.store!r}{_BUILD_ONE}")
+
+
+# how to make the store a training needs, which a trained run's missing store is not
+_BUILD_ONE = (
+    " (build one with `metadist ingest` from your own Parquet files, from "
+    "`metadist synth OUT --entities 600 --length-range 400 1200` for the synthetic "
+    "panel, or from `metadist datasets` "
+    "for the competition and UCR/UEA sets; `metadist demo --out runs/demo` builds "
+    "runs/demo/data/store)"
+)
+
+
+def store_not_found(error: FileNotFoundError) -> str:
+    """The message of `data.store`'s missing store without how to build one: a trained
+    run's store was built, and is elsewhere."""
+    return str(error).replace(_BUILD_ONE, "")
 
 
 @dataclass

@@ -100,3 +100,33 @@ def test_one_allowed_module_name_is_that_module_only(runs):
     lines = done.stdout.splitlines()
     assert lines[0].startswith("refused: imports: the run imports module(s) 'ula_module'")
     assert lines[1:] == ["ula_sampler"]
+
+
+def test_a_packed_run_is_named_as_an_archive_to_unpack(tmp_path):
+    """A run shared as a tar.gz, given as it came: unpack it (it was `no run directory
+    at run.tar.gz`, though a file is there)."""
+    import tarfile
+
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.yaml").write_text("experiment: x\n")
+    packed = tmp_path / "run.tar.gz"
+    with tarfile.open(packed, "w:gz") as tar:
+        tar.add(tmp_path / "run", "run")
+    with pytest.raises(FileNotFoundError) as refused:
+        metadist.load_run(packed)
+    assert str(refused.value) == (
+        f"run_dir: {packed} is an archive, not a run directory: unpack it (tar xf, unzip) "
+        "and give the run directory inside"
+    )
+    history = tmp_path / "history.parquet"
+    history.write_bytes(b"PAR1")
+    with pytest.raises(
+        FileNotFoundError, match=r"run_dir: .*history.parquet is a file, not a run "
+    ):
+        metadist.load_run(history)
+    done = subprocess.run(
+        [sys.executable, "-m", "metadist.cli", "forecast", str(packed), str(history), "--out",
+         str(tmp_path / "f.parquet")], capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert done.stderr == f"metadist forecast: error: {refused.value}\n"

@@ -9,6 +9,8 @@ to it (`LearnerEnsemble`, `eval.ensemble`).
 
 from __future__ import annotations
 
+import tarfile
+import zipfile
 from collections.abc import Collection
 from pathlib import Path
 from typing import Any, Protocol
@@ -63,7 +65,7 @@ def load_run(
         FileNotFoundError: no directory at `run_dir` (named as `field`), or no checkpoint.
     """
     if not run_dir.is_dir():
-        raise FileNotFoundError(f"{field}: no run directory at {run_dir}")
+        raise FileNotFoundError(_no_run_directory(run_dir, field))
     found = selected_checkpoint(run_dir, checkpoint, use)
     if found is None:
         raise _no_checkpoint_error(run_dir, use)
@@ -75,6 +77,19 @@ def load_run(
         state["config"] = {**saved, "data": {**saved.get("data", {}), "store": str(store)}}
     config = build_config(state["config"], world_size=1, allow_imports=allow_imports)
     return config, state, checkpoint_path, pointer
+
+
+def _no_run_directory(run_dir: Path, field: str) -> str:
+    """Why `run_dir` is no run directory: nothing there, a packed run (a tar or zip
+    archive, shared so: unpacked first) or another file."""
+    if not run_dir.is_file():
+        return f"{field}: no run directory at {run_dir}"
+    if tarfile.is_tarfile(run_dir) or zipfile.is_zipfile(run_dir):
+        return (
+            f"{field}: {run_dir} is an archive, not a run directory: unpack it (tar xf, "
+            "unzip) and give the run directory inside"
+        )
+    return f"{field}: {run_dir} is a file, not a run directory"
 
 
 def _no_checkpoint_error(run_dir: Path, use: CheckpointUse) -> FileNotFoundError:

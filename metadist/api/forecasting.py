@@ -33,6 +33,7 @@ from metadist.eval.scoring import _forecast
 from metadist.eval.settings import EvalOptions
 from metadist.eval.task_scores import diverged as diverged_task
 from metadist.learners.base import Params
+from metadist.progress import Counter, Progress
 from metadist.tasks.inference import ForecastWindows, forecast_windows
 from metadist.tasks.series_end import SeriesEndWindows
 
@@ -54,13 +55,16 @@ def forecast(
     steps: int | None,
     guard_width: float | None = None,
     holdout_padding: bool = False,
+    progress: bool | None = None,
 ) -> pa.Table:
     """`Run.forecast` of a forecasting run's parts (see there for the arguments);
     `guard_width`: the band width that clips the model's forecasts (`adapted`,
     `unadapted` and combinations with them; None: no guard), the table then has a
     boolean column `clipped` (a target's model forecast moved into its band) and one
     line on stderr counts them; `holdout_padding`: cut every entity as a competition's
-    holdout evaluation does (`forecast_batches`).
+    holdout evaluation does (`forecast_batches`); `progress`: show the entities read,
+    adapted and forecast by the baselines (`metadist.progress.Progress`: default, bars
+    on a terminal, else a line every 15 s, so long work is never silent).
 
     Raises:
         ValueError: a sampler without the forecasting protocol
@@ -69,7 +73,32 @@ def forecast(
     windows = forecast_windows(sampler, len(store.column_names))
     wanted = check_methods(methods)
     horizon = check_horizon(windows, horizon, bool(wanted & set(MODEL_METHODS)))
-    entities = [scale_entity(store, entity) for entity in read_history(history, store)]
+    with Progress(progress, transient=True) as display:
+        entities = [scale_entity(store, e) for e in read_history(history, store, display)]
+        return _forecast_entities(
+            learner, store, options, windows, entities, display,
+            horizon=horizon, methods=methods, wanted=wanted, period=period, steps=steps,
+            guard_width=guard_width, holdout_padding=holdout_padding,
+        )  # fmt: skip
+
+
+def _forecast_entities(
+    learner: AdaptingLearner,
+    store: StoreSchema,
+    options: EvalOptions,
+    windows: ForecastWindows,
+    entities: list[Entity],
+    display: Progress,
+    *,
+    horizon: int,
+    methods: Sequence[str],
+    wanted: set[str],
+    period: int | None,
+    steps: int | None,
+    guard_width: float | None,
+    holdout_padding: bool,
+) -> pa.Table:
+    """`forecast` of the entities read and scaled, its counters shown on `display`."""
     target_columns = list(windows.target_columns)
     forecasts: dict[str, np.ndarray] = {}
     clipped: dict[str, np.ndarray] = {}
@@ -78,7 +107,9 @@ def forecast(
         batches = forecast_batches(windows, entities, horizon, holdout_padding)
         if steps is None:
             steps = options.inner_steps
-        scaled = model_forecasts(learner, batches, model_methods, steps)
+        label = f"forecast: {'/'.join(model_methods)}"
+        counter = display.counter(label, len(entities) * len(model_methods), "entities")
+        scaled = model_forecasts(learner, batches, model_methods, steps, counter)
         for method, values in scaled.items():
             forecasts[method] = np.stack(
                 [
@@ -96,8 +127,13 @@ def forecast(
             clipped[method] = forecasts[method] != unguarded  # NaN stays: not clipped
     baseline_methods = [m for m in BASELINE_METHODS if m in wanted]
     if baseline_methods:
+        counter = display.counter(
+            f"forecast: {'/'.join(baseline_methods)}", len(entities), "entities"
+        )
         forecasts.update(
-            baseline_forecasts(options, entities, target_columns, horizon, baseline_methods, period)
+            baseline_forecasts(
+                options, entities, target_columns, horizon, baseline_methods, period, counter
+            )
         )
     for method in methods:
         if "+" in method:
@@ -318,9 +354,11 @@ def model_forecasts(
     batches: list[tuple[np.ndarray, MetaBatch]],
     methods: list[str],
     steps: int | None,
+    counter: Counter | None = None,
 ) -> dict[str, np.ndarray]:
     """`{method: [B, horizon, T] float64}` scaled forecasts of the learner, adapted on the
-    support windows (`adapted`) or not (`unadapted`), for `forecast_batches`' batches."""
+    support windows (`adapted`) or not (`unadapted`), for `forecast_batches`' batches
+    (each batch's entities counted on `counter` as each method is done)."""
     learner.eval()
     parameter = next(learner.parameters(), None)
     num = sum(len(indices) for indices, _ in batches)
@@ -336,6 +374,8 @@ def model_forecasts(
                 if method not in out:
                     out[method] = np.empty((num, *values.shape[1:]), np.float64)
                 out[method][indices] = values
+                if counter is not None:
+                    counter.advance(len(indices))
     return out
 
 
@@ -403,9 +443,11 @@ def baseline_forecasts(
     horizon: int,
     methods: list[str],
     period: int | None,
+    counter: Counter | None = None,
 ) -> dict[str, np.ndarray]:
     """`{method: [B, horizon, T] float64}` baseline forecasts from each entity's history in
-    original units; the seasonal period is `period`, else the run's `eval.seasonal_period`.
+    original units; the seasonal period is `period`, else the run's `eval.seasonal_period`
+    (each entity counted on `counter` when its forecasts are done).
 
     Raises:
         ValueError: a seasonal method, no `period`, and a run whose seasonal period is a
@@ -425,6 +467,8 @@ def baseline_forecasts(
             out["seasonal_naive"].append(baselines.seasonal_naive_forecast(history, horizon, m))
         if "theta" in methods:
             out["theta"].append(baselines.theta_forecast(history, horizon, m))
+        if counter is not None:
+            counter.advance(1)
     if shorter:
         key, m, rows = shorter[0]
         print(

@@ -19,6 +19,7 @@ import pyarrow as pa
 from metadist.api.history_files import read_history_files
 from metadist.api.protocols import StoreSchema
 from metadist.api.times import Step, regular_step, shown_time, time_numbers
+from metadist.progress import Progress
 from metadist.store.order import fill_forward
 from metadist.store.scaler import scale_of
 from metadist.store.scan import _too_large  # ingest's limits, in one place
@@ -67,8 +68,11 @@ class Entity:
         )
 
 
-def read_history(history: History, store: StoreSchema) -> list[Entity]:
-    """The entities of `history` (see `Run.forecast`), sorted by key.
+def read_history(
+    history: History, store: StoreSchema, display: Progress | None = None
+) -> list[Entity]:
+    """The entities of `history` (see `Run.forecast`), sorted by key, each counted on
+    `display` (where given) as it is read.
 
     A note on stderr says how many non-finite values the store's NaN rule filled or
     dropped, if any.
@@ -116,6 +120,11 @@ def read_history(history: History, store: StoreSchema) -> list[Entity]:
     categories = {role: codes[order] for role, codes in categories.items()}
     id_type = table.schema.field(entity_col).type
     boundaries = np.flatnonzero(keys[1:] != keys[:-1]) + 1
+    read = (
+        None
+        if display is None
+        else display.counter("forecast: history read", len(boundaries) + 1, "entities")
+    )
     for first, end in zip(
         np.concatenate(([0], boundaries)), np.concatenate((boundaries, [len(keys)])), strict=True
     ):
@@ -143,6 +152,8 @@ def read_history(history: History, store: StoreSchema) -> list[Entity]:
         entity.stratum = str(categories["stratum"][first]) if "stratum" in categories else ""
         entity.label = str(categories["label"][first]) if "label" in categories else ""
         entities.append(entity)
+        if read is not None:
+            read.advance(1)
     rule.note()
     return entities
 

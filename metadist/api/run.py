@@ -128,6 +128,7 @@ class Run:
         period: int | None = None,
         steps: int | None = None,
         guard: bool = True,
+        progress: bool | None = None,
     ) -> pa.Table:
         """Forecasts of the next `horizon` steps of every entity in `history`.
 
@@ -156,6 +157,9 @@ class Run:
                 are clipped to each entity's band from its own history
                 (`metadist.eval.plausibility`), as the competition scored them; a line
                 on stderr counts the clipped points. False: the model unguarded.
+            progress: show the entities read, adapted and forecast by the baselines
+                (default: bars on a terminal, else a line every 15 s while it lasts;
+                False: nothing).
 
         An entity shorter than the run's support windows need (L + H + (K-1)·stride -
         pad_inputs rows) is front-filled with its first row and adapted on fewer
@@ -204,6 +208,7 @@ class Run:
             # the band validation chose, if any
             guard_width=recorded_guard(self.run_dir) if guard else None,
             holdout_padding=is_competition_member(self.run_dir),
+            progress=progress,
         )
 
     def chosen_model(self) -> str | None:

@@ -61,6 +61,10 @@ def test_a_moved_run_finds_the_ensemble_members_its_settings_name(tmp_path, monk
     run = metadist.load_run(copy / "runs" / "b")
     assert isinstance(run.learner, LearnerEnsemble) and len(run.learner.members) == 2
     assert run.forecast(history, methods=["adapted"]).equals(before)
+    # through a link to the run directory: from where the link points
+    (work / "link").symlink_to(copy / "runs" / "b")
+    linked = metadist.load_run(work / "link")
+    assert isinstance(linked.learner, LearnerEnsemble)
     # the store copied beside it is found too: the evaluation names the member there
     result = evaluate_run(copy / "runs" / "b", write=False, progress=False)
     assert str(copy / "runs" / "a") in result["settings"]["ensemble"]

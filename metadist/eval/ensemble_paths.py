@@ -30,15 +30,20 @@ def members_from_run(
 ) -> list[str]:
     """`members` (the run's recorded `eval.ensemble`) as paths from the working
     directory: a relative one from the directory the run was trained from
-    (`trained_from`) where a run directory is there; any other is kept as written (an
-    unchanged path where the run was not moved, so the settings read the same)."""
-    root = trained_from(run_dir, recorded_run_dir)
-    if root is None:
-        return list(members)
+    (`trained_from`; through a link to the run directory, also from where it points)
+    where a run directory is there; any other is kept as written (an unchanged path
+    where the run was not moved, so the settings read the same)."""
+    # through a link to the run directory: also from where the link points
+    roots = [trained_from(run_dir, recorded_run_dir)]
+    roots.append(trained_from(Path(run_dir).resolve(), recorded_run_dir))
     found = []
     for member in members:
-        there = Path(os.path.normpath(root / member))
-        moved = not Path(member).is_absolute() and there.is_dir()
-        same = moved and Path(member).is_dir() and Path(member).samefile(there)
-        found.append(str(there) if moved and not same else member)
+        places = [Path(os.path.normpath(root / member)) for root in roots if root is not None]
+        there = next((place for place in places if place.is_dir()), None)
+        if Path(member).is_absolute() or there is None:
+            found.append(member)
+        elif Path(member).is_dir() and Path(member).samefile(there):
+            found.append(member)  # where the run was not moved: the settings read the same
+        else:
+            found.append(str(there))
     return found

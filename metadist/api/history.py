@@ -68,6 +68,21 @@ class Entity:
         )
 
 
+def _check_columns(table: pa.Table, entity_col: str, time_col: str, value_names: list[str]) -> None:
+    """Raises a `ValueError` where `table` lacks a column the run's store needs, has no
+    rows, or a null id or time."""
+    missing = [c for c in (entity_col, time_col, *value_names) if c not in table.column_names]
+    if missing:
+        raise ValueError(
+            f"history has no column {missing[0]!r}; the run's store needs {entity_col!r}, "
+            f"{time_col!r} and {', '.join(map(repr, value_names))}"
+        )
+    if table.num_rows == 0:
+        raise ValueError("history has no rows")
+    for name in (entity_col, time_col):
+        _check_no_null(table.column(name), name)
+
+
 def read_history(
     history: History, store: StoreSchema, display: Progress | None = None
 ) -> list[Entity]:
@@ -90,16 +105,7 @@ def read_history(
     meta = store.metadata
     entity_col, time_col = meta["entity_col"], meta["time_col"]
     value_names = list(store.column_names)
-    missing = [c for c in (entity_col, time_col, *value_names) if c not in table.column_names]
-    if missing:
-        raise ValueError(
-            f"history has no column {missing[0]!r}; the run's store needs {entity_col!r}, "
-            f"{time_col!r} and {', '.join(map(repr, value_names))}"
-        )
-    if table.num_rows == 0:
-        raise ValueError("history has no rows")
-    for name in (entity_col, time_col):
-        _check_no_null(table.column(name), name)
+    _check_columns(table, entity_col, time_col, value_names)
     ids = np.asarray(table.column(entity_col).to_pylist(), dtype=object)
     keys = ids.astype(str)
     time_type = table.schema.field(time_col).type

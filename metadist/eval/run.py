@@ -113,13 +113,7 @@ def evaluate_run(
     if not _gather_kept(shard, kept):
         return {}  # rank 0 scores and writes this rank's share
     _describe(result, config, state, checkpoint_path, pointer, parts.description)
-    result["settings"].update(parts.tasks.settings)  # e.g. the split protocol and classes
-    few = few_episodes_note(result["num_tasks"], options.max_tasks)
-    if result["kind"] == "classification" and few:
-        result["settings"]["episodes"] = few
-    if options.ensemble:
-        members.insert(0, f"{run_dir} ({checkpoint_path.name})")
-        result["settings"]["ensemble"] = f"{options.ensemble_reduce} of " + ", ".join(members)
+    _note_settings(result, options, parts, [f"{run_dir} ({checkpoint_path.name})", *members])
     timings["total"] = time.perf_counter() - started
     _add_timings(result, timings, kept, shard)
     if write:
@@ -128,6 +122,20 @@ def evaluate_run(
         result["paths"].update(archived)
     kept.save()  # after the report: a cache that cannot be written costs only time
     return result
+
+
+def _note_settings(
+    result: dict[str, Any], options: EvalOptions, parts: EvalParts, members: list[str]
+) -> None:
+    """Adds the settings the report states beside the run's: the task protocol's (e.g.
+    the split and classes), a note on few episodes, and an ensemble's members (`members`:
+    this run's checkpoint first)."""
+    result["settings"].update(parts.tasks.settings)
+    few = few_episodes_note(result["num_tasks"], options.max_tasks)
+    if result["kind"] == "classification" and few:
+        result["settings"]["episodes"] = few
+    if options.ensemble:
+        result["settings"]["ensemble"] = f"{options.ensemble_reduce} of " + ", ".join(members)
 
 
 def check_evaluation(

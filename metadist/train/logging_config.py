@@ -28,8 +28,9 @@ class WandbConfig:
             any string and only the server refuses a bad one, when the run is synced: a
             name that is empty or holds whitespace or a character of a path or URL is
             refused here instead.
-        quiet: keep wandb's own console output out of the run's (`WANDB_SILENT`); its
-            warnings and errors still show. False lets it print everything.
+        quiet: keep wandb's own console output out of the run's (wandb's `silent`, set
+            for this run only; a `WANDB_SILENT` in the environment decides instead). False
+            lets it print everything.
     """
 
     mode: str = "offline"

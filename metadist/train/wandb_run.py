@@ -1,0 +1,124 @@
+"""A training's wandb run, with wandb's process-wide state confined to it.
+
+wandb keeps settings for the whole process (`wandb.setup`: the mode, its console's
+silence), read once from the environment, and a service process named in
+`WANDB_SERVICE`. A training started from Python (`metadist.fit` in a notebook) must
+leave none of its own settings behind for the user's code that runs after it, and must
+not change the settings of a wandb the user had set up before it:
+
+- `logging.wandb.quiet` is a setting of the run (`wandb.Settings(silent=True)`), never
+  `WANDB_SILENT` in the environment; a `WANDB_SILENT` the user set still decides;
+- where wandb was not set up in this process yet, the run sets it up with its own mode
+  and silence (so that an offline run starts no online analytics) and tears it down
+  when it finishes: the next `wandb.init` of the process starts from the environment;
+- where it was, the run's mode and silence are given to `wandb.init` alone, and the
+  user's setup is left as it was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+from typing import Any
+
+from metadist.train.logging_config import LoggingConfig
+
+
+class WandbRun:
+    """A started wandb run; `finish` also ends the wandb setup the run made.
+
+    Args:
+        run: the `wandb.Run`.
+        owns_setup: whether starting the run set wandb up in this process.
+    """
+
+    def __init__(self, run: Any, owns_setup: bool) -> None:
+        self.run = run
+        self.owns_setup = owns_setup
+
+    def log(self, values: dict[str, Any], step: int) -> None:
+        self.run.log(values, step=step)
+
+    def finish(self) -> None:
+        try:
+            self.run.finish()
+        finally:
+            if self.owns_setup:
+                _teardown()
+
+
+def start_wandb(
+    config: LoggingConfig,
+    run_dir: Path,
+    *,
+    mode: str,
+    experiment: str,
+    run_id: str,
+    run_config: dict,
+) -> WandbRun:
+    """Starts (or, with the same `run_id`, resumes) the run's wandb run under `run_dir`.
+
+    Args:
+        config: the logging section (`logging.wandb.*`).
+        run_dir: the run directory; wandb writes under `run_dir/wandb`.
+        mode: `online` or `offline` (`metadist.train.logging.wandb_mode`).
+        experiment: the experiment's name, the run's name unless `logging.wandb.name`.
+        run_id: the wandb run id, kept in the run's checkpoints.
+        run_config: the resolved configuration, stored with the wandb run.
+    """
+    import wandb
+
+    settings = _run_settings(config, mode)
+    owns_setup = not _set_up()
+    if owns_setup:
+        # Before `init`, wandb builds its process-wide settings from the environment (online
+        # unless WANDB_MODE says otherwise) and its analytics would probe the server from a
+        # background thread: give it the run's settings first, and turn the analytics off.
+        wandb.setup(wandb.Settings(**settings))
+    if mode != "online":
+        with contextlib.suppress(ImportError, AttributeError):
+            from wandb.analytics.opentelemetry import opentelemetry_proxy
+
+            opentelemetry_proxy.disable()
+    try:
+        run = wandb.init(
+            project=config.wandb.project,
+            entity=config.wandb.entity,
+            name=experiment,
+            id=run_id,
+            resume="allow",
+            dir=str(run_dir),
+            config=run_config,
+            settings=wandb.Settings(**settings),
+        )
+    except BaseException:
+        if owns_setup:
+            _teardown()
+        raise
+    return WandbRun(run, owns_setup)
+
+
+def _run_settings(config: LoggingConfig, mode: str) -> dict[str, Any]:
+    """The wandb settings of the run: its mode, and its silence unless the user set one."""
+    settings: dict[str, Any] = {"mode": mode}
+    if config.wandb.quiet and "WANDB_SILENT" not in os.environ:
+        settings["silent"] = True
+    return settings
+
+
+def _set_up() -> bool:
+    """Whether wandb is already set up in this process (by the user, say)."""
+    import wandb
+    from wandb.sdk import wandb_setup
+
+    setup = getattr(wandb_setup, "_singleton", None)
+    if setup is None:  # older wandb keeps it on the class
+        setup = getattr(getattr(wandb_setup, "_WandbSetup", None), "_instance", None)
+    return setup is not None or wandb.run is not None
+
+
+def _teardown() -> None:
+    import wandb
+
+    wandb.teardown()

@@ -45,7 +45,7 @@ class RunLogger:
     Args:
         run_dir: the run directory.
         config: the logging section.
-        experiment: the experiment name (the wandb run name).
+        experiment: the experiment name (the wandb run's, unless `logging.wandb.name`).
         run_id: the run's id, kept in checkpoints so a resumed run continues the same
             wandb run.
         start_step: the step training starts from; metrics lines after it (left by an

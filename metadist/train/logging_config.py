@@ -28,6 +28,10 @@ class WandbConfig:
             any string and only the server refuses a bad one, when the run is synced: a
             name that is empty or holds whitespace or a character of a path or URL is
             refused here instead.
+        name: the wandb run's name; `None` for the experiment's name. A sweep names each
+            trial's run (`trial-0003`).
+        group: the wandb group of the run; `None` for none. A sweep puts its trials in
+            one group (`sweep-<sweep dir name>`) unless its overrides give one.
         quiet: keep wandb's own console output out of the run's (wandb's `silent`, set
             for this run only; a `WANDB_SILENT` in the environment decides instead). False
             lets it print everything.
@@ -36,6 +40,8 @@ class WandbConfig:
     mode: str = "offline"
     project: str = "metadist"
     entity: str | None = None
+    name: str | None = None
+    group: str | None = None
     quiet: bool = True
 
     def validate(self) -> None:

@@ -85,7 +85,8 @@ def start_wandb(
         run = wandb.init(
             project=config.wandb.project,
             entity=config.wandb.entity,
-            name=experiment,
+            name=config.wandb.name or experiment,
+            group=config.wandb.group,
             id=run_id,
             resume="allow",
             dir=str(run_dir),

@@ -1,7 +1,8 @@
 """A training with wandb started from Python (`metadist.fit`) leaves no wandb state of its
 own in the process: no `WANDB_*` variable in the environment, no quiet or offline wandb
-for the user's next `wandb.init`, and a wandb the user set up before it unchanged (real
-trainings, wandb offline, each in a fresh Python process)."""
+for the user's next `wandb.init`, a wandb the user set up before it unchanged, and no
+wandb run of its own still open when it stops with an error (real trainings, wandb
+offline, each in a fresh Python process)."""
 
 from __future__ import annotations
 
@@ -16,8 +17,10 @@ from tests.tiny_runs import tiny_store
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
-# argv: store, run_dir, user_dir, "fresh" (wandb untouched before the training) or "set-up"
-# (the user set wandb up first, disabled); prints what the user's code finds afterwards.
+# argv: store, run_dir, user_dir, "fresh" (wandb untouched before the training), "set-up"
+# (the user set wandb up first, disabled) or "fails" (the training stops with an error after
+# its wandb run started: pre-training asked of a sampler without labelled examples);
+# prints what the user's code finds afterwards.
 SCRIPT = """
 import json, os, sys
 import wandb
@@ -27,18 +30,26 @@ store, run_dir, user_dir, case = sys.argv[1:]
 if case == "set-up":
     wandb.setup(wandb.Settings(mode="disabled"))
 before = {k: v for k, v in os.environ.items() if k.startswith("WANDB")}
-metadist.fit(
-    "synthetic_maml",
-    [f"data.store={store}", "trainer.meta_steps=2", "trainer.meta_batch_size=2",
-     "trainer.eval_every=0", "logging.progress=false", "logging.wandb.mode=offline"],
-    run_dir=run_dir, evaluate=False,
-)
+found = {}
+try:
+    metadist.fit(
+        "synthetic_maml",
+        [f"data.store={store}", "trainer.meta_steps=2", "trainer.meta_batch_size=2",
+         "trainer.eval_every=0", "logging.progress=false", "logging.wandb.mode=offline",
+         *(["pretrain.steps=5"] if case == "fails" else [])],
+        run_dir=run_dir, evaluate=False,
+    )
+except ValueError as error:
+    if case != "fails":
+        raise
+    found["error"] = str(error)
+    found["open_run"] = wandb.run is not None
 after = {k: v for k, v in os.environ.items() if k.startswith("WANDB")}
 print("USER CODE", file=sys.stderr, flush=True)
-found = {"env_before": before, "env_after": after}
+found.update(env_before=before, env_after=after)
 if case == "set-up":
     found["setup_mode"] = wandb.setup().settings.mode
-else:
+elif case == "fresh":
     # the user's own runs: one with WANDB_MODE=disabled (wandb reads the environment when
     # it is first set up), then one offline (is it quiet?)
     os.environ["WANDB_MODE"] = "disabled"
@@ -66,8 +77,8 @@ def _fit(store, tmp_path, case: str) -> tuple[dict, str]:
     done = subprocess.run(argv, capture_output=True, text=True, timeout=240, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     line = next(x for x in done.stdout.splitlines() if x.startswith("FOUND "))
-    # the training's wandb run was made, offline, in the run directory
-    assert list((tmp_path / "run" / "wandb").glob("offline-run-*")), done.stderr[-3000:]
+    # the training's wandb run was started, offline, in the run directory
+    assert (tmp_path / "run" / "wandb" / "debug.log").exists(), done.stderr[-3000:]
     return json.loads(line.removeprefix("FOUND ")), done.stderr
 
 
@@ -87,3 +98,11 @@ def test_a_wandb_the_user_set_up_is_left_as_it_was(store, tmp_path):
     found["env_after"].pop("WANDB_SERVICE", None)
     assert found["env_after"] == found["env_before"]
     assert found["setup_mode"] == "disabled"
+
+
+def test_a_training_stopped_by_an_error_leaves_no_wandb_run_open(store, tmp_path):
+    found, _ = _fit(store, tmp_path, "fails")
+    assert "pretrain.steps=5" in found["error"]
+    # the user's next wandb.log would have gone to the training's run
+    assert found["open_run"] is False
+    assert found["env_after"] == found["env_before"]

@@ -1,8 +1,9 @@
 """A training with wandb started from Python (`metadist.fit`) leaves no wandb state of its
 own in the process: no `WANDB_*` variable in the environment, no quiet or offline wandb
-for the user's next `wandb.init`, a wandb the user set up before it unchanged, and no
-wandb run of its own still open when it stops with an error (real trainings, wandb
-offline, each in a fresh Python process)."""
+for the user's next `wandb.init`, a wandb the user set up before it unchanged, a run the
+user has open still open (not finished by the training's), and no wandb run of its own
+still open when it stops with an error (real trainings, wandb offline, each in a fresh
+Python process)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 # argv: store, run_dir, user_dir, "fresh" (wandb untouched before the training), "set-up"
 # (the user set wandb up first, disabled) or "fails" (the training stops with an error after
-# its wandb run started: pre-training asked of a sampler without labelled examples);
+# its wandb run started: pre-training asked of a sampler without labelled examples) or
+# "active" (the user has a wandb run of their own open);
 # prints what the user's code finds afterwards.
 SCRIPT = """
 import json, os, sys
@@ -29,6 +31,8 @@ import metadist
 store, run_dir, user_dir, case = sys.argv[1:]
 if case == "set-up":
     wandb.setup(wandb.Settings(mode="disabled"))
+if case == "active":
+    mine = wandb.init(project="mine", dir=user_dir, mode="offline")
 before = {k: v for k, v in os.environ.items() if k.startswith("WANDB")}
 found = {}
 try:
@@ -49,6 +53,14 @@ print("USER CODE", file=sys.stderr, flush=True)
 found.update(env_before=before, env_after=after)
 if case == "set-up":
     found["setup_mode"] = wandb.setup().settings.mode
+elif case == "active":
+    found["still_current"] = wandb.run is mine
+    try:
+        mine.log({"after": 1.0})  # wandb refuses a finished run's records
+        found["still_open"] = True
+    except wandb.errors.UsageError:
+        found["still_open"] = False
+    mine.finish()
 elif case == "fresh":
     # the user's own runs: one with WANDB_MODE=disabled (wandb reads the environment when
     # it is first set up), then one offline (is it quiet?)
@@ -103,6 +115,11 @@ def test_a_wandb_the_user_set_up_is_left_as_it_was(store, tmp_path):
 def test_a_training_stopped_by_an_error_leaves_no_wandb_run_open(store, tmp_path):
     found, _ = _fit(store, tmp_path, "fails")
     assert "pretrain.steps=5" in found["error"]
-    # the user's next wandb.log would have gone to the training's run
     assert found["open_run"] is False
-    assert found["env_after"] == found["env_before"]
+    assert found["env_after"] == found["env_before"]  # its wandb setup torn down too
+
+
+def test_a_run_the_user_has_open_goes_on(store, tmp_path):
+    found, _ = _fit(store, tmp_path, "active")
+    assert found["still_open"] is True  # the training's run was not finished in its place
+    assert found["still_current"] is True

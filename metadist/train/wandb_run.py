@@ -12,7 +12,10 @@ not change the settings of a wandb the user had set up before it:
   and silence (so that an offline run starts no online analytics) and tears it down
   when it finishes: the next `wandb.init` of the process starts from the environment;
 - where it was, the run's mode and silence are given to `wandb.init` alone, and the
-  user's setup is left as it was.
+  user's setup is left as it was;
+- a wandb run the user has open goes on: the training's is a new run beside it
+  (`reinit="create_new"`), not one that finishes it or logs into it, and it never becomes
+  `wandb.run`.
 """
 
 from __future__ import annotations
@@ -91,7 +94,7 @@ def start_wandb(
             resume="allow",
             dir=str(run_dir),
             config=run_config,
-            settings=wandb.Settings(**settings),
+            settings=wandb.Settings(**settings, **_beside_other_runs()),
         )
     except BaseException:
         if owns_setup:
@@ -106,6 +109,18 @@ def _run_settings(config: LoggingConfig, mode: str) -> dict[str, Any]:
     if config.wandb.quiet and "WANDB_SILENT" not in os.environ:
         settings["silent"] = True
     return settings
+
+
+def _beside_other_runs() -> dict[str, Any]:
+    """The setting that starts the run beside a run the process has open, where wandb
+    has it (`reinit="create_new"`); an older wandb has not, and keeps its default."""
+    import wandb
+
+    try:
+        wandb.Settings(reinit="create_new")
+    except (ValueError, TypeError, wandb.errors.UsageError):
+        return {}
+    return {"reinit": "create_new"}
 
 
 def _set_up() -> bool:

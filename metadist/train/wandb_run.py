@@ -73,8 +73,9 @@ def start_wandb(
     import wandb
 
     settings = _run_settings(config, mode)
-    owns_setup = not _set_up()
-    if owns_setup:
+    set_up = _set_up()
+    owns_setup = set_up is False
+    if set_up is not True:
         # Before `init`, wandb builds its process-wide settings from the environment (online
         # unless WANDB_MODE says otherwise) and its analytics would probe the server from a
         # background thread: give it the run's settings first, and turn the analytics off.
@@ -123,15 +124,26 @@ def _beside_other_runs() -> dict[str, Any]:
     return {"reinit": "create_new"}
 
 
-def _set_up() -> bool:
-    """Whether wandb is already set up in this process (by the user, say)."""
+def _set_up() -> bool | None:
+    """Whether wandb is already set up in this process (by the user, say); `None` where
+    this wandb does not tell.
+
+    wandb does not say so publicly: its module's `_singleton` (an older wandb: the class's
+    `_instance`) is read. Where neither is found, the run still sets wandb up with its own
+    mode (an offline run must start no online analytics) but never tears it down, since the
+    setup may be the user's.
+    """
     import wandb
     from wandb.sdk import wandb_setup
 
-    setup = getattr(wandb_setup, "_singleton", None)
-    if setup is None:  # older wandb keeps it on the class
-        setup = getattr(getattr(wandb_setup, "_WandbSetup", None), "_instance", None)
-    return setup is not None or wandb.run is not None
+    if wandb.run is not None:
+        return True
+    if hasattr(wandb_setup, "_singleton"):
+        return wandb_setup._singleton is not None
+    holder = getattr(wandb_setup, "_WandbSetup", None)
+    if holder is not None and hasattr(holder, "_instance"):
+        return holder._instance is not None
+    return None
 
 
 def _teardown() -> None:

@@ -181,7 +181,7 @@ def test_metrics_config_and_run_id_are_kept_with_the_run(tmp_path, monkeypatch):
 
     # The wandb run is replaced by a recorder so the test never opens a connection; what
     # is checked is what metadist asks wandb for.
-    monkeypatch.setattr(run_logging, "_start_wandb", lambda config, run_dir, **kw: Recorder(**kw))
+    monkeypatch.setattr(run_logging, "start_wandb", lambda config, run_dir, **kw: Recorder(**kw))
     monkeypatch.delenv("WANDB_MODE")  # the suite's default (disabled) would win over offline
     offline = ["logging.wandb.mode=offline", "trainer.eval_every=2"]
     config = tiny_config(tmp_path / "run", "trainer.meta_steps=4", *offline)

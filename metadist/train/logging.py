@@ -13,7 +13,6 @@ Files in the run directory:
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
@@ -28,6 +27,7 @@ from metadist.diskspace import needs_space
 from metadist.durable import atomic_write_text
 from metadist.progress import Progress
 from metadist.train.logging_config import LoggingConfig
+from metadist.train.wandb_run import start_wandb
 
 METRICS_FILE = "metrics.jsonl"
 TENSORBOARD_DIR = "tensorboard"
@@ -45,7 +45,7 @@ class RunLogger:
     Args:
         run_dir: the run directory.
         config: the logging section.
-        experiment: the experiment name (the wandb run name).
+        experiment: the experiment name (the wandb run's, unless `logging.wandb.name`).
         run_id: the run's id, kept in checkpoints so a resumed run continues the same
             wandb run.
         start_step: the step training starts from; metrics lines after it (left by an
@@ -79,7 +79,7 @@ class RunLogger:
         trains = start_step < total_steps
         mode = wandb_mode(config.wandb.mode)
         if mode != "disabled" and trains:
-            self._wandb = _start_wandb(
+            self._wandb = start_wandb(
                 config,
                 self.run_dir,
                 mode=mode,
@@ -230,42 +230,3 @@ def _start_tensorboard(run_dir: Path, start_step: int) -> Any:
             "pip install 'metadist[tensorboard]'"
         ) from None
     return SummaryWriter(log_dir=str(run_dir / TENSORBOARD_DIR), purge_step=start_step + 1)
-
-
-def _start_wandb(
-    config: LoggingConfig,
-    run_dir: Path,
-    *,
-    mode: str,
-    experiment: str,
-    run_id: str,
-    run_config: dict,
-):
-    if config.wandb.quiet:
-        os.environ.setdefault("WANDB_SILENT", "true")
-    import wandb
-
-    if mode != "online":
-        # Before `init`, wandb builds its process-wide settings from the environment (online
-        # unless WANDB_MODE says otherwise) and its analytics would probe the server from a
-        # background thread: give it the run's mode first and turn the analytics off.
-        wandb.setup(wandb.Settings(mode=_literal(mode)))
-        with contextlib.suppress(ImportError, AttributeError):
-            from wandb.analytics.opentelemetry import opentelemetry_proxy
-
-            opentelemetry_proxy.disable()
-    return wandb.init(
-        project=config.wandb.project,
-        entity=config.wandb.entity,
-        name=experiment,
-        id=run_id,
-        resume="allow",
-        dir=str(run_dir),
-        mode=_literal(mode),
-        config=run_config,
-    )
-
-
-def _literal(mode: str) -> Any:
-    """A wandb mode checked by `wandb_mode` (wandb types it as a literal)."""
-    return mode

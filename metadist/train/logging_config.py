@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from metadist.options import check_choice, check_min
 
 _WANDB_MODES = ("online", "offline", "disabled")
-# what wandb refuses in a project name (`wandb.Settings.validate_project`)
+# what wandb refuses in a project name (`wandb.Settings.validate_project`), and in an
+# entity its server (the entity, project and run id make a run's path and URL)
 _WANDB_PROJECT_CHARACTERS = "/\\#?%:"
 _WANDB_PROJECT_LENGTH = 128
 
@@ -23,14 +24,24 @@ class WandbConfig:
     Attributes:
         mode: `offline` (default; sync later with `wandb sync`), `online` or `disabled`.
         project: wandb project name.
-        entity: wandb entity (user or team); `None` for the default.
-        quiet: keep wandb's own console output out of the run's (`WANDB_SILENT`); its
-            warnings and errors still show. False lets it print everything.
+        entity: wandb entity (user or team); `None` for the default. wandb itself takes
+            any string and only the server refuses a bad one, when the run is synced: a
+            name that is empty or holds whitespace or a character of a path or URL is
+            refused here instead.
+        name: the wandb run's name; `None` for the experiment's name. A sweep names each
+            trial's run (`trial-0003`).
+        group: the wandb group of the run; `None` for none. A sweep puts its trials in
+            one group (`sweep-<sweep dir name>`) unless its overrides give one.
+        quiet: keep wandb's own console output out of the run's (wandb's `silent`, set
+            for this run only; a `WANDB_SILENT` in the environment decides instead). False
+            lets it print everything.
     """
 
     mode: str = "offline"
     project: str = "metadist"
     entity: str | None = None
+    name: str | None = None
+    group: str | None = None
     quiet: bool = True
 
     def validate(self) -> None:
@@ -46,6 +57,30 @@ class WandbConfig:
                 f"logging.wandb.project is {len(self.project)} characters long; wandb takes "
                 f"at most {_WANDB_PROJECT_LENGTH}"
             )
+        if self.entity is not None:
+            _check_entity(self.entity)
+
+
+def _check_entity(entity: str) -> None:
+    """Refuses a wandb entity (a user or team name) that no wandb server accepts.
+
+    Raises:
+        ValueError: naming `logging.wandb.entity`, what is wrong and the remedy.
+    """
+    setting = f"logging.wandb.entity={entity!r}"
+    if not entity.strip():
+        raise ValueError(
+            f"{setting}: a wandb entity is a user or team name, not empty or blank; set "
+            "logging.wandb.entity=null for your default entity"
+        )
+    found = sorted({c for c in entity if c in _WANDB_PROJECT_CHARACTERS})
+    if any(c.isspace() for c in entity):
+        found.insert(0, "whitespace")
+    if found:
+        raise ValueError(
+            f"{setting}: a wandb entity (a user or team name) holds no whitespace nor any "
+            f"of {' '.join(_WANDB_PROJECT_CHARACTERS)}; found {' '.join(found)}"
+        )
 
 
 @dataclass

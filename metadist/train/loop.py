@@ -226,40 +226,42 @@ def _run(config: TrainConfig, env: DistEnv, parts: RunParts, on_eval) -> TrainRe
         )
     else:
         logger = NullLogger()
-    logger.message(run_header(config, env, parts))
-    if checkpoint is not None:
-        logger.message(f"resumed from {checkpoint} at step {step}")
-        if step >= config.trainer.meta_steps:
-            logger.message(
-                f"run_dir {config.resolved_run_dir} already holds {step} meta-steps, not fewer "
-                f"than trainer.meta_steps={config.trainer.meta_steps}: nothing to train; raise "
-                "trainer.meta_steps to continue it, or choose another run_dir for a new run"
-            )
-    if checkpoint is None:  # a fresh run: its pre-training phase first (if it has one)
-        run_pretraining(config, env, parts, logger.message)
-    selection = None
-    if parts.val_loader is not None:
-        # the same tasks at every evaluation (`evaluate`): as many as its batches give
-        val_tasks = min(config.trainer.eval_batches, len(parts.val_loader))
-        selection = Selection(
-            config.selection, parts.learner.loss, val_tasks * parts.val_loader.tasks_per_step
-        )
-        note = selection.restore(selected)
-        if note is not None:
-            logger.message(note)
-    elif config.selection.patience is not None and config.trainer.eval_every <= 0:
-        logger.message(
-            f"note: selection.patience={config.selection.patience} does not apply: "
-            "trainer.eval_every=0 evaluates no meta-val"
-        )
-    model: nn.Module = parts.learner
-    if env.is_distributed:
-        model = DistributedDataParallel(
-            parts.learner,
-            device_ids=[env.device] if env.device.type == "cuda" else None,
-            find_unused_parameters=config.trainer.find_unused_parameters,
-        )
+    # closed whatever stops the run from here on (pre-training's error, Ctrl-C): an open
+    # wandb run would take the next wandb.log of the process (metadist.fit's caller)
     try:
+        logger.message(run_header(config, env, parts))
+        if checkpoint is not None:
+            logger.message(f"resumed from {checkpoint} at step {step}")
+            if step >= config.trainer.meta_steps:
+                logger.message(
+                    f"run_dir {config.resolved_run_dir} already holds {step} meta-steps, not fewer "
+                    f"than trainer.meta_steps={config.trainer.meta_steps}: nothing to train; raise "
+                    "trainer.meta_steps to continue it, or choose another run_dir for a new run"
+                )
+        if checkpoint is None:  # a fresh run: its pre-training phase first (if it has one)
+            run_pretraining(config, env, parts, logger.message)
+        selection = None
+        if parts.val_loader is not None:
+            # the same tasks at every evaluation (`evaluate`): as many as its batches give
+            val_tasks = min(config.trainer.eval_batches, len(parts.val_loader))
+            selection = Selection(
+                config.selection, parts.learner.loss, val_tasks * parts.val_loader.tasks_per_step
+            )
+            note = selection.restore(selected)
+            if note is not None:
+                logger.message(note)
+        elif config.selection.patience is not None and config.trainer.eval_every <= 0:
+            logger.message(
+                f"note: selection.patience={config.selection.patience} does not apply: "
+                "trainer.eval_every=0 evaluates no meta-val"
+            )
+        model: nn.Module = parts.learner
+        if env.is_distributed:
+            model = DistributedDataParallel(
+                parts.learner,
+                device_ids=[env.device] if env.device.type == "cuda" else None,
+                find_unused_parameters=config.trainer.find_unused_parameters,
+            )
         with StopRequest() as stop, own_errors(env):  # a rank's own error: it says so
             context = _Context(config, env, parts, model, logger, stop, run_id, on_eval, selection)
             if checkpoint is None and config.pretrain.steps > 0 and selection is not None:

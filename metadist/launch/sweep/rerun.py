@@ -69,7 +69,8 @@ def rerun_trial(
         attempt += 1
     run_dir = reruns / f"{number:04d}-{attempt}"
     params = decode_params(settings, frozen.params)
-    plan = plan_trial(settings, number, frozen.user_attrs["seed"], params, run_dir)
+    name = f"trial-{number:04d}-rerun-{attempt}"  # beside the trial's own wandb run
+    plan = plan_trial(settings, number, frozen.user_attrs["seed"], params, run_dir, name)
     with stops_deferred():  # a stop signal waits until the training is tracked
         runner = LocalTrial(plan, settings)
     try:

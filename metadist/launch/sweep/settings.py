@@ -282,13 +282,19 @@ def decode_params(settings: SweepSettings, stored: dict[str, Any]) -> dict[str, 
 
 
 def plan_trial(
-    settings: SweepSettings, number: int, seed: int, params: dict[str, Any], run_dir: Path
+    settings: SweepSettings,
+    number: int,
+    seed: int,
+    params: dict[str, Any],
+    run_dir: Path,
+    wandb_name: str | None = None,
 ) -> TrialPlan:
     """The overrides of one trial, after checking that its configuration is valid.
 
     Composes the trial's config (base overrides + params), pins the meta-test units of
     `settings.test_seed`, and writes the trial's meta-train/val/test split to
-    `<run_dir>/split.json`.
+    `<run_dir>/split.json`. The trial's wandb run is named `wandb_name` (default
+    `trial-NNNN`) in the sweep's group (`wandb_group`) unless the overrides give one.
 
     Raises:
         ValueError: the composed config is invalid, or it has no meta-val evaluation
@@ -300,11 +306,19 @@ def plan_trial(
     if split["pins"]:
         overrides.append(pins_override(split))
     overrides += ["logging.progress=false", f"run_dir={run_dir}"]
+    overrides.append(format_override("logging.wandb.name", wandb_name or f"trial-{number:04d}"))
+    if not any(t.partition("=")[0].lstrip("+") == "logging.wandb.group" for t in base):
+        overrides.append(format_override("logging.wandb.group", wandb_group(settings)))
     run_dir.mkdir(parents=True, exist_ok=True)
     _write_json(run_dir / SPLIT_FILE, {"seed": seed, "test_seed": settings.test_seed, **split})
     plan = TrialPlan(number, seed, dict(params), run_dir, overrides, config.trainer.meta_steps)
     _write_json(run_dir / COMMAND_FILE, {"argv": plan.train_command(settings)})
     return plan
+
+
+def wandb_group(settings: SweepSettings) -> str:
+    """The wandb group of the sweep's trials: `sweep-<name of the sweep directory>`."""
+    return f"sweep-{Path(settings.sweep_dir).resolve().name}"
 
 
 def pins_override(split: dict[str, list[int]]) -> str:

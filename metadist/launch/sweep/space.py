@@ -13,7 +13,7 @@ from typing import Any
 
 PARAM_TYPES = ("float", "int", "categorical")
 # Keys every trial gets from the sweep itself; neither searched nor fixed by the user.
-SWEEP_OWNED_KEYS = ("run_dir", "trainer.seed", "data.pinned_test_units")
+SWEEP_OWNED_KEYS = ("run_dir", "trainer.seed", "data.pinned_test_units", "logging.wandb.name")
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 # argv: store, run_dir, user_dir, "fresh" (wandb untouched before the training), "set-up"
 # (the user set wandb up first, disabled) or "fails" (the training stops with an error after
-# its wandb run started: pre-training asked of a sampler without labelled examples) or
+# its wandb run started: pre-training asked of a sampler whose labelled examples fail) or
 # "active" (the user has a wandb run of their own open);
 # prints what the user's code finds afterwards.
 SCRIPT = """
@@ -33,6 +33,14 @@ if case == "set-up":
     wandb.setup(wandb.Settings(mode="disabled"))
 if case == "active":
     mine = wandb.init(project="mine", dir=user_dir, mode="offline")
+if case == "fails":  # a sampler whose examples for pre-training fail once the run started
+    from metadist.tasks import register_task_sampler
+    from metadist.tasks.forecast import ForecastSampler
+
+    @register_task_sampler("labels_fail")
+    class LabelsFail(ForecastSampler):
+        def labelled_examples(self, units):
+            raise ValueError("the labelled examples failed")
 before = {k: v for k, v in os.environ.items() if k.startswith("WANDB")}
 found = {}
 try:
@@ -40,7 +48,7 @@ try:
         "synthetic_maml",
         [f"data.store={store}", "trainer.meta_steps=2", "trainer.meta_batch_size=2",
          "trainer.eval_every=0", "logging.progress=false", "logging.wandb.mode=offline",
-         *(["pretrain.steps=5"] if case == "fails" else [])],
+         *(["pretrain.steps=5", "sampler.name=labels_fail"] if case == "fails" else [])],
         run_dir=run_dir, evaluate=False,
     )
 except ValueError as error:
@@ -114,7 +122,7 @@ def test_a_wandb_the_user_set_up_is_left_as_it_was(store, tmp_path):
 
 def test_a_training_stopped_by_an_error_leaves_no_wandb_run_open(store, tmp_path):
     found, _ = _fit(store, tmp_path, "fails")
-    assert "pretrain.steps=5" in found["error"]
+    assert found["error"] == "the labelled examples failed"
     assert found["open_run"] is False
     assert found["env_after"] == found["env_before"]  # its wandb setup torn down too
 

@@ -46,7 +46,7 @@ from metadist.train.log_sinks import check_log_sinks
 from metadist.train.logging import NullLogger, RunLogger
 from metadist.train.metrics_window import MetricsWindow
 from metadist.train.optim import scheduled_lr
-from metadist.train.pretrain_phase import run_pretraining
+from metadist.train.pretrain_phase import check_pretraining, run_pretraining
 from metadist.train.rank_errors import own_errors
 from metadist.train.resume import check_same_run, finished_before, resume
 from metadist.train.rng import rng_state
@@ -123,6 +123,7 @@ def train(
         torch.set_num_threads(config.trainer.num_threads)
     try:
         parts = build_parts(config, env)  # a bad component is refused before any file
+        check_pretraining(config, parts)
         # One writer per run directory: rank 0 holds the lock for the whole run.
         with RunLock(config.resolved_run_dir) if env.is_main else contextlib.nullcontext():
             return _train_parts(config, env, parts, on_eval)

@@ -27,7 +27,7 @@ from metadist.train.config import TrainConfig
 from metadist.train.distributed import DistEnv
 from metadist.train.pretrain import PRETRAIN_STATE, pretrain_classifier
 
-__all__ = ["PRETRAIN_STATE", "run_pretraining"]
+__all__ = ["PRETRAIN_STATE", "check_pretraining", "run_pretraining"]
 
 
 def run_pretraining(
@@ -43,16 +43,10 @@ def run_pretraining(
     settings = config.pretrain
     if settings.steps == 0:
         return
-    labelled = getattr(parts.sampler, "labelled_examples", None)
-    if labelled is None:
-        raise ValueError(
-            f"pretrain.steps={settings.steps}: sampler {config.sampler.name!r} gives no "
-            "labelled examples (a labelled_examples(units) method, as nway_kshot has); "
-            "set pretrain.steps=0"
-        )
+    check_pretraining(config, parts)
+    labelled = parts.sampler.labelled_examples  # type: ignore[attr-defined]  # checked
     examples, num_classes = labelled(parts.partitioner.units("train"))
-    model = parts.learner.model
-    features, embedding_size = _features_of(model, parts, config)
+    features, embedding_size = _features_of(parts.learner.model, parts, config)
     message(
         f"classifier pre-training: {settings.steps} steps over {num_classes} meta-train "
         f"classes ({embedding_size} features)"
@@ -75,6 +69,26 @@ def run_pretraining(
         name="pretrain",
         on_save=report if env.is_main else None,
     )
+
+
+def check_pretraining(config: TrainConfig, parts: RunParts) -> None:
+    """Refuses a pre-training phase the run's parts cannot have, before anything of the
+    run is written: a sampler without labelled examples, or an inner-loop learner's model
+    whose head is not a linear layer (nothing when `pretrain.steps` is 0).
+
+    Raises:
+        ValueError: naming `pretrain.steps` and what is missing.
+    """
+    steps = config.pretrain.steps
+    if steps == 0:
+        return
+    if getattr(parts.sampler, "labelled_examples", None) is None:
+        raise ValueError(
+            f"pretrain.steps={steps}: sampler {config.sampler.name!r} gives no "
+            "labelled examples (a labelled_examples(units) method, as nway_kshot has); "
+            "set pretrain.steps=0"
+        )
+    _features_of(parts.learner.model, parts, config)
 
 
 def _features_of(model: nn.Module, parts: RunParts, config: TrainConfig) -> tuple[nn.Module, int]:

@@ -39,7 +39,9 @@ from metadist.eval.settings import load_eval_options, split_eval_overrides
 from metadist.launch.children import OwnedChildren, StopRequested
 from metadist.store import SeriesStore
 from metadist.store.ingest import ingest
+from metadist.train.compose import load_config
 from metadist.train.loop import finished_before
+from metadist.train.preflight import check_before_launch
 from metadist.train.rerun_check import check_same_settings
 
 # Demo-size settings for a 2-core machine: at most two minutes of meta-training.
@@ -107,6 +109,11 @@ def main(argv: list[str] | None = None, prog: str = "metadist demo") -> int:
         train_overrides, eval_overrides = split_eval_overrides(args.overrides)
         _check_not_the_demos_own(train_overrides, out)
         load_eval_options(EXPERIMENT, eval_overrides)  # bad eval.* settings: fail now
+        # bad training settings too, before the panel is written (the store does not exist
+        # yet: the rest is checked against it before the ranks start, in meta_train)
+        load_config(
+            training_overrides("null", out / "run", args, train_overrides), world_size=args.nproc
+        )
         out.mkdir(parents=True, exist_ok=True)
         store_path = prepare_store(out, args)
         run_dir = out / "run"
@@ -216,13 +223,11 @@ def _print_store(store) -> None:
     )
 
 
-def meta_train(store: Path, run_dir: Path, args: argparse.Namespace, overrides: list[str]) -> int:
-    """Runs `synthetic_maml` under torchrun with `args.nproc` CPU ranks; returns its status.
-
-    Raises:
-        ValueError: `run_dir` holds a run of other settings (naming another --out).
-    """
-    train_overrides = [
+def training_overrides(
+    store: Path | str, run_dir: Path, args: argparse.Namespace, overrides: list[str]
+) -> list[str]:
+    """The overrides the demo trains with: its own settings, then the user's."""
+    return [
         f"experiment={EXPERIMENT}",
         f"data.store={store}",
         f"run_dir={run_dir}",
@@ -232,6 +237,17 @@ def meta_train(store: Path, run_dir: Path, args: argparse.Namespace, overrides: 
         *DEMO_OVERRIDES,
         *overrides,
     ]
+
+
+def meta_train(store: Path, run_dir: Path, args: argparse.Namespace, overrides: list[str]) -> int:
+    """Runs `synthetic_maml` under torchrun with `args.nproc` CPU ranks; returns its status.
+
+    Raises:
+        ValueError: `run_dir` holds a run of other settings (naming another --out), or the
+            ranks would refuse the settings or the store (as `metadist train
+            --nproc-per-node` checks them, before any process starts).
+    """
+    train_overrides = training_overrides(store, run_dir, args, overrides)
     command = [
         sys.executable,
         "-m",
@@ -253,6 +269,8 @@ def meta_train(store: Path, run_dir: Path, args: argparse.Namespace, overrides: 
         return 0
     # the training's own refusal would suggest run_dir=, which the demo does not take
     check_same_settings(train_overrides, run_dir, f"another --out (the demo trains in {run_dir})")
+    # one line now rather than that line from a rank, torchrun's report and the demo's
+    check_before_launch(load_config(train_overrides, world_size=args.nproc), args.nproc)
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")
     env.setdefault("WANDB_MODE", "disabled")

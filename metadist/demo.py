@@ -66,25 +66,42 @@ def build_parser(prog: str = "metadist demo") -> argparse.ArgumentParser:
         description=__doc__.splitlines()[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--out", type=Path, default=Path("runs/demo"), help="output directory")
-    parser.add_argument("--entities", type=int, default=DEFAULT_ENTITIES, help="panel size")
+    parser.add_argument(
+        "--out", type=Path, default=Path("runs/demo"), help="output directory (default runs/demo)"
+    )
+    parser.add_argument(
+        "--entities",
+        type=int,
+        default=DEFAULT_ENTITIES,
+        help=f"panel size (default {DEFAULT_ENTITIES})",
+    )
     parser.add_argument(
         "--length-range",
         type=int,
         nargs=2,
         default=DEFAULT_LENGTH_RANGE,
         metavar=("A", "B"),
-        help="shortest and longest series",
+        help="shortest and longest series (default {} {})".format(*DEFAULT_LENGTH_RANGE),
     )
-    parser.add_argument("--meta-steps", type=int, default=DEFAULT_META_STEPS)
+    parser.add_argument(
+        "--meta-steps",
+        type=int,
+        default=DEFAULT_META_STEPS,
+        help=f"meta-training steps (default {DEFAULT_META_STEPS}; --train-seconds may stop it first)",
+    )
     parser.add_argument(
         "--train-seconds",
         type=float,
         default=DEFAULT_TRAIN_SECONDS,
-        help="stop meta-training (checkpoint + clean exit) after this long",
+        help="stop meta-training (checkpoint + clean exit) after this many seconds "
+        f"(default {DEFAULT_TRAIN_SECONDS:.0f})",
     )
-    parser.add_argument("--nproc", type=int, default=2, help="torchrun processes (CPU ranks)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--nproc", type=int, default=2, help="torchrun processes (CPU ranks; default 2)"
+    )
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seed of the panel and the training (default 0)"
+    )
     parser.add_argument(
         "overrides",
         nargs="*",

@@ -36,7 +36,7 @@ examples:
   metadist eval run_dir=runs/demo/run eval.inner_steps=10 eval.scratch_steps=200
   metadist eval run_dir=runs/demo/run --nproc-per-node 2   # two processes share it
   metadist eval run_dir=runs/demo/run2 --no-shared-cache   # no other run's baselines
-  metadist eval run_dir=runs/m3/h8/seed1 'eval.labels=[quarterly,other]' \
+  metadist eval run_dir=runs/m3/h8/seed1 'eval.labels=[quarterly,other]' \\
       'eval.ensemble=[runs/m3/h8/seed2,runs/m3/h8/seed3]'
   python -m metadist.eval.combine runs/m3 runs/m3/h6/seed1 runs/m3/h8/seed1 runs/m3/h18/seed1
 

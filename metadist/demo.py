@@ -33,6 +33,7 @@ from pathlib import Path
 
 from metadist.commands.parser import Parser
 from metadist.datasets.synthetic import SYNTHETIC_INGEST_ARGS, write_synthetic_panel
+from metadist.durable import make_directory_beside
 from metadist.eval import evaluate_run
 from metadist.eval.report import EVAL_DIR, FIGURE_NAME, markdown_report
 from metadist.eval.settings import load_eval_options, split_eval_overrides
@@ -131,7 +132,10 @@ def main(argv: list[str] | None = None, prog: str = "metadist demo") -> int:
         load_config(
             training_overrides("null", out / "run", args, train_overrides), world_size=args.nproc
         )
-        out.mkdir(parents=True, exist_ok=True)
+        if out.exists() and not out.is_dir():
+            raise FileExistsError(f"--out {out} exists and is not a directory")
+        if not out.is_dir():
+            make_directory_beside(out, out)  # a file above it: one line naming --out
         store_path = prepare_store(out, args)
         run_dir = out / "run"
         code = meta_train(store_path, run_dir, args, train_overrides)
@@ -139,7 +143,13 @@ def main(argv: list[str] | None = None, prog: str = "metadist demo") -> int:
             print(f"{prog}: meta-training failed (exit status {code})", file=sys.stderr)
             return code
         result = evaluate(run_dir, eval_overrides)
-    except (ValueError, FileNotFoundError, FileExistsError) as error:
+    except (
+        ValueError,
+        FileNotFoundError,
+        FileExistsError,
+        NotADirectoryError,
+        PermissionError,
+    ) as error:
         print(f"{prog}: error: {error}", file=sys.stderr)
         return 1
     except StopRequested as stop:

@@ -38,6 +38,7 @@ from metadist.eval import evaluate_run
 from metadist.eval.report import EVAL_DIR, FIGURE_NAME, markdown_report
 from metadist.eval.settings import load_eval_options, split_eval_overrides
 from metadist.launch.children import OwnedChildren, StopRequested
+from metadist.launch.local_ranks import OWNER_ENV
 from metadist.store import SeriesStore
 from metadist.store.ingest import ingest
 from metadist.train.compose import load_config
@@ -138,7 +139,7 @@ def main(argv: list[str] | None = None, prog: str = "metadist demo") -> int:
             make_directory_beside(out, out)  # a file above it: one line naming --out
         store_path = prepare_store(out, args)
         run_dir = out / "run"
-        code = meta_train(store_path, run_dir, args, train_overrides)
+        code = meta_train(store_path, run_dir, args, train_overrides, prog)
         if code != 0:
             print(f"{prog}: meta-training failed (exit status {code})", file=sys.stderr)
             return code
@@ -155,6 +156,9 @@ def main(argv: list[str] | None = None, prog: str = "metadist demo") -> int:
     except StopRequested as stop:
         print(f"{prog}: {stop.summary}; run it again to resume", file=sys.stderr)
         return stop.exit_status
+    except KeyboardInterrupt:  # Ctrl-C outside meta-training (panel, store, evaluation)
+        print(f"{prog}: interrupted; run it again to resume", file=sys.stderr)
+        return 130
     report(result, run_dir, time.perf_counter() - started)
     return 0
 
@@ -266,8 +270,16 @@ def training_overrides(
     ]
 
 
-def meta_train(store: Path, run_dir: Path, args: argparse.Namespace, overrides: list[str]) -> int:
+def meta_train(
+    store: Path,
+    run_dir: Path,
+    args: argparse.Namespace,
+    overrides: list[str],
+    prog: str = "metadist demo",
+) -> int:
     """Runs `synthetic_maml` under torchrun with `args.nproc` CPU ranks; returns its status.
+    The ranks speak as `prog`, and leave a stop for `prog` to report (as the ranks of
+    `metadist train --nproc-per-node` do).
 
     Raises:
         ValueError: `run_dir` holds a run of other settings (naming another --out), or the
@@ -288,6 +300,9 @@ def meta_train(store: Path, run_dir: Path, args: argparse.Namespace, overrides: 
     ]
     _section(f"3. meta-training {EXPERIMENT} on {cpu_processes(args.nproc)} (torchrun)")
     print("$ " + shlex.join(["python", *command[1:]]))
+    # a Ctrl-C while a rank imports torch: no traceback from it (launch/rank_entry.py)
+    module_at = command.index("metadist.train")
+    command[module_at:module_at] = ["metadist.launch.rank_entry"]
     if finished_before(train_overrides, run_dir):
         print(
             f"meta-training: {run_dir} already holds all {args.meta_steps} meta-steps of this "
@@ -301,6 +316,7 @@ def meta_train(store: Path, run_dir: Path, args: argparse.Namespace, overrides: 
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")
     env.setdefault("WANDB_MODE", "disabled")
+    env[OWNER_ENV] = prog  # one line on a stop, the demo's; a rank's error names the demo
     t0 = time.perf_counter()
     with OwnedChildren("metadist demo", grace_s=180) as children:
         process = children.popen(command, env=env)

@@ -16,7 +16,9 @@ Re-running with the same `--out` reuses the panel and store it finds there and r
 the run from its latest checkpoint (a finished run is just evaluated again, always with
 the demo's evaluation settings plus any `eval.KEY=VALUE` given here). Other panel
 settings (`--entities`, `--length-range`, `--seed`) where `--out` holds a trained run are
-refused before anything is written: the new panel would replace the run's store.
+refused before anything is written: the new panel would replace the run's store. A
+training override the experiment does not take is refused before anything is written,
+and settings the ranks would refuse on the store before torchrun starts (one line each).
 """
 
 from __future__ import annotations

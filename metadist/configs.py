@@ -12,6 +12,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from metadist.durable import make_directory_beside
 from metadist.options import closest
 
 EXPERIMENTS_ENV = "METADIST_EXPERIMENTS_DIR"
@@ -112,7 +113,10 @@ def copy_experiments(source: Path, destination: Path, name: str | None = None) -
     staging = destination.with_name(f".{destination.name}.copying-{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
     try:
-        shutil.copytree(source, staging, ignore=shutil.ignore_patterns("__pycache__"))
+        make_directory_beside(staging, destination)  # names DESTINATION, not the staging
+        shutil.copytree(
+            source, staging, ignore=shutil.ignore_patterns("__pycache__"), dirs_exist_ok=True
+        )
         staging.rename(destination)
     finally:
         shutil.rmtree(staging, ignore_errors=True)

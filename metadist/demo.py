@@ -16,7 +16,9 @@ Re-running with the same `--out` reuses the panel and store it finds there and r
 the run from its latest checkpoint (a finished run is just evaluated again, always with
 the demo's evaluation settings plus any `eval.KEY=VALUE` given here). Other panel
 settings (`--entities`, `--length-range`, `--seed`) where `--out` holds a trained run are
-refused before anything is written: the new panel would replace the run's store.
+refused before anything is written: the new panel would replace the run's store. A
+training override the experiment does not take is refused before anything is written,
+and settings the ranks would refuse on the store before torchrun starts (one line each).
 """
 
 from __future__ import annotations
@@ -33,13 +35,17 @@ from pathlib import Path
 
 from metadist.commands.parser import Parser
 from metadist.datasets.synthetic import SYNTHETIC_INGEST_ARGS, write_synthetic_panel
+from metadist.durable import make_directory_beside
 from metadist.eval import evaluate_run
 from metadist.eval.report import EVAL_DIR, FIGURE_NAME, markdown_report
 from metadist.eval.settings import load_eval_options, split_eval_overrides
 from metadist.launch.children import OwnedChildren, StopRequested
+from metadist.launch.local_ranks import OWNER_ENV
 from metadist.store import SeriesStore
 from metadist.store.ingest import ingest
+from metadist.train.compose import load_config
 from metadist.train.loop import finished_before
+from metadist.train.preflight import check_before_launch
 from metadist.train.rerun_check import check_same_settings
 
 # Demo-size settings for a 2-core machine: at most two minutes of meta-training.
@@ -64,25 +70,42 @@ def build_parser(prog: str = "metadist demo") -> argparse.ArgumentParser:
         description=__doc__.splitlines()[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--out", type=Path, default=Path("runs/demo"), help="output directory")
-    parser.add_argument("--entities", type=int, default=DEFAULT_ENTITIES, help="panel size")
+    parser.add_argument(
+        "--out", type=Path, default=Path("runs/demo"), help="output directory (default runs/demo)"
+    )
+    parser.add_argument(
+        "--entities",
+        type=int,
+        default=DEFAULT_ENTITIES,
+        help=f"panel size (default {DEFAULT_ENTITIES})",
+    )
     parser.add_argument(
         "--length-range",
         type=int,
         nargs=2,
         default=DEFAULT_LENGTH_RANGE,
         metavar=("A", "B"),
-        help="shortest and longest series",
+        help="shortest and longest series (default {} {})".format(*DEFAULT_LENGTH_RANGE),
     )
-    parser.add_argument("--meta-steps", type=int, default=DEFAULT_META_STEPS)
+    parser.add_argument(
+        "--meta-steps",
+        type=int,
+        default=DEFAULT_META_STEPS,
+        help=f"meta-training steps (default {DEFAULT_META_STEPS}; --train-seconds may stop it first)",
+    )
     parser.add_argument(
         "--train-seconds",
         type=float,
         default=DEFAULT_TRAIN_SECONDS,
-        help="stop meta-training (checkpoint + clean exit) after this long",
+        help="stop meta-training (checkpoint + clean exit) after this many seconds "
+        f"(default {DEFAULT_TRAIN_SECONDS:.0f})",
     )
-    parser.add_argument("--nproc", type=int, default=2, help="torchrun processes (CPU ranks)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--nproc", type=int, default=2, help="torchrun processes (CPU ranks; default 2)"
+    )
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seed of the panel and the training (default 0)"
+    )
     parser.add_argument(
         "overrides",
         nargs="*",
@@ -107,20 +130,37 @@ def main(argv: list[str] | None = None, prog: str = "metadist demo") -> int:
         train_overrides, eval_overrides = split_eval_overrides(args.overrides)
         _check_not_the_demos_own(train_overrides, out)
         load_eval_options(EXPERIMENT, eval_overrides)  # bad eval.* settings: fail now
-        out.mkdir(parents=True, exist_ok=True)
+        # bad training settings too, before the panel is written (the store does not exist
+        # yet: the rest is checked against it before the ranks start, in meta_train)
+        load_config(
+            training_overrides("null", out / "run", args, train_overrides), world_size=args.nproc
+        )
+        if out.exists() and not out.is_dir():
+            raise FileExistsError(f"--out {out} exists and is not a directory")
+        if not out.is_dir():
+            make_directory_beside(out, out)  # a file above it: one line naming --out
         store_path = prepare_store(out, args)
         run_dir = out / "run"
-        code = meta_train(store_path, run_dir, args, train_overrides)
+        code = meta_train(store_path, run_dir, args, train_overrides, prog)
         if code != 0:
             print(f"{prog}: meta-training failed (exit status {code})", file=sys.stderr)
             return code
         result = evaluate(run_dir, eval_overrides)
-    except (ValueError, FileNotFoundError, FileExistsError) as error:
+    except (
+        ValueError,
+        FileNotFoundError,
+        FileExistsError,
+        NotADirectoryError,
+        PermissionError,
+    ) as error:
         print(f"{prog}: error: {error}", file=sys.stderr)
         return 1
     except StopRequested as stop:
         print(f"{prog}: {stop.summary}; run it again to resume", file=sys.stderr)
         return stop.exit_status
+    except KeyboardInterrupt:  # Ctrl-C outside meta-training (panel, store, evaluation)
+        print(f"{prog}: interrupted; run it again to resume", file=sys.stderr)
+        return 130
     report(result, run_dir, time.perf_counter() - started)
     return 0
 
@@ -216,13 +256,11 @@ def _print_store(store) -> None:
     )
 
 
-def meta_train(store: Path, run_dir: Path, args: argparse.Namespace, overrides: list[str]) -> int:
-    """Runs `synthetic_maml` under torchrun with `args.nproc` CPU ranks; returns its status.
-
-    Raises:
-        ValueError: `run_dir` holds a run of other settings (naming another --out).
-    """
-    train_overrides = [
+def training_overrides(
+    store: Path | str, run_dir: Path, args: argparse.Namespace, overrides: list[str]
+) -> list[str]:
+    """The overrides the demo trains with: its own settings, then the user's."""
+    return [
         f"experiment={EXPERIMENT}",
         f"data.store={store}",
         f"run_dir={run_dir}",
@@ -232,6 +270,25 @@ def meta_train(store: Path, run_dir: Path, args: argparse.Namespace, overrides: 
         *DEMO_OVERRIDES,
         *overrides,
     ]
+
+
+def meta_train(
+    store: Path,
+    run_dir: Path,
+    args: argparse.Namespace,
+    overrides: list[str],
+    prog: str = "metadist demo",
+) -> int:
+    """Runs `synthetic_maml` under torchrun with `args.nproc` CPU ranks; returns its status.
+    The ranks speak as `prog`, and leave a stop for `prog` to report (as the ranks of
+    `metadist train --nproc-per-node` do).
+
+    Raises:
+        ValueError: `run_dir` holds a run of other settings (naming another --out), or the
+            ranks would refuse the settings or the store (as `metadist train
+            --nproc-per-node` checks them, before any process starts).
+    """
+    train_overrides = training_overrides(store, run_dir, args, overrides)
     command = [
         sys.executable,
         "-m",
@@ -245,6 +302,9 @@ def meta_train(store: Path, run_dir: Path, args: argparse.Namespace, overrides: 
     ]
     _section(f"3. meta-training {EXPERIMENT} on {cpu_processes(args.nproc)} (torchrun)")
     print("$ " + shlex.join(["python", *command[1:]]))
+    # a Ctrl-C while a rank imports torch: no traceback from it (launch/rank_entry.py)
+    module_at = command.index("metadist.train")
+    command[module_at:module_at] = ["metadist.launch.rank_entry"]
     if finished_before(train_overrides, run_dir):
         print(
             f"meta-training: {run_dir} already holds all {args.meta_steps} meta-steps of this "
@@ -253,9 +313,12 @@ def meta_train(store: Path, run_dir: Path, args: argparse.Namespace, overrides: 
         return 0
     # the training's own refusal would suggest run_dir=, which the demo does not take
     check_same_settings(train_overrides, run_dir, f"another --out (the demo trains in {run_dir})")
+    # one line now rather than that line from a rank, torchrun's report and the demo's
+    check_before_launch(load_config(train_overrides, world_size=args.nproc), args.nproc)
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")
     env.setdefault("WANDB_MODE", "disabled")
+    env[OWNER_ENV] = prog  # one line on a stop, the demo's; a rank's error names the demo
     t0 = time.perf_counter()
     with OwnedChildren("metadist demo", grace_s=180) as children:
         process = children.popen(command, env=env)

@@ -40,6 +40,8 @@ def test_train_help_names_every_shipped_learner(capsys):
          "argument --horizons: 'trainer.meta_steps=2' is not a whole number; put overrides "
          "before --horizons"),
         (["competition", "d", "--seeds", "0"], "--seeds must be >= 1, got 0"),
+        # the optional overrides were listed as required beside DATA_DIR
+        (["competition"], "the following arguments are required: DATA_DIR ("),
         (["competition", "d", "--jobs", "0"], "--jobs must be >= 1, got 0"),
         (["train", "--nproc-per-node", "x"], "argument --nproc-per-node: invalid int value"),
         (["bogus"], "argument COMMAND: invalid choice: 'bogus'"),

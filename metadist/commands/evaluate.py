@@ -27,7 +27,7 @@ from metadist.eval.competition_member import competition_of, rescore_hint
 from metadist.eval.report import markdown_report
 from metadist.eval.run import check_evaluation
 from metadist.eval.shard import EvalShard
-from metadist.launch.local_ranks import run_local_ranks
+from metadist.launch.local_ranks import run_local_ranks, stop_reported_by_owner
 from metadist.user_code import user_error_line
 
 EPILOG = """\
@@ -36,7 +36,7 @@ examples:
   metadist eval run_dir=runs/demo/run eval.inner_steps=10 eval.scratch_steps=200
   metadist eval run_dir=runs/demo/run --nproc-per-node 2   # two processes share it
   metadist eval run_dir=runs/demo/run2 --no-shared-cache   # no other run's baselines
-  metadist eval run_dir=runs/m3/h8/seed1 'eval.labels=[quarterly,other]' \
+  metadist eval run_dir=runs/m3/h8/seed1 'eval.labels=[quarterly,other]' \\
       'eval.ensemble=[runs/m3/h8/seed2,runs/m3/h8/seed3]'
   python -m metadist.eval.combine runs/m3 runs/m3/h6/seed1 runs/m3/h8/seed1 runs/m3/h18/seed1
 
@@ -158,6 +158,10 @@ def _evaluate(run_dir: str, overrides: list[str], args: argparse.Namespace, prog
         if shard is None or shard.is_main:
             print(f"{prog}: error: {error}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # Ctrl-C; under --nproc-per-node the command says so once
+        if (shard is None or shard.is_main) and not stop_reported_by_owner():
+            print(f"{prog}: interrupted; run the same command again to evaluate", file=sys.stderr)
+        return 130
     except Exception as error:  # noqa: BLE001 - only the user's own code's, below
         line = user_error_line(error)  # a sampler of the user's failing in the evaluation
         if line is None:

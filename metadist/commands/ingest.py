@@ -76,8 +76,19 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--targets", default="", help="comma-separated numeric target columns")
     parser.add_argument("--stratum-col", default=None, help="column constant within an entity")
     parser.add_argument("--label-col", default=None, help="column constant within an entity")
-    parser.add_argument("--scaling", choices=SCALING_KINDS, default="global")
-    parser.add_argument("--nan", choices=NAN_POLICIES, default="error")
+    parser.add_argument(
+        "--scaling",
+        choices=SCALING_KINDS,
+        default="global",
+        help="global (default: one mean/std per column), per-entity (each entity's own) or none",
+    )
+    parser.add_argument(
+        "--nan",
+        choices=NAN_POLICIES,
+        default="error",
+        help="NaN, inf or null in a feature or target: error (default) names the cell, "
+        "ffill carries the entity's last finite value forward, drop removes the row",
+    )
     parser.add_argument("--min-length", type=int, default=1, help="drop shorter entities")
     parser.add_argument(
         "--batch-size",

@@ -77,7 +77,12 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
             "training as a Hydra override."
         ),
     )
-    submit.add_argument("settings", nargs="*", metavar="KEY=VALUE")
+    submit.add_argument(
+        "settings",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="launch settings and training overrides (above); experiment=NAME is required",
+    )
     submit.add_argument("--dry-run", action="store_true", help="print the script, submit nothing")
     submit.add_argument(
         "--config-dir",

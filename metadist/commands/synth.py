@@ -39,7 +39,12 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--seed", type=int, default=0, help="generator seed (default 0)")
     parser.add_argument("--files", type=int, default=4, help="number of Parquet files (default 4)")
-    parser.add_argument("--time-kind", choices=("int", "timestamp"), default="int")
+    parser.add_argument(
+        "--time-kind",
+        choices=("int", "timestamp"),
+        default="int",
+        help="the time column: int64 steps (default) or timestamps at hourly steps",
+    )
     parser.add_argument(
         "--nan-fraction",
         type=float,

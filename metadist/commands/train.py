@@ -57,7 +57,8 @@ model. The global meta-batch must be a multiple of the number of ranks. Ctrl-C w
 checkpoint and exits; the same command resumes.
 
 The configs are looked up in --config-dir, else $METADIST_EXPERIMENTS_DIR, else
-./experiments, else the experiments/ directory of the metadist source checkout.
+./experiments, else the experiments/ directory of a metadist source checkout, else the
+configs shipped inside the installed package (`metadist experiments list` says which).
 """
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -167,13 +168,22 @@ class StatisticalForecasts:
             # fork where it is safe and fast (Linux: the workers need nothing imported
             # again); elsewhere the platform's default start method
             context = multiprocessing.get_context("fork") if sys.platform == "linux" else None
-            self._pool = ProcessPoolExecutor(self.workers, mp_context=context)
+            self._pool = ProcessPoolExecutor(
+                self.workers, mp_context=context, initializer=_leave_ctrl_c_to_the_parent
+            )
         return self._pool
 
     def _advance(self, num_series: int) -> None:
         self.done += num_series
         if self.counter is not None and num_series:
             self.counter.update(self.done)
+
+
+def _leave_ctrl_c_to_the_parent() -> None:
+    """A worker ignores SIGINT: a Ctrl-C reaches the whole process group, and each worker
+    printed a `KeyboardInterrupt` traceback beside the command's one line; the parent
+    stops them (`close`)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _ets_version() -> str | None:

@@ -143,7 +143,10 @@ def build_parser(prog: str = "metadist competition") -> argparse.ArgumentParser:
         f"forecast as the model, whichever won there ({ADAPTATION_FILE})",
     )
     parser.add_argument(
-        "overrides", nargs="*", help="training overrides (key=value) and eval.KEY=VALUE"
+        "overrides",
+        nargs="*",
+        default=[],  # without a default argparse calls it required when DATA_DIR is missing
+        help="training overrides (key=value) and eval.KEY=VALUE",
     )
     return parser
 

@@ -283,3 +283,44 @@ def test_sweep_trials_run_as_slurm_array_elements(slurm_env, tmp_path, monkeypat
             json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()
         ]
         assert [r["loss"] for r in records if r["split"] == "val"][-1] == trial.value
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(240)
+def test_no_eval_reaches_the_jobs_training(slurm_env, tmp_path):
+    """`metadist slurm submit --no-eval` was refused as an unknown argument, so a job
+    always evaluated its run at the end; the flag reaches the job's training now."""
+    tiny = [
+        *TRAIN_OVERRIDES[:1],
+        "trainer.meta_steps=4",
+        "trainer.meta_batch_size=4",
+        "trainer.checkpoint_every=4",
+        *TRAIN_OVERRIDES[4:],
+    ]
+    jobs = {}
+    for name, flags in (("evaluated", []), ("not-evaluated", ["--no-eval"])):
+        submitted = subprocess.run(
+            [sys.executable, "-m", "metadist.cli", "slurm", "submit", *tiny,
+             f"run_dir={tmp_path / name}", "gpus_per_node=0", "cpus_per_task=1", *flags],
+            env=slurm_env, cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert submitted.returncode == 0, submitted.stderr
+        jobs[name] = re.search(r"submitted job (\d+)", submitted.stdout).group(1)
+    try:
+        for name, job_id in jobs.items():
+            log = tmp_path / name / "slurm" / f"{job_id}.out"
+            _wait_for(
+                lambda log=log: log.exists() and "metadist: training finished" in log.read_text(),
+                f"job {name} to end",
+                180,
+                log,
+            )
+    finally:
+        subprocess.run(["scancel", *jobs.values()], env=slurm_env, check=False)
+    for name, job_id in jobs.items():
+        text = (tmp_path / name / "slurm" / f"{job_id}.out").read_text()
+        assert "training finished with status 0" in text, text
+        assert _latest_step(tmp_path / name) == 4, text
+    assert (tmp_path / "evaluated" / "eval" / "metrics.json").is_file()
+    assert not (tmp_path / "not-evaluated" / "eval").exists()
+    assert "--no-eval" in (tmp_path / "not-evaluated" / "slurm" / "job.sbatch").read_text()

@@ -99,13 +99,8 @@ def main(argv: list[str] | None = None, prog: str = "metadist train") -> int:
         if args.print_config:
             print(OmegaConf.to_yaml(compose_dict(args.overrides, args.config_dir)).rstrip())
             return 0
-        eval_overrides = [
-            o for o in args.overrides if o.lstrip("+~").startswith(("eval.", "eval="))
-        ]
-        if eval_overrides and args.no_eval:
-            raise ValueError(
-                f"{eval_overrides[0]!r} sets the evaluation, which --no-eval turns off"
-            )
+        if args.no_eval:
+            refuse_eval_overrides(args.overrides)
         nproc = args.nproc_per_node
         if nproc is not None and nproc < 1:
             raise ValueError(f"--nproc-per-node must be >= 1, got {nproc}")
@@ -152,6 +147,18 @@ def main(argv: list[str] | None = None, prog: str = "metadist train") -> int:
     if result.stopped_by is None and eval_options is not None:
         return _evaluate_at_end(result.run_dir, eval_options, prog)
     return 0
+
+
+def refuse_eval_overrides(overrides: list[str]) -> None:
+    """Refuses an `eval.*` (or `eval=`) override given with `--no-eval`, which turns the
+    evaluation it sets off (`metadist train`, and a Slurm job's training).
+
+    Raises:
+        ValueError: naming the first such override.
+    """
+    given = [o for o in overrides if o.lstrip("+~").startswith(("eval.", "eval="))]
+    if given:
+        raise ValueError(f"{given[0]!r} sets the evaluation, which --no-eval turns off")
 
 
 def _say_error(prog: str, line: str, error: BaseException) -> None:

@@ -24,6 +24,7 @@ from metadist.eval import EvalOptions, evaluate_run
 from metadist.eval.report import markdown_report
 from metadist.eval.settings import check_periods_cover
 from metadist.launch.local_ranks import OWNER_ENV, run_local_ranks, stop_reported_by_owner
+from metadist.rank_message import leave_line
 from metadist.store import SeriesStore
 from metadist.train.checkpoint import CheckpointError
 from metadist.train.compose import compose_dict, load_config
@@ -163,12 +164,16 @@ def refuse_eval_overrides(overrides: list[str]) -> None:
 
 def _say_error(prog: str, line: str, error: BaseException) -> None:
     """Prints `prog: error: line` once under torchrun: by local rank 0 for an error every
-    rank meets alike, by the rank that met it for one of its meta-steps (naming it)."""
+    rank meets alike, by the rank that met it for one of its meta-steps (naming it); the
+    line is left for the launcher too, which says it, naming the rank, where that rank
+    failed first and no rank printed it (`metadist.rank_message`)."""
     rank = raised_on(error)
     if rank is not None:
         print(f"{prog}: error: on rank {rank}: {line}", file=sys.stderr)
     elif _local_rank() == 0:
         print(f"{prog}: error: {line}", file=sys.stderr)
+    # a rank other than 0 that met it alone: its launcher says it, naming the rank
+    leave_line(line, said=rank is not None or _local_rank() == 0, prog=prog)
 
 
 def _interrupted(interrupt: KeyboardInterrupt, prog: str) -> int:

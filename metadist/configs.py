@@ -17,6 +17,8 @@ from metadist.options import closest
 
 EXPERIMENTS_ENV = "METADIST_EXPERIMENTS_DIR"
 PACKAGE = Path(__file__).resolve().parent
+# the config groups of an experiments directory, beside its config.yaml and experiment/
+CONFIG_GROUPS = ("data", "sampler", "model", "learner", "optimizer", "trainer", "logging", "eval")
 
 
 def find_experiments_dir(config_dir: str | os.PathLike | None = None) -> Path:
@@ -44,10 +46,34 @@ def find_experiments_dir(config_dir: str | os.PathLike | None = None) -> Path:
         if (path / "config.yaml").is_file():
             return path.resolve()
     tried = "; ".join(f"{where}: {path}" for where, path in candidates)
+    (_, path), *_ = candidates
+    if len(candidates) > 1:
+        remedy = f"pass --config-dir PATH or set {EXPERIMENTS_ENV}"
+    elif path.is_dir():  # the shipped configs are not looked at: it is the only place
+        remedy = incomplete_tree(path) or ""
+    else:
+        remedy = f"{path} is not a directory; {_WHOLE_TREE}"
     raise FileNotFoundError(
-        f"no experiments directory with a config.yaml found ({tried}); pass "
-        f"--config-dir PATH or set {EXPERIMENTS_ENV}"
+        f"no experiments directory with a config.yaml found ({tried}); {remedy}"
     )
+
+
+_WHOLE_TREE = (
+    "an experiments directory holds the whole config tree (`metadist experiments copy NAME "
+    "DEST` copies the shipped one to edit)"
+)
+
+
+def incomplete_tree(directory: Path) -> str | None:
+    """`DIR lacks config.yaml, model/, ...: ...` (what a config tree needs and `directory`
+    does not hold: a group is missing where it holds no config), and how to get a whole
+    one; None where nothing is missing."""
+    missing = [] if (directory / "config.yaml").is_file() else ["config.yaml"]
+    groups = ("experiment", *CONFIG_GROUPS)
+    missing += [f"{g}/" for g in groups if not any((directory / g).glob("*.yaml"))]
+    if not missing:
+        return None
+    return f"{directory} lacks {', '.join(missing)}: {_WHOLE_TREE}"
 
 
 @dataclass(frozen=True)

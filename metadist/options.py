@@ -35,15 +35,15 @@ def unknown_key_error(path: str, key: str, choices: Iterable[str], what: str) ->
     """`ValueError` for `path` (which ends in `key`) not being one of `choices`.
 
     Example: `model.options.hiden_sizes: unknown option of model 'mlp'; did you mean
-    'hidden_sizes'? (its options: activation, dropout, hidden_sizes)`.
+    'hidden_sizes'? (valid: activation, dropout, hidden_sizes)`.
     """
     choices = sorted(choices)
     guess = closest(key, choices)
-    hint = f"did you mean {guess!r}? " if guess else ""
+    hint = f"; did you mean {guess!r}?" if guess else ""
     if not guess and "options" in choices:  # a component's option set one level too high
-        hint = f"a component's option is {path[: -len(key)]}options.{key}; "
+        hint = f"; a component's option is {path[: -len(key)]}options.{key}"
     listing = ", ".join(choices) if choices else "none"
-    return ValueError(f"{path}: unknown {what}; {hint}(valid: {listing})")
+    return ValueError(f"{path}: unknown {what}{hint} (valid: {listing})")
 
 
 def from_mapping(cls: type, values: Any, path: str = "", what: str = "field") -> Any:

@@ -31,6 +31,7 @@ LAYERS: list[tuple[str, ...]] = [
         "user_code",
         "natural_order",
         "stop_signals",
+        "rank_message",
         "__version__",
     ),
     ("store",),

@@ -283,3 +283,85 @@ def test_sweep_trials_run_as_slurm_array_elements(slurm_env, tmp_path, monkeypat
             json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()
         ]
         assert [r["loss"] for r in records if r["split"] == "val"][-1] == trial.value
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(240)
+def test_no_eval_reaches_the_jobs_training(slurm_env, tmp_path):
+    """`metadist slurm submit --no-eval` was refused as an unknown argument, so a job
+    always evaluated its run at the end; the flag reaches the job's training now."""
+    tiny = [
+        *TRAIN_OVERRIDES[:1],
+        "trainer.meta_steps=4",
+        "trainer.meta_batch_size=4",
+        "trainer.checkpoint_every=4",
+        *TRAIN_OVERRIDES[4:],
+    ]
+    jobs = {}
+    for name, flags in (("evaluated", []), ("not-evaluated", ["--no-eval"])):
+        submitted = subprocess.run(
+            [sys.executable, "-m", "metadist.cli", "slurm", "submit", *tiny,
+             f"run_dir={tmp_path / name}", "gpus_per_node=0", "cpus_per_task=1", *flags],
+            env=slurm_env, cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert submitted.returncode == 0, submitted.stderr
+        jobs[name] = re.search(r"submitted job (\d+)", submitted.stdout).group(1)
+    try:
+        for name, job_id in jobs.items():
+            log = tmp_path / name / "slurm" / f"{job_id}.out"
+            _wait_for(
+                lambda log=log: log.exists() and "metadist: training finished" in log.read_text(),
+                f"job {name} to end",
+                180,
+                log,
+            )
+    finally:
+        subprocess.run(["scancel", *jobs.values()], env=slurm_env, check=False)
+    for name, job_id in jobs.items():
+        text = (tmp_path / name / "slurm" / f"{job_id}.out").read_text()
+        assert "training finished with status 0" in text, text
+        assert _latest_step(tmp_path / name) == 4, text
+    assert (tmp_path / "evaluated" / "eval" / "metrics.json").is_file()
+    assert not (tmp_path / "not-evaluated" / "eval").exists()
+    assert "--no-eval" in (tmp_path / "not-evaluated" / "slurm" / "job.sbatch").read_text()
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(240)
+def test_a_sweeps_slurm_python_runs_its_trials(slurm_env, tmp_path, monkeypatch):
+    """`--slurm python=PATH` of a sweep was dropped for the sweep's own interpreter; the
+    trial's array job runs the one given (here a script of its own that runs this one)."""
+    from metadist.launch.sweep import ParamSpec, SweepSettings, open_study, run_sweep
+
+    for name, value in slurm_env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.chdir(REPO)
+    venv_python = tmp_path / "venv" / "bin" / "python"
+    venv_python.parent.mkdir(parents=True)
+    venv_python.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    venv_python.chmod(0o755)
+    settings = SweepSettings(
+        overrides=[
+            *TRAIN_OVERRIDES[:1],
+            "trainer.meta_steps=4",
+            "trainer.meta_batch_size=4",
+            "trainer.eval_every=2",
+            "trainer.eval_batches=1",
+            "trainer.checkpoint_every=4",
+            "learner.options.eval_inner_steps=1",
+            *TRAIN_OVERRIDES[5:],
+        ],
+        space=[ParamSpec("optimizer.lr", "float", 1e-4, 1e-2, True)],
+        sweep_dir=tmp_path / "sweep",
+        num_trials=1,
+        launcher="slurm",
+        pruner="none",
+        poll_seconds=0.5,
+        slurm_settings=["gpus_per_node=0", "cpus_per_task=1", f"python={venv_python}"],
+    )
+    run_sweep(settings, log=lambda message: None)
+    (trial,) = open_study(settings).get_trials()
+    wave = tmp_path / "sweep" / "slurm" / "wave0000"
+    assert trial.state.name == "COMPLETE", (wave / "0.out").read_text()
+    assert f"{venv_python} -m metadist.launch.torchrun" in (wave / "job.sbatch").read_text()
+    assert "training finished with status 0" in (wave / "0.out").read_text()

@@ -373,3 +373,22 @@ def test_a_run_dir_that_is_a_file_is_refused_before_the_script(tmp_path, monkeyp
         f"run_dir=notes.txt is a file ({tmp_path / 'notes.txt'}), not a directory" in captured.err
     )
     assert (tmp_path / "notes.txt").read_text() == "mine\n"
+
+
+def test_no_eval_is_passed_to_the_jobs_training(capsys, tmp_path):
+    """`--no-eval` was refused as an unknown argument of `metadist slurm submit`: a job's
+    training always ended with the held-out evaluation. It is passed on now, and an
+    `eval.*` override given with it is refused before the script, as the training would
+    refuse it on the nodes."""
+    command = ["slurm", "submit", "experiment=sinusoid_maml", f"run_dir={tmp_path / 'run'}"]
+    assert main([*command, "--no-eval", "--dry-run"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("train_args="))
+    assert line.endswith(" --no-eval)"), line
+    assert main([*command, "--dry-run"]) == 0
+    assert "--no-eval" not in capsys.readouterr().out
+    assert main([*command, "eval.max_tasks=3", "--no-eval", "--dry-run"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.strip().splitlines() == [
+        "metadist slurm: error: 'eval.max_tasks=3' sets the evaluation, which --no-eval turns off"
+    ]
+    assert not (tmp_path / "run").exists()

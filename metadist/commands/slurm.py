@@ -11,6 +11,7 @@ import shutil
 from dataclasses import replace
 from pathlib import Path
 
+from metadist.commands.train import refuse_eval_overrides
 from metadist.launch.slurm import (
     LAUNCH_KEYS,
     check_python,
@@ -29,6 +30,8 @@ def _cmd_submit(args: argparse.Namespace) -> int:
     job, run_dir = job_from_settings(args.settings, sbatch_args=args.sbatch_arg)
     overrides = list(job.train_args)
     check_python(job)
+    if args.no_eval:  # refused now, as the job's training would refuse it on the nodes
+        refuse_eval_overrides(overrides)
     config_dir = None if args.config_dir is None else str(Path(args.config_dir).resolve())
     check_training_config(job, config_dir)
     # A run_dir that holds a run of other settings: the job's training would refuse to
@@ -36,6 +39,8 @@ def _cmd_submit(args: argparse.Namespace) -> int:
     check_same_settings(overrides, run_dir, None, config_dir)
     if config_dir is not None:  # the job's ranks read the same experiments
         job = replace(job, train_args=(*job.train_args, "--config-dir", config_dir))
+    if args.no_eval:
+        job = replace(job, train_args=(*job.train_args, "--no-eval"))
     if args.dry_run:
         print(job.render(), end="")
         return 0
@@ -90,6 +95,12 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
         metavar="DIR",
         help="the experiments directory (e.g. one made by `metadist experiments copy`), "
         "checked now and passed to the job's training",
+    )
+    submit.add_argument(
+        "--no-eval",
+        action="store_true",
+        help="the job's training skips the held-out evaluation that ends it (metadist "
+        "train --no-eval)",
     )
     submit.add_argument(
         "--sbatch-arg",

@@ -24,6 +24,7 @@ from metadist.eval import EvalOptions, evaluate_run
 from metadist.eval.report import markdown_report
 from metadist.eval.settings import check_periods_cover
 from metadist.launch.local_ranks import OWNER_ENV, run_local_ranks, stop_reported_by_owner
+from metadist.rank_message import leave_line
 from metadist.store import SeriesStore
 from metadist.train.checkpoint import CheckpointError
 from metadist.train.compose import compose_dict, load_config
@@ -100,13 +101,8 @@ def main(argv: list[str] | None = None, prog: str = "metadist train") -> int:
         if args.print_config:
             print(OmegaConf.to_yaml(compose_dict(args.overrides, args.config_dir)).rstrip())
             return 0
-        eval_overrides = [
-            o for o in args.overrides if o.lstrip("+~").startswith(("eval.", "eval="))
-        ]
-        if eval_overrides and args.no_eval:
-            raise ValueError(
-                f"{eval_overrides[0]!r} sets the evaluation, which --no-eval turns off"
-            )
+        if args.no_eval:
+            refuse_eval_overrides(args.overrides)
         nproc = args.nproc_per_node
         if nproc is not None and nproc < 1:
             raise ValueError(f"--nproc-per-node must be >= 1, got {nproc}")
@@ -155,14 +151,30 @@ def main(argv: list[str] | None = None, prog: str = "metadist train") -> int:
     return 0
 
 
+def refuse_eval_overrides(overrides: list[str]) -> None:
+    """Refuses an `eval.*` (or `eval=`) override given with `--no-eval`, which turns the
+    evaluation it sets off (`metadist train`, and a Slurm job's training).
+
+    Raises:
+        ValueError: naming the first such override.
+    """
+    given = [o for o in overrides if o.lstrip("+~").startswith(("eval.", "eval="))]
+    if given:
+        raise ValueError(f"{given[0]!r} sets the evaluation, which --no-eval turns off")
+
+
 def _say_error(prog: str, line: str, error: BaseException) -> None:
     """Prints `prog: error: line` once under torchrun: by local rank 0 for an error every
-    rank meets alike, by the rank that met it for one of its meta-steps (naming it)."""
+    rank meets alike, by the rank that met it for one of its meta-steps (naming it); the
+    line is left for the launcher too, which says it, naming the rank, where that rank
+    failed first and no rank printed it (`metadist.rank_message`)."""
     rank = raised_on(error)
     if rank is not None:
         print(f"{prog}: error: on rank {rank}: {line}", file=sys.stderr)
     elif _local_rank() == 0:
         print(f"{prog}: error: {line}", file=sys.stderr)
+    # a rank other than 0 that met it alone: its launcher says it, naming the rank
+    leave_line(line, said=rank is not None or _local_rank() == 0, prog=prog)
 
 
 def _interrupted(interrupt: KeyboardInterrupt, prog: str) -> int:

@@ -32,18 +32,23 @@ from typing import Any
 
 from metadist.launch.local_ranks import stop_reported_by_owner
 from metadist.launch.rank_reports import RankReports, collapsed, last_line, short, write_all
+from metadist.rank_message import unsaid_line
 from metadist.stop_signals import Stopped, stops_raised
 
 # torchrun's warnings on a stop signal (one per worker), its error log of a failed worker
-# (the one line of `_failure_line` says it), and the loggers they come from
+# (the one line of `_failure_line` says it), that it has no error file of its own to copy
+# the worker's into (the worker's line, `metadist.rank_message`, is said here), and the
+# loggers they come from
 _STOP_NOTICES = (
     "Received %s death signal",
     "Sending process %s closing signal",
     "failed (exitcode: %s)",
+    "no error file defined for parent",
 )
 _STOP_LOGGERS = (
     "torch.distributed.elastic.agent.server.api",
     "torch.distributed.elastic.multiprocessing.api",
+    "torch.distributed.elastic.multiprocessing.errors.error_handler",
 )
 # a rank's lost-peer report this close before its failure was detected (s) is that failure
 _LOST_PEER_WINDOW_S = 10.0
@@ -201,6 +206,9 @@ def _failure_line(
     if rank in held:
         sys.stderr.flush()
         write_all(2, b"".join(held.pop(rank)))
+    unsaid = unsaid_line(failures, rank)  # an error that rank met alone, said by no one
+    if unsaid is not None:
+        print(unsaid, file=sys.stderr)
     if failure.exitcode < 0 and rank in raised:  # stopped as it exited on its error
         line = f"torchrun: the process of rank {rank} failed (its own message is above); "
         line += "the others were stopped"

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from metadist.configs import CONFIG_GROUPS, find_experiments_dir, incomplete_tree
 from metadist.configs import EXPERIMENTS_ENV as EXPERIMENTS_ENV
-from metadist.configs import find_experiments_dir
 from metadist.options import unknown_key_error
 from metadist.train.compose_errors import (
     check_experiment_header,
@@ -74,7 +74,7 @@ def compose_dict(overrides: list[str], config_dir: str | os.PathLike | None = No
     return values
 
 
-_GROUPS = ("data", "sampler", "model", "learner", "optimizer", "trainer", "logging", "eval")
+_GROUPS = CONFIG_GROUPS
 
 
 def default_run_dir(experiment: str, overrides: list[str]) -> str:
@@ -137,6 +137,9 @@ def _missing_option(directory: Path, group: str, name: str, overrides: Sequence[
     options = sorted(p.stem for p in (directory / group).glob("*.yaml"))
     given = {o.lstrip("+~").lstrip("/").replace(" ", "") for o in overrides}
     source = "" if f"{group}={name}" in given else _defaults_naming(directory, group, name)
+    incomplete = incomplete_tree(directory)
+    if not options and incomplete:  # a part of a config tree, not a whole one
+        return f"{group}={name}{source}: no such {group}: {incomplete}"
     close = difflib.get_close_matches(name, options, n=3)
     hint = f"; did you mean {' or '.join(close)}?" if close else ""
     listing = (

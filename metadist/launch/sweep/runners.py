@@ -21,6 +21,7 @@ from typing import Any
 
 from metadist.launch.children import stop_with_parent_hook
 from metadist.launch.slurm import job_from_settings, submit_script, write_script
+from metadist.launch.sweep.interpreter import slurm_python
 from metadist.launch.sweep.settings import LOG_FILE, SweepSettings, TrialPlan
 
 
@@ -162,7 +163,7 @@ class SlurmArrayWave:
             array=f"0-{len(plans) - 1}",
             args_file=str(directory / "${SLURM_ARRAY_TASK_ID}.args"),
             job_name=f"sweep-{experiment}",
-            python=settings.python,
+            python=slurm_python(settings.slurm_settings, settings.python),
         )
         script = write_script(job, directory / "job.sbatch")
         self.job_id = submit_script(script)

@@ -14,6 +14,7 @@ import numpy as np
 from metadist.data.splits import split_protocol
 from metadist.durable import atomic_write_json
 from metadist.launch.slurm import LAUNCH_KEYS, job_from_settings, parse_settings
+from metadist.launch.sweep.interpreter import check_slurm_python
 from metadist.launch.sweep.space import SWEEP_OWNED_KEYS, ParamSpec, format_override
 from metadist.train.build import build_task_source, check_components, learner_loss
 from metadist.train.compose import find_experiments_dir, load_config
@@ -55,7 +56,8 @@ class SweepSettings:
         config_dir: experiments directory passed to the training.
         slurm_settings: `KEY=VALUE` launch settings of the Slurm jobs (see
             `metadist slurm submit`).
-        python: interpreter running the trials.
+        python: interpreter running the trials (a Slurm trial's: `python=` of
+            `slurm_settings` where given).
     """
 
     overrides: list[str]
@@ -122,6 +124,7 @@ class SweepSettings:
                 + ", ".join(LAUNCH_KEYS)
                 + "); training overrides go after experiment=NAME"
             )
+        check_slurm_python(self.slurm_settings)  # now, not once a wave left the queue
         searched = {p.name.lstrip("+") for p in self.space}
         for token in self.overrides:
             key, sep, _ = token.partition("=")

@@ -63,7 +63,7 @@ BLOCKS = runnable_blocks()
 def test_the_readme_quickstart_and_the_api_pages_are_marked_runnable():
     where = [w.split(":")[0] for w, _ in BLOCKS]
     assert "README.md" in where
-    for page in ("data", "tasks", "learners", "using-a-run"):
+    for page in ("data", "tasks", "learners", "using-a-run", "migration"):
         assert f"docs/{page}.md" in where
 
 

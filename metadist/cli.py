@@ -23,6 +23,11 @@ import os
 import sys
 from types import ModuleType
 
+# numpy loads numpy.random on first use, and a Ctrl-C that lands during that import is
+# swallowed by the module's initialisation (the command then ran on to its end): loaded
+# here, before any command's work starts, the window is the interpreter's start-up
+import numpy.random  # noqa: F401
+
 from metadist import __version__
 from metadist.commands.parser import Parser
 from metadist.options import closest

@@ -31,7 +31,9 @@ def test_a_port_in_use_is_one_line(tmp_path):
             capture_output=True,
             text=True,
             timeout=100,
-            env=dict(os.environ, TMPDIR=str(tmp_path / "tmp")),
+            # as the project's launchers start it (local_ranks: no notice of torchrun's
+            # own about OMP_NUM_THREADS beside the line)
+            env=dict(os.environ, TMPDIR=str(tmp_path / "tmp"), OMP_NUM_THREADS="1"),
         )
     assert done.returncode == 1, done.stderr
     assert "Traceback" not in done.stderr, done.stderr

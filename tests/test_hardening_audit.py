@@ -314,7 +314,13 @@ def test_a_run_resumes_from_its_store_at_a_new_path_but_not_from_another_store(r
 
 
 @pytest.mark.parametrize(
-    ("signum", "times"), [(signal.SIGTERM, 1), (signal.SIGINT, 1), (signal.SIGINT, 2)]
+    ("signum", "times"),
+    [
+        (signal.SIGTERM, 1),
+        # the same path as SIGTERM's (slow: seconds each)
+        pytest.param(signal.SIGINT, 1, marks=pytest.mark.slow),
+        pytest.param(signal.SIGINT, 2, marks=pytest.mark.slow),
+    ],
 )
 def test_a_stop_during_the_evaluation_after_training_says_the_run_is_kept(tmp_path, signum, times):
     """SIGTERM or Ctrl-C while `metadist train` evaluates the run it finished: exit 143

@@ -61,6 +61,7 @@ def test_an_error_of_rank_one_alone_before_its_steps_is_said_naming_it(tmp_path)
 
 
 @pytest.mark.timeout(240)
+@pytest.mark.slow  # the same path runs in the suite's other tests; this one costs seconds
 def test_an_error_every_rank_meets_is_said_once(tmp_path):
     command = [
         *[sys.executable, "-m", "metadist.launch.torchrun", "--standalone"],

@@ -194,6 +194,7 @@ def test_requeued_job_resumes_and_matches_an_uninterrupted_run(slurm_env, tmp_pa
 
 
 @pytest.mark.integration
+@pytest.mark.slow  # seconds on the real cluster: `make test-slow` runs it
 @pytest.mark.timeout(240)
 def test_a_cancel_during_the_sigusr1_stop_is_not_requeued(slurm_env, tmp_path):
     """`scancel` while a SIGUSR1 stop is under way (the time-limit warning, or one sent by
@@ -286,6 +287,7 @@ def test_sweep_trials_run_as_slurm_array_elements(slurm_env, tmp_path, monkeypat
 
 
 @pytest.mark.integration
+@pytest.mark.slow  # the flag in the job script: test_slurm_script.py, in the fast suite
 @pytest.mark.timeout(240)
 def test_no_eval_reaches_the_jobs_training(slurm_env, tmp_path):
     """`metadist slurm submit --no-eval` was refused as an unknown argument, so a job
@@ -327,6 +329,7 @@ def test_no_eval_reaches_the_jobs_training(slurm_env, tmp_path):
 
 
 @pytest.mark.integration
+@pytest.mark.slow  # the check: test_sweep_slurm_python.py, in the fast suite
 @pytest.mark.timeout(240)
 def test_a_sweeps_slurm_python_runs_its_trials(slurm_env, tmp_path, monkeypatch):
     """`--slurm python=PATH` of a sweep was dropped for the sweep's own interpreter; the

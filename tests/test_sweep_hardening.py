@@ -350,7 +350,9 @@ def test_an_older_studys_config_dir_of_the_same_place_still_matches(tmp_path, mo
 
 @pytest.mark.integration
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+@pytest.mark.parametrize(
+    "signum", [signal.SIGTERM, pytest.param(signal.SIGHUP, marks=pytest.mark.slow)]
+)
 def test_a_driver_stopped_by_sigterm_stops_and_queues_its_trial_as_ctrl_c_does(tmp_path, signum):
     """A sweep stopped by SIGTERM (a job's time limit, `kill`) or SIGHUP (its terminal
     closed) died at once: no word, `trials.md` stale, the trial still RUNNING in the study

@@ -30,6 +30,7 @@ def _wandb_of(plan):
     return wandb.name, wandb.group
 
 
+@pytest.mark.slow  # the same path runs in the suite's other tests; this one costs seconds
 def test_each_trial_has_its_own_wandb_name_in_the_sweeps_group(tmp_path):
     settings = _settings(tmp_path)
     plans = [
@@ -47,6 +48,7 @@ def test_each_trial_has_its_own_wandb_name_in_the_sweeps_group(tmp_path):
     assert "logging.wandb.name=trial-0001" in plans[1].train_command(settings)
 
 
+@pytest.mark.slow  # the same path runs in the suite's other tests; this one costs seconds
 def test_a_group_given_with_the_sweep_is_kept(tmp_path):
     settings = _settings(tmp_path, ["logging.wandb.group='my lr sweep'"])
     plan = plan_trial(settings, 3, 3, {}, tmp_path / "lr" / "trials" / "0003")

@@ -112,6 +112,7 @@ def test_the_users_next_wandb_run_starts_from_its_own_settings(store, tmp_path):
     assert "wandb:" not in training, training[-3000:]
 
 
+@pytest.mark.slow  # the same path runs in the suite's other tests; this one costs seconds
 def test_a_wandb_the_user_set_up_is_left_as_it_was(store, tmp_path):
     found, _ = _fit(store, tmp_path, "set-up")
     # the service the run started is the user's setup's (`wandb.teardown` ends both)
@@ -127,6 +128,7 @@ def test_a_training_stopped_by_an_error_leaves_no_wandb_run_open(store, tmp_path
     assert found["env_after"] == found["env_before"]  # its wandb setup torn down too
 
 
+@pytest.mark.slow  # the same path runs in the suite's other tests; this one costs seconds
 def test_a_run_the_user_has_open_goes_on(store, tmp_path):
     found, _ = _fit(store, tmp_path, "active")
     assert found["still_open"] is True  # the training's run was not finished in its place

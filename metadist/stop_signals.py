@@ -25,14 +25,20 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 class Stopped(SystemExit):
     """A stop signal reached the process inside `stops_raised` (`name`: `"SIGTERM"`)."""
 
-    def __init__(self, signum: int) -> None:
+    def __init__(self, signum: int, written: bool = False) -> None:
         super().__init__(128 + signum)
         self.signum = signum
         self.name = signal.Signals(signum).name
+        self.written = written  # it came while the output was put in place (`stops_held`)
 
     def line(self, command: str, what: str, out: object) -> str:
         """The one line `metadist COMMAND` prints when stopped while writing `what` (a
         store) at `out`."""
+        if self.written:
+            return (
+                f"metadist {command}: stopped by {self.name} as the {what} at {out} was put "
+                f"in place: the new {what} is there, complete"
+            )
         return (
             f"metadist {command}: stopped by {self.name}: no {what} was written at {out} "
             "(what was there is unchanged) and the temporary files are removed"
@@ -68,5 +74,26 @@ def stops_raised() -> Iterator[None]:
             signal.signal(other, signal.SIG_IGN)
         raise Stopped(signum)
 
+    stop.raises_stopped = True  # type: ignore[attr-defined]  # found by `stops_held`
     with handlers_set(stop, taken):
         yield
+
+
+@contextlib.contextmanager
+def stops_held() -> Iterator[None]:
+    """Inside `stops_raised`, a step that must not be cut (an output put in place): a
+    SIGTERM or SIGHUP that arrives in the block is held, and raises `Stopped` (`written`)
+    once the block has finished; where the block fails, its error goes on and the signal
+    is dropped. Signals `stops_raised` did not take are left alone."""
+    ours = [s for s in STOP_SIGNALS if getattr(signal.getsignal(s), "raises_stopped", False)]
+    received: list[int] = []
+
+    def hold(signum: int, frame: FrameType | None) -> None:
+        received.append(signum)
+
+    with handlers_set(hold, ours):
+        yield
+    if received:
+        for signum in ours:
+            signal.signal(signum, signal.SIG_IGN)  # as `stops_raised` does: the clean-up
+        raise Stopped(received[0], written=True)

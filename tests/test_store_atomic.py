@@ -159,3 +159,46 @@ def test_sigterm_to_the_command_says_so_and_keeps_the_store(tmp_path, source):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["store"]
     assert (out / METADATA_FILE).read_bytes() == metadata_before
     verify(out)
+
+
+# the same command, sent SIGTERM by itself as the new store is put in place
+PUBLISH_STOPPED_CHILD = (
+    """
+import importlib, os, signal
+ingest_module = importlib.import_module("metadist.store.ingest")  # the module, not the function
+real_publish = ingest_module.publish
+
+def publish(temp, out):
+    real_publish(temp, out)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+ingest_module.publish = publish
+"""
+    + CLI_CHILD
+)
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(180)
+def test_sigterm_as_the_store_is_put_in_place_says_the_new_store_is_there(tmp_path, source):
+    """A stop that lands once the new store has replaced the old one was reported as 'no
+    store was written (what was there is unchanged)' over the new store: it is held until
+    the store is in place, and the line says the new store is there, complete."""
+    out = tmp_path / "store"
+    ingest(source, out, scaling="global", progress=False, **OPTIONS)
+    child = subprocess.run(
+        [sys.executable, "-c", PUBLISH_STOPPED_CHILD, str(source), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=150,
+        preexec_fn=_default_stop_handlers,
+    )
+    assert child.returncode == 128 + signal.SIGTERM, child.stderr[-2000:]
+    lines = child.stderr.strip().splitlines()
+    assert lines == [
+        f"metadist ingest: stopped by SIGTERM as the store at {out} was put in place: the new "
+        "store is there, complete"
+    ], lines
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["store"]
+    verify(out)
+    assert SeriesStore.open(out).metadata["scaling"]["kind"] == "per-entity"

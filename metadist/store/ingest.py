@@ -38,7 +38,7 @@ import pyarrow as pa
 
 from metadist.diskspace import needs_space
 from metadist.durable import refuse_working_directory
-from metadist.stop_signals import stops_raised
+from metadist.stop_signals import stops_held, stops_raised
 from metadist.store import sources
 from metadist.store.files import (
     RawFile,
@@ -132,7 +132,8 @@ def ingest(
         FileExistsError: `out` exists and is not a series store.
         Stopped: SIGTERM or SIGHUP arrived (where their handler is Python's default); the
             temporary directory is removed and `out` is as it was (a `SystemExit` of
-            status 128 + the signal's number, `metadist.stop_signals`).
+            status 128 + the signal's number, `metadist.stop_signals`), or, where it came
+            as the store was put in place, the new store is at `out` (`written`).
         ValueError: bad arguments or bad input (missing or non-numeric column, NaN/inf
             under `nan="error"`, duplicate (entity, time), stratum or label not constant
             within an entity, no entity long enough, empty input, a corrupt file, a column
@@ -179,7 +180,8 @@ def _write_store(
             settings = IngestSettings.of(files, schema, columns, **options)
             with progress_bar(progress) as bar:
                 _build(settings, temp, src, bar)
-            publish(temp, out)
+            with stops_held():  # a stop now comes after the store is in place
+                publish(temp, out)
         finally:
             if temp.exists():
                 shutil.rmtree(temp, ignore_errors=True)

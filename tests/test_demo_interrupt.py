@@ -4,13 +4,10 @@ meta-training the ranks and torchrun each added their own line (`metadist-train:
 interrupted ...`, `torchrun: stopped by SIGINT ...`) beside the demo's, and a Ctrl-C
 while a rank imported torch printed that rank's traceback."""
 
-import os
-import signal
-import subprocess
 import sys
-import time
 
 import pytest
+from interrupts import interrupt_after
 
 pytestmark = pytest.mark.integration
 
@@ -18,30 +15,9 @@ CLI = "import sys; from metadist.cli import main; sys.exit(main())"
 
 
 def _interrupt_after(tmp_path, marker: str, demo_args: list[str], wait_s: float = 0.0):
-    """Starts `metadist demo`, sends Ctrl-C (SIGINT to its process group) once a line of
-    its output starts with `marker` (and `wait_s` more seconds); returns (status, stderr)."""
-    env = dict(os.environ, PYTHONUNBUFFERED="1", WANDB_MODE="disabled", OMP_NUM_THREADS="1")
-    process = subprocess.Popen(
-        [sys.executable, "-c", CLI, "demo", "--out", str(tmp_path / "demo"), *demo_args],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        for line in process.stdout:
-            if line.startswith(marker):
-                break
-        time.sleep(wait_s)
-        os.killpg(process.pid, signal.SIGINT)
-        _, err = process.communicate(timeout=150)
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-    return process.returncode, err
+    """`metadist demo` given Ctrl-C once a line of its output starts with `marker`."""
+    argv = [sys.executable, "-c", CLI, "demo", "--out", str(tmp_path / "demo"), *demo_args]
+    return interrupt_after(argv, tmp_path, marker, wait_s=wait_s)
 
 
 @pytest.mark.timeout(180)

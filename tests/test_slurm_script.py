@@ -392,3 +392,18 @@ def test_no_eval_is_passed_to_the_jobs_training(capsys, tmp_path):
         "metadist slurm: error: 'eval.max_tasks=3' sets the evaluation, which --no-eval turns off"
     ]
     assert not (tmp_path / "run").exists()
+
+
+def test_bad_evaluation_settings_are_refused_at_submission(capsys, tmp_path):
+    """The job's training evaluates at its end, and `metadist train` checks `eval.*`
+    before it trains; a submitted job did not, so `eval.max_tasks=-1` failed on the nodes
+    after the queue and the whole training. It is one line before the script now (and
+    not checked where `--no-eval` turns the evaluation off)."""
+    command = ["slurm", "submit", "experiment=sinusoid_maml", f"run_dir={tmp_path / 'run'}"]
+    assert main([*command, "eval.max_tasks=-1", "--dry-run"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.strip().splitlines() == [
+        "metadist slurm: error: eval.max_tasks must be >= 1 or null, got -1"
+    ]
+    assert not (tmp_path / "run").exists()
+    assert main([*command, "eval.max_tasks=5", "--dry-run"]) == 0

@@ -11,7 +11,7 @@ import shutil
 from dataclasses import replace
 from pathlib import Path
 
-from metadist.commands.train import refuse_eval_overrides
+from metadist.commands.train import checked_eval_options, refuse_eval_overrides
 from metadist.launch.slurm import (
     LAUNCH_KEYS,
     check_python,
@@ -33,7 +33,9 @@ def _cmd_submit(args: argparse.Namespace) -> int:
     if args.no_eval:  # refused now, as the job's training would refuse it on the nodes
         refuse_eval_overrides(overrides)
     config_dir = None if args.config_dir is None else str(Path(args.config_dir).resolve())
-    check_training_config(job, config_dir)
+    config = check_training_config(job, config_dir)
+    if not args.no_eval:  # the job's training evaluates at its end: bad settings fail now
+        checked_eval_options(config)
     # A run_dir that holds a run of other settings: the job's training would refuse to
     # resume it once the job starts, after its wait in the queue.
     check_same_settings(overrides, run_dir, None, config_dir)

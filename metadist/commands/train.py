@@ -28,6 +28,7 @@ from metadist.rank_message import leave_line
 from metadist.store import SeriesStore
 from metadist.train.checkpoint import CheckpointError
 from metadist.train.compose import compose_dict, load_config
+from metadist.train.config import TrainConfig
 from metadist.train.loop import NonFiniteLossError, train
 from metadist.train.preflight import check_before_launch
 from metadist.train.rank_errors import raised_on
@@ -107,12 +108,7 @@ def main(argv: list[str] | None = None, prog: str = "metadist train") -> int:
         if nproc is not None and nproc < 1:
             raise ValueError(f"--nproc-per-node must be >= 1, got {nproc}")
         config = load_config(args.overrides, args.config_dir, world_size=nproc)
-        eval_options = None
-        if not args.no_eval:
-            # Bad evaluation settings fail now, not after hours of training.
-            eval_options = EvalOptions.from_dict(config.eval)
-            if config.data.store:
-                check_periods_cover(eval_options, SeriesStore.open(config.data.store))
+        eval_options = None if args.no_eval else checked_eval_options(config)
         if nproc is not None and nproc > 1:
             check_before_launch(config, nproc)  # one line now, not one from a rank
             return _launch(argv if argv is not None else sys.argv[1:], nproc, prog)
@@ -149,6 +145,19 @@ def main(argv: list[str] | None = None, prog: str = "metadist train") -> int:
     if result.stopped_by is None and eval_options is not None:
         return _evaluate_at_end(result.run_dir, eval_options, prog)
     return 0
+
+
+def checked_eval_options(config: TrainConfig) -> EvalOptions:
+    """The evaluation settings of `config`, checked now, not after hours of training
+    (`metadist train`, and a Slurm job's training at submission).
+
+    Raises:
+        ValueError: a bad `eval.*` setting, or seasonal periods the store's series miss.
+    """
+    options = EvalOptions.from_dict(config.eval)
+    if config.data.store:
+        check_periods_cover(options, SeriesStore.open(config.data.store))
+    return options
 
 
 def refuse_eval_overrides(overrides: list[str]) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from metadist.launch.slurm.job import SlurmJob
 from metadist.train.compose import load_config
+from metadist.train.config import TrainConfig
 
 # Settings of `metadist slurm submit` that configure the job; every other KEY=VALUE goes to
 # the training command as a Hydra override.
@@ -147,8 +148,11 @@ def check_python(job: SlurmJob) -> None:
         )
 
 
-def check_training_config(job: SlurmJob, config_dir: str | os.PathLike | None = None) -> None:
-    """Composes and validates the job's training config as its ranks will, before submitting.
+def check_training_config(
+    job: SlurmJob, config_dir: str | os.PathLike | None = None
+) -> TrainConfig:
+    """Composes and validates the job's training config as its ranks will, before
+    submitting; returns it.
 
     Uses the training's own `load_config` with the job's world size
     (`nodes × nproc_per_node`), so an unknown experiment, an override Hydra cannot apply (a
@@ -167,7 +171,7 @@ def check_training_config(job: SlurmJob, config_dir: str | os.PathLike | None = 
     """
     world_size = job.nodes * job.processes_per_node
     try:
-        load_config(list(job.train_args), config_dir, world_size=world_size)
+        return load_config(list(job.train_args), config_dir, world_size=world_size)
     except ValueError as error:
         hints = []
         for token in job.train_args:

@@ -24,6 +24,21 @@ class TaskSet:
     y: Tensor
 
 
+def check_support(support: object) -> None:
+    """Refuses, in one line, a learner's `adapt` given anything but a support set (the
+    habit of other libraries: `learner.adapt(loss)`).
+
+    Raises:
+        TypeError: `support` has no `x` and `y` (a `TaskSet`, as `batch.support` is).
+    """
+    if not (hasattr(support, "x") and hasattr(support, "y")):
+        raise TypeError(
+            "adapt(support): support is the support side of a batch (batch.support, a "
+            f"TaskSet of x and y), not a {type(support).__name__}: the learners adapt on "
+            "the support examples themselves, not on a loss"
+        )
+
+
 @dataclass
 class MetaBatch:
     """B tasks, each with a support set (adapt on it) and a query set (score on it).

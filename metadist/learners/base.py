@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 
 from torch import Tensor, nn
 
-from metadist.batch import MetaBatch, TaskSet
+from metadist.batch import MetaBatch, TaskSet, check_support
 from metadist.learners.batching import _has_tied_tensors, has_batched_forward
 from metadist.learners.dispatch import TaskDispatch
 from metadist.learners.heads import expand_shared_rows, share_head_rows
@@ -282,6 +282,7 @@ class InnerLoopLearner(FunctionalInnerLoop, TaskDispatch, Learner):
         Raises:
             ValueError: negative `steps`. RuntimeError: as in `forward`.
         """
+        check_support(support)
         if steps is None:
             steps = self.inner_steps if self.training else self.eval_inner_steps
         steps = self._steps("steps", steps)

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from metadist.batch import TaskSet
+from metadist.batch import TaskSet, check_support
 from metadist.learners.base import Params
 
 REDUCTIONS = ("mean", "median")
@@ -76,6 +76,7 @@ class LearnerEnsemble(nn.Module):
 
     def adapt(self, support: TaskSet, steps: int | None = None) -> Params:
         """Every member's adapted state, keyed `"<member>/<name>"`."""
+        check_support(support)
         params: Params = {}
         for i, member in enumerate(self._learners()):
             own = TaskSet(self._inputs(i, support.x), support.y)

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from metadist.batch import TaskSet
+from metadist.batch import TaskSet, check_support
 from metadist.learners.base import Params
 from metadist.learners.metabaseline import MetaBaseline
 
@@ -37,6 +37,7 @@ class HeadFineTuning(MetaBaseline):
         Raises:
             ValueError: steps < 0, or as in `ProtoNet.adapt`.
         """
+        check_support(support)
         steps = self.options.inner_steps if steps is None else int(steps)
         if steps < 0:
             raise ValueError(f"learner {self.name!r}: steps must be >= 0, got {steps}")

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from metadist.batch import MetaBatch, TaskSet
+from metadist.batch import MetaBatch, TaskSet, check_support
 from metadist.learners.base import InnerLoopLearner, MetaOutput, Params
 from metadist.learners.heads import SharedRowLinear
 from metadist.learners.maml_plus import MetaStepCounter, step_loss_weights, weighted_step_losses
@@ -213,6 +213,7 @@ class MAML(InnerLoopLearner):
         """`InnerLoopLearner.adapt`, with the step size and step count of the support
         set's shot count where `eval_inner_lr_by_shots` / `eval_inner_steps_by_shots`
         give them (eval mode, `steps` not given)."""
+        check_support(support)
         with self._reading_shots(support):
             if steps is None and self._support_shots is not None:
                 steps = self.eval_steps_by_shots.get(self._support_shots)

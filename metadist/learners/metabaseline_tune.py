@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
-from metadist.batch import TaskSet
+from metadist.batch import TaskSet, check_support
 from metadist.learners.base import Params
 from metadist.learners.batching import is_vmap_limitation
 from metadist.learners.metabaseline_adam import MetaBaselineAdam
@@ -76,6 +76,7 @@ class MetaBaselineTune(MetaBaselineAdam):
         Raises:
             ValueError: steps < 0, or as in `ProtoNet.adapt`.
         """
+        check_support(support)
         steps = self.options.inner_steps if steps is None else int(steps)
         if steps <= 0 or torch.is_grad_enabled():
             return super().adapt(support, steps)

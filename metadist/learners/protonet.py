@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from metadist.batch import MetaBatch, TaskSet
+from metadist.batch import MetaBatch, TaskSet, check_support
 from metadist.learners.base import Learner, MetaOutput, Params
 from metadist.learners.registry import register_learner
 
@@ -81,6 +81,7 @@ class ProtoNet(Learner):
         Raises:
             ValueError: labels outside `[0, num_ways)` or a class without support examples.
         """
+        check_support(support)
         return {"prototypes": self.prototypes_of(self._embed(support.x), support.y)}
 
     def prototypes_of(self, embeddings: Tensor, labels: Tensor) -> Tensor:

@@ -129,6 +129,7 @@ def main(argv: list[str] | None = None, prog: str = "metadist demo") -> int:
     try:
         train_overrides, eval_overrides = split_eval_overrides(args.overrides)
         _check_not_the_demos_own(train_overrides, out)
+        _check_nproc_splits_the_batch(args.nproc, train_overrides)
         load_eval_options(EXPERIMENT, eval_overrides)  # bad eval.* settings: fail now
         # bad training settings too, before the panel is written (the store does not exist
         # yet: the rest is checked against it before the ranks start, in meta_train)
@@ -187,6 +188,26 @@ def _check_not_the_demos_own(overrides: list[str], out: Path) -> None:
         if key in _OWN_KEYS:
             why = _OWN_KEYS[key].format(run_dir=out / "run", store=out / "data" / "store")
             raise ValueError(f"{override}: {why}")
+
+
+def _check_nproc_splits_the_batch(nproc: int, overrides: list[str]) -> None:
+    """Refuses `--nproc` that the demo's own meta-batch does not split over, naming the
+    flag (the training's message named `trainer.meta_batch_size=16`, a setting the user
+    never gave); a meta-batch the user gives is the training's to check.
+
+    Raises:
+        ValueError: naming `--nproc` and the counts that work.
+    """
+    size = int(DEMO_OVERRIDES[0].partition("=")[2])
+    if size % nproc == 0 or any(o.startswith("trainer.meta_batch_size=") for o in overrides):
+        return
+    *fit, last = [str(n) for n in range(1, size + 1) if size % n == 0]
+    fits = f"{', '.join(fit)} or {last}" if fit else last
+    raise ValueError(
+        f"--nproc {nproc}: the demo's meta-batch of {size} tasks does not split evenly over "
+        f"{nproc} processes; use --nproc {fits}, or give trainer.meta_batch_size=M with M "
+        f"a multiple of {nproc}"
+    )
 
 
 def prepare_store(out: Path, args: argparse.Namespace) -> Path:

@@ -34,3 +34,16 @@ def test_settings_the_ranks_would_refuse_are_one_line_before_torchrun(tmp_path, 
     assert err[0].startswith("metadist demo: error: sampler: "), err
     assert "long enough for one task" in err[0], err
     assert not (out / "run" / "checkpoints").exists()
+
+
+def test_an_nproc_the_demos_batch_does_not_split_over_names_the_flag(tmp_path, capsys):
+    """`--nproc 3` was refused naming `trainer.meta_batch_size=16`, a setting the demo
+    sets itself and the user never gave; the line names --nproc and the counts that work."""
+    out = tmp_path / "demo"
+    assert demo.main(["--out", str(out), "--entities", "30", "--nproc", "3"]) == 1
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "metadist demo: error: --nproc 3: the demo's meta-batch of 16 tasks does not split "
+        "evenly over 3 processes; use --nproc 1, 2, 4, 8 or 16, or give "
+        "trainer.meta_batch_size=M with M a multiple of 3"
+    ]
+    assert not out.exists()

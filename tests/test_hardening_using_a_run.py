@@ -232,8 +232,11 @@ def test_out_is_refused_where_it_would_replace_the_history(runs, tmp_path):
 
 def test_runs_of_another_kind_are_named_properly(runs):
     sinusoid = metadist.load_run(runs["sinusoid"])
+    # said alike from Python and by metadist forecast (it named the method, forecast())
     with pytest.raises(
-        ValueError, match="is a run of the sinusoid sampler without a series store;"
+        ValueError,
+        match="is a run of the sinusoid sampler without a series store: it cannot forecast; "
+        "forecasting needs a run of a sampler of forecast windows on a series store$",
     ):
         sinusoid.forecast(_history(runs))
     with pytest.raises(ValueError, match="is a run of the sinusoid sampler .*, not a classifier$"):

@@ -188,8 +188,8 @@ class Run:
         store = self.source.store
         if self.kind != "forecast" or store is None:
             raise ValueError(
-                f"run {self.run_dir} is {self._kind_named()}; forecast() needs a forecasting "
-                "run (a sampler of forecast windows on a series store)"
+                f"run {self.run_dir} is {self._kind_named()}: it cannot forecast; forecasting needs "
+                "a run of a sampler of forecast windows on a series store"
             )
         if period is not None:
             period = _whole("period", period, least=1)

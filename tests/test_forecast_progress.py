@@ -14,6 +14,7 @@ from tiny_runs import tiny_store, train_tiny
 
 import metadist
 from metadist import progress
+from metadist.cli import main
 from metadist.datasets.synthetic import SYNTHETIC_ENTITY
 
 pytestmark = pytest.mark.integration
@@ -37,4 +38,11 @@ def test_forecasting_counts_the_entities_done(tmp_path, monkeypatch, capsys):
         assert done, lines
         assert done[-1].startswith(f"forecast: {label}: {total}/{total} entities (100%)")
     assert run.forecast(history, progress=False).num_rows == 3 * 8
+    assert "forecast:" not in capsys.readouterr().err
+    # metadist forecast: the same lines, and none with --no-progress
+    pq.write_table(history, tmp_path / "history.parquet")
+    command = ["forecast", str(run.run_dir), str(tmp_path / "history.parquet")]
+    assert main([*command, "--out", str(tmp_path / "a.parquet")]) == 0
+    assert "forecast: history read: " in capsys.readouterr().err
+    assert main([*command, "--out", str(tmp_path / "b.parquet"), "--no-progress"]) == 0
     assert "forecast:" not in capsys.readouterr().err

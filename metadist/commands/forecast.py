@@ -66,6 +66,11 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
         help="the run's series store, where the run's inference.json finds none (it must "
         "be the store the run was trained on)",
     )
+    parser.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bars, nor progress lines off a terminal",
+    )
     parser.set_defaults(func=run_cli)
 
 
@@ -96,6 +101,7 @@ def run_cli(args: argparse.Namespace) -> int:
         else [m.strip() for m in args.methods.split(",") if m.strip()],
         period=args.period,
         guard=not args.no_guard,
+        progress=False if args.no_progress else None,
     )
     out.parent.mkdir(parents=True, exist_ok=True)
     with atomic_file(out) as temporary:

@@ -25,8 +25,8 @@ def test_training_off_a_terminal_prints_progress_lines(tmp_path):
             "train",
             "experiment=sinusoid_maml",
             f"run_dir={tmp_path / 'run'}",
-            "trainer.meta_steps=400",
-            "trainer.checkpoint_every=400",
+            "trainer.meta_steps=100",
+            "trainer.checkpoint_every=100",
             "logging.progress_every=0.05",
             "logging.wandb.mode=disabled",
             "--no-eval",
@@ -41,7 +41,7 @@ def test_training_off_a_terminal_prints_progress_lines(tmp_path):
         line
         for line in done.stderr.splitlines()
         if re.fullmatch(
-            r"sinusoid_maml: \d+/400 steps \(\d+%\), \d+ s, about \d+ s left, "
+            r"sinusoid_maml: \d+/100 steps \(\d+%\), \d+ s, about \d+ s left, "
             r"loss [0-9.e+-]+, [\d,]+ tasks/s",
             line,
         )

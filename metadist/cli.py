@@ -23,11 +23,6 @@ import os
 import sys
 from types import ModuleType
 
-# numpy loads numpy.random on first use, and a Ctrl-C that lands during that import is
-# swallowed by the module's initialisation (the command then ran on to its end): loaded
-# here, before any command's work starts, the window is the interpreter's start-up
-import numpy.random  # noqa: F401
-
 from metadist import __version__
 from metadist.commands.parser import Parser
 from metadist.options import closest
@@ -90,6 +85,10 @@ def main(argv: list[str] | None = None) -> int:
     module = None
     if command is not None:
         try:
+            # numpy loads numpy.random on first use, and a Ctrl-C that lands during that
+            # import is swallowed by the module's initialisation (the command then ran on
+            # to its end): loaded with the command, before any of its work
+            importlib.import_module("numpy.random")
             module = importlib.import_module(COMMANDS[command])
         except KeyboardInterrupt:  # Ctrl-C while the command loads (torch takes seconds)
             print(f"metadist {command}: interrupted", file=sys.stderr)

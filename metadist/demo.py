@@ -54,9 +54,10 @@ DEFAULT_LENGTH_RANGE = (400, 1200)
 DEFAULT_META_STEPS = 2000
 DEFAULT_TRAIN_SECONDS = 120.0
 EXPERIMENT = "synthetic_maml"
+DEMO_META_BATCH = 16  # tasks a meta-step, over all processes
 # Training overrides of the demo on top of the experiment file.
 DEMO_OVERRIDES = (
-    "trainer.meta_batch_size=16",
+    f"trainer.meta_batch_size={DEMO_META_BATCH}",
     "trainer.eval_every=0",
     "selection.patience=null",  # no meta-val evaluated: nothing to be patient about
     "logging.wandb.mode=disabled",
@@ -198,7 +199,7 @@ def _check_nproc_splits_the_batch(nproc: int, overrides: list[str]) -> None:
     Raises:
         ValueError: naming `--nproc` and the counts that work.
     """
-    size = int(DEMO_OVERRIDES[0].partition("=")[2])
+    size = DEMO_META_BATCH
     if size % nproc == 0 or any(o.startswith("trainer.meta_batch_size=") for o in overrides):
         return
     *fit, last = [str(n) for n in range(1, size + 1) if size % n == 0]
